@@ -1,0 +1,1 @@
+"""systolica.bench"""

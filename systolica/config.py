@@ -1,0 +1,238 @@
+"""Accelerator configuration: the one description of an accelerator instance.
+
+Everything that depends on the shape of the hardware (the Amaranth generators,
+the compiler's tiling, the golden simulator's buffer sizes, the driver's checks)
+reads it from an :class:`AccelConfig`.  Its :meth:`AccelConfig.hash32` is burnt
+into the hardware's ID register and stamped into every compiled program, so a
+program can never run on hardware of another shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 board images
+    import tomli as tomllib
+
+__all__ = ["AccelConfig", "ConfigError", "PRESETS", "preset", "load_config"]
+
+
+class ConfigError(ValueError):
+    """An accelerator configuration that cannot be built, with the reason."""
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+@dataclass(frozen=True)
+class AccelConfig:
+    """Shape of one accelerator instance.
+
+    Buffers are addressed in *lines*.  A scratchpad line holds ``cols`` int8
+    elements, an accumulator or vector-buffer line ``cols`` int32 elements, so a
+    line is exactly what one row of the systolic array consumes or produces in
+    one cycle.  Instruction address fields are 16 bits wide, which bounds every
+    buffer at 65536 lines.
+    """
+
+    name: str = "default"
+    rows: int = 8  # systolic array rows R (reduction depth per pass)
+    cols: int = 8  # systolic array columns C (= lanes of every buffer line)
+    in_bits: int = 8  # operand width: int8 activations and weights
+    acc_bits: int = 32  # accumulator width: int32
+    spad_kib: int = 64  # int8 scratchpad: activations, weight tiles, KV tiles
+    acc_kib: int = 32  # int32 accumulator buffer: matmul results
+    vbuf_kib: int = 32  # int32 vector buffer: residual stream, norms, attention state
+    dma_bits: int = 64  # data width of one AXI master port
+    dma_ports: int = 1  # number of AXI master ports to DRAM
+    max_burst: int = 16  # AXI burst length in beats (AXI4 allows up to 256)
+    queue_depth: int = 8  # depth of each dependency-token queue between engines
+    cmd_depth: int = 16  # depth of each engine's instruction queue
+    clock_mhz: float = 100.0  # target clock of the accelerator
+    dram_bytes: int = 1 << 28  # DRAM window the accelerator may address (bytes)
+
+    # ----------------------------------------------------------------- sizes
+    @property
+    def lanes(self) -> int:
+        """Elements per buffer line (one array row's worth)."""
+        return self.cols
+
+    @property
+    def spad_lines(self) -> int:
+        return self.spad_kib * 1024 // self.cols
+
+    @property
+    def acc_lines(self) -> int:
+        return self.acc_kib * 1024 // (self.cols * 4)
+
+    @property
+    def vbuf_lines(self) -> int:
+        return self.vbuf_kib * 1024 // (self.cols * 4)
+
+    @property
+    def dma_bytes(self) -> int:
+        """Bytes one AXI port moves per beat."""
+        return self.dma_bits // 8
+
+    @property
+    def peak_macs_per_cycle(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def peak_dram_bytes_per_cycle(self) -> int:
+        return self.dma_bytes * self.dma_ports
+
+    # ------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        problems = list(self._problems())
+        if problems:
+            raise ConfigError(f"invalid accelerator config {self.name!r}: " + "; ".join(problems))
+
+    def _problems(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "name":
+                if not isinstance(v, str) or not v:
+                    yield "name must be a non-empty string"
+                continue
+            want = float if f.name == "clock_mhz" else int
+            if isinstance(v, bool) or not isinstance(v, (int, float) if want is float else int):
+                yield f"{f.name}={v!r} must be {want.__name__}"
+                return
+        for k in ("rows", "cols"):
+            v = getattr(self, k)
+            if not 2 <= v <= 64:
+                yield f"{k}={v} must be in 2..64 (an array edge below 2 is not systolic; above 64 no FPGA has the DSPs)"
+        if self.in_bits != 8:
+            yield f"in_bits={self.in_bits}: only int8 operands are implemented"
+        if self.acc_bits != 32:
+            yield f"acc_bits={self.acc_bits}: only int32 accumulation is implemented"
+        if self.dma_bits not in (32, 64, 128, 256, 512):
+            yield f"dma_bits={self.dma_bits} must be one of 32, 64, 128, 256, 512 (AXI data widths)"
+        if not 1 <= self.dma_ports <= 4:
+            yield f"dma_ports={self.dma_ports} must be in 1..4 (Zynq has 4 HP ports)"
+        if not (_pow2(self.max_burst) and self.max_burst <= 256):
+            yield f"max_burst={self.max_burst} must be a power of two <= 256 (AXI4 burst length)"
+        for k in ("queue_depth", "cmd_depth"):
+            v = getattr(self, k)
+            if not (_pow2(v) and 2 <= v <= 256):
+                yield f"{k}={v} must be a power of two in 2..256 (FIFO depth)"
+        for k, lines in (("spad_kib", "spad_lines"), ("acc_kib", "acc_lines"), ("vbuf_kib", "vbuf_lines")):
+            v = getattr(self, k)
+            if v <= 0:
+                yield f"{k}={v} must be positive"
+                continue
+            n = getattr(self, lines)
+            if n > 1 << 16:
+                yield f"{k}={v} gives {n} lines; address fields are 16 bits, so at most 65536 lines"
+            if n < 4 * self.rows:
+                yield f"{k}={v} gives only {n} lines; need at least 4 x rows = {4 * self.rows} to double-buffer a tile"
+        if not self.clock_mhz > 0:
+            yield f"clock_mhz={self.clock_mhz} must be positive"
+        if not (_pow2(self.dram_bytes) and (1 << 16) <= self.dram_bytes <= (1 << 32)):
+            yield f"dram_bytes={self.dram_bytes} must be a power of two between 64 KiB and 4 GiB (32-bit DMA addresses)"
+
+    # ------------------------------------------------------------------ hash
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def _canonical(self) -> bytes:
+        d = self.to_dict()
+        d.pop("name")  # the name is a label; two configs of equal shape are the same hardware
+        d["clock_mhz"] = float(d["clock_mhz"])
+        return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
+
+    def hash_hex(self) -> str:
+        """Full SHA-256 of the hardware-relevant fields."""
+        return hashlib.sha256(self._canonical()).hexdigest()
+
+    def hash32(self) -> int:
+        """The 32-bit hash the hardware reports in its ID register."""
+        return int(self.hash_hex()[:8], 16)
+
+    # ------------------------------------------------------------------ TOML
+    def to_toml(self) -> str:
+        lines = ["# systolica accelerator configuration", "[accel]"]
+        for f in fields(self):
+            v = getattr(self, f.name)
+            lines.append(f"{f.name} = {json.dumps(v)}")
+        return "\n".join(lines) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_toml())
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, source: str = "config") -> "AccelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        if "clock_mhz" in d and isinstance(d["clock_mhz"], int):
+            d = {**d, "clock_mhz": float(d["clock_mhz"])}
+        return cls(**d)
+
+    @classmethod
+    def from_toml(cls, text: str, *, source: str = "config") -> "AccelConfig":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{source}: not valid TOML: {e}") from None
+        table = data.get("accel", data)
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: [accel] must be a table")
+        base = table.pop("preset", None)
+        if base is not None:
+            return dataclasses.replace(preset(base), **table)
+        return cls.from_dict(table, source=source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AccelConfig":
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist")
+        return cls.from_toml(p.read_text(), source=str(p))
+
+    def replace(self, **changes: Any) -> "AccelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+PRESETS: dict[str, AccelConfig] = {
+    # Small enough that a full-top-level Verilator build takes well under a minute.
+    "tiny": AccelConfig(name="tiny", rows=4, cols=4, spad_kib=16, acc_kib=8, vbuf_kib=16,
+                        dma_bits=32, dma_ports=1, max_burst=16, queue_depth=4, cmd_depth=8,
+                        clock_mhz=100.0, dram_bytes=1 << 24),
+    "default": AccelConfig(name="default"),
+    # 16x16 with a 128-bit port: what a Zynq UltraScale+ HP port gives.
+    "large": AccelConfig(name="large", rows=16, cols=16, spad_kib=256, acc_kib=128, vbuf_kib=128,
+                         dma_bits=128, dma_ports=2, max_burst=64, queue_depth=8, cmd_depth=32,
+                         clock_mhz=200.0, dram_bytes=1 << 31),
+}
+
+
+def preset(name: str) -> AccelConfig:
+    """A named configuration (``tiny``, ``default``, ``large`` or a board preset)."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"no preset named {name!r}; presets: {', '.join(sorted(PRESETS))}") from None
+
+
+def load_config(spec: str | Path | None) -> AccelConfig:
+    """A config from a preset name or a TOML path; ``None`` gives the default preset."""
+    if spec is None:
+        return PRESETS["default"]
+    s = str(spec)
+    if s in PRESETS:
+        return PRESETS[s]
+    if s.endswith(".toml") or Path(s).exists():
+        return AccelConfig.load(s)
+    raise ConfigError(f"{s!r} is neither a preset ({', '.join(sorted(PRESETS))}) nor a TOML file")
