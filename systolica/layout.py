@@ -1,0 +1,73 @@
+"""Where operands live in the on-chip buffers: the line conventions every instruction follows.
+
+The golden simulator reads operands this way, the compiler places them this
+way, and ``docs/isa.md`` prints :data:`CONVENTIONS`; the RTL implements the same.
+
+A *line* is ``cols`` elements (int8 in the scratchpad, int32 in the accumulator
+and vector buffers).  A *row* of ``lines`` lines is ``lines * cols`` consecutive
+elements; the rows of one operand are packed one after the other, so ``rows``
+rows of ``lines`` lines occupy lines ``[base, base + rows * lines)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CONVENTIONS", "lines_for", "KvTile", "kv_tile", "attn_state_lines"]
+
+
+def lines_for(n: int, cols: int) -> int:
+    """Lines a row of ``n`` elements occupies (rows are padded to whole lines)."""
+    return -(-n // cols)
+
+
+@dataclass(frozen=True)
+class KvTile:
+    """Line offsets, relative to the ATTN ``kv`` field, of the parts of one KV tile."""
+
+    k: int  # K: P rows x hd lines, int8
+    v: int  # V: P rows x hd lines, int8
+    kexp: int  # K exponent lines: P lines, exponent in lane 0
+    vexp: int  # V exponent lines: P lines
+    lines: int  # total lines of the tile
+
+
+def kv_tile(page_log2: int, hd: int) -> KvTile:
+    """The layout of a KV tile of ``2**page_log2`` slots and ``hd`` lines per head."""
+    p = 1 << page_log2
+    return KvTile(k=0, v=p * hd, kexp=2 * p * hd, vexp=2 * p * hd + p, lines=2 * p * hd + 2 * p)
+
+
+def attn_state_lines(nq: int, hd: int) -> int:
+    """Vector-buffer lines of the ATTN running state of ``nq`` rows: ``nq`` (m, l) lines, then ``nq*hd`` of o."""
+    return nq + nq * hd
+
+
+#: Markdown bullet list of the conventions (printed into docs/isa.md).
+CONVENTIONS = """\
+- **Line.** A buffer line is `cols` elements: int8 in the scratchpad (`cols` bytes), int32 in the
+  accumulator and the vector buffer (`4 * cols` bytes). Every on-chip address field counts lines.
+- **Rows.** An operand of `rows` rows of `lines` lines occupies lines `[addr, addr + rows * lines)`;
+  row `r` is the `lines * cols` consecutive elements starting at line `addr + r * lines`.
+- **Padded rows.** Ops with an element count `n` (RMSNORM, LAYERNORM, SOFTMAX, ARGMAX) use rows of
+  `ceil(n / cols)` lines; lanes past `n` are ignored on input and written as 0 on output.
+- **Exponent lines.** A quantized row's power-of-two exponent is one scratchpad line per row with the
+  signed exponent in lane 0; QUANT writes 0 to the other lanes and readers ignore them.
+- **Per-column operands.** REQUANT's `mult` is one vector-buffer row of `lines` lines (one int32 per
+  column); LAYERNORM's `beta` is the row that follows `gamma`; ROPE's `table` holds one row of `hd`
+  lines per input row (`head_dim / 2` cos, then `head_dim / 2` sin).
+- **ARGMAX** writes the index to lane 0 of line `dst + row` and 0 to the other lanes.
+- **ATTN state** at vector-buffer line `state`: lines `state + r` (r < nq) hold the running max `m` in
+  lane 0 and the running sum `l` in lane 1 (other lanes 0); the running output `o` of row `r` is
+  `hd` lines at `state + nq + r * hd`. `init=1` starts from an empty state and ignores what is there.
+- **KV tile** at scratchpad line `kv` with `P = 2**page_log2` slots: K at `kv` (P rows of `hd` lines),
+  V at `kv + P * hd`, K exponent lines at `kv + 2 * P * hd` (P lines), V exponent lines at
+  `kv + 2 * P * hd + P`; the first `t <= P` slots are valid (`t > P` is `ILLEGAL_FIELD`).
+- **GEMM** reads A as `m` rows of `k` lines and W as `n * cols` rows of `k` lines (PyTorch
+  `[out, in]` layout) and writes `m` rows of `n` lines to the accumulator; `acc=1` adds modulo 2^32.
+- **DMA.** LOAD/STORE move `rows` rows of `lines` buffer lines; DRAM addresses are byte offsets in the
+  DRAM window, and `dram` and `stride` must be multiples of the buffer's line bytes (`DMA_ALIGN`).
+  A transfer that would touch any byte outside the window faults (`DMA_WINDOW`) before moving anything.
+- **Faults are precise for the faulting instruction:** it is checked completely before it changes any
+  state, so after a fault the buffers and DRAM hold what they held before it.
+"""
