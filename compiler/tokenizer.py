@@ -56,7 +56,7 @@ def _byte_to_unicode() -> dict[int, str]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
+    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
 
 
 _UNICODE_TO_BYTE = {c: b for b, c in _byte_to_unicode().items()}
@@ -195,7 +195,7 @@ class Tokenizer:
                                      f"{', '.join(_PRE_GPT2 + _PRE_DIGITS + _PRE_LLAMA3)}")
             hf.decoder = decoders.ByteLevel()
             raw = [_byte_level_bytes(t) if ty != TOKEN_TYPES["user_defined"] else t.encode("utf-8")
-                   for t, ty in zip(tokens, types)]
+                   for t, ty in zip(tokens, types, strict=True)]
             add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
             strip = False
         elif model == "llama":
@@ -211,7 +211,7 @@ class Tokenizer:
             steps = [normalizers.Prepend(_SPIECE)] if prefix else []
             hf.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", _SPIECE)])
             hf.decoder = decoders.Sequence([decoders.Replace(_SPIECE, " "), decoders.ByteFallback(), decoders.Fuse()])
-            raw = [_spm_bytes(t, ty) for t, ty in zip(tokens, types)]
+            raw = [_spm_bytes(t, ty) for t, ty in zip(tokens, types, strict=True)]
             add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", True))
             strip = prefix
         else:
