@@ -1,0 +1,310 @@
+"""Semantics of every instruction of the golden simulator, one function per op.
+
+Each function first gathers every operand view it needs (which checks every
+range), computes the result with :mod:`systolica.numerics`, and only then writes
+it: a faulting instruction changes no state, as in the hardware, which checks an
+instruction completely before it starts.  Buffer layouts follow
+:mod:`systolica.layout` (also printed in ``docs/isa.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from systolica import numerics as nx
+from systolica.faults import Fault
+from systolica.isa import Buf, Instr
+from systolica.layout import attn_state_lines, kv_tile, lines_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from systolica.sim.golden import GoldenSim
+
+__all__ = ["OpFault", "EXECUTE", "check_static"]
+
+
+class OpFault(Exception):
+    """Raised by an op before it changes state; the scheduler adds the PC and the disassembly."""
+
+    def __init__(self, fault: Fault, msg: str):
+        self.fault = fault
+        super().__init__(msg)
+
+
+_BUF_NAMES = {Buf.SPAD: "spad", Buf.ACC: "acc", Buf.VBUF: "vbuf"}
+
+
+def _lines(sim: GoldenSim, buf: str, ins: Instr, field: str, nlines: int, what: str, base: int | None = None):
+    """``nlines`` lines of buffer ``buf`` starting at the address in ``field`` (a view), or SRAM_RANGE."""
+    arr = getattr(sim, buf)
+    start = ins.fields[field] if base is None else base
+    if nlines and start + nlines > arr.shape[0]:
+        raise OpFault(Fault.SRAM_RANGE,
+                      f"{ins.op}.{field}={ins.fields[field]}: {what} = {nlines} lines from line {start} run past the "
+                      f"end of {buf} ({arr.shape[0]} lines)")
+    return arr[start:start + nlines]
+
+
+def _rows(view: np.ndarray, rows: int) -> np.ndarray:
+    """A packed region of ``rows`` rows as a 2-D ``(rows, lines*cols)`` view."""
+    return view.reshape(rows, -1) if rows else view.reshape(0, 0)
+
+
+def _padded_write(dst: np.ndarray, rows: int, n: int, y: np.ndarray) -> None:
+    """Write ``y`` (rows, n) into a padded region; lanes past ``n`` become 0."""
+    d = _rows(dst, rows)
+    d[:, :n] = y
+    d[:, n:] = 0
+
+
+# --------------------------------------------------------------------- compute
+def gemm(sim: GoldenSim, ins: Instr) -> None:
+    m, k, n, cols = ins.m, ins.k, ins.n, sim.cfg.cols
+    a = _lines(sim, "spad", ins, "a", m * k, f"A (m={m} rows x k={k} lines)")
+    w = _lines(sim, "spad", ins, "w", n * cols * k, f"W (n*cols={n * cols} rows x k={k} lines)")
+    dst = _lines(sim, "acc", ins, "dst", m * n, f"result (m={m} rows x n={n} lines)")
+    if not dst.size:
+        return
+    res = np.zeros((m, n * cols), np.int32) if k == 0 else nx.matmul(_rows(a, m), _rows(w, n * cols))
+    out = _rows(dst, m)
+    if ins.acc:
+        np.add(out, res, out=out, casting="unsafe")  # int32 + int32 wraps modulo 2**32 like the adder
+    else:
+        out[...] = res
+    sim.counters.macs += m * k * cols * n * cols
+
+
+def requant(sim: GoldenSim, ins: Instr) -> None:
+    rows, lines = ins.rows, ins.lines
+    src = _lines(sim, "acc", ins, "src", rows * lines, f"source (rows={rows} x lines={lines})")
+    mult = _lines(sim, "vbuf", ins, "mult", lines, f"multipliers (lines={lines})")
+    exps = _lines(sim, "spad", ins, "exps", rows, f"exponent lines (rows={rows})")
+    dst = _lines(sim, "vbuf", ins, "dst", rows * lines, f"result (rows={rows} x lines={lines})")
+    if dst.size:
+        _rows(dst, rows)[...] = nx.requant(_rows(src, rows), mult.reshape(-1), exps[:, 0], ins.shift)
+
+
+def quant(sim: GoldenSim, ins: Instr) -> None:
+    rows, lines = ins.rows, ins.lines
+    src = _lines(sim, "vbuf", ins, "src", rows * lines, f"source (rows={rows} x lines={lines})")
+    dst = _lines(sim, "spad", ins, "dst", rows * lines, f"result (rows={rows} x lines={lines})")
+    exps = _lines(sim, "spad", ins, "exps", rows, f"exponent lines (rows={rows})")
+    if not src.size:
+        return
+    q, e = nx.quant_rows(_rows(src, rows))
+    _rows(dst, rows)[...] = q
+    exps[...] = 0
+    exps[:, 0] = e
+
+
+def _binary(sim: GoldenSim, ins: Instr, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    rows, lines = ins.rows, ins.lines
+    a = _lines(sim, "vbuf", ins, "a", rows * lines, f"a (rows={rows} x lines={lines})")
+    b = _lines(sim, "vbuf", ins, "b", lines if ins.bcast else rows * lines,
+               f"b ({'1 row' if ins.bcast else f'rows={rows}'} x lines={lines})")
+    dst = _lines(sim, "vbuf", ins, "dst", rows * lines, f"result (rows={rows} x lines={lines})")
+    if dst.size:
+        bb = b.reshape(1, -1) if ins.bcast else _rows(b, rows)
+        _rows(dst, rows)[...] = fn(_rows(a, rows), bb)
+
+
+def add(sim: GoldenSim, ins: Instr) -> None:
+    _binary(sim, ins, nx.add)
+
+
+def mul(sim: GoldenSim, ins: Instr) -> None:
+    _binary(sim, ins, lambda a, b: nx.mul(a, b, ins.shift))
+
+
+def _norm(sim: GoldenSim, ins: Instr, with_beta: bool) -> None:
+    rows, n = ins.rows, ins.n
+    lines = lines_for(n, sim.cfg.cols)
+    src = _lines(sim, "vbuf", ins, "src", rows * lines, f"source (rows={rows} x ceil(n={n}/cols) lines)")
+    g = _lines(sim, "vbuf", ins, "gamma", (2 if with_beta else 1) * lines,
+               f"{'gamma and beta' if with_beta else 'gamma'} ({'2 x ' if with_beta else ''}{lines} lines)")
+    dst = _lines(sim, "vbuf", ins, "dst", rows * lines, f"result (rows={rows} x {lines} lines)")
+    if not dst.size:
+        return
+    x = _rows(src, rows)[:, :n]
+    gamma = g[:lines].reshape(-1)[:n]
+    y = nx.layernorm(x, gamma, g[lines:].reshape(-1)[:n], ins.eps) if with_beta else nx.rmsnorm(x, gamma, ins.eps)
+    _padded_write(dst, rows, n, y)
+
+
+def rmsnorm(sim: GoldenSim, ins: Instr) -> None:
+    _norm(sim, ins, with_beta=False)
+
+
+def layernorm(sim: GoldenSim, ins: Instr) -> None:
+    _norm(sim, ins, with_beta=True)
+
+
+def _unary(sim: GoldenSim, ins: Instr, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    rows, lines = ins.rows, ins.lines
+    src = _lines(sim, "vbuf", ins, "src", rows * lines, f"source (rows={rows} x lines={lines})")
+    dst = _lines(sim, "vbuf", ins, "dst", rows * lines, f"result (rows={rows} x lines={lines})")
+    if dst.size:
+        _rows(dst, rows)[...] = fn(_rows(src, rows))
+
+
+def silu(sim: GoldenSim, ins: Instr) -> None:
+    _unary(sim, ins, nx.silu)
+
+
+def gelu(sim: GoldenSim, ins: Instr) -> None:
+    _unary(sim, ins, nx.gelu)
+
+
+def rope(sim: GoldenSim, ins: Instr) -> None:
+    rows, heads, hd, cols = ins.rows, ins.heads, ins.hd, sim.cfg.cols
+    src = _lines(sim, "vbuf", ins, "src", rows * heads * hd, f"source (rows={rows} x heads={heads} x hd={hd} lines)")
+    table = _lines(sim, "vbuf", ins, "table", rows * hd, f"cos/sin table (rows={rows} x hd={hd} lines)")
+    dst = _lines(sim, "vbuf", ins, "dst", rows * heads * hd, f"result (rows={rows} x heads={heads} x hd={hd} lines)")
+    if dst.size:
+        x = src.reshape(rows, heads, hd * cols)
+        dst.reshape(rows, heads, hd * cols)[...] = nx.rope(x, table.reshape(rows, 1, hd * cols))
+
+
+def _rowwise(sim: GoldenSim, ins: Instr, what: str) -> tuple[np.ndarray, np.ndarray, int]:
+    rows, n = ins.rows, ins.n
+    lines = lines_for(n, sim.cfg.cols)
+    src = _lines(sim, "vbuf", ins, "src", rows * lines, f"source (rows={rows} x ceil(n={n}/cols) lines)")
+    dst = _lines(sim, "vbuf", ins, "dst", rows * (lines if what == "full" else 1),
+                 f"result (rows={rows} x {lines if what == 'full' else 1} lines)")
+    return src, dst, lines
+
+
+def softmax(sim: GoldenSim, ins: Instr) -> None:
+    src, dst, _ = _rowwise(sim, ins, "full")
+    if dst.size:
+        _padded_write(dst, ins.rows, ins.n, nx.softmax(_rows(src, ins.rows)[:, :ins.n]))
+
+
+def argmax(sim: GoldenSim, ins: Instr) -> None:
+    src, dst, _ = _rowwise(sim, ins, "index")
+    if dst.size:
+        idx = nx.argmax(_rows(src, ins.rows)[:, :ins.n]) if ins.n else np.zeros(ins.rows, np.int32)
+        dst[...] = 0
+        dst[:, 0] = idx
+
+
+def _state_views(state: np.ndarray, nq: int, hd: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    return state[:nq], state[nq:].reshape(nq, hd * cols)
+
+
+def attn(sim: GoldenSim, ins: Instr) -> None:
+    nq, hd, t, cols = ins.nq, ins.hd, ins.t, sim.cfg.cols
+    p = 1 << ins.page_log2
+    tile = kv_tile(ins.page_log2, hd)
+    q = _lines(sim, "spad", ins, "q", nq * hd, f"queries (nq={nq} rows x hd={hd} lines)")
+    qexp = _lines(sim, "spad", ins, "qexp", nq, f"query exponent lines (nq={nq})")
+    kv = _lines(sim, "spad", ins, "kv", tile.lines, f"KV tile (P={p} slots x hd={hd}: 2*P*hd + 2*P lines)")
+    st = _lines(sim, "vbuf", ins, "state", attn_state_lines(nq, hd), f"state (nq={nq} + nq*hd={nq * hd} lines)")
+    if nq == 0 or hd == 0:
+        return
+    hdim = hd * cols
+    k = kv[tile.k:tile.k + p * hd].reshape(p, hdim)[:t]
+    v = kv[tile.v:tile.v + p * hd].reshape(p, hdim)[:t]
+    kexp, vexp = kv[tile.kexp:tile.kexp + t, 0], kv[tile.vexp:tile.vexp + t, 0]
+    ml, o = _state_views(st, nq, hd, cols)
+    state = None if ins.init else nx.AttnState(m=ml[:, 0].copy(), l=ml[:, 1].copy(), o=o.copy())
+    new = nx.attn_tile(q.reshape(nq, hdim), qexp[:, 0], k, kexp, v, vexp, state, ins.offset, bool(ins.causal))
+    ml[...] = 0
+    ml[:, 0], ml[:, 1] = new.m, new.l
+    o[...] = new.o
+    sim.counters.attn_macs += 2 * nq * t * hdim
+
+
+def attn_out(sim: GoldenSim, ins: Instr) -> None:
+    nq, hd, cols = ins.nq, ins.hd, sim.cfg.cols
+    st = _lines(sim, "vbuf", ins, "state", attn_state_lines(nq, hd), f"state (nq={nq} + nq*hd={nq * hd} lines)")
+    dst = _lines(sim, "vbuf", ins, "dst", nq * hd, f"result (nq={nq} rows x hd={hd} lines)")
+    if dst.size:
+        ml, o = _state_views(st, nq, hd, cols)
+        dst.reshape(nq, hd * cols)[...] = nx.attn_finish(nx.AttnState(m=ml[:, 0].copy(), l=ml[:, 1].copy(),
+                                                                      o=o.copy()))
+
+
+def nothing(sim: GoldenSim, ins: Instr) -> None:
+    """NOP and FINISH: only their tokens move."""
+
+
+# ------------------------------------------------------------------------- DMA
+def _dma_plan(sim: GoldenSim, ins: Instr) -> tuple[np.ndarray, int, int, int]:
+    """Check a LOAD/STORE completely; returns (buffer lines view, line bytes, row bytes, rows)."""
+    buf = Buf(ins.buf)
+    name = _BUF_NAMES[buf]
+    lb = sim.cfg.cols * (1 if buf == Buf.SPAD else 4)
+    rows, lines, dram, stride = ins.rows, ins.lines, ins.dram, ins.stride
+    row_bytes = lines * lb
+    for field, v in (("dram", dram), ("stride", stride)):
+        if v % lb:
+            raise OpFault(Fault.DMA_ALIGN, f"{ins.op}.{field}={v:#x} is not a multiple of the {lb}-byte line of "
+                                           f"{name} (cols={sim.cfg.cols})")
+    if rows and lines:
+        end = dram + (rows - 1) * stride + row_bytes
+        if end > sim.window.size:
+            raise OpFault(Fault.DMA_WINDOW,
+                          f"{ins.op}.dram={dram:#x}: {rows} rows of {row_bytes} bytes, stride {stride:#x}, end at "
+                          f"{end:#x}, past the {sim.window.size:#x}-byte DRAM window")
+    view = _lines(sim, name, ins, "sram", rows * lines, f"{rows} rows x {lines} lines")
+    return view, lb, row_bytes, rows
+
+
+def _dram_rows(win: np.ndarray, dram: int, rows: int, row_bytes: int, stride: int) -> np.ndarray:
+    """The DRAM rows as a (rows, row_bytes) uint8 view (2-D strided access)."""
+    if rows == 1 or stride == row_bytes:
+        return win[dram:dram + rows * row_bytes].reshape(rows, row_bytes)
+    return np.lib.stride_tricks.as_strided(win[dram:], shape=(rows, row_bytes), strides=(stride, 1))
+
+
+def load(sim: GoldenSim, ins: Instr) -> None:
+    view, lb, row_bytes, rows = _dma_plan(sim, ins)
+    if not view.size:
+        return
+    src = _dram_rows(sim.window, ins.dram, rows, row_bytes, ins.stride)
+    if lb == sim.cfg.cols:  # scratchpad: bytes are int8 elements
+        view[...] = src.view(np.int8).reshape(view.shape)
+    else:
+        view[...] = np.ascontiguousarray(src).view("<i4").reshape(view.shape)
+    sim.counters.dma_read_bytes += rows * row_bytes
+
+
+def store(sim: GoldenSim, ins: Instr) -> None:
+    view, lb, row_bytes, rows = _dma_plan(sim, ins)
+    if not view.size:
+        return
+    data = (view if lb == sim.cfg.cols else view.astype("<i4", copy=False)).view(np.uint8).reshape(rows, row_bytes)
+    stride = ins.stride
+    if rows == 1 or stride >= row_bytes:
+        _dram_rows(sim.window, ins.dram, rows, row_bytes, stride)[...] = data
+    else:  # overlapping rows: later rows win, as the DMA writes them in order
+        for r in range(rows):
+            sim.window[ins.dram + r * stride:ins.dram + r * stride + row_bytes] = data[r]
+    sim.counters.dma_write_bytes += rows * row_bytes
+
+
+EXECUTE: dict[str, Callable[[GoldenSim, Instr], None]] = {
+    "NOP": nothing, "FINISH": nothing, "LOAD": load, "STORE": store, "GEMM": gemm, "REQUANT": requant,
+    "QUANT": quant, "ADD": add, "MUL": mul, "RMSNORM": rmsnorm, "LAYERNORM": layernorm, "SILU": silu,
+    "GELU": gelu, "ROPE": rope, "SOFTMAX": softmax, "ARGMAX": argmax, "ATTN": attn, "ATTN_OUT": attn_out,
+}
+
+
+def check_static(ins: Instr) -> str | None:
+    """Field values the ISA forbids whatever the state (``ILLEGAL_FIELD``): the reason, or ``None``."""
+    if ins.op in ("LOAD", "STORE") and ins.buf not in _BUF_NAMES:
+        return f"{ins.op}.buf={ins.buf} selects no buffer (SPAD=0, ACC=1, VBUF=2)"
+    if ins.op == "NOP" and ins.engine > 2:
+        return f"NOP.engine={ins.engine} names no engine (LOAD=0, COMPUTE=1, STORE=2)"
+    if ins.op == "ATTN" and ins.t > 1 << ins.page_log2:
+        return f"ATTN.t={ins.t} valid tokens exceed the tile's 2**page_log2={1 << ins.page_log2} slots"
+    eng = ins.engine
+    bad = ("pop_prev", "push_prev") if eng == 0 else ("pop_next", "push_next") if eng == 2 else ()
+    for flag in bad:
+        if getattr(ins, flag):
+            side = "previous" if eng == 0 else "next"
+            return f"@{flag} on the {ins.engine.name.lower()} engine, which has no {side} engine"
+    return None

@@ -1,0 +1,204 @@
+"""The core subcommands of ``systolica``: info, asm, disasm, sim, isa-doc.
+
+Each is a class with ``add_arguments(parser)`` and ``main(args) -> int``, named
+in :data:`systolica.cli.COMMANDS`.  Heavy imports (rich, the simulator) happen
+inside ``main`` so listing commands stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["Info", "Asm", "Disasm", "Sim", "IsaDoc", "UsageError"]
+
+
+class UsageError(ValueError):
+    """Command-line input that cannot be used (printed as one red line by the CLI)."""
+
+
+def _config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="PRESET|FILE.toml", default=None,
+                   help="accelerator config: a preset (tiny, default, large) or a TOML file (default: default)")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+class Info:
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        _config_arg(p)
+
+    @staticmethod
+    def main(args: argparse.Namespace) -> int:
+        from rich.table import Table
+
+        from systolica.config import load_config
+        from systolica.isa import OPS
+
+        cfg = load_config(args.config)
+        t = Table(title=f"accelerator config {cfg.name!r}")
+        t.add_column("field")
+        t.add_column("value", justify="right")
+        for k, v in cfg.to_dict().items():
+            t.add_row(k, str(v))
+        t.add_row("spad lines (int8 x cols)", str(cfg.spad_lines))
+        t.add_row("acc lines (int32 x cols)", str(cfg.acc_lines))
+        t.add_row("vbuf lines (int32 x cols)", str(cfg.vbuf_lines))
+        t.add_row("config hash (hash32)", f"{cfg.hash32():08x}")
+        t.add_row("peak MAC / cycle", str(cfg.peak_macs_per_cycle))
+        t.add_row("peak DRAM bytes / cycle", str(cfg.peak_dram_bytes_per_cycle))
+        t.add_row("peak GMAC/s at clock", f"{cfg.peak_macs_per_cycle * cfg.clock_mhz / 1e3:.2f}")
+        t.add_row("peak DRAM GB/s at clock", f"{cfg.peak_dram_bytes_per_cycle * cfg.clock_mhz / 1e3:.2f}")
+        isa = Table(title="ISA (128-bit words)")
+        for col in ("op", "code", "engine", "bits used"):
+            isa.add_column(col, justify="right" if col in ("code", "bits used") else "left")
+        for op in sorted(OPS, key=lambda o: o.code):
+            isa.add_row(op.name, f"{op.code:#04x}", op.engine.name.lower() if op.engine is not None else "(field)",
+                        str(op.used_bits))
+        con = _console()
+        con.print(t)
+        con.print(isa)
+        return 0
+
+
+class Asm:
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("input", type=Path, help="assembly text (one instruction per line)")
+        p.add_argument("-o", "--output", type=Path, default=None, help="program binary (default: INPUT with .bin)")
+        _config_arg(p)
+
+    @staticmethod
+    def main(args: argparse.Namespace) -> int:
+        from systolica.asm import AsmError, assemble
+        from systolica.config import load_config
+
+        cfg = load_config(args.config)
+        try:
+            prog = assemble(args.input.read_text(), cfg)
+        except AsmError as e:
+            raise AsmError(e.line, f"{args.input}: {str(e).split(': ', 1)[1]}") from None
+        out = args.output or args.input.with_suffix(".bin")
+        prog.save(out)
+        print(f"{out}: {len(prog)} instructions for config {cfg.name!r} ({prog.config_hash:08x})")
+        return 0
+
+
+class Disasm:
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("input", type=Path, help="program binary")
+        p.add_argument("--config", default=None, metavar="PRESET|FILE.toml",
+                       help="also check that the program was compiled for this config")
+        p.add_argument("--no-pc", action="store_true", help="plain assembly text that 'systolica asm' reads back")
+
+    @staticmethod
+    def main(args: argparse.Namespace) -> int:
+        from systolica.asm import disasm
+        from systolica.config import load_config
+        from systolica.program import Program
+
+        cfg = load_config(args.config) if args.config else None
+        prog = Program.load(args.input, config=cfg, validate=False)  # illegal words print as .word lines
+        if not args.no_pc:
+            print(f"; {args.input}: format v1, config {prog.config_hash:08x}, {len(prog)} instructions")
+        sys.stdout.write(disasm(prog, pc=not args.no_pc))
+        return 0
+
+
+class Sim:
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("program", type=Path, help="program binary")
+        _config_arg(p)
+        p.add_argument("--dram", type=Path, default=None, help="raw bytes loaded at offset 0 of the DRAM window")
+        p.add_argument("--dram-out", type=Path, default=None,
+                       help="write the DRAM window back after the run (as many bytes as --dram had, else all)")
+        p.add_argument("--max-instructions", type=int, default=None, help="stop with TIMEOUT after this many")
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    @staticmethod
+    def main(args: argparse.Namespace) -> int:
+        import numpy as np
+
+        from systolica.config import load_config
+        from systolica.program import Program
+        from systolica.sim.golden import GoldenSim
+
+        cfg = load_config(args.config)
+        prog = Program.load(args.program, config=cfg, validate=False)  # illegal words become faults with a pc
+        dram = np.zeros(cfg.dram_bytes, np.uint8)  # calloc'd: untouched pages cost nothing
+        n_in = 0
+        if args.dram is not None:
+            data = np.fromfile(args.dram, dtype=np.uint8)
+            if data.size > dram.size:
+                raise UsageError(f"--dram {args.dram}: {data.size} bytes do not fit the {dram.size}-byte window "
+                                 f"of config {cfg.name!r}")
+            dram[:data.size] = data
+            n_in = data.size
+        res = GoldenSim(cfg, dram).run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
+        if args.dram_out is not None:
+            dram[:n_in or dram.size].tofile(args.dram_out)
+        if args.json:
+            print(json.dumps(res.to_dict(), indent=2))
+        else:
+            _print_result(res, cfg)
+        return 0 if res.ok else 1
+
+
+def _print_result(res, cfg) -> None:
+    from rich.table import Table
+
+    c = res.counters
+    t = Table(title=f"golden simulation, config {cfg.name!r}")
+    t.add_column("counter")
+    t.add_column("value", justify="right")
+    for k, v in (("instructions", c.instructions), ("DMA bytes read", c.dma_read_bytes),
+                 ("DMA bytes written", c.dma_write_bytes), ("instruction bytes fetched", c.fetch_bytes),
+                 ("GEMM MACs", c.macs), ("ATTN MACs", c.attn_macs)):
+        t.add_row(k, f"{v:,}")
+    for e, n in sorted(c.per_engine.items()):
+        t.add_row(f"  {e.lower()} engine", f"{n:,}")
+    for op, n in sorted(c.per_op.items()):
+        t.add_row(f"  {op}", f"{n:,}")
+    con = _console()
+    con.print(t)
+    if res.ok:
+        con.print(f"[green]finished[/green] at pc {res.pc}")
+    else:
+        from rich.text import Text
+
+        con.print(Text(f"fault {res.status.name} (code {int(res.status)}) at pc {res.pc}: {res.message}",
+                       style="bold red"))
+
+
+class IsaDoc:
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-o", "--output", type=Path, default=None, help="file to write (default: stdout)")
+        p.add_argument("--check", action="store_true", help="exit 1 if OUTPUT differs from what would be written")
+
+    @staticmethod
+    def main(args: argparse.Namespace) -> int:
+        from systolica import isadoc
+
+        text = isadoc.render()
+        if args.check:
+            if args.output is None:
+                raise UsageError("--check needs -o FILE")
+            same = args.output.exists() and args.output.read_text() == text
+            print(f"{args.output}: {'up to date' if same else 'stale: run ' + isadoc.REGENERATE}")
+            return 0 if same else 1
+        if args.output is None:
+            sys.stdout.write(text)
+        else:
+            isadoc.write(args.output)
+            print(f"wrote {args.output}")
+        return 0
