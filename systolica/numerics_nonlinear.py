@@ -1,0 +1,301 @@
+"""Fixed-point non-linear functions: reciprocal, rsqrt, exp, sigmoid, SiLU, GELU, norms, softmax, RoPE.
+
+Each is built only from integer multiplies (operands <= 32 bits, products <= 64
+bits), adds, shifts, compares, a leading-zero count and look-up tables of at most
+256 entries, so the vector unit implements the very same bits.  The LUT entries
+are computed once at import with exact decimal arithmetic (``decimal`` at 40
+digits), so they are identical on every platform; ``EXP_BASE``, ``EXP_DELTA`` and
+``RSQRT_SEED`` are public so the RTL generator can read them.
+
+Import these names from :mod:`systolica.numerics`, which re-exports them.
+"""
+
+from __future__ import annotations
+
+import decimal
+
+import numpy as np
+
+from systolica.numerics_fixed import (
+    FX_FRAC, TRIG_FRAC, as_int64, bitlen, rshift_round, sat32,
+)
+
+__all__ = [
+    "EXP_FRAC", "EXP_BASE", "EXP_DELTA", "LOG2E_Q30", "LN2_FX", "RSQRT_SEED", "NORM_FRAC",
+    "recip", "rsqrt_fx", "exp_fx", "sigmoid_fx", "silu", "gelu", "rmsnorm", "layernorm",
+    "softmax", "rope", "rope_table",
+]
+
+EXP_FRAC = 30  # exp_fx / sigmoid_fx internal and default output precision: Q30
+NORM_FRAC = 20  # fraction bits of the normalised value (x - mu) / rms before gamma
+
+
+def _round_dec(d: decimal.Decimal) -> int:
+    return int((d + decimal.Decimal("0.5")).to_integral_value(rounding=decimal.ROUND_FLOOR))
+
+
+def _tables():
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40
+        D = decimal.Decimal
+        ln2 = D(2).ln()
+        two30 = D(1 << 30)
+        nodes = [_round_dec(two30 * (ln2 * i / 256).exp()) for i in range(257)]
+        seed = [_round_dec(two30 / (D(2 * i + 129) / 128).sqrt()) for i in range(192)]
+        log2e = _round_dec(two30 / ln2)
+        ln2fx = _round_dec(ln2 * (1 << FX_FRAC))
+    base = nodes[:256]
+    delta = [nodes[i + 1] - nodes[i] for i in range(256)]
+    return tuple(base), tuple(delta), tuple(seed), log2e, ln2fx
+
+
+_BASE, _DELTA, _SEED, LOG2E_Q30, LN2_FX = _tables()
+EXP_BASE = np.array(_BASE, np.int64)  # round(2**30 * 2**(i/256)), i = 0..255
+EXP_DELTA = np.array(_DELTA, np.int64)  # next node minus this one (node 256 = 2**31)
+RSQRT_SEED = np.array(_SEED, np.int64)  # round(2**30 / sqrt(M_i)), M_i = (2i + 129)/128: mid of [1+i/64, 1+(i+1)/64)
+
+
+def recip(d):
+    """Normalised reciprocal: ``1/d ≈ y * 2**-k`` for integers ``d >= 1`` (int64).
+
+    ``n = bitlen(d)``; ``m`` = the top 31 bits of ``d`` (``d << (31-n)`` or
+    ``d >> (n-31)``, truncating), so ``2**30 <= m < 2**31``; ``y = floor(2**60 / m)``
+    (``2**29 < y <= 2**30``) and ``k = n + 29``.  ``y`` is an exact quotient: the
+    hardware may compute it with a 31-step restoring divider or a seeded Newton
+    iteration followed by a remainder correction - any exact method gives the
+    same bits.  Relative error of ``y*2**-k`` vs ``1/d``: < 2**-29 (0 for d < 2**31
+    up to the floor).  ``d <= 0`` is treated as 1.
+
+    Scalar form::
+
+        n = d.bit_length(); m = d << (31 - n) if n <= 31 else d >> (n - 31)
+        return (1 << 60) // m, n + 29
+    """
+    d = np.maximum(as_int64(d, "d"), 1)
+    n = bitlen(d)
+    m = np.where(n <= 31, d << np.clip(31 - n, 0, 31), d >> np.clip(n - 31, 0, 63))
+    return (1 << 60) // m, n + 29
+
+
+def rsqrt_fx(v, e=0):
+    """Normalised reciprocal square root: ``1/sqrt(v * 2**e) ≈ y * 2**-k`` for ``v >= 1``.
+
+    Algorithm (all integer; ``>>`` is an arithmetic floor shift)::
+
+        t  = bitlen(v) - 1 + e;  K = t >> 1          # v*2**e = M * 4**K, 1 <= M < 4
+        sh = 29 + e - 2*K
+        m  = v << sh if sh >= 0 else v >> -sh          # M with 29 fraction bits, 2**29 <= m < 2**31
+        y  = RSQRT_SEED[(m >> 23) - 64]                # 192-entry seed, Q30, error < 2**-8
+        repeat 2 times:                                # Newton: y <- y * (3 - M*y*y) / 2
+            y2 = (y * y) >> 30
+            t  = (m * y2) >> 29
+            y  = (y * (3 * 2**30 - t)) >> 31
+        return y, 30 + K                               # y <= 2**30
+
+    Relative error < 2**-27 over all inputs (checked by the tests).  ``v <= 0``
+    is treated as 1.
+    """
+    v = np.maximum(as_int64(v, "v"), 1)
+    e = as_int64(e, "e")
+    t = bitlen(v) - 1 + e
+    K = t >> 1
+    sh = 29 + e - 2 * K
+    m = np.where(sh >= 0, v << np.clip(sh, 0, 63), v >> np.clip(-sh, 0, 63))
+    y = RSQRT_SEED[(m >> 23) - 64]
+    for _ in range(2):
+        y2 = (y * y) >> 30
+        tt = (m * y2) >> 29
+        y = (y * (3 * (1 << 30) - tt)) >> 31
+    return y, 30 + K
+
+
+def exp_fx(x, frac: int = EXP_FRAC):
+    """``exp(x)`` for fx inputs ``x <= 0`` (positive inputs count as 0), with ``frac`` fraction bits.
+
+    ``exp(x) = 2**(x*log2 e)``; the integer part of the power is a shift, the
+    fraction a 256-entry LUT with linear interpolation::
+
+        u  = rshift_round(x * LOG2E_Q30, 22)        # x*log2(e), 24 fraction bits, <= 0
+        ip = u >> 24;  f = u & 0xFFFFFF              # u = ip + f/2**24, 0 <= f < 2**24
+        hi = f >> 16;  lo = f & 0xFFFF
+        p  = EXP_BASE[hi] + rshift_round(EXP_DELTA[hi] * lo, 16)   # 2**(f/2**24), Q30
+        return rshift_round(p, 30 - frac - ip)
+
+    Relative error of ``p`` < 1e-6 (the chord of a convex curve lies above
+    it); ``exp(0)`` is exactly ``2**frac``.  ``x`` must be within int32.
+    """
+    if not 0 <= frac <= EXP_FRAC:
+        raise ValueError(f"exp_fx: frac must be in 0..{EXP_FRAC}, got {frac}")
+    x = np.minimum(as_int64(x, "x"), 0)
+    u = rshift_round(x * LOG2E_Q30, 22)
+    ip = u >> 24
+    f = u & 0xFFFFFF
+    hi = f >> 16
+    p = EXP_BASE[hi] + rshift_round(EXP_DELTA[hi] * (f & 0xFFFF), 16)
+    return rshift_round(p, (EXP_FRAC - frac) - ip)
+
+
+def sigmoid_fx(x):
+    """``sigmoid(x)`` of fx ``x`` as Q30 (int64), exactly symmetric: ``s(x) + s(-x) = 2**30``.
+
+    ``e = exp_fx(-|x|)`` (Q30); ``y, k = recip(2**30 + e)``;
+    ``s = rshift_round(y, k - 60)`` (= ``sigmoid(|x|)``); result ``s`` for ``x >= 0``,
+    ``2**30 - s`` for ``x < 0``.  Absolute error < 1e-8 (measured).
+    """
+    x = as_int64(x, "x")
+    e = exp_fx(-np.abs(x), EXP_FRAC)
+    y, k = recip((1 << 30) + e)
+    s = rshift_round(y, k - 60)
+    return np.where(x >= 0, s, (1 << 30) - s)
+
+
+
+def silu(x) -> np.ndarray:
+    """SILU: ``x * sigmoid(x)`` = ``sat32(rshift_round(x * sigmoid_fx(x), 30))``, fx in and out.
+
+    Max error vs float: see ``docs/quantization.md`` "Measured errors".
+    """
+    x = as_int64(x, "x")
+    return sat32(rshift_round(x * sigmoid_fx(x), 30))
+
+
+_GELU_C1 = 48012143  # round(0.044715 * 2**30)
+_GELU_C2 = 1713563445  # round(2 * sqrt(2/pi) * 2**30)
+_GELU_CLAMP = 16 << FX_FRAC
+
+
+def gelu(x) -> np.ndarray:
+    """GELU, GPT-2's tanh form: ``0.5 x (1 + tanh(u)) = x * sigmoid(2u)``, ``u = sqrt(2/pi)(x + 0.044715 x**3)``.
+
+    ::
+
+        xc = clip(x, -16, 16)                          # fx; beyond, sigmoid(2u) is 0 or 1 in Q30
+        x3 = rshift_round(rshift_round(xc * xc, 16) * xc, 16)
+        w  = xc + rshift_round(x3 * 48012143, 30)      # 0.044715 in Q30
+        u2 = rshift_round(w * 1713563445, 30)          # 2*sqrt(2/pi) in Q30
+        return sat32(rshift_round(x * sigmoid_fx(u2), 30))
+    """
+    x = as_int64(x, "x")
+    xc = np.clip(x, -_GELU_CLAMP, _GELU_CLAMP)
+    x3 = rshift_round(rshift_round(xc * xc, FX_FRAC) * xc, FX_FRAC)
+    w = xc + rshift_round(x3 * _GELU_C1, 30)
+    u2 = rshift_round(w * _GELU_C2, 30)
+    return sat32(rshift_round(x * sigmoid_fx(u2), 30))
+
+
+def _trunc31(v):
+    """``v ≈ t * 2**c`` with ``|t| < 2**31`` (arithmetic right shift by ``c = max(0, bitlen(v) - 31)``)."""
+    c = np.maximum(bitlen(v) - 31, 0)
+    return v >> c, c
+
+
+def _normalise(d, n: int, eps_q32: int):
+    """``d / sqrt(mean(d**2) + eps)`` with ``NORM_FRAC`` fraction bits, per row of fx ``d`` (|d| < 2**31)."""
+    A = np.abs(d).max(axis=1, keepdims=True)
+    s = np.maximum(bitlen(A) - 15, 0)  # pre-shift: |ds| <= 2**15, so the sum of squares fits 47 bits
+    ds = rshift_round(d, s)
+    ss = (ds * ds).sum(axis=1, keepdims=True) + rshift_round(n * int(eps_q32), 2 * s)
+    ry, rk = recip(n)  # the mean: one reciprocal per instruction
+    st, c = _trunc31(np.maximum(ss, 1))
+    y, k = rsqrt_fx(st * int(ry), c + 2 * s - 2 * FX_FRAC - int(rk))
+    return rshift_round(d * y, k + FX_FRAC - NORM_FRAC)
+
+
+def _check_eps(eps_q32) -> int:
+    eps_q32 = int(eps_q32)
+    if not 0 <= eps_q32 < (1 << 24):
+        raise ValueError(f"eps_q32 must be in 0..2**24-1 (eps < 3.9e-3), got {eps_q32}")
+    return eps_q32
+
+
+def rmsnorm(x, gamma, eps_q32: int) -> np.ndarray:
+    """RMSNORM: ``x / sqrt(mean(x**2) + eps) * gamma``, fx in and out, per row.
+
+    ::
+
+        s   = max(0, bitlen(max|x|) - 15);  xs = rshift_round(x, s)
+        ss  = sum(xs*xs) + rshift_round(n * eps_q32, 2*s)      # units 2**(2s-32)
+        ry, rk = recip(n)                                      # 1/n
+        c   = max(0, bitlen(ss) - 31);  st = ss >> c           # ss = max(ss, 1) first
+        y, k = rsqrt_fx(st * ry, c + 2*s - 32 - rk)           # 1/rms = y * 2**-k
+        t   = rshift_round(x * y, k - 4)                       # x / rms, 20 fraction bits
+        out = sat32(rshift_round(t * gamma, 20))
+    """
+    x = as_int64(x, "x")
+    if x.ndim != 2:
+        raise ValueError(f"rmsnorm needs a 2-D [M,N] array, got shape {x.shape}")
+    t = _normalise(x, x.shape[1], _check_eps(eps_q32))
+    return sat32(rshift_round(t * as_int64(gamma, "gamma").reshape(1, -1), NORM_FRAC))
+
+
+def layernorm(x, gamma, beta, eps_q32: int) -> np.ndarray:
+    """LAYERNORM: ``(x - mean) / sqrt(var + eps) * gamma + beta``, fx in and out, per row.
+
+    ::
+
+        ry, rk = recip(n);  c = max(0, bitlen(sum(x)) - 31)
+        mu  = rshift_round((sum(x) >> c) * ry, rk - c)         # the mean, fx
+        d   = sat32(x - mu)
+        then as rmsnorm on d:  out = sat32(rshift_round(t * gamma, 20) + beta)
+    """
+    x = as_int64(x, "x")
+    if x.ndim != 2:
+        raise ValueError(f"layernorm needs a 2-D [M,N] array, got shape {x.shape}")
+    n = x.shape[1]
+    ry, rk = recip(n)
+    st, c = _trunc31(x.sum(axis=1, keepdims=True))
+    mu = rshift_round(st * int(ry), int(rk) - c)
+    d = sat32(x - mu).astype(np.int64)
+    t = _normalise(d, n, _check_eps(eps_q32))
+    y = rshift_round(t * as_int64(gamma, "gamma").reshape(1, -1), NORM_FRAC)
+    return sat32(y + as_int64(beta, "beta").reshape(1, -1))
+
+
+def softmax(x) -> np.ndarray:
+    """SOFTMAX: fx scores -> fx probabilities, per row.
+
+    ::
+
+        e   = exp_fx(sat32(x - max(x)), 30)     # Q30, the max gives exactly 2**30
+        S   = sum(e)                             # < 2**47
+        y, k = recip(S)                          # one reciprocal per row
+        p   = rshift_round(e * y, k - 16)
+    """
+    x = as_int64(x, "x")
+    if x.ndim != 2 or x.shape[1] == 0:
+        raise ValueError(f"softmax needs a non-empty 2-D [M,N] array, got shape {x.shape}")
+    e = exp_fx(sat32(x - x.max(axis=1, keepdims=True)), EXP_FRAC)
+    y, k = recip(e.sum(axis=1, keepdims=True))
+    return sat32(rshift_round(e * y, k - FX_FRAC))
+
+
+def rope(x, table) -> np.ndarray:
+    """ROPE: rotate adjacent pairs ``(x[2i], x[2i+1])`` of every head by row ``r`` of ``table``.
+
+    ``table int32[M, hd]``: ``hd/2`` cos then ``hd/2`` sin with ``TRIG_FRAC`` bits.
+    ``y0 = rshift_round(x0*c - x1*s, 14)``, ``y1 = rshift_round(x0*s + x1*c, 14)``, saturated.
+    """
+    x = as_int64(x, "x")
+    table = as_int64(table, "table")
+    if x.ndim != 2 or table.ndim != 2 or table.shape[0] != x.shape[0] or table.shape[1] % 2:
+        raise ValueError(f"rope needs x[M, H*hd] and table[M, hd] (hd even), got {x.shape} and {table.shape}")
+    m, hd = table.shape
+    if hd == 0 or x.shape[1] % hd:
+        raise ValueError(f"rope: row length {x.shape[1]} is not a multiple of head_dim {hd}")
+    xr = x.reshape(m, -1, hd // 2, 2)
+    c = table[:, None, : hd // 2]
+    s = table[:, None, hd // 2:]
+    x0, x1 = xr[..., 0], xr[..., 1]
+    y = np.stack([x0 * c - x1 * s, x0 * s + x1 * c], axis=-1)
+    return sat32(rshift_round(y, TRIG_FRAC)).reshape(x.shape)
+
+
+def rope_table(positions, head_dim: int, base: float) -> np.ndarray:
+    """Host-side RoPE table ``int32[T, head_dim]``: cos then sin of ``pos * base**(-2i/head_dim)``, Q14."""
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"rope_table: head_dim must be a positive even number, got {head_dim}")
+    pos = np.asarray(positions, dtype=np.float64).reshape(-1)
+    inv = float(base) ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    ang = pos[:, None] * inv[None, :]
+    tab = np.concatenate([np.cos(ang), np.sin(ang)], axis=1)
+    return np.floor(tab * (1 << TRIG_FRAC) + 0.5).astype(np.int32)
