@@ -13,6 +13,7 @@ Import these names from :mod:`systolica.numerics`, which re-exports them.
 from __future__ import annotations
 
 import decimal
+import math
 
 import numpy as np
 
@@ -159,8 +160,9 @@ def silu(x) -> np.ndarray:
     return sat32(rshift_round(x * sigmoid_fx(x), 30))
 
 
-_GELU_C1 = 48012143  # round(0.044715 * 2**30)
-_GELU_C2 = 1713563445  # round(2 * sqrt(2/pi) * 2**30)
+# IEEE float64 sqrt and division are correctly rounded: these constants are the same everywhere
+_GELU_C1 = int(math.floor(0.044715 * 2**30 + 0.5))  # 48012366
+_GELU_C2 = int(math.floor(2 * math.sqrt(2 / math.pi) * 2**30 + 0.5))  # 1713444047
 _GELU_CLAMP = 16 << FX_FRAC
 
 
@@ -171,8 +173,8 @@ def gelu(x) -> np.ndarray:
 
         xc = clip(x, -16, 16)                          # fx; beyond, sigmoid(2u) is 0 or 1 in Q30
         x3 = rshift_round(rshift_round(xc * xc, 16) * xc, 16)
-        w  = xc + rshift_round(x3 * 48012143, 30)      # 0.044715 in Q30
-        u2 = rshift_round(w * 1713563445, 30)          # 2*sqrt(2/pi) in Q30
+        w  = xc + rshift_round(x3 * 48012366, 30)      # 0.044715 in Q30
+        u2 = rshift_round(w * 1713444047, 30)          # 2*sqrt(2/pi) in Q30
         return sat32(rshift_round(x * sigmoid_fx(u2), 30))
     """
     x = as_int64(x, "x")
