@@ -62,8 +62,8 @@ def write_gguf(model: Model, path: str | os.PathLike, tensor_type: str = "F32", 
     types : mapping, optional
         Per-tensor override, by Model name (``"token_embd": "Q8_0"``).
     fields : mapping, optional
-        Extra metadata, full keys (``"tokenizer.ggml.model": "gpt2"``); ints are written as uint32,
-        floats as float32, sequences as arrays.
+        Extra or replacing metadata, full keys (``"tokenizer.ggml.model": "gpt2"``); ints are written
+        as uint32, floats as float32, sequences as arrays, and None leaves the key out.
     arch : str
         ``general.architecture`` and the prefix of the hyper-parameter keys (tests write foreign ones).
 
@@ -77,16 +77,17 @@ def write_gguf(model: Model, path: str | os.PathLike, tensor_type: str = "F32", 
     if c.arch != "llama":
         raise ModelError(f"write_gguf writes llama models; model {c.name!r} is {c.arch!r} (use write_safetensors)")
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(c.name)
+    meta: dict[str, object] = {"general.name": c.name}
     for k, v in (("context_length", c.max_seq), ("embedding_length", c.dim), ("block_count", c.n_layers),
                  ("feed_forward_length", c.ffn_dim), ("attention.head_count", c.n_heads),
                  ("attention.head_count_kv", c.n_kv_heads), ("vocab_size", c.vocab_size),
-                 ("rope.dimension_count", c.head_dim)):
-        w.add_uint32(f"{arch}.{k}", v)
-    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c.norm_eps)
-    w.add_float32(f"{arch}.rope.freq_base", c.rope_base)
-    for k, v in (fields or {}).items():
-        _add_field(w, k, v)
+                 ("rope.dimension_count", c.head_dim), ("attention.layer_norm_rms_epsilon", float(c.norm_eps)),
+                 ("rope.freq_base", float(c.rope_base))):
+        meta[f"{arch}.{k}"] = v
+    meta.update(fields or {})
+    for k, v in meta.items():
+        if v is not None:  # None in ``fields`` leaves a key out
+            _add_field(w, k, v)
     for name, arr in model.weights.items():
         if name == "output" and c.tied_output:
             continue
