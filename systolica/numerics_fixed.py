@@ -14,7 +14,7 @@ import numpy as np
 
 __all__ = [
     "FX_FRAC", "TRIG_FRAC", "EPS_FRAC", "INT32_MIN", "INT32_MAX", "INT64_MIN", "INT64_MAX",
-    "QUANT_ZERO_EXP", "to_fx", "from_fx", "rshift_round", "sat32", "bitlen", "matmul",
+    "QUANT_ZERO_EXP", "to_fx", "from_fx", "rshift_round", "sat32", "bitlen", "clz", "matmul",
     "requant", "quant_rows", "dequant_rows", "quant_weight", "add", "mul", "argmax", "as_int64",
 ]
 
@@ -100,6 +100,14 @@ def bitlen(x) -> np.ndarray:
     # float64 may round a 54+ bit value up to the next power of two: step back then
     e = np.where((e > 0) & ((a >> np.clip(e - 1, 0, 63)) == 0), e - 1, e)
     return e
+
+
+def clz(x, width: int = 32) -> np.ndarray:
+    """Leading-zero count of non-negative ``x`` in a ``width``-bit word (``width`` for 0)."""
+    x = as_int64(x)
+    if x.size and x.min() < 0:
+        raise ValueError(f"clz needs non-negative values, got {x.min()}")
+    return width - bitlen(x)
 
 
 def _wrap32(x: np.ndarray) -> np.ndarray:

@@ -22,8 +22,8 @@ from systolica.numerics_fixed import (
 )
 
 __all__ = [
-    "EXP_FRAC", "EXP_BASE", "EXP_DELTA", "LOG2E_Q30", "LN2_FX", "RSQRT_SEED", "NORM_FRAC",
-    "recip", "rsqrt_fx", "exp_fx", "sigmoid_fx", "silu", "gelu", "rmsnorm", "layernorm",
+    "EXP_FRAC", "EXP_BASE", "EXP_DELTA", "LOG2E_Q30", "LN2_FX", "RECIP_SEED", "RECIP_FIXUPS",
+    "RSQRT_SEED", "NORM_FRAC", "recip", "recip_newton", "rsqrt_fx", "exp_fx", "sigmoid_fx", "silu", "gelu", "rmsnorm", "layernorm",
     "softmax", "rope", "rope_table",
 ]
 
@@ -43,16 +43,18 @@ def _tables():
         two30 = D(1 << 30)
         nodes = [_round_dec(two30 * (ln2 * i / 256).exp()) for i in range(257)]
         seed = [_round_dec(two30 / (D(2 * i + 129) / 128).sqrt()) for i in range(192)]
+        rseed = [_round_dec(two30 / (1 + D(2 * i + 1) / 512)) for i in range(256)]
         log2e = _round_dec(two30 / ln2)
         ln2fx = _round_dec(ln2 * (1 << FX_FRAC))
     base = nodes[:256]
     delta = [nodes[i + 1] - nodes[i] for i in range(256)]
-    return tuple(base), tuple(delta), tuple(seed), log2e, ln2fx
+    return tuple(base), tuple(delta), tuple(seed), tuple(rseed), log2e, ln2fx
 
 
-_BASE, _DELTA, _SEED, LOG2E_Q30, LN2_FX = _tables()
+_BASE, _DELTA, _SEED, _RSEED, LOG2E_Q30, LN2_FX = _tables()
 EXP_BASE = np.array(_BASE, np.int64)  # round(2**30 * 2**(i/256)), i = 0..255
 EXP_DELTA = np.array(_DELTA, np.int64)  # next node minus this one (node 256 = 2**31)
+RECIP_SEED = np.array(_RSEED, np.int64)  # round(2**30 / (1 + (i + 0.5)/256)), i = 0..255
 RSQRT_SEED = np.array(_SEED, np.int64)  # round(2**30 / sqrt(M_i)), M_i = (2i + 129)/128: mid of [1+i/64, 1+(i+1)/64)
 
 
@@ -76,6 +78,41 @@ def recip(d):
     n = bitlen(d)
     m = np.where(n <= 31, d << np.clip(31 - n, 0, 31), d >> np.clip(n - 31, 0, 63))
     return (1 << 60) // m, n + 29
+
+
+def recip_newton(m):
+    """``floor(2**60 / m)`` for ``2**30 <= m < 2**31`` by LUT seed, Newton and remainder correction.
+
+    The hardware-friendly way to the exact quotient :func:`recip` defines
+    (tested equal to ``(1 << 60) // m``)::
+
+        y = RECIP_SEED[(m >> 22) - 256]       # 256 entries, Q30 of 1/M, M = m / 2**30 in [1, 2)
+        repeat 2 times:                       # Newton: y <- y * (2 - M*y)
+            t = (m * y) >> 30
+            y = (y * (2**31 - t)) >> 30
+        r = 2**60 - m * y                     # y ends within +-1 of the quotient
+        repeat RECIP_FIXUPS (2) times:
+            if r < 0:    y -= 1; r += m
+            elif r >= m: y += 1; r -= m
+        return y
+    """
+    m = as_int64(m, "m")
+    if m.size and (m.min() < (1 << 30) or m.max() >= (1 << 31)):
+        raise ValueError(f"recip_newton needs 2**30 <= m < 2**31, got {m.min()}..{m.max()}")
+    y = RECIP_SEED[(m >> 22) - 256]
+    for _ in range(2):
+        t = (m * y) >> 30
+        y = (y * ((1 << 31) - t)) >> 30
+    r = (1 << 60) - m * y
+    for _ in range(RECIP_FIXUPS):  # the floors of the Newton steps leave y within +-1 of the quotient
+        down = r < 0
+        up = r >= m
+        y = y - down + up
+        r = r + np.where(down, m, 0) - np.where(up, m, 0)
+    return y
+
+
+RECIP_FIXUPS = 2  # correction steps in recip_newton; one is needed at most (measured), two for margin
 
 
 def rsqrt_fx(v, e=0):
