@@ -23,7 +23,7 @@ from systolica.numerics_fixed import (
 
 __all__ = [
     "EXP_FRAC", "EXP_BASE", "EXP_DELTA", "LOG2E_Q30", "LN2_FX", "RECIP_SEED", "RECIP_FIXUPS",
-    "RSQRT_SEED", "NORM_FRAC", "recip", "recip_newton", "rsqrt_fx", "exp_fx", "sigmoid_fx", "silu", "gelu", "rmsnorm", "layernorm",
+    "RSQRT_SEED", "NORM_FRAC", "NORM_GUARD", "recip", "recip_newton", "rsqrt_fx", "exp_fx", "sigmoid_fx", "silu", "gelu", "rmsnorm", "layernorm",
     "softmax", "rope", "rope_table",
 ]
 
@@ -228,16 +228,23 @@ def _trunc31(v):
     return v >> c, c
 
 
-def _normalise(d, n: int, eps_q32: int):
-    """``d / sqrt(mean(d**2) + eps)`` with ``NORM_FRAC`` fraction bits, per row of fx ``d`` (|d| < 2**31)."""
-    A = np.abs(d).max(axis=1, keepdims=True)
-    s = np.maximum(bitlen(A) - 15, 0)  # pre-shift: |ds| <= 2**15, so the sum of squares fits 47 bits
-    ds = rshift_round(d, s)
-    ss = (ds * ds).sum(axis=1, keepdims=True) + rshift_round(n * int(eps_q32), 2 * s)
+NORM_GUARD = 8  # extra fraction bits of the centred values: the mean is kept to 2**-24
+
+
+def _normalise(x, center: bool, n: int, eps_q32: int):
+    """Shared RMSNORM / LAYERNORM datapath: ``(x - mu) / sqrt(mean((x - mu)**2) + eps)`` in Q20."""
+    d = x << NORM_GUARD  # Q24: |d| < 2**39
+    if center:
+        ry, rk = recip(n)
+        st, c = _trunc31(x.sum(axis=1, keepdims=True))
+        d = d - rshift_round(st * int(ry), int(rk) - c - NORM_GUARD)  # |d| < 2**40
+    s = np.maximum(bitlen(np.abs(d).max(axis=1, keepdims=True)) - 23, 0)
+    ds = rshift_round(d, s)  # |ds| <= 2**23: squares < 2**46, their sum < 2**62
+    ss = (ds * ds).sum(axis=1, keepdims=True) + rshift_round(n * eps_q32, 2 * s - 2 * NORM_GUARD)
     ry, rk = recip(n)  # the mean: one reciprocal per instruction
     st, c = _trunc31(np.maximum(ss, 1))
-    y, k = rsqrt_fx(st * int(ry), c + 2 * s - 2 * FX_FRAC - int(rk))
-    return rshift_round(d * y, k + FX_FRAC - NORM_FRAC)
+    y, k = rsqrt_fx(st * int(ry), c + 2 * s - 2 * (FX_FRAC + NORM_GUARD) - int(rk))
+    return rshift_round(ds * y, k + FX_FRAC + NORM_GUARD - NORM_FRAC - s)
 
 
 def _check_eps(eps_q32) -> int:
@@ -247,45 +254,44 @@ def _check_eps(eps_q32) -> int:
     return eps_q32
 
 
-def rmsnorm(x, gamma, eps_q32: int) -> np.ndarray:
-    """RMSNORM: ``x / sqrt(mean(x**2) + eps) * gamma``, fx in and out, per row.
-
-    ::
-
-        s   = max(0, bitlen(max|x|) - 15);  xs = rshift_round(x, s)
-        ss  = sum(xs*xs) + rshift_round(n * eps_q32, 2*s)      # units 2**(2s-32)
-        ry, rk = recip(n)                                      # 1/n
-        c   = max(0, bitlen(ss) - 31);  st = ss >> c           # ss = max(ss, 1) first
-        y, k = rsqrt_fx(st * ry, c + 2*s - 32 - rk)           # 1/rms = y * 2**-k
-        t   = rshift_round(x * y, k - 4)                       # x / rms, 20 fraction bits
-        out = sat32(rshift_round(t * gamma, 20))
-    """
+def _check_rows(x, name: str) -> np.ndarray:
     x = as_int64(x, "x")
-    if x.ndim != 2:
-        raise ValueError(f"rmsnorm needs a 2-D [M,N] array, got shape {x.shape}")
-    t = _normalise(x, x.shape[1], _check_eps(eps_q32))
+    if x.ndim != 2 or x.shape[1] == 0:
+        raise ValueError(f"{name} needs a non-empty 2-D [M,N] array, got shape {x.shape}")
+    return x
+
+
+def rmsnorm(x, gamma, eps_q32: int) -> np.ndarray:
+    """RMSNORM: ``x / sqrt(mean(x**2) + eps) * gamma``, fx in and out, per row of ``n`` elements.
+
+    Integer algorithm (LAYERNORM is the same with the marked line)::
+
+        d   = x << 8                                            # Q24
+        [LAYERNORM: ry, rk = recip(n); c = max(0, bitlen(sum(x)) - 31)
+                    d = d - rshift_round((sum(x) >> c) * ry, rk - c - 8)]   # minus the mean, Q24
+        s   = max(0, bitlen(max|d|) - 23);  ds = rshift_round(d, s)         # |ds| <= 2**23
+        ss  = sum(ds*ds) + rshift_round(n * eps_q32, 2*s - 16)  # units 2**(2s-48), < 2**63
+        ry, rk = recip(n)                                       # 1/n, once per instruction
+        ss  = max(ss, 1); c = max(0, bitlen(ss) - 31)
+        y, k = rsqrt_fx((ss >> c) * ry, c + 2*s - 48 - rk)     # 1/rms = y * 2**-k
+        t   = rshift_round(ds * y, k + 4 - s)                   # (x - mu) / rms, Q20
+        out = sat32(rshift_round(t * gamma, 20))                # [LAYERNORM: + beta before sat32]
+
+    Max error vs float: see ``docs/quantization.md`` "Measured errors".
+    """
+    x = _check_rows(x, "rmsnorm")
+    t = _normalise(x, False, x.shape[1], _check_eps(eps_q32))
     return sat32(rshift_round(t * as_int64(gamma, "gamma").reshape(1, -1), NORM_FRAC))
 
 
 def layernorm(x, gamma, beta, eps_q32: int) -> np.ndarray:
     """LAYERNORM: ``(x - mean) / sqrt(var + eps) * gamma + beta``, fx in and out, per row.
 
-    ::
-
-        ry, rk = recip(n);  c = max(0, bitlen(sum(x)) - 31)
-        mu  = rshift_round((sum(x) >> c) * ry, rk - c)         # the mean, fx
-        d   = sat32(x - mu)
-        then as rmsnorm on d:  out = sat32(rshift_round(t * gamma, 20) + beta)
+    The integer algorithm is :func:`rmsnorm`'s with the mean subtracted (Q24)
+    and ``beta`` added before the final saturation.
     """
-    x = as_int64(x, "x")
-    if x.ndim != 2:
-        raise ValueError(f"layernorm needs a 2-D [M,N] array, got shape {x.shape}")
-    n = x.shape[1]
-    ry, rk = recip(n)
-    st, c = _trunc31(x.sum(axis=1, keepdims=True))
-    mu = rshift_round(st * int(ry), int(rk) - c)
-    d = sat32(x - mu).astype(np.int64)
-    t = _normalise(d, n, _check_eps(eps_q32))
+    x = _check_rows(x, "layernorm")
+    t = _normalise(x, True, x.shape[1], _check_eps(eps_q32))
     y = rshift_round(t * as_int64(gamma, "gamma").reshape(1, -1), NORM_FRAC)
     return sat32(y + as_int64(beta, "beta").reshape(1, -1))
 
