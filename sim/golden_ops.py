@@ -91,9 +91,9 @@ def quant(sim: GoldenSim, ins: Instr) -> None:
     src = _lines(sim, "vbuf", ins, "src", rows * lines, f"source (rows={rows} x lines={lines})")
     dst = _lines(sim, "spad", ins, "dst", rows * lines, f"result (rows={rows} x lines={lines})")
     exps = _lines(sim, "spad", ins, "exps", rows, f"exponent lines (rows={rows})")
-    if not src.size:
+    if not rows:
         return
-    q, e = nx.quant_rows(_rows(src, rows))
+    q, e = nx.quant_rows(src.reshape(rows, lines * sim.cfg.cols))  # lines=0 still writes the zero-row exponent
     _rows(dst, rows)[...] = q
     exps[...] = 0
     exps[:, 0] = e
@@ -162,9 +162,8 @@ def rope(sim: GoldenSim, ins: Instr) -> None:
     src = _lines(sim, "vbuf", ins, "src", rows * heads * hd, f"source (rows={rows} x heads={heads} x hd={hd} lines)")
     table = _lines(sim, "vbuf", ins, "table", rows * hd, f"cos/sin table (rows={rows} x hd={hd} lines)")
     dst = _lines(sim, "vbuf", ins, "dst", rows * heads * hd, f"result (rows={rows} x heads={heads} x hd={hd} lines)")
-    if dst.size:
-        x = src.reshape(rows, heads, hd * cols)
-        dst.reshape(rows, heads, hd * cols)[...] = nx.rope(x, table.reshape(rows, 1, hd * cols))
+    if dst.size:  # numerics.rope: x[M, H*head_dim], table[M, head_dim]
+        _rows(dst, rows)[...] = nx.rope(_rows(src, rows), table.reshape(rows, hd * cols))
 
 
 def _rowwise(sim: GoldenSim, ins: Instr, what: str) -> tuple[np.ndarray, np.ndarray, int]:
@@ -297,8 +296,8 @@ def check_static(ins: Instr) -> str | None:
     """Field values the ISA forbids whatever the state (``ILLEGAL_FIELD``): the reason, or ``None``."""
     if ins.op in ("LOAD", "STORE") and ins.buf not in _BUF_NAMES:
         return f"{ins.op}.buf={ins.buf} selects no buffer (SPAD=0, ACC=1, VBUF=2)"
-    if ins.op == "NOP" and ins.engine > 2:
-        return f"NOP.engine={ins.engine} names no engine (LOAD=0, COMPUTE=1, STORE=2)"
+    if ins.op == "NOP" and ins.fields["engine"] > 2:  # (ins.engine is the Engine property, not the field)
+        return f"NOP.engine={ins.fields['engine']} names no engine (LOAD=0, COMPUTE=1, STORE=2)"
     if ins.op == "ATTN" and ins.t > 1 << ins.page_log2:
         return f"ATTN.t={ins.t} valid tokens exceed the tile's 2**page_log2={1 << ins.page_log2} slots"
     eng = ins.engine

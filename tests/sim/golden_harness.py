@@ -1,0 +1,51 @@
+"""Helpers shared by the golden-simulator tests: a simulator with DRAM helpers and line-size arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+from systolica.sim.golden import GoldenSim
+
+from systolica.asm import asm
+from systolica.config import AccelConfig, preset
+
+TINY = preset("tiny")
+
+
+class Harness:
+    """A :class:`GoldenSim` over a small DRAM array, with typed put/get at byte offsets."""
+
+    def __init__(self, cfg: AccelConfig = TINY, dram_bytes: int = 1 << 16, **kw):
+        self.cfg = cfg
+        self.sim = GoldenSim(cfg, np.zeros(dram_bytes, np.uint8), **kw)
+
+    @property
+    def cols(self) -> int:
+        return self.cfg.cols
+
+    def put(self, addr: int, a: np.ndarray) -> None:
+        b = np.ascontiguousarray(a).view(np.uint8).ravel()
+        self.sim.window[addr:addr + b.size] = b
+
+    def get(self, addr: int, dtype, shape) -> np.ndarray:
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return self.sim.window[addr:addr + n].view(dtype).reshape(shape).copy()
+
+    def run(self, text: str, **kw):
+        return self.sim.run(asm(text), **kw)
+
+    def snapshot(self) -> tuple[np.ndarray, ...]:
+        s = self.sim
+        return s.dram.copy(), s.spad.copy(), s.acc.copy(), s.vbuf.copy()
+
+
+def pad_cols(x: np.ndarray, cols: int) -> np.ndarray:
+    """Pad the last axis to a multiple of ``cols`` with zeros (rows are whole lines)."""
+    n = x.shape[-1]
+    width = -(-n // cols) * cols
+    out = np.zeros(x.shape[:-1] + (width,), x.dtype)
+    out[..., :n] = x
+    return out
+
+
+def same_state(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(a, b))
