@@ -210,7 +210,8 @@ class Tokenizer:
             # a normalizer, which the library applies to each piece of text between added tokens
             steps = [normalizers.Prepend(_SPIECE)] if prefix else []
             hf.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", _SPIECE)])
-            hf.decoder = decoders.Sequence([decoders.Replace(_SPIECE, " "), decoders.ByteFallback(), decoders.Fuse()])
+            hf.decoder = decoders.Sequence([decoders.Replace(_SPIECE, " "), decoders.ByteFallback(), decoders.Fuse()]
+                                           + ([decoders.Strip(" ", 1, 0)] if prefix else []))
             raw = [_spm_bytes(t, ty) for t, ty in zip(tokens, types, strict=True)]
             add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", True))
             strip = prefix
