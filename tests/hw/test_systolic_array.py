@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+from hw_gemm_tiles import accumulate, tile_streams
 from hw_streams_tb import collect, run, send
 
 from systolica.config import AccelConfig
@@ -18,26 +19,6 @@ except ImportError:  # TEMPORARY until systolica/numerics.py lands
         return (a.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)
 
 pytestmark = pytest.mark.amaranth
-
-
-def tile_streams(a: np.ndarray, w: np.ndarray, R: int, C: int, P: int):
-    """The weight beats, activation beats and (n-tile, k-tile) order of a GEMM on an R x C array.
-
-    a: (M, K) int8, w: (N, K) int8 with K % R == 0 and N % C == 0.
-    """
-    M, K = a.shape
-    N = w.shape[0]
-    wbeats, abeats, order = [], [], []
-    for nt in range(N // C):
-        for kt in range(K // R):
-            tile = w[nt * C:(nt + 1) * C, kt * R:(kt + 1) * R]  # (C, R): column c = W[n0+c, k0:k0+R]
-            for g in range(C // P):
-                wbeats.append([[int(v) for v in tile[g * P + j]] for j in range(P)])
-            for i in range(M):
-                abeats.append({"data": [int(v) for v in a[i, kt * R:(kt + 1) * R]],
-                               "last": int(i == M - 1), "tag": (nt * 977 + kt * 31 + i) & 0x1FFFF})
-            order.append((nt, kt))
-    return wbeats, abeats, order
 
 
 def check_gemm(cfg: AccelConfig, M: int, K: int, N: int, seed: int, idle=0.3, stall=0.3):
@@ -57,13 +38,7 @@ def check_gemm(cfg: AccelConfig, M: int, K: int, N: int, seed: int, idle=0.3, st
     run(dut, [lambda ctx: send(ctx, dut.w_stream, wbeats, random.Random(seed + 1), idle),
               lambda ctx: send(ctx, dut.a_stream, abeats, random.Random(seed + 2), idle),
               bench])
-    out = np.zeros((M, N), dtype=np.int64)
-    for idx, beat in enumerate(got):
-        nt, kt = order[idx // M]
-        i = idx % M
-        assert beat.tag == abeats[idx]["tag"] and beat.last == abeats[idx]["last"]
-        out[i, nt * C:(nt + 1) * C] += np.array([beat.data[c] for c in range(C)], dtype=np.int64)
-    out = out.astype(np.int32)  # partial sums of int8 products never reach the int32 range here
+    out = accumulate(got, abeats, order, M, N, C)
     np.testing.assert_array_equal(out, matmul(a, w))
 
 
