@@ -46,7 +46,7 @@ def _add_field(w: gguf.GGUFWriter, key: str, value) -> None:
 
 def write_gguf(model: Model, path: str | os.PathLike, tensor_type: str = "F32", *,
                types: Mapping[str, str] | None = None, fields: Mapping[str, object] | None = None,
-               arch: str = "llama") -> Path:
+               arch: str = "llama", prequantized: Mapping[str, tuple[str, np.ndarray]] | None = None) -> Path:
     """Write a llama :class:`Model` as GGUF, quantizing matrices to ``tensor_type``.
 
     Parameters
@@ -66,6 +66,9 @@ def write_gguf(model: Model, path: str | os.PathLike, tensor_type: str = "F32", 
         as uint32, floats as float32, sequences as arrays, and None leaves the key out.
     arch : str
         ``general.architecture`` and the prefix of the hyper-parameter keys (tests write foreign ones).
+    prequantized : mapping, optional
+        Tensors written as given instead of from ``model.weights``: name -> (GGUF type name, uint8 array
+        of shape ``(rows, bytes per row)``), for types ``gguf.quants`` cannot quantize (K-quants).
 
     Raises
     ------
@@ -90,6 +93,11 @@ def write_gguf(model: Model, path: str | os.PathLike, tensor_type: str = "F32", 
             _add_field(w, k, v)
     for name, arr in model.weights.items():
         if name == "output" and c.tied_output:
+            continue
+        if prequantized and name in prequantized:
+            qname, raw = prequantized[name]
+            w.add_tensor(_gguf_name(name), np.ascontiguousarray(raw, dtype=np.uint8), raw_shape=raw.shape,
+                         raw_dtype=Q[qname])
             continue
         arr = np.ascontiguousarray(arr, dtype=np.float32)
         tname = (types or {}).get(name, tensor_type) if arr.ndim > 1 else "F32"

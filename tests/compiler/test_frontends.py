@@ -316,3 +316,50 @@ def test_safetensors_errors(tmp_path):
         read_safetensors(d)
     with pytest.raises(SafetensorsError, match="config.json is missing"):
         read_safetensors(tmp_path)
+
+
+@pytest.mark.parametrize("ktype", ["Q4_K", "Q6_K"])
+def test_gguf_k_quants(tmp_path, ktype):
+    """K-quant tensors (256-element super-blocks) come back (out, in) through gguf.quants' dequantizer."""
+    src = random_model("llama", dim=256, n_layers=1, n_heads=4, ffn_dim=512, vocab=40, seed=11)
+    qt = gguf.GGMLQuantizationType[ktype]
+    block, size = gguf.GGML_QUANT_SIZES[qt]
+    rows, cols = src.weights["blk.0.ffn_down"].shape  # (256, 512): two super-blocks per row
+    raw = np.random.default_rng(0).integers(0, 256, (rows, cols // block * size), dtype=np.uint8)
+    blocks = raw.reshape(rows, cols // block, size)
+    scale = np.frombuffer(np.float16(0.01).tobytes(), dtype=np.uint8)
+    if ktype == "Q6_K":  # layout: ql[128] qh[64] scales[16] d(f16)
+        blocks[:, :, 208:210] = scale
+    else:  # layout: d(f16) dmin(f16) scales[12] qs[128]
+        blocks[:, :, 0:2] = scale
+        blocks[:, :, 2:4] = scale
+    got = read_gguf(write_gguf(src, tmp_path / "k.gguf", prequantized={"blk.0.ffn_down": (ktype, raw)}))
+    w = got.weights["blk.0.ffn_down"]
+    assert w.shape == (rows, cols) and np.all(np.isfinite(w)) and np.abs(w).max() > 0
+    assert got.metadata["tensor_types"]["blk.0.ffn_down"] == ktype
+    # row r of the matrix is row r of the raw bytes: dequantizing one row alone gives the same values
+    np.testing.assert_array_equal(w[3], gguf.quants.dequantize(raw[3:4], qt).reshape(-1))
+    np.testing.assert_array_equal(got.weights["blk.0.ffn_up"], src.weights["blk.0.ffn_up"])
+
+
+# ------------------------------------------------------------------ the real model
+@pytest.mark.slow
+def test_real_model_reads_and_continues_text():
+    from systolica.compiler.model_zoo import locate_default_model
+    path = locate_default_model()
+    if path is None:
+        pytest.skip("default model not cached; run: python -m systolica.compiler.model_zoo fetch")
+    m = read_gguf(path)
+    c = m.config
+    assert (c.arch, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.vocab_size, c.tied_output) == \
+        ("llama", 576, 30, 9, 3, 1536, 49152, True)
+    assert c.rope_base == 100000.0 and c.max_seq == 8192
+    assert set(m.metadata["tensor_types"].values()) == {"F32", "Q4_1", "Q8_0"}
+    fm = FloatModel(m, dtype=np.float32)
+    tok = m.tokenizer
+    logits = fm.prefill(tok.encode("The capital of France is"))[-1]
+    out = []
+    for _ in range(4):
+        out.append(int(logits.argmax()))
+        logits = fm.decode(out[-1])
+    assert "Paris" in tok.decode(out)
