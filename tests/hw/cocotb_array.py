@@ -17,11 +17,7 @@ from systolica.config import AccelConfig
 from systolica.hw.systolic_array import SystolicArray
 from systolica.sim.cocotb_streams import Sink, Source, StreamBench, reset
 
-try:
-    from systolica.numerics import matmul
-except ImportError:  # TEMPORARY until systolica/numerics.py lands
-    def matmul(a, w):
-        return (a.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)
+from systolica.numerics import matmul
 
 
 async def run_gemm(dut, arr: SystolicArray, M: int, K: int, N: int, idle: float, stall: float, seed: int):

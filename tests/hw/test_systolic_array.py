@@ -12,11 +12,7 @@ from hw_streams_tb import collect, run, send
 
 from systolica.config import AccelConfig
 from systolica.hw.systolic_array import SystolicArray, weight_cols_per_beat
-try:
-    from systolica.numerics import matmul
-except ImportError:  # TEMPORARY until systolica/numerics.py lands
-    def matmul(a, w):
-        return (a.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)
+from systolica.numerics import matmul
 
 pytestmark = pytest.mark.amaranth
 
