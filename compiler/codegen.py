@@ -1,0 +1,287 @@
+"""Code generation: the graph, for ``rows`` token rows, as instructions with hazards and patch points.
+
+One function per IR op lowers it to LOAD / compute / STORE instructions on the blocks that
+:func:`plan_program` allocated; :class:`~systolica.compiler.schedule.Scheduler` turns the reads and
+writes into token flags.  Fields that change per step carry a patch ``(field, kind, args)``;
+their compiled value is the one of the first step (position 0, token 0) and the runtime rewrites
+them (:mod:`systolica.artifact`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from systolica import numerics as nx
+from systolica.compiler.image import KvGeometry, MatrixInfo
+from systolica.compiler.ir import Graph, Node
+from systolica.compiler.memory import MemoryError_, OnChipPlan
+from systolica.compiler.schedule import Scheduler
+from systolica.compiler.tiling import MatrixTiling, gemm_calls, tile_matrix
+from systolica.isa import Buf, Engine
+from systolica.layout import attn_state_lines, lines_for
+
+__all__ = ["ProgramPlan", "plan_program", "generate"]
+
+
+@dataclass
+class ProgramPlan:
+    rows: int
+    chip: OnChipPlan
+    tilings: dict[str, MatrixTiling]
+    addr: dict[str, int]  # block key "buf:name" -> line address
+    overlaps: dict[str, tuple[str, ...]]
+
+
+def _tensor_lines(t, rows: int, cols: int) -> int:
+    r = 1 if t.last else rows
+    if t.space == "exps":
+        return r * (t.heads if t.per_head_exps else 1)
+    return r * t.lines(cols)
+
+
+def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, rows: int) -> ProgramPlan:
+    """Allocate every on-chip block of a program of ``rows`` token rows; raises MemoryError_ when it does not fit."""
+    c, cols = g.config, cfg.cols
+    chip = OnChipPlan.for_config(cfg)
+    Dl, hdl, G = lines_for(c.dim, cols), kv.hd_lines, c.group
+    live = g.live_ranges()
+    tile_lines = kv.tile_bytes // cols
+    for s in (0, 1):
+        chip.spad.alloc(f"kv{s}", tile_lines)
+    for name, t in g.tensors.items():  # scratchpad tensors by live range
+        if t.space in ("spad", "exps"):
+            chip.spad.alloc(name, _tensor_lines(t, rows, cols), *live[name])
+    free = cfg.spad_lines - chip.spad.peak()
+    need = max(m.Nl * cols * m.Kl for m in mats.values())
+    slot = min(free // 2, need)
+    if slot < cols:
+        raise MemoryError_(f"spad: after activations ({chip.spad.peak()} lines) only {free} of {cfg.spad_lines} lines "
+                           f"remain, not enough for two weight tiles of {cols} lines; use a smaller prefill chunk "
+                           "or a config with a bigger scratchpad")
+    for s in (0, 1):
+        chip.spad.alloc(f"w{s}", slot)
+    tilings = {}
+    for name, m in mats.items():
+        m_rows = 1 if name == "output" else rows
+        tilings[name] = tile_matrix(name, m.Nl, m.Kl, cols, slot, cfg.acc_lines, m_rows)
+    chip.acc.alloc("acc", max(t.nt * (1 if n == "output" else rows) for n, t in tilings.items()))
+    chip.vbuf.alloc("x", rows * Dl)
+    chip.vbuf.alloc("gamma", (2 if c.arch == "gpt2" else 1) * Dl)
+    mslot = max(t.nt for t in tilings.values())
+    for s in (0, 1):
+        chip.vbuf.alloc(f"m{s}", mslot)
+        chip.vbuf.alloc(f"lg{s}", tilings["output"].nt)
+    if c.arch == "gpt2":
+        chip.vbuf.alloc("pos", rows * Dl)
+        chip.vbuf.alloc("bias", max(m.Nl for m in mats.values() if m.bias_off is not None))
+    else:
+        chip.vbuf.alloc("rope", rows * hdl)
+    chip.vbuf.alloc("state", rows * attn_state_lines(G, hdl))
+    for name, t in g.tensors.items():
+        if t.space == "vbuf" and t.buffer is None:
+            chip.vbuf.alloc(name, _tensor_lines(t, rows, cols), *live[name])
+    addr, spans = {}, {}
+    for b in ("spad", "acc", "vbuf"):
+        for name, blk in chip.buf(b).blocks.items():
+            addr[f"{b}:{name}"] = blk.lo
+            spans[f"{b}:{name}"] = (b, blk.lo, blk.lo + blk.size)
+    overlaps = {k: tuple(k2 for k2, (b2, lo2, hi2) in spans.items() if b2 == b and lo2 < hi and lo < hi2)
+                for k, (b, lo, hi) in spans.items()}
+    return ProgramPlan(rows, chip, tilings, addr, overlaps)
+
+
+class _Gen:
+    def __init__(self, g: Graph, qm, cfg, plan: ProgramPlan, mats, kv: KvGeometry, regions, rows_bytes, max_pages):
+        self.g, self.qm, self.cfg, self.p, self.mats, self.kv = g, qm, cfg, plan, mats, kv
+        self.reg, self.rb, self.max_pages = regions, rows_bytes, max_pages
+        self.T, self.cols = plan.rows, cfg.cols
+        self.s = Scheduler(plan.overlaps)
+        self.wslot = 0
+        self.mslot = 0
+        self.kvslot = 0
+
+    def a(self, name: str, buf: str | None = None) -> int:
+        if buf is None:
+            t = self.g.tensors.get(name)
+            buf = "spad" if t is not None and t.space == "exps" else (t.space if t is not None else "vbuf")
+            name = t.buffer or name if t is not None else name
+        return self.p.addr[f"{buf}:{name}"]
+
+    def key(self, name: str) -> str:
+        t = self.g.tensors.get(name)
+        if t is None:
+            return name
+        buf = "spad" if t.space == "exps" else t.space
+        return f"{buf}:{t.buffer or name}"
+
+    def rows_of(self, name: str) -> int:
+        return 1 if self.g.tensors[name].last else self.T
+
+    def lines(self, name: str) -> int:
+        return self.g.tensors[name].lines(self.cols)
+
+    # ------------------------------------------------------------------ ops
+    def embed(self, n: Node) -> None:
+        T, Dl = self.T, lines_for(self.g.config.dim, self.cols)
+        x = self.a("x", "vbuf")
+        emb = self.reg["token_embd"].offset
+        for i in range(T):
+            self.s.emit("LOAD", buf=Buf.VBUF, sram=x + i * Dl, dram=emb, rows=1, lines=Dl, stride=0,
+                        writes=["vbuf:x"], patches=[("dram", "embed", [i])])
+        if n.attrs["positions"]:
+            self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("pos", "vbuf"), dram=self.reg["pos_embd"].offset, rows=T,
+                        lines=Dl, stride=self.rb["pos_row"], writes=["vbuf:pos"], patches=[("dram", "pos_embd", [])])
+            self.s.emit("ADD", dst=x, a=x, b=self.a("pos", "vbuf"), rows=T, lines=Dl, reads=["vbuf:x", "vbuf:pos"],
+                        writes=["vbuf:x"])
+        else:
+            self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("rope", "vbuf"), dram=self.reg["rope"].offset, rows=T,
+                        lines=self.kv.hd_lines, stride=self.rb["rope_row"], writes=["vbuf:rope"],
+                        patches=[("dram", "rope", [])])
+
+    def norm(self, n: Node) -> None:
+        (src,), (dst,) = n.inputs, n.outputs
+        Dl = self.lines(src)
+        gpt2 = n.attrs["kind"] == "layer"
+        self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("gamma", "vbuf"), dram=self.reg["vec:" + n.attrs["weight"]].offset,
+                    rows=1, lines=(2 if gpt2 else 1) * Dl, stride=0, writes=["vbuf:gamma"])
+        rows = self.rows_of(dst)
+        off = (self.T - 1) * Dl if rows == 1 and self.T > 1 else 0
+        self.s.emit("LAYERNORM" if gpt2 else "RMSNORM", dst=self.a(dst), src=self.a(src) + off,
+                    gamma=self.a("gamma", "vbuf"), rows=rows, n=self.g.config.dim, eps=self.qm.eps_q32,
+                    reads=[self.key(src), "vbuf:gamma"], writes=[self.key(dst)])
+
+    def quant(self, n: Node) -> None:
+        (src,), (dq, de) = n.inputs, n.outputs
+        t, te = self.g.tensors[src], self.g.tensors[de]
+        rows = self.rows_of(src)
+        if te.per_head_exps:
+            r, lines = rows * t.heads, t.seg_lines(self.cols)
+        else:
+            r, lines = rows, t.lines(self.cols)
+        self.s.emit("QUANT", dst=self.a(dq), src=self.a(src), exps=self.a(de), rows=r, lines=lines,
+                    reads=[self.key(src)], writes=[self.key(dq), self.key(de)])
+
+    def _matmul(self, aq: str, ae: str, wname: str, m_rows: int, sink) -> None:
+        """Stream the tiles of ``wname`` through the weight slots; ``sink(n0, nt, mslot)`` consumes each block."""
+        m, til = self.mats[wname], self.p.tilings[wname]
+        cols, acc = self.cols, self.a("acc", "acc")
+        tiles = til.tiles()
+        for t in tiles:
+            if t.k0 == 0:
+                ms = f"m{self.mslot}"
+                self.mslot ^= 1
+                self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a(ms, "vbuf"), dram=m.mult_off + t.n0 * cols * 4,
+                            rows=1, lines=t.nt, stride=0, writes=[f"vbuf:{ms}"])
+            ws = f"w{self.wslot}"
+            self.wslot ^= 1
+            self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(ws, "spad"),
+                        dram=m.w_off + (t.n0 * cols * m.Kl + t.k0) * cols, rows=t.nt * cols, lines=t.kt,
+                        stride=m.Kl * cols, writes=[f"spad:{ws}"])
+            for _r, mm, a_off, d_off in gemm_calls(t, m_rows, m.Kl):
+                self.s.emit("GEMM", dst=acc + d_off, a=self.a(aq) + a_off, w=self.a(ws, "spad"), m=mm, k=t.kt,
+                            n=t.nt, acc=int(t.k0 > 0), reads=[self.key(aq), f"spad:{ws}"], writes=["acc:acc"])
+            if t.k0 + t.kt == m.Kl:
+                sink(t.n0, t.nt, ms)
+
+    def _requant(self, ae: str, wname: str, rows: int, dst: int, dst_key: str, dst_lines: int, n0: int, nt: int,
+                 ms: str) -> None:
+        m, acc = self.mats[wname], self.a("acc", "acc")
+        reads = ["acc:acc", f"vbuf:{ms}", self.key(ae)]
+        if nt == dst_lines:
+            self.s.emit("REQUANT", dst=dst, src=acc, mult=self.a(ms, "vbuf"), exps=self.a(ae), rows=rows, lines=nt,
+                        shift=m.shift, reads=reads, writes=[dst_key])
+            return
+        for r in range(rows):
+            self.s.emit("REQUANT", dst=dst + r * dst_lines + n0, src=acc + r * nt, mult=self.a(ms, "vbuf"),
+                        exps=self.a(ae) + r, rows=1, lines=nt, shift=m.shift, reads=reads, writes=[dst_key])
+
+    def linear(self, n: Node) -> None:
+        (aq, ae), (dst,) = n.inputs, n.outputs
+        w, rows, L = n.attrs["weight"], self.rows_of(aq), self.lines(dst)
+        self._matmul(aq, ae, w, rows, lambda n0, nt, ms: self._requant(ae, w, rows, self.a(dst), self.key(dst), L,
+                                                                       n0, nt, ms))
+        if n.attrs.get("bias"):
+            self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("bias", "vbuf"), dram=self.mats[w].bias_off, rows=1,
+                        lines=L, stride=0, writes=["vbuf:bias"])
+            self.s.emit("ADD", dst=self.a(dst), a=self.a(dst), b=self.a("bias", "vbuf"), rows=rows, lines=L, bcast=1,
+                        reads=[self.key(dst), "vbuf:bias"], writes=[self.key(dst)])
+
+    def logits(self, n: Node) -> None:
+        aq, ae = n.inputs
+        out = self.reg["logits"].offset
+
+        def sink(n0: int, nt: int, ms: str) -> None:
+            lg = f"lg{n0 // self.p.tilings['output'].nt % 2}"
+            self._requant(ae, "output", 1, self.a(lg, "vbuf"), f"vbuf:{lg}", nt, 0, nt, ms)
+            self.s.emit("STORE", buf=Buf.VBUF, sram=self.a(lg, "vbuf"), dram=out + n0 * self.cols * 4, rows=1,
+                        lines=nt, stride=0, reads=[f"vbuf:{lg}"], writes=["dram:logits"])
+
+        self._matmul(aq, ae, "output", 1, sink)
+
+    def rope(self, n: Node) -> None:
+        (src,), (dst,) = n.inputs, n.outputs
+        t = self.g.tensors[src]
+        self.s.emit("ROPE", dst=self.a(dst), src=self.a(src), table=self.a("rope", "vbuf"), rows=self.T, heads=t.heads,
+                    hd=t.seg_lines(self.cols), reads=[self.key(src), "vbuf:rope"], writes=[self.key(dst)])
+
+    def kv_store(self, n: Node) -> None:
+        kq, ke, vq, ve = n.inputs
+        kv, cols, layer = self.kv, self.cols, n.attrs["layer"]
+        H, hdl, P = kv.heads, kv.hd_lines, kv.page
+        parts = ((kq, hdl, 0, hdl * cols), (vq, hdl, P * hdl * cols, hdl * cols),
+                 (ke, 1, 2 * P * hdl * cols, cols), (ve, 1, (2 * P * hdl + P) * cols, cols))
+        for i in range(self.T):
+            for src, lines, part, slot in parts:
+                self.s.emit("STORE", buf=Buf.SPAD, sram=self.a(src) + i * H * lines, dram=kv.base, rows=H, lines=lines,
+                            stride=kv.tile_bytes, reads=[self.key(src)], writes=[f"dram:kv{layer}"],
+                            patches=[("dram", "kv_store", [layer, i, part, slot])])
+
+    def attention(self, n: Node) -> None:
+        (qq, qe), (o,) = n.inputs, n.outputs
+        c, kv, layer = self.g.config, self.kv, n.attrs["layer"]
+        H, G, hdl = c.n_heads, c.group, kv.hd_lines
+        sl = attn_state_lines(G, hdl)
+        st = self.a("state", "vbuf")
+        for grp in range(kv.heads):
+            for j in range(self.max_pages):
+                ks = f"kv{self.kvslot}"
+                self.kvslot ^= 1
+                self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(ks, "spad"), dram=kv.base, rows=1, lines=kv.tile_bytes //
+                            self.cols, stride=0, reads=[f"dram:kv{layer}"], writes=[f"spad:{ks}"],
+                            patches=[("dram", "kv_page", [layer, j, grp]), ("rows", "kv_rows", [j])])
+                for i in range(self.T):
+                    h0 = i * H + grp * G
+                    self.s.emit("ATTN", q=self.a(qq) + h0 * hdl, qexp=self.a(qe) + h0, kv=self.a(ks, "spad"),
+                                state=st + i * sl, nq=G, hd=hdl, t=0, page_log2=kv.page_log2, offset=0, causal=1,
+                                init=int(j == 0), reads=[self.key(qq), self.key(qe), f"spad:{ks}", "vbuf:state"],
+                                writes=["vbuf:state"], patches=[("t", "attn_t", [i, j]), ("offset", "attn_offset", [i, j])])
+            for i in range(self.T):
+                h0 = i * H + grp * G
+                self.s.emit("ATTN_OUT", dst=self.a(o) + h0 * hdl, state=st + i * sl, nq=G, hd=hdl,
+                            reads=["vbuf:state"], writes=[self.key(o)])
+
+    def _elementwise(self, n: Node, op: str, **extra) -> None:
+        dst = n.outputs[0]
+        srcs = dict(zip(("a", "b") if len(n.inputs) == 2 else ("src",), (self.a(t) for t in n.inputs), strict=True))
+        self.s.emit(op, dst=self.a(dst), rows=self.rows_of(dst), lines=self.lines(dst), **srcs, **extra,
+                    reads=[self.key(t) for t in n.inputs], writes=[self.key(dst)])
+
+    def add(self, n: Node) -> None:
+        self._elementwise(n, "ADD")
+
+    def mul(self, n: Node) -> None:
+        self._elementwise(n, "MUL", shift=nx.FX_FRAC)
+
+    def silu(self, n: Node) -> None:
+        self._elementwise(n, "SILU")
+
+    def gelu(self, n: Node) -> None:
+        self._elementwise(n, "GELU")
+
+
+def generate(g: Graph, qm, cfg, plan: ProgramPlan, mats, kv: KvGeometry, regions, rows_bytes, max_pages: int):
+    """Lower the graph for ``plan.rows`` rows; returns the scheduled :class:`Emitted` list (FINISH last)."""
+    gen = _Gen(g, qm, cfg, plan, mats, kv, regions, rows_bytes, max_pages)
+    for node in g.nodes:
+        getattr(gen, node.op)(node)
+    return gen.s.finish(), gen.s

@@ -1,0 +1,183 @@
+"""The compiler driver: Model -> Artifact, pass by pass, with the IR verifier between passes.
+
+    build_graph -> verify -> quantize (+ verify against the weight shapes) -> build_image (DRAM layout)
+    -> plan_program (on-chip blocks, tiling) -> generate (instructions + hazards) -> Scheduler (tokens)
+    -> verify_tokens (deadlock freedom) -> encode -> Artifact
+
+Two programs: ``decode`` (one row) and ``prefill`` (``chunk`` rows; the largest chunk up to the
+requested one whose activations fit on chip).  Every op is row-wise, so a prefill chunk gives the
+same integers as that many decode steps; the runtime runs whole chunks with ``prefill`` and the
+rest of a prompt with ``decode``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, StepState
+from systolica.compiler.codegen import generate, plan_program
+from systolica.compiler.image import build_image
+from systolica.compiler.ir import build_graph
+from systolica.compiler.memory import MemoryError_
+from systolica.compiler.quantize_pass import quantize
+from systolica.compiler.schedule import verify_tokens
+from systolica.config import AccelConfig
+from systolica.isa import IsaError, WORD_BYTES, encode
+from systolica.model import Model, ModelError
+from systolica.program import Program
+
+__all__ = ["compile_model", "CompileError"]
+
+
+class CompileError(ValueError):
+    """A model that cannot be compiled for a configuration, with the reason."""
+
+
+def _tokenizer_json(tok) -> dict | None:
+    """A JSON-able description of a front end's tokenizer (rebuilt by whoever owns the class)."""
+    if tok is None:
+        return None
+    out = {"kind": getattr(tok, "kind", None), "bos_id": getattr(tok, "bos_id", None),
+           "eos_id": getattr(tok, "eos_id", None), "add_bos": getattr(tok, "add_bos", None),
+           "strip_leading_space": getattr(tok, "strip_leading_space", None)}
+    hf = getattr(tok, "hf", None)
+    if hf is not None:
+        out["hf_json"] = hf.to_str()
+    tb = getattr(tok, "_bytes", None)
+    if tb is not None:
+        out["token_bytes_hex"] = [b.hex() for b in tb]
+    if hasattr(tok, "special_ids"):
+        out["special_ids"] = sorted(int(i) for i in tok.special_ids)
+    return out
+
+
+def _lower(g, qm, cfg, mats, kv, lay, rows_b, rows: int, max_pages: int, kind: str):
+    plan = plan_program(g, mats, cfg, kv, rows)
+    emitted, sched = generate(g, qm, cfg, plan, mats, kv, lay.regions, rows_b, max_pages)
+    instrs = [e.instr() for e in emitted]
+    peaks = verify_tokens(instrs, cfg.queue_depth)
+    try:
+        words = [encode(i) for i in instrs]
+    except IsaError as e:
+        raise CompileError(f"{kind} program: {e} (the model exceeds an instruction field; "
+                           "try a smaller page or prefill chunk)") from None
+    patches = [[i, f, k, list(a)] for i, e in enumerate(emitted) for f, k, a in e.patches]
+    return plan, instrs, words, patches, {"queue_peaks": peaks, "relay_nops": sched.nops}
+
+
+def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int | None = None,
+                  prefill_chunk: int = 16, progress: Callable[[str], None] | None = None) -> Artifact:
+    """Compile ``model`` for the accelerator ``cfg``.
+
+    Parameters
+    ----------
+    model : Model
+        A checked llama or GPT-2 model (front ends produce one).
+    cfg : AccelConfig
+        The accelerator.
+    page : int
+        KV-cache page (tile) size in tokens, a power of two; the integer reference must use the same.
+    max_seq : int, optional
+        Longest context the programs serve; default the model's ``max_seq``.
+    prefill_chunk : int
+        Rows of the prefill program (reduced until the activations fit on chip; 1 means no prefill program).
+    progress : callable, optional
+        Called with the name of each pass as it starts.
+
+    Raises
+    ------
+    CompileError, MemoryError_, ModelError, QuantError
+        With the tensor, buffer or field that does not fit.
+    """
+    t0 = time.perf_counter()
+    say = progress or (lambda s: None)
+    c = model.config
+    max_seq = c.max_seq if max_seq is None else int(max_seq)
+    if page < 1 or page & (page - 1) or page > 4096:
+        raise CompileError(f"page={page} must be a power of two in 1..4096 (ATTN.t is 12 bits)")
+    if not 0 < max_seq <= c.max_seq:
+        raise CompileError(f"max_seq={max_seq} must be in 1..{c.max_seq} (the model's context)")
+    if prefill_chunk < 1:
+        raise CompileError(f"prefill_chunk={prefill_chunk} must be at least 1")
+    say("graph")
+    try:
+        g = build_graph(c)
+    except ModelError:
+        raise
+    if c.group > 63 or -(-c.head_dim // cfg.cols) > 63:
+        raise CompileError(f"ATTN holds at most 63 query heads per KV head and 63 lines per head; the model has "
+                           f"{c.group} and {-(-c.head_dim // cfg.cols)} (head_dim={c.head_dim}, cols={cfg.cols})")
+    say("quantize")
+    qm, report = quantize(model, g, max_seq)
+    say("layout")
+    max_pages = -(-max_seq // page)
+    lay, img, mats, kv, rows_b = build_image(g, qm, cfg, page=page, n_pages=max_pages, max_seq=max_seq)
+    programs, infos, stats = {}, {}, {}
+    chunks = [1] + [r for r in range(min(prefill_chunk, max_seq), 1, -1)]
+    say("decode program")
+    try:
+        out = {"decode": _lower(g, qm, cfg, mats, kv, lay, rows_b, 1, max_pages, "decode")}
+    except MemoryError_ as e:
+        raise MemoryError_(f"model {c.name!r} does not fit the {cfg.name!r} accelerator even for one token: {e}") \
+            from None
+    say("prefill program")
+    for r in chunks[1:]:
+        try:
+            out["prefill"] = _lower(g, qm, cfg, mats, kv, lay, rows_b, r, max_pages, "prefill")
+            break
+        except MemoryError_:
+            continue
+    for kind, (plan, instrs, words, patches, extra) in out.items():
+        rows = plan.rows
+        reg = lay.add(f"program:{kind}", len(words) * WORD_BYTES, "program")
+        prog = Program(words, cfg)
+        base = StepState(0, [0] * rows, list(range(-(-rows // page))))
+        programs[kind] = prog
+        infos[kind] = {"rows": rows, "region": reg.name, "instructions": len(words), "patches": patches}
+        per_engine = Counter(i.engine.name for i in instrs)
+        per_op = Counter(i.op for i in instrs)
+        stats[kind] = {"rows": rows, "instructions": len(words), "per_engine": dict(per_engine),
+                       "per_op": dict(per_op), "patches": len(patches), **extra,
+                       "weight_bytes": sum(i.rows * i.lines * cfg.cols * (1 if i.buf == 0 else 4) for i in instrs
+                                           if i.op == "LOAD" and i.dram < lay["token_embd"].offset),
+                       "onchip": {b: list(u) for b, u in plan.chip.usage().items()},
+                       "tilings": {k: [t.nt, t.kt] for k, t in plan.tilings.items()}}
+        infos[kind]["_base"] = base
+    lay.check_fits()
+    say("artifact")
+    man = {
+        "format": FORMAT, "version": FORMAT_VERSION, "config": cfg.to_dict(), "config_hash": cfg.hash_hex(),
+        "config_hash32": cfg.hash32(),
+        "model": {"name": c.name, "arch": c.arch, "dim": c.dim, "n_layers": c.n_layers, "n_heads": c.n_heads,
+                  "n_kv_heads": c.n_kv_heads, "ffn_dim": c.ffn_dim, "vocab_size": c.vocab_size,
+                  "max_seq": c.max_seq, "norm_eps": c.norm_eps, "rope_base": c.rope_base,
+                  "tied_output": c.tied_output, "metadata": _jsonable(model.metadata)},
+        "tokenizer": _tokenizer_json(model.tokenizer),
+        "max_seq": max_seq, "kv": kv.to_json(), "regions": [r.to_json() for r in lay.regions.values()],
+        "rows": {**rows_b, "embd_offset": lay["token_embd"].offset,
+                 **({"pos_offset": lay["pos_embd"].offset} if "pos_embd" in lay.regions else {}),
+                 **({"rope_offset": lay["rope"].offset} if "rope" in lay.regions else {})},
+        "logits": {"offset": lay["logits"].offset, "vocab": c.vocab_size, "frac": 16},
+        "image_bytes": len(img), "dram_top": lay.top,
+        "programs": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in infos.items()},
+        "quant_errors": report.errors, "stats": stats,
+    }
+    import numpy as np
+
+    art = Artifact(man, programs, np.frombuffer(bytes(img), dtype=np.uint8))
+    for kind, info in infos.items():  # compiled values = the first step's (position 0, token 0)
+        art.programs[kind] = Program(art.patched_program(kind, info["_base"]), cfg)
+    man["compile_seconds"] = round(time.perf_counter() - t0, 3)
+    return art
+
+
+def _jsonable(d: dict) -> dict:
+    out = {}
+    for k, v in (d or {}).items():
+        if isinstance(v, (str, int, float, bool)) or v is None:
+            out[str(k)] = v
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, (str, int, float, bool)) for x in v) and len(v) < 64:
+            out[str(k)] = list(v)
+    return out

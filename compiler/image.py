@@ -1,0 +1,161 @@
+"""The DRAM image: every quantized tensor padded to whole lines and placed in its region.
+
+Padding rules (zeros everywhere, so padded lanes contribute nothing to any dot product, norm or
+maximum, and stay zero through every row-wise op):
+
+- a matrix of ``N x K`` becomes ``Nl*cols`` rows of ``Kl*cols`` bytes; when its output (input) is
+  split in heads, each head's rows (columns) start on a line boundary, so head ``h`` element ``e``
+  sits at ``h * ceil(hd/cols) * cols + e``; its ``mult`` row and bias are scattered the same way;
+- fx vectors are padded to whole vbuf lines; a LayerNorm's beta follows its gamma;
+- a RoPE row is ``hd' / 2`` cos then ``hd' / 2`` sin with ``hd' = ceil(hd/cols)*cols`` (the padded
+  pairs rotate zeros);
+- the KV cache is ``layers x pages x kv heads`` tiles of :func:`systolica.layout.kv_tile`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from systolica.compiler.ir import Graph
+from systolica.compiler.memory import DramLayout, MemoryError_, dram_align
+from systolica.layout import kv_tile, lines_for
+
+__all__ = ["KvGeometry", "MatrixInfo", "build_image", "scatter_index"]
+
+
+@dataclass(frozen=True)
+class KvGeometry:
+    """Where the paged KV cache lives and how a page is laid out."""
+
+    base: int  # byte offset of the KV region
+    page: int  # tokens per page (P)
+    page_log2: int
+    n_pages: int  # physical pages per layer
+    heads: int  # kv heads per page
+    hd_lines: int  # lines per head row
+    tile_bytes: int  # bytes of one kv head's tile
+    layers: int
+
+    @property
+    def page_bytes(self) -> int:
+        return self.heads * self.tile_bytes
+
+    def page_addr(self, layer: int, phys: int) -> int:
+        return self.base + (layer * self.n_pages + phys) * self.page_bytes
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in ("base", "page", "page_log2", "n_pages", "heads", "hd_lines",
+                                              "tile_bytes", "layers")}
+
+
+@dataclass(frozen=True)
+class MatrixInfo:
+    name: str
+    N: int
+    K: int
+    Nl: int
+    Kl: int
+    w_off: int
+    mult_off: int
+    shift: int  # REQUANT shift field
+    bias_off: int | None
+
+
+def scatter_index(n: int, heads: int, cols: int) -> np.ndarray:
+    """Padded position of each of ``n`` elements split into ``heads`` segments padded to whole lines."""
+    seg = n // heads
+    sl = lines_for(seg, cols) * cols
+    e = np.arange(n)
+    return (e // seg) * sl + e % seg
+
+
+def _put(img: bytearray, off: int, arr: np.ndarray) -> None:
+    b = np.ascontiguousarray(arr).tobytes()
+    img[off:off + len(b)] = b
+
+
+def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int):
+    """Lay out and fill the DRAM image.
+
+    Returns
+    -------
+    (DramLayout, bytearray, dict[str, MatrixInfo], KvGeometry, dict)
+        The layout (regions), the initialised bytes (weights and tables; the KV cache and the
+        logits follow and start as zeros), the matrices, the KV geometry and a dict of row sizes.
+    """
+    c, cols = g.config, cfg.cols
+    lay = DramLayout(cfg.dram_bytes, dram_align(cols))
+    D, hd = c.dim, c.head_dim
+    Dl, hdl = lines_for(D, cols), lines_for(hd, cols)
+    parts: list[tuple[int, np.ndarray]] = []
+    mats: dict[str, MatrixInfo] = {}
+    heads = {}
+    for n in g.nodes:
+        if n.op in ("linear", "logits"):
+            heads[n.attrs["weight"]] = (n.attrs.get("out_heads", 1), n.attrs.get("in_heads", 1), n.attrs.get("bias"))
+    for name, (oh, ih, bias) in heads.items():
+        qmat = qm.mats[name]
+        N, K = qmat.q.shape
+        Nl, Kl = oh * lines_for(N // oh, cols), ih * lines_for(K // ih, cols)
+        ri, ci = scatter_index(N, oh, cols), scatter_index(K, ih, cols)
+        w = np.zeros((Nl * cols, Kl * cols), np.int8)
+        w[np.ix_(ri, ci)] = qmat.q
+        mult = np.zeros(Nl * cols, "<i4")
+        mult[ri] = qmat.mult
+        rw = lay.add(f"w:{name}", w.nbytes, "weight")
+        rm = lay.add(f"mult:{name}", mult.nbytes, "weight")
+        parts += [(rw.offset, w), (rm.offset, mult)]
+        boff = None
+        if bias is not None:
+            b = np.zeros(Nl * cols, "<i4")
+            b[ri] = qm.fx[bias]
+            rb = lay.add(f"bias:{bias}", b.nbytes, "vector")
+            parts.append((rb.offset, b))
+            boff = rb.offset
+        mats[name] = MatrixInfo(name, N, K, Nl, Kl, rw.offset, rm.offset, qmat.requant_shift, boff)
+    gpt2 = c.arch == "gpt2"
+    for n in g.nodes:
+        if n.op == "norm":
+            w = n.attrs["weight"]
+            vec = np.zeros((2 if gpt2 else 1, Dl * cols), "<i4")
+            vec[0, :D] = qm.fx[w]
+            if gpt2:
+                vec[1, :D] = qm.fx[w + "_b"]
+            r = lay.add(f"vec:{w}", vec.nbytes, "vector")
+            parts.append((r.offset, vec))
+    emb = np.zeros((c.vocab_size, Dl * cols), "<i4")
+    emb[:, :D] = qm.fx["token_embd"]
+    r = lay.add("token_embd", emb.nbytes, "table")
+    parts.append((r.offset, emb))
+    rows = {"embd_row": Dl * cols * 4}
+    if gpt2:
+        pe = np.zeros((max_seq, Dl * cols), "<i4")
+        pe[:, :D] = qm.fx["position_embd"][:max_seq]
+        r = lay.add("pos_embd", pe.nbytes, "table")
+        parts.append((r.offset, pe))
+        rows["pos_row"] = Dl * cols * 4
+    else:
+        hp = hdl * cols
+        if hp % 2:
+            raise MemoryError_(f"head_dim {hd} pads to {hp} elements (cols={cols}), an odd number: RoPE needs pairs")
+        tab = np.zeros((max_seq, hp), "<i4")
+        half = hd // 2
+        src = qm.rope[:max_seq]
+        tab[:, :half] = src[:, :half]
+        tab[:, hp // 2:hp // 2 + half] = src[:, half:]
+        r = lay.add("rope", tab.nbytes, "table")
+        parts.append((r.offset, tab))
+        rows["rope_row"] = hp * 4
+    init_end = lay.top
+    page_log2 = page.bit_length() - 1
+    tile = kv_tile(page_log2, hdl)
+    tile_bytes = tile.lines * cols
+    kvr = lay.add("kv", c.n_layers * n_pages * c.n_kv_heads * tile_bytes, "kv")
+    kv = KvGeometry(kvr.offset, page, page_log2, n_pages, c.n_kv_heads, hdl, tile_bytes, c.n_layers)
+    lay.add("logits", lines_for(c.vocab_size, cols) * cols * 4, "io")
+    img = bytearray(init_end)
+    for off, arr in parts:
+        _put(img, off, arr)
+    return lay, img, mats, kv, rows

@@ -1,0 +1,260 @@
+"""The compiled-model artifact: one versioned file the runtime loads, and the per-step patching.
+
+File format (a zip archive, ``.systolica``)::
+
+    manifest.json        format name and version, accelerator config and hash, model metadata,
+                         tokenizer, page size, KV layout, DRAM regions, programs and patch tables
+    programs/<kind>.bin  systolica.program binaries ("prefill", "decode"), stamped with the config hash
+    image.bin            the initialised DRAM image (weights and tables), byte 0 = window offset 0
+
+Everything after the image (KV cache, logits, program regions) starts as zeros; the runtime
+copies the patched program words into their region before each start.
+
+Per-step patching (no recompilation): every program carries a patch table of
+``[instruction index, field, kind, args]``.  :meth:`Artifact.patched_program` evaluates each
+kind against a :class:`StepState` (first position, token ids of the rows, block table) and
+rewrites the field in place.  Kinds:
+
+=============  =====================  ==================================================
+kind           args                   value
+=============  =====================  ==================================================
+embed          [row]                  token_embd + token[row] * row bytes
+pos_embd       []                     pos_embd + pos * row bytes (GPT-2)
+rope           []                     rope + pos * row bytes
+kv_store       [layer, row, part, b]  page of ``pos+row`` (block table) + part + slot * b
+kv_page        [layer, page, head]    KV tile of that page and head (unused page: KV base)
+kv_rows        [page]                 1 if the page holds a token of this step's context else 0
+attn_t         [row, page]            valid tokens of the page for the row's query (0: no-op)
+attn_offset    [row, page]            query position minus the page's first position
+=============  =====================  ==================================================
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from systolica.config import AccelConfig
+from systolica.isa import OP_BY_NAME, OPCODE_BITS
+from systolica.program import Program
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "ArtifactError", "StepState"]
+
+FORMAT = "systolica-artifact"
+FORMAT_VERSION = 1
+
+
+class ArtifactError(ValueError):
+    """An artifact that cannot be used (bad file, other version or config), or a bad step state."""
+
+
+@dataclass(frozen=True)
+class StepState:
+    """What changes from one run of a program to the next.
+
+    Attributes
+    ----------
+    pos : int
+        Position of the first row (tokens already in the KV cache).
+    tokens : sequence of int
+        Token ids of the rows (as many as the program has rows).
+    block_table : sequence of int
+        Physical KV page of each logical page ``0 .. ceil((pos + rows) / page) - 1``.
+    """
+
+    pos: int
+    tokens: Sequence[int]
+    block_table: Sequence[int]
+
+
+def _field_bits(op: str, field: str) -> tuple[int, int, bool]:
+    for f, lo in OP_BY_NAME[op].layout():
+        if f.name == field:
+            return lo, f.bits, f.signed
+    raise ArtifactError(f"patch names field {field!r}, which {op} does not have")
+
+
+class Artifact:
+    """A compiled model: manifest, programs and DRAM image."""
+
+    def __init__(self, manifest: dict, programs: dict[str, Program], image: np.ndarray):
+        self.manifest = manifest
+        self.programs = programs
+        self.image = np.asarray(image, dtype=np.uint8)
+        self._bits: dict[str, list] = {}
+
+    # ------------------------------------------------------------ facts
+    @property
+    def config(self) -> AccelConfig:
+        return AccelConfig.from_dict(dict(self.manifest["config"]))
+
+    @property
+    def page(self) -> int:
+        return int(self.manifest["kv"]["page"])
+
+    def rows(self, kind: str) -> int:
+        return int(self._prog(kind)["rows"])
+
+    def region(self, name: str) -> dict:
+        for r in self.manifest["regions"]:
+            if r["name"] == name:
+                return r
+        raise ArtifactError(f"artifact has no DRAM region {name!r}")
+
+    @property
+    def dram_bytes(self) -> int:
+        """Bytes of the DRAM window the artifact uses (image, KV cache, logits, programs)."""
+        return int(self.manifest["dram_top"])
+
+    def _prog(self, kind: str) -> dict:
+        try:
+            return self.manifest["programs"][kind]
+        except KeyError:
+            raise ArtifactError(f"artifact has no {kind!r} program; it has {', '.join(self.manifest['programs'])}") from None
+
+    # ------------------------------------------------------------ patching
+    def pages_needed(self, pos: int, rows: int) -> int:
+        return -(-(pos + rows) // self.page)
+
+    def _value(self, kind: str, args: list, st: StepState, rows: int) -> int:
+        m, kv = self.manifest, self.manifest["kv"]
+        P = int(kv["page"])
+        if kind == "embed":
+            return m["rows"]["embd_offset"] + int(st.tokens[args[0]]) * m["rows"]["embd_row"]
+        if kind == "pos_embd":
+            return m["rows"]["pos_offset"] + st.pos * m["rows"]["pos_row"]
+        if kind == "rope":
+            return m["rows"]["rope_offset"] + st.pos * m["rows"]["rope_row"]
+        page_bytes = kv["heads"] * kv["tile_bytes"]
+
+        def page_addr(layer: int, logical: int) -> int:
+            return kv["base"] + (layer * kv["n_pages"] + int(st.block_table[logical])) * page_bytes
+
+        if kind == "kv_store":
+            layer, row, part, slot = args
+            p = st.pos + row
+            return page_addr(layer, p // P) + part + (p % P) * slot
+        used = (args[-1] if kind == "kv_rows" else args[1]) * P < st.pos + rows
+        if kind == "kv_page":
+            layer, j, head = args
+            return page_addr(layer, j) + head * kv["tile_bytes"] if used else kv["base"]
+        if kind == "kv_rows":
+            return int(used)
+        row, j = args
+        t = min(max(st.pos + row + 1 - j * P, 0), P)
+        if kind == "attn_t":
+            return t
+        if kind == "attn_offset":
+            return st.pos + row - j * P if t else 0
+        raise ArtifactError(f"unknown patch kind {kind!r}")
+
+    def check_step(self, kind: str, st: StepState) -> None:
+        rows, vocab = self.rows(kind), int(self.manifest["model"]["vocab_size"])
+        if len(st.tokens) != rows:
+            raise ArtifactError(f"the {kind} program runs {rows} rows, got {len(st.tokens)} tokens")
+        for t in st.tokens:
+            if not 0 <= int(t) < vocab:
+                raise ArtifactError(f"token id {t} is outside the vocabulary 0..{vocab - 1}")
+        max_seq = int(self.manifest["max_seq"])
+        if st.pos < 0 or st.pos + rows > max_seq:
+            raise ArtifactError(f"positions {st.pos}..{st.pos + rows - 1} exceed the compiled context "
+                                f"max_seq={max_seq}")
+        need = self.pages_needed(st.pos, rows)
+        n_pages = int(self.manifest["kv"]["n_pages"])
+        if len(st.block_table) < need:
+            raise ArtifactError(f"block table has {len(st.block_table)} pages, positions up to {st.pos + rows - 1} "
+                                f"need {need} (page {self.page})")
+        for p in st.block_table[:need]:
+            if not 0 <= int(p) < n_pages:
+                raise ArtifactError(f"block table names physical page {p}; the KV cache has {n_pages}")
+
+    def patched_program(self, kind: str, st: StepState) -> list[int]:
+        """The words of program ``kind`` with every per-step field set for ``st``."""
+        self.check_step(kind, st)
+        rows = self.rows(kind)
+        words = list(self.programs[kind].words)
+        ops = self._bits.get(kind)
+        if ops is None:
+            ops = []
+            by_code = {spec.code: spec.name for spec in OP_BY_NAME.values()}
+            for idx, field, pkind, args in self._prog(kind)["patches"]:
+                op = by_code[words[idx] & ((1 << OPCODE_BITS) - 1)]
+                ops.append((idx, *_field_bits(op, field), pkind, args))
+            self._bits[kind] = ops
+        for idx, lo, bits, signed, pkind, args in ops:
+            v = self._value(pkind, args, st, rows)
+            lim_lo, lim_hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+            if not lim_lo <= v <= lim_hi:
+                raise ArtifactError(f"{kind} instruction {idx}: {pkind} value {v} does not fit {bits} bits")
+            mask = ((1 << bits) - 1) << lo
+            words[idx] = (words[idx] & ~mask) | ((v & ((1 << bits) - 1)) << lo)
+        return words
+
+    def read_logits(self, window: np.ndarray) -> np.ndarray:
+        """The fx int32 logits of the last row of the last run, from the DRAM window."""
+        lg = self.region("logits")
+        vocab = int(self.manifest["model"]["vocab_size"])
+        return window[lg["offset"]:lg["offset"] + 4 * vocab].view("<i4").copy()
+
+    # ------------------------------------------------------------ files
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+            z.writestr("manifest.json", json.dumps(self.manifest, indent=1, sort_keys=True))
+            for kind, prog in self.programs.items():
+                z.writestr(f"programs/{kind}.bin", prog.to_bytes())
+            z.writestr("image.bin", self.image.tobytes())
+        return buf.getvalue()
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_bytes(self.to_bytes())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, config: AccelConfig | None = None, source: str = "artifact") -> Artifact:
+        """Parse an artifact; with ``config``, refuse one compiled for another accelerator."""
+        try:
+            z = zipfile.ZipFile(io.BytesIO(data))
+        except zipfile.BadZipFile:
+            raise ArtifactError(f"{source}: not a systolica artifact (not a zip archive)") from None
+        with z:
+            names = set(z.namelist())
+            if "manifest.json" not in names:
+                raise ArtifactError(f"{source}: no manifest.json inside: not a systolica artifact")
+            try:
+                man = json.loads(z.read("manifest.json"))
+            except ValueError as e:
+                raise ArtifactError(f"{source}: manifest.json is not valid JSON ({e})") from None
+            if man.get("format") != FORMAT:
+                raise ArtifactError(f"{source}: manifest format {man.get('format')!r}, expected {FORMAT!r}")
+            if man.get("version") != FORMAT_VERSION:
+                raise ArtifactError(f"{source}: artifact format version {man.get('version')}; this systolica reads "
+                                    f"version {FORMAT_VERSION}: recompile the model with this systolica")
+            if config is not None and man["config_hash"] != config.hash_hex():
+                raise ArtifactError(f"{source}: compiled for config {man['config_hash'][:8]} "
+                                    f"({man['config'].get('name')!r}), this accelerator is {config.hash_hex()[:8]} "
+                                    f"({config.name!r}): recompile with --config {config.name}")
+            progs = {}
+            for kind, info in man["programs"].items():
+                fname = f"programs/{kind}.bin"
+                if fname not in names:
+                    raise ArtifactError(f"{source}: {fname} listed in the manifest is missing")
+                progs[kind] = Program.from_bytes(z.read(fname), config=int(man["config_hash32"]), source=fname)
+            if "image.bin" not in names:
+                raise ArtifactError(f"{source}: image.bin is missing")
+            image = np.frombuffer(z.read("image.bin"), dtype=np.uint8).copy()
+        if image.size != man["image_bytes"]:
+            raise ArtifactError(f"{source}: image.bin has {image.size} bytes, the manifest says {man['image_bytes']}")
+        return cls(man, progs, image)
+
+    @classmethod
+    def load(cls, path: str | Path, *, config: AccelConfig | None = None) -> Artifact:
+        p = Path(path)
+        if not p.is_file():
+            raise ArtifactError(f"artifact file {p} does not exist")
+        return cls.from_bytes(p.read_bytes(), config=config, source=str(p))

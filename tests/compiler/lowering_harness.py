@@ -1,0 +1,50 @@
+"""Test-side host loop: runs a compiled artifact on the golden simulator, as the runtime will.
+
+Prefill runs whole chunks with the ``prefill`` program and the rest of a prompt with ``decode``
+(every op is row-wise, so both give the same integers).  The block table is a permutation of the
+physical pages so that paging is exercised, not just the identity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from systolica.artifact import Artifact, StepState
+from systolica.program import Program
+from systolica.sim.golden import GoldenSim
+
+
+class GoldenRunner:
+    def __init__(self, art: Artifact, seed: int = 0):
+        self.art = art
+        self.cfg = art.config
+        size = -(-art.dram_bytes // 4096) * 4096
+        self.sim = GoldenSim(self.cfg, dram=size)
+        self.sim.window[:art.image.size] = art.image
+        n_pages = int(art.manifest["kv"]["n_pages"])
+        self.block_table = list(np.random.default_rng(seed).permutation(n_pages))
+        self.pos = 0
+        self.retired = {}  # program kind -> instructions retired by the last run of it
+
+    def _run(self, kind: str, tokens) -> np.ndarray:
+        words = self.art.patched_program(kind, StepState(self.pos, list(tokens), self.block_table))
+        res = self.sim.run(Program(words, self.cfg))
+        self.retired[kind] = res.counters.instructions
+        self.pos += len(tokens)
+        return self.art.read_logits(self.sim.window)
+
+    def prefill(self, tokens) -> np.ndarray:
+        """Feed ``tokens``; returns the fx logits after the last one."""
+        toks = [int(t) for t in tokens]
+        out = None
+        chunk = self.art.rows("prefill") if "prefill" in self.art.programs else 0
+        i = 0
+        while chunk and len(toks) - i >= chunk:
+            out = self._run("prefill", toks[i:i + chunk])
+            i += chunk
+        for t in toks[i:]:
+            out = self._run("decode", [t])
+        return out
+
+    def decode(self, token: int) -> np.ndarray:
+        return self._run("decode", [int(token)])
