@@ -363,3 +363,19 @@ def test_real_model_reads_and_continues_text():
         out.append(int(logits.argmax()))
         logits = fm.decode(out[-1])
     assert "Paris" in tok.decode(out)
+
+
+def test_load_model_dispatch(tmp_path):
+    from systolica.compiler.frontend import load_model
+    src = random_model("llama", seed=12, **ODD)
+    g = write_gguf(src, tmp_path / "m.gguf")
+    renamed = tmp_path / "m.bin"
+    renamed.write_bytes(g.read_bytes())  # recognised by its magic, not its name
+    d = write_safetensors(src, tmp_path / "hf")
+    for source in (g, renamed, d, d / "model.safetensors"):
+        np.testing.assert_array_equal(load_model(source).weights["blk.1.ffn_up"], src.weights["blk.1.ffn_up"])
+    (tmp_path / "junk.bin").write_bytes(b"\x00" * 64)
+    with pytest.raises(ModelError, match=r"unknown checkpoint format \(magic b'\\x00"):
+        load_model(tmp_path / "junk.bin")
+    with pytest.raises(ModelError, match="no such file or directory"):
+        load_model(tmp_path / "nothing")
