@@ -1,0 +1,110 @@
+"""``systolica compile MODEL (--config X | --board Y) -o FILE``: a checkpoint to a versioned artifact.
+
+MODEL is a ``.gguf`` file, a directory with ``config.json`` + ``*.safetensors``, or
+``random:ARCH[:key=value,...]`` (a :func:`systolica.testmodels.random_model`, for trying a
+configuration without a checkpoint).  The summary's instruction counts are the instructions
+each program retires: programs have no branches, so the golden simulator retires every word
+once (the tests check this against the simulator's counters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+__all__ = ["Compile", "load_model"]
+
+
+def load_model(spec: str):
+    """A :class:`~systolica.model.Model` from a path or a ``random:`` spec."""
+    from systolica.model import ModelError
+
+    if spec.startswith("random:"):
+        from systolica.testmodels import random_model
+
+        parts = spec.split(":")
+        kw: dict = {}
+        for item in (parts[2].split(",") if len(parts) > 2 and parts[2] else []):
+            k, _, v = item.partition("=")
+            kw[k] = v.lower() == "true" if v.lower() in ("true", "false") else int(v)
+        return random_model(parts[1], **kw)
+    p = Path(spec)
+    if not p.exists():
+        raise ModelError(f"model {spec!r} does not exist (a .gguf file, a safetensors directory or random:ARCH)")
+    if p.is_dir():
+        from systolica.compiler.safetensors_reader import read_safetensors
+
+        return read_safetensors(p)
+    from systolica.compiler.gguf_reader import read_gguf
+
+    return read_gguf(p)
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+class Compile:
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("model", help="a .gguf file, a safetensors directory, or random:ARCH[:k=v,...]")
+        g = p.add_mutually_exclusive_group()
+        g.add_argument("--config", help="accelerator preset name or TOML file (default: the 'default' preset)")
+        g.add_argument("--board", help="a board preset (its accelerator configuration)")
+        p.add_argument("-o", "--output", required=True, help="artifact file to write (.systolica)")
+        p.add_argument("--page", type=int, default=16, help="KV-cache page size in tokens (power of two)")
+        p.add_argument("--max-seq", type=int, default=None, help="longest context (default: the model's)")
+        p.add_argument("--prefill-chunk", type=int, default=16, help="rows of the prefill program (upper bound)")
+
+    @staticmethod
+    def main(args: argparse.Namespace) -> int:
+        from rich.console import Console
+        from rich.table import Table
+
+        from systolica.compiler.compile import compile_model
+        from systolica.config import load_config, preset
+
+        con = Console(stderr=True)
+        cfg = preset(args.board) if args.board else load_config(args.config)
+        t0 = time.perf_counter()
+        with con.status("reading model") as status:
+            model = load_model(args.model)
+            art = compile_model(model, cfg, page=args.page, max_seq=args.max_seq, prefill_chunk=args.prefill_chunk,
+                                progress=lambda s: status.update(f"compiling: {s}"))
+            status.update("writing artifact")
+            art.save(args.output)
+        man = art.manifest
+        out = Console()
+        t = Table(title=f"{man['model']['name']} -> {args.output} (accelerator {cfg.name!r}, {cfg.hash_hex()[:8]})")
+        for col in ("program", "rows", "instructions", "load / compute / store", "patched", "weight bytes"):
+            t.add_column(col, justify="right")
+        b = Table(title="on-chip buffers (lines used / capacity)")
+        for col in ("program", "spad", "acc", "vbuf"):
+            b.add_column(col, justify="right")
+        for kind, s in man["stats"].items():
+            pe = s["per_engine"]
+            t.add_row(kind, str(s["rows"]), f"{s['instructions']:,}",
+                      f"{pe.get('LOAD', 0):,} / {pe.get('COMPUTE', 0):,} / {pe.get('STORE', 0):,}",
+                      f"{s['patches']:,}", _human(s["weight_bytes"]))
+            b.add_row(kind, *(f"{u[0]:,} / {u[1]:,}" for u in s["onchip"].values()))
+        out.print(t)
+        out.print(b)
+        kinds: dict[str, int] = {}
+        for r in man["regions"]:
+            kinds[r["kind"]] = kinds.get(r["kind"], 0) + r["size"]
+        d = Table(title="DRAM window")
+        d.add_column("region kind")
+        d.add_column("bytes", justify="right")
+        for k, v in kinds.items():
+            d.add_row(k, _human(v))
+        d.add_row("total", f"{_human(man['dram_top'])} of {_human(cfg.dram_bytes)}")
+        out.print(d)
+        worst = max(man["quant_errors"].items(), key=lambda kv: kv[1])
+        out.print(f"weight bytes read per decode token: {man['stats']['decode']['weight_bytes']:,}; "
+                  f"worst quantization error {worst[0]} {worst[1]:.2e}; compiled in {time.perf_counter() - t0:.2f} s")
+        return 0
