@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "disasm": ("systolica.cli_core:Disasm", "disassemble a program binary"),
     "sim": ("systolica.cli_core:Sim", "run a program binary on the golden simulator"),
     "isa-doc": ("systolica.cli_core:IsaDoc", "write the ISA reference (docs/isa.md) from the ISA table"),
+    "compile": ("systolica.compiler.cli_compile:Compile", "compile a model (GGUF, safetensors) into an artifact"),
 }
 
 
