@@ -1,0 +1,74 @@
+"""Accumulator: adds the systolic array's partial-sum lines into the accumulator buffer.
+
+The array gives one int32 line per activation row per K tile; a GEMM with ``K > R``
+sums those partial lines over its K tiles.  Each line's ``tag`` (from the activation
+beat) says where: ``addr`` (accumulator line) and ``acc`` (1: add to the line, 0:
+overwrite it — the first K tile of a GEMM without ``acc``).  Read-modify-write takes
+one cycle per line: the read is issued as the line arrives, the sum is written the
+next cycle, and the buffer's read port is transparent to its write port, so the same
+line may arrive in back-to-back cycles (decode: one line per K tile).  It never
+stalls, so ``i_stream.ready`` is always 1.
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+
+__all__ = ["Accumulator", "acc_tag_layout"]
+
+
+def acc_tag_layout(cfg: AccelConfig) -> data.StructLayout:
+    """The array tag the accumulator understands: ``addr`` (16-bit line) then ``acc``."""
+    return data.StructLayout({"addr": 16, "acc": 1})
+
+
+class Accumulator(wiring.Component):
+    """Read-modify-write of array output lines into an accumulator buffer.
+
+    Attributes
+    ----------
+    i_stream : In(stream)
+        The array's ``o_stream`` (``data``: C int32, ``last``, ``tag`` as :func:`acc_tag_layout`).
+    rd : In(ReadPort.Signature)
+        To a transparent read port of the accumulator buffer.
+    wr : In(WritePort.Signature)
+        To its write port.
+    lines : Out(32)
+        Lines written since reset (for counters and tests).
+    """
+
+    def __init__(self, cfg: AccelConfig, o_layout: data.Layout):
+        self.cfg = cfg
+        self.line = data.ArrayLayout(o_layout["data"].shape.elem_shape, cfg.cols)
+        abits = max(1, (cfg.acc_lines - 1).bit_length())
+        self.abits = abits
+        super().__init__({
+            "i_stream": In(stream.Signature(o_layout)),
+            "rd": In(memory.ReadPort.Signature(addr_width=abits, shape=self.line)),
+            "wr": In(memory.WritePort.Signature(addr_width=abits, shape=self.line)),
+            "lines": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        i = self.i_stream
+        tag = Signal(acc_tag_layout(self.cfg))
+        m.d.comb += [i.ready.eq(1), tag.eq(i.payload.tag)]
+        m.d.comb += [self.rd.addr.eq(tag.addr), self.rd.en.eq(i.valid)]
+        # stage 1: the line, its address and whether to add, one cycle later with the read data
+        valid = Signal()
+        acc = Signal()
+        addr = Signal(self.abits)
+        line = Signal(self.line)
+        m.d.sync += [valid.eq(i.valid), acc.eq(tag.acc), addr.eq(tag.addr), line.eq(i.payload.data)]
+        m.d.comb += [self.wr.addr.eq(addr), self.wr.en.eq(valid)]
+        for c in range(self.cfg.cols):
+            # int32 wrap on assignment, like the hardware adder and numerics.matmul
+            m.d.comb += self.wr.data[c].eq(line[c] + Mux(acc, self.rd.data[c], 0))
+        with m.If(valid):
+            m.d.sync += self.lines.eq(self.lines + 1)
+        return m
