@@ -189,3 +189,194 @@ def test_quant_weight():
 def test_argmax_first_max():
     x = np.array([[1, 5, 5, 2], [-3, -3, -9, -3], [nx.INT32_MIN] * 4], np.int32)
     assert nx.argmax(x).tolist() == [1, 0, 0]
+
+
+# ------------------------------------------------------------------ reciprocal, rsqrt, exp
+def test_recip_is_the_exact_normalised_quotient():
+    rng = np.random.default_rng(3)
+    d = np.concatenate([rng.integers(1, 2**62, 20000), np.arange(1, 5000), 2 ** np.arange(0, 62),
+                        2 ** np.arange(1, 62) - 1])
+    y, k = nx.recip(d)
+    for dv, yv, kv in zip(d[::97].tolist(), y[::97].tolist(), k[::97].tolist()):
+        n = dv.bit_length()
+        m = dv << (31 - n) if n <= 31 else dv >> (n - 31)
+        assert yv == (1 << 60) // m and kv == n + 29
+    rel = np.abs(y * np.exp2(-k.astype(float)) * d - 1)
+    assert rel.max() < 2**-29
+    assert nx.recip(np.array([0]))[0][0] == 2**30  # d <= 0 counts as 1
+
+
+def test_recip_newton_equals_the_quotient():
+    rng = np.random.default_rng(4)
+    m = np.concatenate([rng.integers(2**30, 2**31, 300_000), np.arange(2**30, 2**30 + 20_000),
+                        np.arange(2**31 - 20_000, 2**31), (np.arange(256) << 22) + 2**30,
+                        (np.arange(1, 257) << 22) + 2**30 - 1])
+    np.testing.assert_array_equal(nx.recip_newton(m), (1 << 60) // m)
+    assert nx.RECIP_SEED.size <= 256
+    with pytest.raises(ValueError, match="2\\*\\*30 <= m"):
+        nx.recip_newton(np.array([5]))
+
+
+def test_rsqrt_fx_relative_error():
+    rng = np.random.default_rng(5)
+    v = np.concatenate([rng.integers(1, 2**62, 50000), 2 ** rng.integers(0, 62, 2000),
+                        2 ** rng.integers(1, 62, 2000) - 1, np.arange(1, 5000)])
+    e = rng.integers(-80, 80, v.size)
+    y, k = nx.rsqrt_fx(v, e)
+    assert y.max() <= 2**30
+    ref = v.astype(float) ** -0.5 * np.exp2(-e / 2)
+    rel = np.abs(y * np.exp2(-k.astype(float)) / ref - 1)
+    assert rel.max() < 2**-28  # measured 2**-28.6
+    assert nx.RSQRT_SEED.size <= 256
+
+
+def test_exp_fx_accuracy_and_shape():
+    x = np.arange(-30 * 65536, 1, 7, dtype=np.int64)
+    ref = np.exp(x / 65536.0)
+    for frac in (30, 22, 16):
+        e = nx.exp_fx(x, frac)
+        err = np.abs(e - ref * 2**frac)
+        assert np.all(err <= 0.5 + 1e-6 * ref * 2**frac)  # measured: 1e-6 relative plus the output rounding
+    e30 = nx.exp_fx(x, 30)
+    assert np.all(np.diff(e30) >= 0)  # monotone
+    assert int(nx.exp_fx(np.array([0]), 30)[0]) == 2**30  # exp(0) is exactly one
+    assert nx.exp_fx(np.array([5 << 16]), 16).tolist() == [65536]  # positive inputs count as 0
+    assert nx.exp_fx(np.array([nx.INT32_MIN]), 30).tolist() == [0]
+    assert nx.EXP_BASE.size == nx.EXP_DELTA.size == 256
+    with pytest.raises(ValueError, match="frac"):
+        nx.exp_fx(np.array([0]), 31)
+
+
+# ------------------------------------------------------------------ activations
+_XS = np.arange(-24 * 65536, 24 * 65536, 37, dtype=np.int64)
+
+
+def test_sigmoid_symmetric_and_accurate():
+    s = nx.sigmoid_fx(_XS)
+    np.testing.assert_array_equal(s + nx.sigmoid_fx(-_XS), 2**30)
+    ref = 1 / (1 + np.exp(-_XS / 65536.0))
+    assert np.abs(s - ref * 2**30).max() < 300  # measured 252 (2.3e-7)
+    assert np.all(np.diff(s) >= 0)
+
+
+def test_silu_error():
+    y = nx.silu(_XS)
+    xr = nx.from_fx(_XS)
+    err = np.abs(nx.from_fx(y) - xr / (1 + np.exp(-xr))) / LSB
+    assert err.max() <= 0.55  # measured 0.513 lsb
+    big = np.array([nx.INT32_MIN, -(2**30), 2**30, nx.INT32_MAX, 30 << 16])
+    assert nx.silu(big).tolist() == [0, 0, 2**30, nx.INT32_MAX, 30 << 16]
+
+
+def test_gelu_error():
+    y = nx.gelu(_XS)
+    xr = nx.from_fx(_XS)
+    ref = 0.5 * xr * (1 + np.tanh(math.sqrt(2 / math.pi) * (xr + 0.044715 * xr**3)))
+    err = np.abs(nx.from_fx(y) - ref) / LSB
+    assert err.max() <= 0.7  # measured 0.668 lsb
+    big = np.array([nx.INT32_MIN, -(2**30), 2**30, nx.INT32_MAX])
+    assert nx.gelu(big).tolist() == [0, 0, 2**30, nx.INT32_MAX]
+
+
+@settings(max_examples=100, deadline=None)
+@given(x=hnp.arrays(np.int32, 8, elements=I32))
+def test_activations_stay_in_range(x):
+    for f in (nx.silu, nx.gelu):
+        y = f(x).astype(np.int64)
+        assert y.dtype == np.int64
+        xs = x.astype(np.int64)
+        assert np.all(np.abs(y) <= np.abs(xs) + 1)  # |act(x)| <= |x|: no overflow anywhere
+
+
+# ------------------------------------------------------------------ norms and softmax
+def _norm_cases():
+    rng = np.random.default_rng(6)
+    for n in (1, 2, 7, 64, 576, 1536):
+        for scale in (1e-3, 1e-2, 0.1, 1.0, 30.0, 1000.0):
+            x = rng.normal(size=(4, n)) * scale
+            if n > 4:
+                x[0, 3] *= 8  # an outlier
+                x[1] = 0.0
+                x[1, 2] = scale  # one non-zero element
+            g = nx.to_fx(rng.uniform(0.2, 3.0, n))
+            b = nx.to_fx(rng.normal(size=n))
+            for eps in (1e-5, 1e-6):
+                yield nx.to_fx(x), g, b, round(eps * 2**32)
+
+
+def test_rmsnorm_error():
+    worst = 0.0
+    for x, g, _, eq in _norm_cases():
+        xr, gr = nx.from_fx(x), nx.from_fx(g)
+        ref = xr / np.sqrt((xr**2).mean(axis=1, keepdims=True) + eq * 2.0**-32) * gr
+        err = np.abs(nx.from_fx(nx.rmsnorm(x, g, eq)) - ref) / LSB
+        bound = 0.65 + 2.0**-22 * np.abs(ref).max(axis=1, keepdims=True) / LSB  # measured 0.637 lsb
+        assert np.all(err <= bound), (err.max(), x.shape)
+        worst = max(worst, err.max())
+    assert worst > 0.3  # the comparison is live
+
+
+def test_layernorm_error():
+    for x, g, b, eq in _norm_cases():
+        x = nx.add(x, nx.to_fx(0.37 * np.abs(nx.from_fx(x)).max()))  # a row mean to remove
+        xr, gr, br = nx.from_fx(x), nx.from_fx(g), nx.from_fx(b)
+        xm = xr - xr.mean(axis=1, keepdims=True)
+        sd = np.sqrt((xm**2).mean(axis=1, keepdims=True) + eq * 2.0**-32)
+        ref0 = xm / sd * gr
+        err = np.abs(nx.from_fx(nx.layernorm(x, g, b, eq)) - (ref0 + br)) / LSB
+        # the mean is kept to 2**-24: its rounding moves every output by up to gamma * 2**-25 / sd
+        bound = 0.65 + 2.0**-22 * np.abs(ref0).max(axis=1, keepdims=True) / LSB + gr * 2.0**-25 / sd / LSB
+        assert np.all(err <= bound), (err.max(), x.shape)
+
+
+def test_norm_edges():
+    z = np.zeros((2, 8), np.int32)
+    g = nx.to_fx(np.ones(8))
+    np.testing.assert_array_equal(nx.rmsnorm(z, g, 0), 0)  # zero rows, eps 0: no division by zero
+    np.testing.assert_array_equal(nx.layernorm(z, g, nx.to_fx(np.full(8, 0.5)), 0), nx.to_fx(np.full((2, 8), 0.5)))
+    x = np.full((1, 4), nx.INT32_MAX, np.int32)
+    np.testing.assert_array_equal(nx.rmsnorm(x, g[:4], 0), 65536)  # extremes: exactly 1
+    with pytest.raises(ValueError, match="eps_q32"):
+        nx.rmsnorm(x, g[:4], 2**24)
+    with pytest.raises(ValueError, match="2-D"):
+        nx.layernorm(np.zeros(4, np.int32), g[:4], g[:4], 0)
+
+
+def test_softmax_error():
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 10, 300, 49152):
+        for scale in (0.01, 1.0, 5.0, 30.0, 1000.0):
+            x = nx.to_fx(rng.normal(size=(3, n)) * scale)
+            xr = nx.from_fx(x)
+            ref = np.exp(xr - xr.max(axis=1, keepdims=True))
+            ref /= ref.sum(axis=1, keepdims=True)
+            p = nx.softmax(x)
+            assert np.abs(nx.from_fx(p) - ref).max() <= 0.55 * LSB  # measured 0.500 lsb
+            assert np.all(np.abs(p.sum(axis=1, dtype=np.int64) - 65536) <= max(1, n // 2))
+    ext = np.array([[nx.INT32_MIN, nx.INT32_MAX, nx.INT32_MAX]], np.int32)
+    assert nx.softmax(ext).tolist() == [[0, 32768, 32768]]
+
+
+# ------------------------------------------------------------------ RoPE
+def test_rope_table_and_rotation():
+    pos = np.array([0, 1, 7, 100, 8191])
+    tab = nx.rope_table(pos, 64, 10000.0)
+    assert tab.shape == (5, 64) and tab.dtype == np.int32
+    ang = pos[:, None] * 10000.0 ** (-np.arange(0, 64, 2) / 64)
+    assert np.abs(tab - np.concatenate([np.cos(ang), np.sin(ang)], axis=1) * 2**14).max() <= 0.5
+    rng = np.random.default_rng(8)
+    x = nx.to_fx(rng.normal(size=(5, 3 * 64)) * 4)
+    y = nx.rope(x, tab)
+    c, s = tab[:, None, :32] / 2**14, tab[:, None, 32:] / 2**14
+    xr = nx.from_fx(x).reshape(5, 3, 32, 2)
+    ref = np.stack([xr[..., 0] * c - xr[..., 1] * s, xr[..., 0] * s + xr[..., 1] * c], -1).reshape(5, -1)
+    assert np.abs(nx.from_fx(y) - ref).max() <= 0.5 * LSB  # exact product, one rounding
+    c, s = np.cos(ang)[:, None], np.sin(ang)[:, None]
+    true = np.stack([xr[..., 0] * c - xr[..., 1] * s, xr[..., 0] * s + xr[..., 1] * c], -1).reshape(5, -1)
+    pair = np.abs(xr).sum(-1).repeat(2, axis=-1).reshape(5, -1)
+    assert np.all(np.abs(nx.from_fx(y) - true) <= 0.5 * LSB + pair * 2.0**-15)  # table rounding
+    np.testing.assert_array_equal(y[0], x[0])  # position 0 is the identity
+    with pytest.raises(ValueError, match="multiple of head_dim"):
+        nx.rope(x[:, :100], tab)
+    with pytest.raises(ValueError, match="even"):
+        nx.rope_table(pos, 63, 10000.0)
