@@ -150,6 +150,26 @@ def read_gguf_metadata(path: str | os.PathLike) -> dict:
 
 
 # ------------------------------------------------------------------ tensors
+def _dequant_simple(raw: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    """Q8_0 / Q4_0 / Q4_1 in one vectorized pass (gguf.quants loops over row groups: several times slower).
+
+    Blocks of 32 elements: Q8_0 = f16 d, 32 x int8 q -> q*d; Q4_0 = f16 d, 16 bytes of nibbles (low nibbles
+    are elements 0..15, high nibbles 16..31) -> (q-8)*d; Q4_1 = f16 d, f16 m, nibbles -> q*d + m.
+    """
+    size = GGML_QUANT_SIZES[qtype][1]
+    b = np.ascontiguousarray(raw).reshape(-1, size)
+    d = b[:, 0:2].copy().view("<f2").astype(np.float32)  # (blocks, 1)
+    if qtype == Q.Q8_0:
+        return (b[:, 2:].view(np.int8).astype(np.float32) * d).reshape(raw.shape[0], -1)
+    start = 2 if qtype == Q.Q4_0 else 4
+    nib = b[:, start:start + 16]
+    q = np.concatenate([nib & 0x0F, nib >> 4], axis=1).astype(np.float32)  # (blocks, 32)
+    if qtype == Q.Q4_0:
+        return ((q - 8.0) * d).reshape(raw.shape[0], -1)
+    m = b[:, 2:4].copy().view("<f2").astype(np.float32)
+    return (q * d + m).reshape(raw.shape[0], -1)
+
+
 def _dequantize(t: gguf.ReaderTensor, path: Path) -> np.ndarray:
     """One tensor as float32 in numpy order: ``ne`` reversed, so a matrix is (out, in)."""
     qtype = GGMLQuantizationType(t.tensor_type)
@@ -161,6 +181,8 @@ def _dequantize(t: gguf.ReaderTensor, path: Path) -> np.ndarray:
         out = np.array(t.data, dtype=np.float32)
     elif qtype == Q.F16:
         out = np.asarray(t.data).astype(np.float32)
+    elif qtype in (Q.Q8_0, Q.Q4_0, Q.Q4_1):
+        out = _dequant_simple(np.asarray(t.data), qtype)
     else:
         out = gguf.quants.dequantize(np.asarray(t.data), qtype).astype(np.float32, copy=False)
     if out.size != int(np.prod(shape, dtype=np.int64)):

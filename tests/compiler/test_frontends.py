@@ -379,3 +379,17 @@ def test_load_model_dispatch(tmp_path):
         load_model(tmp_path / "junk.bin")
     with pytest.raises(ModelError, match="no such file or directory"):
         load_model(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("ttype", ["Q8_0", "Q4_0", "Q4_1"])
+def test_fast_dequantize_matches_gguf(ttype):
+    """The vectorized Q8_0/Q4_x decoder gives gguf.quants' values bit for bit, on arbitrary block bytes."""
+    from systolica.compiler.gguf_reader import _dequant_simple
+    qt = gguf.GGMLQuantizationType[ttype]
+    size = gguf.GGML_QUANT_SIZES[qt][1]
+    rng = np.random.default_rng(1)
+    raw = rng.integers(0, 256, (7, 3 * size), dtype=np.uint8)  # 7 rows of 96 elements
+    blocks = raw.reshape(7, 3, size)
+    scales = rng.uniform(-0.05, 0.05, (7, 3, 2)).astype("<f2")  # finite d (and m for Q4_1)
+    blocks[:, :, 0:4 if ttype == "Q4_1" else 2] = scales.view(np.uint8)[..., : 4 if ttype == "Q4_1" else 2]
+    np.testing.assert_array_equal(_dequant_simple(raw, qt), gguf.quants.dequantize(raw, qt))
