@@ -204,6 +204,9 @@ def _llama(hf: dict, raw: dict[str, np.ndarray], d: Path) -> tuple[ModelConfig, 
     n_kv = int(_key(hf, c, "num_key_value_heads", default=n_heads))
     if hf.get("rope_scaling"):
         raise SafetensorsError(f"{c}: rope_scaling={hf['rope_scaling']!r} is not supported (plain RoPE only)")
+    for k in ("attention_bias", "mlp_bias"):
+        if hf.get(k):
+            raise SafetensorsError(f"{c}: {k}=true is not supported (systolica's llama has no biases)")
     take = _taker(raw, ("model.", ""), d)
     tied = bool(hf.get("tie_word_embeddings", False))
     if not tied and "lm_head.weight" not in raw:

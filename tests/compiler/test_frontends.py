@@ -301,6 +301,9 @@ def test_safetensors_errors(tmp_path):
     (d / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "intermediate_size"}))
     with pytest.raises(SafetensorsError, match="config key 'intermediate_size' is missing"):
         read_safetensors(d)
+    (d / "config.json").write_text(json.dumps(dict(cfg, attention_bias=True)))
+    with pytest.raises(SafetensorsError, match="attention_bias=true is not supported"):
+        read_safetensors(d)
     (d / "config.json").write_text(json.dumps(dict(cfg, intermediate_size=91)))
     with pytest.raises(SafetensorsError, match=r"tensor 'blk.0.ffn_up' has shape \(90, 44\), expected \(91, 44\)"):
         read_safetensors(d)
