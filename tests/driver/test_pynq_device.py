@@ -1,0 +1,100 @@
+"""The pynq backend against the real `pynq` package, with PYNQ's device layer replaced by a simulated board.
+
+`pynq.MMIO` and `pynq.allocate` are PYNQ's own code; only the layer below them
+(`pynq.Device`: register reads/writes and buffer allocation) is a simulated board
+whose accelerator is the golden simulator.  On a real board the same runtime
+code talks to the bitstream instead (tests marked `board`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pynq = pytest.importorskip("pynq", reason="the pynq package is not installed (pip install -e .[board])")
+
+from systolica import numerics  # noqa: E402
+from systolica.config import preset  # noqa: E402
+from systolica.driver.accel import Accelerator  # noqa: E402
+from systolica.driver.device import DeviceError  # noqa: E402
+from systolica.driver.golden_device import GoldenDevice  # noqa: E402
+from systolica.driver.pynq_device import PynqDevice, find_accelerator_ip  # noqa: E402
+from systolica.isa import Buf, encode, make  # noqa: E402
+
+CFG = preset("tiny")
+BASE = 0xA000_0000
+
+
+class SimulatedBoard(pynq.Device):
+    """PYNQ's device layer for a board whose accelerator is the golden simulator."""
+
+    def __init__(self, golden: GoldenDevice):
+        super().__init__("systolica-simulated-board")
+        self.capabilities = {"REGISTER_RW": True}
+        self.golden = golden
+
+    def read_registers(self, address, length):
+        return self.golden.read_csr(address - BASE).to_bytes(4, "little")[:length]
+
+    def write_registers(self, address, data):
+        self.golden.write_csr(address - BASE, int.from_bytes(bytes(data), "little"))
+
+    def allocate(self, shape, dtype, **kwargs):
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        region = self.golden.alloc(nbytes)
+        return pynq.buffer.PynqBuffer(shape, dtype, buffer=self.golden.arena, offset=region.offset, device=self,
+                                      device_address=region.physical_address, coherent=True)
+
+
+@pytest.fixture
+def board():
+    golden = GoldenDevice(CFG, dram_bytes=1 << 20)
+    sim = SimulatedBoard(golden)
+    old = pynq.Device.active_device if hasattr(pynq.Device, "_active_device") else None
+    pynq.Device.active_device = sim
+    yield sim
+    if old is not None:
+        pynq.Device.active_device = old
+
+
+def test_gemm_through_pynq_mmio_and_allocate(board):
+    dev = PynqDevice(CFG, base_addr=BASE)
+    acc = Accelerator(dev)
+    acc.check_config(CFG.hash32())
+    c = CFG.cols
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (2, c), dtype=np.int8)
+    w = rng.integers(-128, 128, (c, c), dtype=np.int8)
+    win = dev.alloc(1 << 14)
+    assert isinstance(win.view, pynq.buffer.PynqBuffer)
+    win.view[0x1000:0x1000 + a.size] = a.view(np.uint8).ravel()
+    win.view[0x2000:0x2000 + w.size] = w.view(np.uint8).ravel()
+    prog = [
+        make("LOAD", buf=Buf.SPAD, sram=0, dram=0x1000, rows=2, lines=1, stride=c),
+        make("LOAD", buf=Buf.SPAD, sram=2, dram=0x2000, rows=c, lines=1, stride=c, push_next=True),
+        make("GEMM", dst=0, a=0, w=2, m=2, k=1, n=1, pop_prev=True, push_next=True),
+        make("STORE", buf=Buf.ACC, sram=0, dram=0x3000, rows=2, lines=1, stride=4 * c, pop_prev=True),
+        make("FINISH"),
+    ]
+    raw = b"".join(encode(i).to_bytes(16, "little") for i in prog)
+    win.view[:len(raw)] = np.frombuffer(raw, np.uint8)
+    stats = acc.run(win, 0, len(prog))
+    out = np.asarray(win.view[0x3000:0x3000 + 2 * c * 4]).view(np.int32).reshape(2, c)
+    np.testing.assert_array_equal(out, numerics.matmul(a, w))
+    assert stats.instrs == len(prog)
+
+
+def test_missing_bitstream_and_hwh_are_named(tmp_path, board):
+    with pytest.raises(DeviceError, match="does not exist"):
+        PynqDevice(CFG, tmp_path / "systolica.bit")
+    (tmp_path / "systolica.bit").write_bytes(b"\0" * 16)
+    with pytest.raises(DeviceError, match=r"systolica\.hwh is missing"):
+        PynqDevice(CFG, tmp_path / "systolica.bit")
+
+
+def test_finding_the_accelerator_in_an_overlay():
+    ip = {"axi_dma_0": {"type": "xilinx.com:ip:axi_dma:7.1"},
+          "accel": {"type": "systolica.dev:hls:systolica:1.0", "phys_addr": BASE, "addr_range": 4096}}
+    assert find_accelerator_ip(ip)[0] == "accel"
+    with pytest.raises(DeviceError, match="no systolica accelerator IP; IPs found: axi_dma_0"):
+        find_accelerator_ip({"axi_dma_0": {"type": "xilinx.com:ip:axi_dma:7.1"}})
