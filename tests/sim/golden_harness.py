@@ -48,4 +48,31 @@ def pad_cols(x: np.ndarray, cols: int) -> np.ndarray:
 
 
 def same_state(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
-    return all(np.array_equal(x, y) for x, y in zip(a, b))
+    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def run_program(h: Harness, loads, body: str, stores, **kw):
+    """LOAD ``loads`` from DRAM, run ``body`` on the compute engine, STORE ``stores``; returns the stored arrays.
+
+    ``loads``: ``(buf, line, array)`` with ``array`` of shape (rows, lines * cols) (int8 for SPAD, int32 else);
+    ``stores``: ``(buf, line, rows, lines)``.  Dependency tokens order the three phases.
+    """
+    cols, addr, text = h.cols, 0, []
+    for buf, line, a in loads:
+        a = np.ascontiguousarray(a, np.int8 if buf == "SPAD" else np.int32)
+        rows, lines = a.shape[0], a.shape[1] // cols
+        h.put(addr, a)
+        row_bytes = a.shape[1] * a.itemsize
+        text.append(f"LOAD buf={buf} sram={line} dram={addr} rows={rows} lines={lines} stride={row_bytes}")
+        addr += -(-a.nbytes // 64) * 64
+    text += ["NOP engine=LOAD @push_next", "NOP engine=COMPUTE @pop_prev", body, "NOP engine=COMPUTE @push_next",
+             "NOP engine=STORE @pop_prev"]
+    outs = []
+    for buf, line, rows, lines in stores:
+        dtype = np.int8 if buf == "SPAD" else np.int32
+        text.append(f"STORE buf={buf} sram={line} dram={addr} rows={rows} lines={lines} stride={lines * cols * np.dtype(dtype).itemsize}")
+        outs.append((addr, dtype, (rows, lines * cols)))
+        addr += -(-rows * lines * cols * np.dtype(dtype).itemsize // 64) * 64
+    res = h.run("\n".join(text + ["FINISH"]), **kw)
+    assert res.ok, res.message
+    return [h.get(a, d, s) for a, d, s in outs]
