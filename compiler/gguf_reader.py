@@ -25,7 +25,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from systolica.model import Model, ModelConfig, ModelError
 
-from .tokenizer import Tokenizer
+from systolica.tokenizer import Tokenizer
 
 __all__ = ["read_gguf", "read_gguf_metadata", "GGUFError", "SUPPORTED_TYPES", "ARCHITECTURES"]
 

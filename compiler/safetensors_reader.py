@@ -22,7 +22,7 @@ from safetensors import safe_open
 
 from systolica.model import Model, ModelConfig, ModelError
 
-from .tokenizer import Tokenizer
+from systolica.tokenizer import Tokenizer
 
 __all__ = ["read_safetensors", "hf_to_gguf_rows", "gguf_to_hf_rows", "SafetensorsError"]
 

@@ -82,7 +82,7 @@ class ModelConfig:
 class Model:
     config: ModelConfig
     weights: dict[str, np.ndarray]  # float32, names and layouts as in the module docstring
-    tokenizer: object | None = None  # systolica.compiler tokenizer, when the checkpoint carried one
+    tokenizer: object | None = None  # systolica.tokenizer.Tokenizer, when the checkpoint carried one
     metadata: dict = field(default_factory=dict)
 
     def w(self, name: str) -> np.ndarray:

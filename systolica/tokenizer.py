@@ -151,6 +151,22 @@ class Tokenizer:
         return StreamDecoder(self, skip_special)
 
     # -------------------------------------------------------------- construction
+    def to_dict(self) -> dict:
+        """A JSON-able form (stored in compiled artifacts); :meth:`from_dict` rebuilds the tokenizer."""
+        return {"kind": self.kind, "bos_id": self.bos_id, "eos_id": self.eos_id, "add_bos": self.add_bos,
+                "strip_leading_space": self.strip_leading_space, "hf_json": self.hf.to_str(),
+                "token_bytes_hex": [b.hex() for b in self._bytes], "special_ids": sorted(self.special_ids)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> Tokenizer:
+        """Rebuild from :meth:`to_dict`'s form, as stored in an artifact's manifest."""
+        try:
+            return cls(tokenizers.Tokenizer.from_str(str(d["hf_json"])), str(d["kind"]),
+                       [bytes.fromhex(h) for h in d["token_bytes_hex"]], {int(i) for i in d["special_ids"]},
+                       d.get("bos_id"), d.get("eos_id"), bool(d.get("add_bos")), bool(d.get("strip_leading_space")))
+        except (KeyError, TypeError, ValueError, Exception) as e:
+            raise TokenizerError(f"stored tokenizer cannot be rebuilt: {type(e).__name__}: {e}") from None
+
     @classmethod
     def from_gguf(cls, meta: Mapping[str, object]) -> Tokenizer:
         """Build from GGUF ``tokenizer.ggml.*`` metadata (decoded to Python values).

@@ -9,7 +9,7 @@ import pytest
 import tokenizers
 from systolica.compiler.gguf_reader import read_gguf, read_gguf_metadata
 from systolica.compiler.model_zoo import locate_default_model
-from systolica.compiler.tokenizer import TOKEN_TYPES, Tokenizer, TokenizerError
+from systolica.tokenizer import TOKEN_TYPES, Tokenizer, TokenizerError
 from systolica.compiler.writers import write_gguf
 from tokenizers import pre_tokenizers, trainers
 from tokenizers.models import BPE
@@ -214,6 +214,17 @@ def test_tokenizer_travels_in_gguf(tmp_path, trained_bpe):
     assert isinstance(m.tokenizer, Tokenizer)
     assert m.tokenizer.encode(SAMPLES[0]) == trained_bpe.encode(SAMPLES[0]).ids
     assert read_gguf(tmp_path / "m.gguf", load_tokenizer=False).tokenizer is None
+
+
+def test_tokenizer_survives_the_artifact_round_trip(trained_bpe, spm):
+    for tok in (Tokenizer.from_gguf(_gguf_fields(trained_bpe)), spm[0]):
+        back = Tokenizer.from_dict(json.loads(json.dumps(tok.to_dict())))
+        for s in SAMPLES:
+            assert back.encode(s) == tok.encode(s)
+            assert back.decode(tok.encode(s)) == tok.decode(tok.encode(s))
+        assert (back.bos_id, back.eos_id, back.add_bos, back.kind) == (tok.bos_id, tok.eos_id, tok.add_bos, tok.kind)
+    with pytest.raises(TokenizerError, match="cannot be rebuilt"):
+        Tokenizer.from_dict({"kind": "gpt2"})
 
 
 def test_tokenizer_errors(trained_bpe):

@@ -1,0 +1,232 @@
+"""The generation loop: one runtime for every device backend.
+
+Load an artifact onto a device, check the device is the hardware it was
+compiled for, place the DRAM image, then prefill and decode token by token,
+patching the per-step fields of the programs (positions, token rows, KV pages)
+without recompiling.  Tokens are yielded as soon as each exists; metrics come
+from the device's cycle counters (or the performance model on the golden
+backend) and the host's clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from systolica.artifact import Artifact, StepState
+from systolica.driver.accel import Accelerator, RunStats
+from systolica.driver.device import Device
+from systolica.driver.kv_cache import PagePool, SequenceState
+from systolica.driver.sampling import Sampler, SamplingParams
+from systolica.isa import WORD_BYTES
+from systolica.numerics import FX_FRAC
+
+__all__ = ["Runtime", "Metrics", "StepOutput"]
+
+
+@dataclass
+class Metrics:
+    """What one generation cost, at the accelerator's clock and on the host."""
+
+    backend: str
+    clock_mhz: float
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prefill: RunStats = field(default_factory=RunStats)
+    decode: RunStats = field(default_factory=RunStats)
+    host_s: float = 0.0  # wall time of the whole generation on this machine
+    device_host_s: float = 0.0  # of which the device (or simulator) ran
+    macs_per_token: int = 0
+    array_macs_per_cycle: int = 0
+
+    def _s(self, cycles: int) -> float:
+        return cycles / (self.clock_mhz * 1e6)
+
+    @property
+    def has_cycles(self) -> bool:
+        return self.prefill.cycles > 0 or self.decode.cycles > 0
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Time to first token at the board clock: the prefill runs (None without cycle counts)."""
+        return self._s(self.prefill.cycles) if self.has_cycles else None
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        steps = max(self.generated_tokens - 1, 0)
+        if not self.has_cycles or steps == 0 or self.decode.cycles == 0:
+            return None
+        return steps / self._s(self.decode.cycles)
+
+    @property
+    def dma_bytes_per_token(self) -> float | None:
+        steps = max(self.generated_tokens - 1, 0)
+        return (self.decode.dma_rd_bytes + self.decode.dma_wr_bytes) / steps if steps else None
+
+    @property
+    def array_utilization(self) -> float | None:
+        c = self.prefill.cycles + self.decode.cycles
+        return (self.prefill.array_busy + self.decode.array_busy) / c if c else None
+
+    @property
+    def host_overhead_per_token_s(self) -> float | None:
+        n = self.prompt_tokens + self.generated_tokens
+        return (self.host_s - self.device_host_s) / n if n else None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k in ("ttft_s", "decode_tokens_per_s", "dma_bytes_per_token", "array_utilization",
+                  "host_overhead_per_token_s"):
+            d[k] = getattr(self, k)
+        return d
+
+
+@dataclass
+class StepOutput:
+    token: int
+    text: str  # the new text this token completes (may be "" inside a multi-byte character)
+
+
+class Runtime:
+    """A compiled model on a device.
+
+    Parameters
+    ----------
+    artifact
+        The compiled model (:meth:`Artifact.load`).
+    device
+        Any :class:`~systolica.driver.device.Device` backend.
+    tokenizer
+        Text <-> ids; default: the one the artifact carries (if any).
+    timeout_s
+        Per-run watchdog; a device that does not finish is reset and :class:`DeviceTimeout` raised.
+    """
+
+    def __init__(self, artifact: Artifact, device: Device, tokenizer=None, timeout_s: float = 120.0):
+        self.art = artifact
+        self.dev = device
+        self.acc = Accelerator(device, timeout_s=timeout_s)
+        self.acc.check_config(int(artifact.manifest["config_hash32"]), "the artifact")
+        self.cfg = artifact.config
+        size = -(-artifact.dram_bytes // 4096) * 4096
+        self.window = device.alloc(size)
+        self.window.view[:artifact.image.size] = artifact.image
+        self.window.sync_to_device()
+        kv = artifact.manifest["kv"]
+        self.pool = PagePool(int(kv["n_pages"]), int(kv["page"]))
+        self.tokenizer = tokenizer if tokenizer is not None else _artifact_tokenizer(artifact)
+        self.vocab = int(artifact.manifest["model"]["vocab_size"])
+
+    # ------------------------------------------------------------ one run
+    def _run(self, kind: str, seq: SequenceState, tokens: Sequence[int]) -> tuple[np.ndarray, RunStats]:
+        seq.reserve(len(tokens))
+        words = self.art.patched_program(kind, StepState(seq.pos, list(tokens), seq.block_table))
+        region = self.art.region(f"program:{kind}")
+        raw = b"".join(int(w).to_bytes(WORD_BYTES, "little") for w in words)
+        if len(raw) > region["size"]:
+            raise RuntimeError(f"{kind} program ({len(raw)} bytes) does not fit its region ({region['size']} bytes)")
+        self.window.view[region["offset"]:region["offset"] + len(raw)] = np.frombuffer(raw, np.uint8)
+        stats = self.acc.run(self.window, region["offset"], len(words))
+        seq.pos += len(tokens)
+        seq.tokens.extend(int(t) for t in tokens)
+        logits = self.art.read_logits(np.asarray(self.window.view))
+        return logits, stats
+
+    def new_sequence(self) -> SequenceState:
+        return SequenceState(self.pool)
+
+    def prefill(self, seq: SequenceState, tokens: Sequence[int]) -> tuple[np.ndarray, RunStats]:
+        """Feed a prompt: whole chunks through the prefill program, the rest through decode (same integers)."""
+        toks = [int(t) for t in tokens]
+        if not toks:
+            raise ValueError("the prompt is empty: nothing to prefill")
+        chunk = self.art.rows("prefill") if "prefill" in self.art.programs else 0
+        total, logits, i = RunStats(), None, 0
+        while chunk and len(toks) - i >= chunk:
+            logits, st = self._run("prefill", seq, toks[i:i + chunk])
+            total, i = total + st, i + chunk
+        for t in toks[i:]:
+            logits, st = self._run("decode", seq, [t])
+            total = total + st
+        return logits, total
+
+    def decode(self, seq: SequenceState, token: int) -> tuple[np.ndarray, RunStats]:
+        return self._run("decode", seq, [int(token)])
+
+    # ------------------------------------------------------------ generation
+    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 32,
+                 sampling: SamplingParams | None = None, stop: Sequence[int] | None = None,
+                 metrics: Metrics | None = None) -> Iterator[StepOutput]:
+        """Yield each new token (with its text) as soon as it exists.
+
+        ``prompt`` is text (needs a tokenizer) or token ids.  Generation ends after ``max_new_tokens``,
+        at a stop token (default: the tokenizer's EOS), or when the compiled context is full.
+        Pass a :class:`Metrics` to have it filled in.
+        """
+        t_start = time.perf_counter()
+        ids = self._encode(prompt)
+        m = metrics if metrics is not None else Metrics(self.dev.name, self.cfg.clock_mhz)
+        m.backend, m.clock_mhz = self.dev.name, self.cfg.clock_mhz
+        m.prompt_tokens = len(ids)
+        stops = set(stop if stop is not None else self._default_stops())
+        sampler = Sampler(sampling or SamplingParams())
+        stream = self.tokenizer.stream() if self.tokenizer is not None else None
+        max_seq = int(self.art.manifest["max_seq"])
+        if len(ids) >= max_seq:
+            raise ValueError(f"prompt of {len(ids)} tokens leaves no room in the compiled context of {max_seq}")
+        seq = self.new_sequence()
+        try:
+            logits, st = self.prefill(seq, ids)
+            m.prefill, m.device_host_s = st, st.host_s
+            for i in range(max_new_tokens):
+                tok = sampler(self.logits_float(logits))
+                m.generated_tokens += 1
+                done = tok in stops
+                text = stream.push(tok) if stream is not None and not done else ""
+                m.host_s = time.perf_counter() - t_start
+                yield StepOutput(tok, text)
+                if done or i == max_new_tokens - 1 or seq.pos >= max_seq:
+                    break
+                logits, st = self.decode(seq, tok)
+                m.decode = m.decode + st
+                m.device_host_s += st.host_s
+            if stream is not None:
+                tail = stream.flush()
+                if tail:
+                    yield StepOutput(-1, tail)
+        finally:
+            seq.release()
+            m.host_s = time.perf_counter() - t_start
+
+    def logits_float(self, fx: np.ndarray) -> np.ndarray:
+        return np.asarray(fx, np.float64)[: self.vocab] / (1 << FX_FRAC)
+
+    def _encode(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("this artifact carries no tokenizer: pass token ids instead of text")
+            return list(self.tokenizer.encode(prompt))
+        ids = [int(t) for t in prompt]
+        bad = [t for t in ids if not 0 <= t < self.vocab]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary 0..{self.vocab - 1}")
+        return ids
+
+    def _default_stops(self) -> list[int]:
+        eos = getattr(self.tokenizer, "eos_id", None)
+        return [eos] if eos is not None else []
+
+    def close(self) -> None:
+        self.dev.close()
+
+
+def _artifact_tokenizer(artifact: Artifact):
+    data = artifact.manifest.get("tokenizer")
+    if not data:
+        return None
+    from systolica.tokenizer import Tokenizer
+
+    return Tokenizer.from_dict(data)
