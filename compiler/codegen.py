@@ -30,6 +30,7 @@ class ProgramPlan:
     tilings: dict[str, MatrixTiling]
     addr: dict[str, int]  # block key "buf:name" -> line address
     overlaps: dict[str, tuple[str, ...]]
+    alias: dict[str, str]  # vbuf tensor -> the tensor whose lines it reuses (in-place element-wise ops)
 
 
 def _tensor_lines(t, rows: int, cols: int) -> int:
@@ -77,17 +78,42 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     else:
         chip.vbuf.alloc("rope", rows * hdl)
     chip.vbuf.alloc("state", rows * attn_state_lines(G, hdl))
+    alias = _inplace_aliases(g, live, cols)
+    span = {}
+    for name, rep in alias.items():  # a representative lives as long as every tensor sharing its lines
+        lo, hi = span.get(rep, live[rep])
+        span[rep] = (min(lo, live[name][0]), max(hi, live[name][1]))
     for name, t in g.tensors.items():
-        if t.space == "vbuf" and t.buffer is None:
-            chip.vbuf.alloc(name, _tensor_lines(t, rows, cols), *live[name])
+        if t.space == "vbuf" and t.buffer is None and alias.get(name, name) == name:
+            chip.vbuf.alloc(name, _tensor_lines(t, rows, cols), *span.get(name, live[name]))
     addr, spans = {}, {}
     for b in ("spad", "acc", "vbuf"):
         for name, blk in chip.buf(b).blocks.items():
             addr[f"{b}:{name}"] = blk.lo
             spans[f"{b}:{name}"] = (b, blk.lo, blk.lo + blk.size)
+    for name, rep in alias.items():
+        addr[f"vbuf:{name}"] = addr[f"vbuf:{rep}"]
     overlaps = {k: tuple(k2 for k2, (b2, lo2, hi2) in spans.items() if b2 == b and lo2 < hi and lo < hi2)
                 for k, (b, lo, hi) in spans.items()}
-    return ProgramPlan(rows, chip, tilings, addr, overlaps)
+    return ProgramPlan(rows, chip, tilings, addr, overlaps, alias)
+
+
+_INPLACE = ("silu", "gelu", "mul", "rope")
+
+
+def _inplace_aliases(g: Graph, live: dict, cols: int) -> dict[str, str]:
+    """Element-wise ops write over an input that dies there (every op reads all operands before writing)."""
+    alias: dict[str, str] = {}
+    for i, n in enumerate(g.nodes):
+        if n.op not in _INPLACE:
+            continue
+        out = g.tensors[n.outputs[0]]
+        for t in n.inputs:
+            src = g.tensors[t]
+            if src.buffer is None and live[t][1] == i and src.lines(cols) == out.lines(cols) and src.last == out.last:
+                alias[out.name] = alias.get(t, t)
+                break
+    return alias
 
 
 class _Gen:
@@ -112,7 +138,7 @@ class _Gen:
         if t is None:
             return name
         buf = "spad" if t.space == "exps" else t.space
-        return f"{buf}:{t.buffer or name}"
+        return f"{buf}:{t.buffer or self.p.alias.get(name, name)}"
 
     def rows_of(self, name: str) -> int:
         return 1 if self.g.tensors[name].last else self.T
