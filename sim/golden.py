@@ -11,10 +11,11 @@ as ``docs/isa.md`` describes:
   flags name holds a token and every queue its ``push_*`` flags name has room;
 - engines are stepped in the fixed order load, compute, store, each as far as
   it can go, so a run is deterministic;
-- decode faults (illegal opcode or field, running off the end) stop fetch, the
-  instructions dispatched before them still run, then the fault is reported;
-  execution faults (DMA, buffer range) stop everything at once.  Either way the
-  faulting instruction has changed nothing.
+- every fault an instruction can cause (illegal opcode or field, DMA alignment
+  or window, buffer range) and running off the end are found at dispatch, as
+  the hardware's decoder does: fetch stops, the instructions dispatched before
+  still run, then the fault is reported.  So faults are precise: the state
+  after a fault is what exactly the instructions before it produced.
 
 Op semantics are in :mod:`systolica.sim.golden_ops`; arithmetic is
 :mod:`systolica.numerics`.  No cycle estimate here: that is the performance
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from systolica.sim.faults import SimFault, fault_error
-from systolica.sim.golden_ops import EXECUTE, OpFault, check_static
+from systolica.sim.golden_ops import EXECUTE, OpFault, check_operands, check_static
 
 from systolica.asm import format_instr
 from systolica.config import AccelConfig
@@ -198,6 +199,7 @@ class _Run:
         self.fetching = True
         self.pending: _Stop | None = None  # a decode fault waiting for the dispatched instructions to drain
         self.finish_pc = -1
+        self.checked_pc = -1
 
     def _decode_fault(self, pc: int) -> _Stop | None:
         item = self.decoded[pc]
@@ -211,6 +213,10 @@ class _Run:
         why = check_static(item)
         if why is not None:
             return _Stop(Fault.ILLEGAL_FIELD, pc, f"{format_instr(item)}: {why}")
+        try:
+            check_operands(self.sim, item)
+        except OpFault as f:
+            return _Stop(f.fault, pc, f"{format_instr(item)}: {f}")
         return None
 
     def _fetch(self) -> bool:
@@ -223,10 +229,12 @@ class _Run:
                                      f"{len(self.decoded)} instructions, without a FINISH")
                 self.fetching = False
                 break
-            stop = self._decode_fault(pc)
-            if stop is not None:
-                self.pending, self.fetching = stop, False
-                break
+            if self.checked_pc != pc:  # check once, even if the queue is full and fetch comes back to it
+                stop = self._decode_fault(pc)
+                if stop is not None:
+                    self.pending, self.fetching = stop, False
+                    break
+                self.checked_pc = pc
             ins: Instr = self.decoded[pc]
             q = self.cmd[ins.engine]
             if len(q) >= depth:

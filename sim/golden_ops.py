@@ -17,12 +17,12 @@ import numpy as np
 from systolica import numerics as nx
 from systolica.faults import Fault
 from systolica.isa import Buf, Instr
-from systolica.layout import attn_state_lines, kv_tile, lines_for
+from systolica.layout import EXTENTS, attn_state_lines, kv_tile, lines_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from systolica.sim.golden import GoldenSim
 
-__all__ = ["OpFault", "EXECUTE", "check_static"]
+__all__ = ["OpFault", "EXECUTE", "check_static", "check_operands"]
 
 
 class OpFault(Exception):
@@ -232,7 +232,10 @@ def nothing(sim: GoldenSim, ins: Instr) -> None:
 
 # ------------------------------------------------------------------------- DMA
 def _dma_plan(sim: GoldenSim, ins: Instr) -> tuple[np.ndarray, int, int, int]:
-    """Check a LOAD/STORE completely; returns (buffer lines view, line bytes, row bytes, rows)."""
+    """Check a LOAD/STORE completely (alignment, window, buffer range, in that order).
+
+    Returns (buffer lines view, line bytes, row bytes, rows).
+    """
     buf = Buf(ins.buf)
     name = _BUF_NAMES[buf]
     lb = sim.cfg.cols * (1 if buf == Buf.SPAD else 4)
@@ -290,6 +293,24 @@ EXECUTE: dict[str, Callable[[GoldenSim, Instr], None]] = {
     "QUANT": quant, "ADD": add, "MUL": mul, "RMSNORM": rmsnorm, "LAYERNORM": layernorm, "SILU": silu,
     "GELU": gelu, "ROPE": rope, "SOFTMAX": softmax, "ARGMAX": argmax, "ATTN": attn, "ATTN_OUT": attn_out,
 }
+
+
+def check_operands(sim: GoldenSim, ins: Instr) -> None:
+    """Raise :class:`OpFault` for a DMA or buffer-range fault of ``ins``, before it is dispatched.
+
+    These depend only on the fields, the config and the window size, so the simulator (like the
+    hardware's decoder) finds them at dispatch, which makes every fault precise.
+    """
+    if ins.op in ("LOAD", "STORE"):
+        _dma_plan(sim, ins)
+        return
+    for ext in EXTENTS.get(ins.op, ()):
+        n = ext.lines(ins.fields, sim.cfg)
+        size = getattr(sim, ext.buf).shape[0]
+        start = ins.fields[ext.field]
+        if n and start + n > size:
+            raise OpFault(Fault.SRAM_RANGE, f"{ins.op}.{ext.field}={start}: {ext.formula} = {n} lines from line "
+                                            f"{start} run past the end of {ext.buf} ({size} lines)")
 
 
 def check_static(ins: Instr) -> str | None:

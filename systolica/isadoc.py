@@ -10,7 +10,7 @@ from pathlib import Path
 
 from systolica.faults import Fault
 from systolica.isa import HEADER_FIELDS, OPCODE_BITS, OPS, WORD_BITS, WORD_BYTES, Engine, Field, OpSpec
-from systolica.layout import CONVENTIONS
+from systolica.layout import CONVENTIONS, EXTENTS
 
 __all__ = ["render", "write", "REGENERATE"]
 
@@ -42,9 +42,11 @@ Four token queues of `queue_depth` tokens link neighbouring engines:
   and the PC of the oldest blocked instruction.
 - FINISH stops fetch; the run is done when every engine has drained its queue. Fetching past the
   last instruction without a FINISH is `PROGRAM_OVERRUN`.
-- Decode faults (`ILLEGAL_OPCODE`, `ILLEGAL_FIELD`, `PROGRAM_OVERRUN`) stop fetch at that PC; the
-  instructions dispatched before it still execute, then the fault is reported. Execution faults
-  (`DMA_WINDOW`, `DMA_ALIGN`, `SRAM_RANGE`) stop every engine at once.
+- Every other fault (`ILLEGAL_OPCODE`, `ILLEGAL_FIELD`, `DMA_ALIGN`, `DMA_WINDOW`, `SRAM_RANGE`,
+  `PROGRAM_OVERRUN`) is found when fetch reaches the instruction: fetch stops at that PC, the
+  instructions dispatched before it still execute, then the fault is reported with that PC. When
+  those earlier instructions cannot drain (they wait on tokens that would come later), the fetch
+  fault is reported, not a deadlock.
 """
 
 
@@ -71,6 +73,15 @@ def _op_section(op: OpSpec) -> list[str]:
         for f, lo in layout:
             out.append(f"| `{f.name}` | {_bits(f, lo)} | {'yes' if f.signed else 'no'} | {f.buf or ''} | {_esc(f.why)} |")
         out.append("")
+    if op.name in EXTENTS:
+        out += ["On-chip operands, range-checked in this order:", "", "| operand | buffer | lines |",
+                "| --- | --- | --- |"]
+        out += [f"| `{e.field}` | {e.buf} | `{e.formula}` |" for e in EXTENTS[op.name]]
+        out.append("")
+    elif op.name in ("LOAD", "STORE"):
+        out += ["On-chip operand: `sram` in the buffer `buf` selects, rows*lines lines. Checked in this order: "
+                "`buf` (`ILLEGAL_FIELD`), `dram` and `stride` alignment (`DMA_ALIGN`), the window (`DMA_WINDOW`), "
+                "the buffer range (`SRAM_RANGE`).", ""]
     out += [f"Bits used: {op.used_bits} of {WORD_BITS}; bits [{WORD_BITS - 1}:{op.used_bits}] are reserved "
             "and must be 0 (`ILLEGAL_FIELD`).", ""]
     return out

@@ -11,9 +11,11 @@ rows of ``lines`` lines occupy lines ``[base, base + rows * lines)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["CONVENTIONS", "lines_for", "KvTile", "kv_tile", "attn_state_lines"]
+__all__ = ["CONVENTIONS", "lines_for", "KvTile", "kv_tile", "attn_state_lines", "EXTENTS", "Extent"]
 
 
 def lines_for(n: int, cols: int) -> int:
@@ -43,6 +45,64 @@ def attn_state_lines(nq: int, hd: int) -> int:
     return nq + nq * hd
 
 
+@dataclass(frozen=True)
+class Extent:
+    """One on-chip operand of an op: the address field, its buffer, and how many lines it spans."""
+
+    field: str
+    buf: str  # "spad", "acc" or "vbuf"
+    lines: Callable[[Mapping[str, Any], Any], Any]  # (fields, config) -> lines; only + * // so Amaranth values work
+    formula: str  # the same, as text for messages and docs
+
+
+def _ceil_lines(n, cfg):
+    return (n + cfg.cols - 1) // cfg.cols
+
+
+def _rows_lines(f, c):
+    return f["rows"] * f["lines"]
+
+
+def _rows_n(f, c):
+    return f["rows"] * _ceil_lines(f["n"], c)
+
+
+#: The on-chip operands of every compute op, in the order they are checked (the first out of range is
+#: reported).  LOAD/STORE address the buffer their ``buf`` field selects: ``rows * lines`` lines at ``sram``.
+EXTENTS: dict[str, tuple[Extent, ...]] = {
+    "GEMM": (Extent("a", "spad", lambda f, c: f["m"] * f["k"], "m*k"),
+             Extent("w", "spad", lambda f, c: f["n"] * c.cols * f["k"], "n*cols*k"),
+             Extent("dst", "acc", lambda f, c: f["m"] * f["n"], "m*n")),
+    "REQUANT": (Extent("src", "acc", _rows_lines, "rows*lines"), Extent("mult", "vbuf", lambda f, c: f["lines"], "lines"),
+                Extent("exps", "spad", lambda f, c: f["rows"], "rows"), Extent("dst", "vbuf", _rows_lines, "rows*lines")),
+    "QUANT": (Extent("src", "vbuf", _rows_lines, "rows*lines"), Extent("dst", "spad", _rows_lines, "rows*lines"),
+              Extent("exps", "spad", lambda f, c: f["rows"], "rows")),
+    **{op: (Extent("a", "vbuf", _rows_lines, "rows*lines"),
+            Extent("b", "vbuf", lambda f, c: f["lines"] if f["bcast"] else f["rows"] * f["lines"],
+                   "lines if bcast else rows*lines"),
+            Extent("dst", "vbuf", _rows_lines, "rows*lines")) for op in ("ADD", "MUL")},
+    "RMSNORM": (Extent("src", "vbuf", _rows_n, "rows*ceil(n/cols)"),
+                Extent("gamma", "vbuf", lambda f, c: _ceil_lines(f["n"], c), "ceil(n/cols)"),
+                Extent("dst", "vbuf", _rows_n, "rows*ceil(n/cols)")),
+    "LAYERNORM": (Extent("src", "vbuf", _rows_n, "rows*ceil(n/cols)"),
+                  Extent("gamma", "vbuf", lambda f, c: 2 * _ceil_lines(f["n"], c), "2*ceil(n/cols) (gamma, beta)"),
+                  Extent("dst", "vbuf", _rows_n, "rows*ceil(n/cols)")),
+    **{op: (Extent("src", "vbuf", _rows_lines, "rows*lines"), Extent("dst", "vbuf", _rows_lines, "rows*lines"))
+       for op in ("SILU", "GELU")},
+    "ROPE": (Extent("src", "vbuf", lambda f, c: f["rows"] * f["heads"] * f["hd"], "rows*heads*hd"),
+             Extent("table", "vbuf", lambda f, c: f["rows"] * f["hd"], "rows*hd"),
+             Extent("dst", "vbuf", lambda f, c: f["rows"] * f["heads"] * f["hd"], "rows*heads*hd")),
+    "SOFTMAX": (Extent("src", "vbuf", _rows_n, "rows*ceil(n/cols)"), Extent("dst", "vbuf", _rows_n, "rows*ceil(n/cols)")),
+    "ARGMAX": (Extent("src", "vbuf", _rows_n, "rows*ceil(n/cols)"), Extent("dst", "vbuf", lambda f, c: f["rows"], "rows")),
+    "ATTN": (Extent("q", "spad", lambda f, c: f["nq"] * f["hd"], "nq*hd"),
+             Extent("qexp", "spad", lambda f, c: f["nq"], "nq"),
+             Extent("kv", "spad", lambda f, c: kv_tile(f["page_log2"], f["hd"]).lines, "2*P*hd + 2*P"),
+             Extent("state", "vbuf", lambda f, c: attn_state_lines(f["nq"], f["hd"]), "nq + nq*hd")),
+    "ATTN_OUT": (Extent("state", "vbuf", lambda f, c: attn_state_lines(f["nq"], f["hd"]), "nq + nq*hd"),
+                 Extent("dst", "vbuf", lambda f, c: f["nq"] * f["hd"], "nq*hd")),
+}
+
+
 #: Markdown bullet list of the conventions (printed into docs/isa.md).
 CONVENTIONS = """\
 - **Line.** A buffer line is `cols` elements: int8 in the scratchpad (`cols` bytes), int32 in the
@@ -68,6 +128,11 @@ CONVENTIONS = """\
 - **DMA.** LOAD/STORE move `rows` rows of `lines` buffer lines; DRAM addresses are byte offsets in the
   DRAM window, and `dram` and `stride` must be multiples of the buffer's line bytes (`DMA_ALIGN`).
   A transfer that would touch any byte outside the window faults (`DMA_WINDOW`) before moving anything.
-- **Faults are precise for the faulting instruction:** it is checked completely before it changes any
-  state, so after a fault the buffers and DRAM hold what they held before it.
+- **Operand extents.** Each op section lists the lines every on-chip operand spans; an operand that
+  runs past the end of its buffer is `SRAM_RANGE` (the first one, in the order listed); an operand of
+  0 lines is never out of range.
+- **Faults are precise.** Every fault an instruction can cause depends only on its fields, the
+  config and the window size, so it is found when the instruction is dispatched: fetch stops there,
+  the instructions dispatched before it still execute, none after it does, and then the fault is
+  reported. After a fault, buffers and DRAM hold exactly what the instructions before it produced.
 """
