@@ -36,13 +36,17 @@ class OpFault(Exception):
 _BUF_NAMES = {Buf.SPAD: "spad", Buf.ACC: "acc", Buf.VBUF: "vbuf"}
 
 
-def _lines(sim: GoldenSim, buf: str, ins: Instr, field: str, nlines: int, what: str, base: int | None = None):
-    """``nlines`` lines of buffer ``buf`` starting at the address in ``field`` (a view), or SRAM_RANGE."""
+def _lines(sim: GoldenSim, buf: str, ins: Instr, field: str, nlines: int, what: str) -> np.ndarray:
+    """``nlines`` lines of buffer ``buf`` at the address in ``field`` (a view).
+
+    Dispatch has already range-checked every operand (:func:`check_operands`); this second check
+    keeps an op from ever writing out of range should the two disagree.
+    """
     arr = getattr(sim, buf)
-    start = ins.fields[field] if base is None else base
+    start = ins.fields[field]
     if nlines and start + nlines > arr.shape[0]:
         raise OpFault(Fault.SRAM_RANGE,
-                      f"{ins.op}.{field}={ins.fields[field]}: {what} = {nlines} lines from line {start} run past the "
+                      f"{ins.op}.{field}={start}: {what} = {nlines} lines from line {start} run past the "
                       f"end of {buf} ({arr.shape[0]} lines)")
     return arr[start:start + nlines]
 
@@ -166,26 +170,27 @@ def rope(sim: GoldenSim, ins: Instr) -> None:
         _rows(dst, rows)[...] = nx.rope(_rows(src, rows), table.reshape(rows, hd * cols))
 
 
-def _rowwise(sim: GoldenSim, ins: Instr, what: str) -> tuple[np.ndarray, np.ndarray, int]:
+def _scores(sim: GoldenSim, ins: Instr, out_lines_per_row: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """SOFTMAX/ARGMAX operands: rows of ceil(n/cols) lines in, ``out_lines_per_row`` lines out (None: same)."""
     rows, n = ins.rows, ins.n
     lines = lines_for(n, sim.cfg.cols)
+    out = lines if out_lines_per_row is None else out_lines_per_row
     src = _lines(sim, "vbuf", ins, "src", rows * lines, f"source (rows={rows} x ceil(n={n}/cols) lines)")
-    dst = _lines(sim, "vbuf", ins, "dst", rows * (lines if what == "full" else 1),
-                 f"result (rows={rows} x {lines if what == 'full' else 1} lines)")
-    return src, dst, lines
+    dst = _lines(sim, "vbuf", ins, "dst", rows * out, f"result (rows={rows} x {out} lines)")
+    return src, dst
 
 
 def softmax(sim: GoldenSim, ins: Instr) -> None:
-    src, dst, _ = _rowwise(sim, ins, "full")
+    src, dst = _scores(sim, ins, None)
     if dst.size:
         _padded_write(dst, ins.rows, ins.n, nx.softmax(_rows(src, ins.rows)[:, :ins.n]))
 
 
 def argmax(sim: GoldenSim, ins: Instr) -> None:
-    src, dst, _ = _rowwise(sim, ins, "index")
+    src, dst = _scores(sim, ins, 1)
     if dst.size:
         idx = nx.argmax(_rows(src, ins.rows)[:, :ins.n]) if ins.n else np.zeros(ins.rows, np.int32)
-        dst[...] = 0
+        dst[...] = 0  # lanes other than 0 are written as 0, like exponent lines
         dst[:, 0] = idx
 
 
