@@ -24,7 +24,7 @@ model's job.
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -36,7 +36,7 @@ from systolica.asm import format_instr
 from systolica.config import AccelConfig
 from systolica.faults import Fault
 from systolica.isa import OP_BY_CODE, OPCODE_BITS, Engine, IllegalInstruction, Instr, decode
-from systolica.program import Program, ProgramError
+from systolica.program import Program
 
 __all__ = ["GoldenSim", "SimResult", "Counters", "SimFault", "QUEUE_NAMES"]
 
@@ -136,6 +136,7 @@ class GoldenSim:
         self.acc = np.zeros((cfg.acc_lines, cfg.cols), np.int32)
         self.vbuf = np.zeros((cfg.vbuf_lines, cfg.cols), np.int32)
         self.counters = Counters()
+        self._prepared: OrderedDict = OrderedDict()
 
     def reset(self) -> None:
         """Clear the on-chip buffers (DRAM is the host's and stays)."""
@@ -143,6 +144,23 @@ class GoldenSim:
             b[...] = 0
 
     # ------------------------------------------------------------------ run
+    def _prepare(self, words: list[int]) -> list:
+        """Decode and check every word once: ``(Instr, pops, pushes)`` or the :class:`_Stop` it causes.
+
+        The checks depend only on the words, the config and the window size, so the result is cached:
+        the runtime runs the same decode-step program once per token.
+        """
+        key = (tuple(words), self.window.size)
+        hit = self._prepared.get(key)
+        if hit is not None:
+            self._prepared.move_to_end(key)
+            return hit
+        out = [_check_word(self, w) for w in words]
+        self._prepared[key] = out
+        if len(self._prepared) > 8:
+            self._prepared.popitem(last=False)
+        return out
+
     def run(self, program: Program | Sequence[int], *, max_instructions: int | None = None,
             raise_on_fault: bool = True) -> SimResult:
         """Run a program until it finishes or faults.
@@ -160,14 +178,12 @@ class GoldenSim:
         """
         if isinstance(program, Program):
             program.check_config(self.cfg)
-            try:
-                decoded: list = program.instrs()  # cached on the program: a decode step runs many times
-            except ProgramError:
-                decoded = _decode_all(program.words)
+            words = program.words
         else:
-            decoded = _decode_all(program)
+            words = [int(w) for w in program]
+        prepared = self._prepare(words)
         self.counters = Counters()
-        state = _Run(self, decoded, max_instructions)
+        state = _Run(self, prepared, max_instructions)
         try:
             state.go()
             res = SimResult(Fault.NONE, state.finish_pc, "finished", self.counters, tuple(state.tokens))
@@ -178,68 +194,59 @@ class GoldenSim:
         return res
 
 
-def _decode_all(words: Sequence[int]) -> list:
-    out: list = []
-    for w in words:
-        try:
-            out.append(decode(int(w)))
-        except IllegalInstruction as e:
-            out.append(e)
-    return out
+def _check_word(sim: GoldenSim, word: int):
+    """What fetch finds at one word: ``(Instr, pops, pushes)``, or the fault (a :class:`_Stop` without pc)."""
+    try:
+        ins = decode(word)
+    except IllegalInstruction as e:
+        if e.reason == "opcode":
+            return _Stop(Fault.ILLEGAL_OPCODE, -1, str(e))
+        spec = OP_BY_CODE[word & ((1 << OPCODE_BITS) - 1)]
+        legal = format_instr(decode(word & ((1 << spec.used_bits) - 1)))
+        return _Stop(Fault.ILLEGAL_FIELD, -1, f"{legal}: reserved bits set in word {word:#034x} "
+                                              f"(bits above {spec.used_bits - 1} must be 0)")
+    why = check_static(ins)
+    if why is not None:
+        return _Stop(Fault.ILLEGAL_FIELD, -1, f"{format_instr(ins)}: {why}")
+    try:
+        check_operands(sim, ins)
+    except OpFault as f:
+        return _Stop(f.fault, -1, f"{format_instr(ins)}: {f}")
+    return (ins, *_token_plan(ins))
 
 
 class _Run:
     """The state of one run: fetch pointer, instruction queues, token counts."""
 
-    def __init__(self, sim: GoldenSim, decoded: list, max_instructions: int | None):
-        self.sim, self.decoded, self.limit = sim, decoded, max_instructions
+    def __init__(self, sim: GoldenSim, prepared: list, max_instructions: int | None):
+        self.sim, self.prepared, self.limit = sim, prepared, max_instructions
         self.cmd = (deque(), deque(), deque())
         self.tokens = [0, 0, 0, 0]
         self.fetch_pc = 0
         self.fetching = True
-        self.pending: _Stop | None = None  # a decode fault waiting for the dispatched instructions to drain
+        self.pending: _Stop | None = None  # a fetch fault waiting for the dispatched instructions to drain
         self.finish_pc = -1
-        self.checked_pc = -1
-
-    def _decode_fault(self, pc: int) -> _Stop | None:
-        item = self.decoded[pc]
-        if isinstance(item, IllegalInstruction):
-            if item.reason == "opcode":
-                return _Stop(Fault.ILLEGAL_OPCODE, pc, str(item))
-            spec = OP_BY_CODE[item.word & ((1 << OPCODE_BITS) - 1)]
-            legal = format_instr(decode(item.word & ((1 << spec.used_bits) - 1)))
-            return _Stop(Fault.ILLEGAL_FIELD, pc, f"{legal}: reserved bits set in word {item.word:#034x} "
-                                                  f"(bits above {spec.used_bits - 1} must be 0)")
-        why = check_static(item)
-        if why is not None:
-            return _Stop(Fault.ILLEGAL_FIELD, pc, f"{format_instr(item)}: {why}")
-        try:
-            check_operands(self.sim, item)
-        except OpFault as f:
-            return _Stop(f.fault, pc, f"{format_instr(item)}: {f}")
-        return None
 
     def _fetch(self) -> bool:
         moved = False
         depth = self.sim.cfg.cmd_depth
+        prepared = self.prepared
         while self.fetching:
             pc = self.fetch_pc
-            if pc >= len(self.decoded):
+            if pc >= len(prepared):
                 self.pending = _Stop(Fault.PROGRAM_OVERRUN, pc, f"fetch reached pc {pc}, past the last of "
-                                     f"{len(self.decoded)} instructions, without a FINISH")
+                                     f"{len(prepared)} instructions, without a FINISH")
                 self.fetching = False
                 break
-            if self.checked_pc != pc:  # check once, even if the queue is full and fetch comes back to it
-                stop = self._decode_fault(pc)
-                if stop is not None:
-                    self.pending, self.fetching = stop, False
-                    break
-                self.checked_pc = pc
-            ins: Instr = self.decoded[pc]
+            item = prepared[pc]
+            if isinstance(item, _Stop):
+                self.pending, self.fetching = _Stop(item.fault, pc, item.msg), False
+                break
+            ins = item[0]
             q = self.cmd[ins.engine]
             if len(q) >= depth:
                 break
-            q.append((pc, ins, _token_plan(ins)))
+            q.append((pc, *item))
             self.fetch_pc += 1
             self.sim.counters.fetch_bytes += 16
             moved = True
@@ -252,7 +259,7 @@ class _Run:
         c = self.sim.counters
         moved = False
         while q:
-            pc, ins, (pops, pushes) = q[0]
+            pc, ins, pops, pushes = q[0]
             if any(tok[i] == 0 for i in pops) or any(tok[i] >= depth for i in pushes):
                 break
             if self.limit is not None and c.instructions >= self.limit:
@@ -288,7 +295,7 @@ class _Run:
                 return  # FINISH dispatched and every engine drained
             if self.pending is not None:  # blocked only because fetch stopped at the fault
                 raise self.pending
-            pc, ins, _ = min((q[0] for q in self.cmd if q), key=lambda h: h[0])
+            pc, ins = min((q[0] for q in self.cmd if q), key=lambda h: h[0])[:2]
             raise _Stop(Fault.TOKEN_DEADLOCK, pc, f"{format_instr(ins)} on the {ins.engine.name.lower()} engine "
                         f"waits forever; tokens queued: " +
                         ", ".join(f"{n}={t}" for n, t in zip(QUEUE_NAMES, self.tokens, strict=False)))
