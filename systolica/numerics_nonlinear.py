@@ -18,7 +18,12 @@ import math
 import numpy as np
 
 from systolica.numerics_fixed import (
-    FX_FRAC, TRIG_FRAC, as_int64, bitlen, rshift_round, sat32,
+    FX_FRAC,
+    TRIG_FRAC,
+    as_int64,
+    bitlen,
+    rshift_round,
+    sat32,
 )
 
 __all__ = [
