@@ -209,7 +209,8 @@ class Artifact:
             z.writestr("manifest.json", json.dumps(self.manifest, indent=1, sort_keys=True))
             for kind, prog in self.programs.items():
                 z.writestr(f"programs/{kind}.bin", prog.to_bytes())
-            z.writestr("image.bin", self.image.tobytes())
+            # weights are int8 noise to a compressor: stored, so writing a 100 MB model takes a second
+            z.writestr("image.bin", self.image.tobytes(), compress_type=zipfile.ZIP_STORED)
         return buf.getvalue()
 
     def save(self, path: str | Path) -> None:
