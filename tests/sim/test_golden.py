@@ -6,10 +6,13 @@ import numpy as np
 from golden_harness import TINY, Harness, pad_cols, run_program
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from systolica.sim.golden import GoldenSim
 
 from systolica import numerics as nx
 from systolica.config import preset
+from systolica.isa import make
 from systolica.layout import kv_tile
+from systolica.program import Program
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 C = TINY.cols
@@ -241,3 +244,29 @@ def test_double_buffered_pipeline():
     res = h.run("\n".join(lines))
     assert res.ok and res.tokens_left == (0, 0, 0, 0)
     np.testing.assert_array_equal(h.get(0x400, np.int32, (6, C)), nx.silu(xs))
+
+
+def test_streamed_decode_gemm_at_model_scale():
+    """A decode-style matrix-vector product as the compiler emits it for a 576 x 6144 weight: W streamed
+    tile by tile (double-buffered, token-synchronized) through the scratchpad, GEMM m=1 per tile."""
+    cfg = preset("default")
+    c, k, n, tiles = cfg.cols, 576 // cfg.cols, 4, 192  # n lines = 32 output rows (18 KiB) per tile
+    rng = np.random.default_rng(7)
+    x = rng.integers(-127, 128, (1, k * c), dtype=np.int8)
+    w = rng.integers(-127, 128, (tiles * n * c, k * c), dtype=np.int8)
+    sim = GoldenSim(cfg, 1 << 22)
+    sim.window[:x.size] = x.view(np.uint8).ravel()
+    sim.window[4096:4096 + w.size] = w.view(np.uint8).ravel()
+    tile_bytes, tile_lines = n * c * k * c, n * c * k
+    ins = [make("LOAD", buf=0, sram=0, dram=0, rows=1, lines=k)]
+    for t in range(tiles):
+        slot = k + (t % 2) * tile_lines
+        ins.append(make("LOAD", buf=0, sram=slot, dram=4096 + t * tile_bytes, rows=n * c, lines=k, stride=k * c,
+                        pop_next=t >= 2, push_next=True))
+        ins.append(make("GEMM", dst=t * n, a=0, w=slot, m=1, k=k, n=n, pop_prev=True, push_prev=t + 2 < tiles,
+                        push_next=t == tiles - 1))
+    ins += [make("STORE", buf=1, sram=0, dram=1 << 21, rows=1, lines=tiles * n, pop_prev=True), make("FINISH")]
+    res = sim.run(Program.from_instrs(ins, cfg))
+    got = sim.window[1 << 21:(1 << 21) + 4 * tiles * n * c].view(np.int32)
+    np.testing.assert_array_equal(got, nx.matmul(x, w)[0])
+    assert res.counters.macs == w.size and res.tokens_left == (0, 0, 0, 0)
