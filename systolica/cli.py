@@ -28,6 +28,7 @@ EXIT_ERROR = 2
 
 #: name -> (implementation "module[:attribute]", one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("systolica.cli_run:Run", "generate text with a compiled model on an accelerator (golden, rtl, pynq)"),
     "info": ("systolica.cli_core:Info", "show an accelerator configuration and the ISA summary"),
     "asm": ("systolica.cli_core:Asm", "assemble a text program into a program binary"),
     "disasm": ("systolica.cli_core:Disasm", "disassemble a program binary"),

