@@ -1,0 +1,246 @@
+"""The accelerator top level: CSRs, fetch, decode, three engines, token queues, buffers, AXI ports.
+
+Ports (flat names, so that Vivado's IP packager infers the interfaces):
+``ap_clk``, ``ap_rst_n`` (active low, synchronous), the AXI4-Lite subordinate
+``s_axi_control_*``, the AXI4 manager(s) ``m_axi_gmem<i>_*`` with **64-bit
+addresses** (``WIN_BASE_HI:WIN_BASE_LO`` + the 32-bit offsets of the program),
+and ``interrupt``.  With one DMA port everything shares ``gmem0``; with two or
+more, fetch and LOAD read through ``gmem0`` and STORE writes through ``gmem1``
+(the other channels of each port stay idle).
+
+Run control: START resets the engines (the buffers keep their contents),
+then fetch begins at PROG_BASE.  A run ends when the decoder has stopped
+(FINISH dispatched, or a fault found) and every engine has drained; or when the
+engines deadlock on tokens -- no engine executing, each one idle with an empty
+command queue or blocked on a token pop/push, at least one blocked, and the
+decoder stopped or waiting to dispatch into a full queue.  The deadlock is
+reported at the PC of the oldest blocked instruction, unless a decode fault
+stopped dispatch first (then that fault is reported, as the golden simulator does).  Before STATUS says
+DONE, every AXI transaction in flight has completed.  SOFT_RESET aborts:
+no new bursts, the ones in flight complete (writes with ``wstrb = 0``), then
+the engines reset and STATUS clears.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import ClockDomain, Module, Mux, ResetInserter, Signal, unsigned
+from amaranth.lib import enum as aenum, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+from systolica.csr import CTRL_SOFT_RESET, CTRL_START, IRQ_DONE, STATUS_BUSY, STATUS_DONE, STATUS_ERROR
+from systolica.faults import Fault
+
+from .axi import axi4_lite_signature, axi4_signature, connect_flat
+from .compute_engine import ComputeEngine
+from .csr_file import CSR_ADDR_BITS, CsrFile
+from .decode import InstructionDecoder
+from .dma import ADDR_BITS, ReadArbiter
+from .engines import LoadEngine, StoreEngine, buffer_ports
+from .fetch import InstructionFetch
+from .token_queue import TokenQueue
+
+__all__ = ["Accelerator", "top_port_names"]
+
+
+class _Run(aenum.Enum, shape=3):
+    IDLE = 0
+    RESET = 1
+    START = 2
+    RUN = 3
+    FINISH = 4
+    ABORT = 5
+
+
+def top_port_names(cfg: AccelConfig) -> list[str]:
+    """The top-level port names, in signature order (what a Vivado TCL script may rely on)."""
+    return list(Accelerator.signature_members(cfg))
+
+
+class Accelerator(wiring.Component):
+    """The whole accelerator for one :class:`~systolica.config.AccelConfig`."""
+
+    @staticmethod
+    def signature_members(cfg: AccelConfig) -> dict:
+        members = {"ap_clk": In(1), "ap_rst_n": In(1)}
+        for name, mem in axi4_lite_signature(CSR_ADDR_BITS, 32).flip().members.items():
+            members[f"s_axi_control_{name}"] = mem
+        for p in range(cfg.dma_ports):
+            for name, mem in axi4_signature(ADDR_BITS, cfg.dma_bits).members.items():
+                members[f"m_axi_gmem{p}_{name}"] = mem
+        members["interrupt"] = Out(1)
+        return members
+
+    def __init__(self, cfg: AccelConfig):
+        self.cfg = cfg
+        buffer_ports(cfg)
+        super().__init__(self.signature_members(cfg))
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.domains.sync = cd = ClockDomain("sync")
+        m.d.comb += [cd.clk.eq(self.ap_clk), cd.rst.eq(~self.ap_rst_n)]
+
+        m.submodules.csr = csr = CsrFile(cfg)
+        connect_flat(m, self, "s_axi_control", csr.bus, csr.bus.signature.flip(), manager=False)
+
+        core_rst = Signal()
+
+        def core(name, elab):  # engines and queues restart on START and after SOFT_RESET; CSRs do not
+            m.submodules[name] = ResetInserter(core_rst)(elab)
+            return elab
+
+        fetch = core("fetch", InstructionFetch(cfg))
+        dec = core("decode", InstructionDecoder(cfg))
+        load = core("load", LoadEngine(cfg))
+        comp = core("compute", ComputeEngine(cfg))
+        store = core("store", StoreEngine(cfg))
+        arb = core("rd_arb", ReadArbiter(cfg, 2))
+        q = {n: core(f"tq_{n}", TokenQueue(cfg.queue_depth)) for n in ("l2c", "c2l", "c2s", "s2c")}
+        engines = (load, comp, store)
+
+        # ---- AXI: fetch and LOAD share the read channels; STORE owns the write channels
+        wiring.connect(m, fetch=fetch.axi, arb=arb.m0)
+        wiring.connect(m, load=load.rd, arb=arb.m1)
+        rd_port = "m_axi_gmem0"
+        wr_port = "m_axi_gmem1" if cfg.dma_ports > 1 else "m_axi_gmem0"
+        connect_flat(m, self, rd_port, arb.out, arb.out.signature, manager=True)
+        connect_flat(m, self, wr_port, store.wr, store.wr.signature, manager=True)
+        for p in range(cfg.dma_ports):  # channels nobody uses: never valid, always ready
+            for name, mem in axi4_signature(ADDR_BITS, cfg.dma_bits).members.items():
+                used = (p == 0 and name.startswith(("ar", "r"))) or \
+                       (f"m_axi_gmem{p}" == wr_port and name.startswith(("aw", "w", "b")))
+                if not used and mem.flow == wiring.Out:
+                    port = getattr(self, f"m_axi_gmem{p}_{name}")
+                    m.d.comb += port.eq(1 if name in ("rready", "bready") else 0)
+
+        # ---- control registers to the datapath
+        win_base = Signal(ADDR_BITS)
+        m.d.comb += win_base.eq(csr.win_base_lo | (csr.win_base_hi << 32))
+        m.d.comb += [fetch.prog_base.eq(csr.prog_base), fetch.prog_len.eq(csr.prog_len),
+                     fetch.win_base.eq(win_base), fetch.win_size.eq(csr.win_size),
+                     dec.win_size.eq(csr.win_size), load.win_base.eq(win_base), store.win_base.eq(win_base)]
+        m.d.comb += [dec.in_valid.eq(fetch.valid), fetch.ready.eq(dec.in_ready), dec.in_word.eq(fetch.word),
+                     dec.in_pc.eq(fetch.pc), dec.in_end.eq(fetch.end), dec.in_end_code.eq(fetch.end_code),
+                     fetch.stop.eq(dec.stopped)]
+        for idx, e in enumerate(engines):
+            m.d.comb += [e.cmd_valid.eq(dec.cmd_valid[idx]), e.cmd_data.eq(dec.cmd_data),
+                         dec.cmd_ready[idx].eq(e.cmd_ready)]
+
+        # ---- token queues: l2c load->compute, c2l compute->load, c2s compute->store, s2c store->compute
+        links = (("l2c", load, "next", comp, "prev"), ("c2l", comp, "prev", load, "next"),
+                 ("c2s", comp, "next", store, "prev"), ("s2c", store, "prev", comp, "next"))
+        for name, src, src_side, dst, dst_side in links:
+            tq = q[name]
+            m.d.comb += [tq.push.eq(getattr(src, f"push_{src_side}")), getattr(src, f"{src_side}_space").eq(tq.space),
+                         tq.pop.eq(getattr(dst, f"pop_{dst_side}")), getattr(dst, f"{dst_side}_avail").eq(tq.available)]
+
+        self._buffers(m, load, comp, store)
+
+        # ---- run control
+        run = Signal(_Run)
+        abort = Signal()
+        start = Signal()
+        m.d.comb += [core_rst.eq(run == _Run.RESET), start.eq(run == _Run.START),
+                     fetch.start.eq(start), dec.start.eq(start),
+                     fetch.abort.eq(abort), load.abort.eq(abort), store.abort.eq(abort)]
+        busy = Signal()
+        done = Signal()
+        error = Signal()
+        m.d.comb += [csr.status.eq(Mux(busy, STATUS_BUSY, 0) | Mux(done, STATUS_DONE, 0) | Mux(error, STATUS_ERROR, 0)),
+                     self.interrupt.eq((csr.irq_enable & csr.irq_status & IRQ_DONE) != 0)]
+        code = Signal(4)
+        pc = Signal(32)
+        m.d.comb += [csr.error_code.eq(code), csr.error_pc.eq(pc)]
+
+        quiet = fetch.quiet & load.dma_quiet & store.dma_quiet
+        drained = dec.stopped & quiet & load.idle & comp.idle & store.idle
+        stuck = (dec.stopped | dec.dispatch_blocked) & \
+            (load.idle | load.blocked) & (comp.idle | comp.blocked) & (store.idle | store.blocked) & \
+            (load.blocked | comp.blocked | store.blocked)
+        stuck_for = Signal(2)
+        m.d.sync += stuck_for.eq(Mux(stuck & (run == _Run.RUN), Mux(stuck_for == 3, 3, stuck_for + 1), 0))
+        oldest = Signal(32)  # the smallest pc among the blocked engines
+        c0, c1, c2 = (Mux(e.blocked, e.pc, 0xFFFF_FFFF) for e in engines)
+        m01 = Mux(c0 < c1, c0, c1)
+        m.d.comb += oldest.eq(Mux(m01 < c2, m01, c2))
+
+        ctrl = csr.ctrl_data
+        with m.Switch(run):
+            with m.Case(_Run.IDLE):
+                with m.If(csr.ctrl_stb & ((ctrl & CTRL_START) != 0)):
+                    m.d.sync += [run.eq(_Run.RESET), busy.eq(1), done.eq(0), error.eq(0), code.eq(0), pc.eq(0)]
+            with m.Case(_Run.RESET):
+                m.d.sync += run.eq(_Run.START)
+            with m.Case(_Run.START):
+                m.d.sync += run.eq(_Run.RUN)
+            with m.Case(_Run.RUN):
+                with m.If(drained):
+                    m.d.sync += [run.eq(_Run.FINISH), code.eq(Mux(dec.fault, dec.fault_code, 0)),
+                                 pc.eq(Mux(dec.fault, dec.fault_pc, 0))]
+                with m.Elif(stuck_for == 2):  # a decode fault that stopped dispatch explains the stall: it wins
+                    m.d.sync += [run.eq(_Run.FINISH), code.eq(Mux(dec.fault, dec.fault_code, Fault.TOKEN_DEADLOCK)),
+                                 pc.eq(Mux(dec.fault, dec.fault_pc, oldest))]
+            with m.Case(_Run.FINISH):  # stop fetch; report once nothing is in flight
+                m.d.comb += fetch.abort.eq(1)
+                with m.If(quiet):
+                    m.d.sync += [run.eq(_Run.IDLE), busy.eq(0), done.eq(1), error.eq(code != 0)]
+                    m.d.comb += csr.irq_status_set.eq(IRQ_DONE)
+            with m.Case(_Run.ABORT):
+                m.d.comb += abort.eq(1)
+                with m.If(quiet):
+                    m.d.sync += [run.eq(_Run.RESET), busy.eq(0), done.eq(0), error.eq(0), code.eq(0), pc.eq(0)]
+        with m.If(csr.ctrl_stb & ((ctrl & CTRL_SOFT_RESET) != 0)):
+            m.d.sync += run.eq(_Run.ABORT)
+        with m.If((run == _Run.RESET) & ~busy):  # the reset that ends a soft reset starts nothing
+            m.d.sync += run.eq(_Run.IDLE)
+
+        self._counters(m, csr, run, engines, comp)
+        return m
+
+    def _buffers(self, m, load, comp, store):
+        """Scratchpad, accumulator and vector buffer; one write and read port per engine that uses them."""
+        cfg = self.cfg
+        ports = buffer_ports(cfg)
+        depth = {"spad": cfg.spad_lines, "acc": cfg.acc_lines, "vbuf": cfg.vbuf_lines}
+        mems = {}
+        for name, (ab, db) in ports.items():
+            mems[name] = mem = memory.Memory(shape=unsigned(db), depth=depth[name], init=[])
+            m.submodules[f"{name}_mem"] = mem
+            wp = mem.write_port()
+            m.d.comb += [wp.addr.eq(getattr(load, f"{name}_addr")), wp.data.eq(getattr(load, f"{name}_data")),
+                         wp.en.eq(getattr(load, f"{name}_en"))]
+            rp = mem.read_port(transparent_for=())
+            m.d.comb += [rp.addr.eq(getattr(store, f"{name}_addr")), rp.en.eq(getattr(store, f"{name}_en")),
+                         getattr(store, f"{name}_rdata").eq(rp.data)]
+        for pfx in ("a", "w"):
+            rp = mems["spad"].read_port()
+            m.d.comb += [rp.addr.eq(getattr(comp, f"{pfx}_addr")), rp.en.eq(getattr(comp, f"{pfx}_en")),
+                         getattr(comp, f"{pfx}_rdata").eq(rp.data)]
+        rp = mems["acc"].read_port()
+        m.d.comb += [rp.addr.eq(comp.acc_raddr), rp.en.eq(comp.acc_ren), comp.acc_rdata.eq(rp.data)]
+        wp = mems["acc"].write_port()
+        m.d.comb += [wp.addr.eq(comp.acc_waddr), wp.en.eq(comp.acc_wen), wp.data.eq(comp.acc_wdata)]
+
+    def _counters(self, m, csr, run, engines, comp):
+        cfg = self.cfg
+        bb = cfg.dma_bytes
+        rd = self.m_axi_gmem0_rvalid & self.m_axi_gmem0_rready
+        wp = "m_axi_gmem1" if cfg.dma_ports > 1 else "m_axi_gmem0"
+        wr = getattr(self, f"{wp}_wvalid") & getattr(self, f"{wp}_wready") & (getattr(self, f"{wp}_wstrb") != 0)
+        events = {
+            "cycles": run == _Run.RUN,
+            "load_busy": engines[0].executing, "compute_busy": engines[1].executing,
+            "store_busy": engines[2].executing,
+            "dma_rd_bytes": Mux(rd, bb, 0), "dma_wr_bytes": Mux(wr, bb, 0),
+            "instrs": engines[0].retire + engines[1].retire + engines[2].retire,
+            "array_busy": comp.mac_active, "dma_beats": rd,
+        }
+        for name, inc in events.items():
+            cnt = Signal(64, name=f"cnt_{name}")
+            m.d.comb += getattr(csr, name).eq(cnt)
+            with m.If(run == _Run.RESET):
+                m.d.sync += cnt.eq(0)
+            with m.Else():
+                m.d.sync += cnt.eq(cnt + inc)

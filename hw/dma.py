@@ -1,0 +1,219 @@
+"""AXI4 DMA: a 2-D strided burst reader and writer, a read-port arbiter, and the transfer checks.
+
+A transfer is ``rows`` rows of ``beats`` data beats; row ``r`` starts at
+``addr + r * stride`` (physical bytes).  Every row is split into INCR bursts of
+at most ``max_burst`` beats that never cross a 4 KiB boundary (an AXI rule).
+Several bursts are kept in flight (``outstanding``) so the DRAM latency of one
+burst hides behind the data of the previous ones.
+
+Memory protection happens *before* a DMA is started: the decoder calls
+:func:`transfer_faults` on every LOAD/STORE, so an engine never issues an
+address outside the window.  ``abort`` (soft reset) stops issuing new bursts and
+completes those in flight (write bursts with ``wstrb = 0``), so no AXI
+transaction is ever cut in half; ``quiet`` says when nothing is in flight.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+
+from .axi import BURST_INCR, axi4_read_signature, axi4_write_signature
+
+__all__ = ["DmaReader", "DmaWriter", "ReadArbiter", "transfer_faults", "ADDR_BITS"]
+
+ADDR_BITS = 64  # physical address width of the AXI master ports: WIN_BASE is a 64-bit CSR pair
+
+
+def _burst_len(m, addr, remaining, beat_bytes: int, max_burst: int, name: str):
+    """Beats of the next burst: min(max_burst, remaining, beats left before the 4 KiB boundary)."""
+    to_4k = Signal(range(4096 // beat_bytes + 1), name=f"{name}_to_4k")
+    n = Signal(range(max(max_burst, 4096 // beat_bytes) + 1), name=f"{name}_len")
+    m.d.comb += to_4k.eq((4096 - addr[:12]) >> (beat_bytes.bit_length() - 1))
+    cap = min(max_burst, 4096 // beat_bytes)
+    lim = Mux(to_4k < cap, to_4k, cap)
+    m.d.comb += n.eq(Mux(remaining < lim, remaining, lim))
+    return n
+
+
+class _Walker:
+    """Address generator shared by reader and writer: rows of beats, split into bursts."""
+
+    def __init__(self, m, cfg: AccelConfig, start, addr, stride, rows, beats, name):
+        bb = cfg.dma_bytes
+        self.row_left = Signal(16, name=f"{name}_rows_left")
+        self.row_base = Signal(ADDR_BITS, name=f"{name}_row_base")
+        self.addr = Signal(ADDR_BITS, name=f"{name}_addr")
+        self.rem = Signal(32, name=f"{name}_rem")
+        self.beats = Signal(32, name=f"{name}_beats")
+        self.stride = Signal(32, name=f"{name}_stride")
+        self.more = Signal(name=f"{name}_more")
+        self.len = _burst_len(m, self.addr, self.rem, bb, cfg.max_burst, name)
+        m.d.comb += self.more.eq((self.row_left != 0) & (self.beats != 0))
+        with m.If(start):
+            m.d.sync += [self.row_left.eq(rows), self.row_base.eq(addr), self.addr.eq(addr),
+                         self.rem.eq(beats), self.beats.eq(beats), self.stride.eq(stride)]
+        self._bb = bb
+
+    def advance(self, m):
+        """Step past the burst of ``self.len`` beats just issued."""
+        with m.If(self.rem == self.len):
+            nxt = self.row_base + self.stride
+            m.d.sync += [self.row_left.eq(self.row_left - 1), self.row_base.eq(nxt), self.addr.eq(nxt),
+                         self.rem.eq(self.beats)]
+        with m.Else():
+            m.d.sync += [self.addr.eq(self.addr + self.len * self._bb), self.rem.eq(self.rem - self.len)]
+
+
+class DmaReader(wiring.Component):
+    """Reads ``rows`` x ``beats`` beats from DRAM and streams them out in order (always accepted)."""
+
+    def __init__(self, cfg: AccelConfig, outstanding: int = 4):
+        self.cfg, self.outstanding = cfg, outstanding
+        super().__init__({
+            "axi": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)),
+            "start": In(1), "addr": In(ADDR_BITS), "stride": In(32), "rows": In(16), "beats": In(32),
+            "abort": In(1),
+            "beat_valid": Out(1), "beat_data": Out(cfg.dma_bits),
+            "busy": Out(1), "quiet": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, axi = self.cfg, self.axi
+        w = _Walker(m, cfg, self.start, self.addr, self.stride, self.rows, self.beats, "rd")
+        inflight = Signal(range(self.outstanding + 2))
+        ar_hs = axi.arvalid & axi.arready
+        r_last = axi.rvalid & axi.rready & axi.rlast
+        m.d.sync += inflight.eq(inflight + ar_hs - r_last)
+        m.d.comb += [axi.arsize.eq(Const((cfg.dma_bytes).bit_length() - 1, 3)), axi.arburst.eq(BURST_INCR),
+                     axi.rready.eq(1)]
+        # AR is a register: once valid it stays until accepted, whatever happens to abort (AXI rule)
+        with m.If(ar_hs):
+            m.d.sync += axi.arvalid.eq(0)
+        with m.If(~axi.arvalid & w.more & ~self.abort & (inflight < self.outstanding) & ~self.start):
+            m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(w.addr), axi.arlen.eq(w.len - 1)]
+            w.advance(m)
+        m.d.comb += [self.beat_valid.eq(axi.rvalid & ~self.abort), self.beat_data.eq(axi.rdata),
+                     self.quiet.eq(~axi.arvalid & (inflight == 0)),
+                     self.busy.eq(w.more | ~self.quiet)]
+        return m
+
+
+class DmaWriter(wiring.Component):
+    """Writes ``rows`` x ``beats`` beats taken from the ``beat_*`` stream to DRAM; busy until every B."""
+
+    def __init__(self, cfg: AccelConfig, outstanding: int = 4):
+        self.cfg, self.outstanding = cfg, outstanding
+        super().__init__({
+            "axi": Out(axi4_write_signature(ADDR_BITS, cfg.dma_bits)),
+            "start": In(1), "addr": In(ADDR_BITS), "stride": In(32), "rows": In(16), "beats": In(32),
+            "abort": In(1),
+            "beat_valid": In(1), "beat_ready": Out(1), "beat_data": In(cfg.dma_bits),
+            "busy": Out(1), "quiet": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, axi = self.cfg, self.axi
+        w = _Walker(m, cfg, self.start, self.addr, self.stride, self.rows, self.beats, "wr")
+        m.submodules.lens = lens = fifo.SyncFIFO(width=9, depth=self.outstanding + 1)
+        inflight = Signal(range(self.outstanding + 2))  # AW issued (or pending), B not yet received
+        aw_hs = axi.awvalid & axi.awready
+        b_hs = axi.bvalid & axi.bready
+        m.d.comb += [axi.awsize.eq(Const(cfg.dma_bytes.bit_length() - 1, 3)), axi.awburst.eq(BURST_INCR),
+                     axi.bready.eq(1)]
+        issue = Signal()
+        m.d.comb += issue.eq(~axi.awvalid & w.more & ~self.abort & (inflight < self.outstanding) & ~self.start)
+        m.d.sync += inflight.eq(inflight + issue - b_hs)
+        with m.If(aw_hs):
+            m.d.sync += axi.awvalid.eq(0)
+        m.d.comb += [lens.w_en.eq(aw_hs), lens.w_data.eq(axi.awlen + 1)]
+        with m.If(issue):
+            m.d.sync += [axi.awvalid.eq(1), axi.awaddr.eq(w.addr), axi.awlen.eq(w.len - 1)]
+            w.advance(m)
+
+        # W: beats of the bursts whose AW was accepted, in order; after abort, empty beats (wstrb=0)
+        sent = Signal(9)
+        last = lens.r_rdy & (sent + 1 == lens.r_data)
+        m.d.comb += [axi.wvalid.eq(lens.r_rdy & (self.beat_valid | self.abort)), axi.wlast.eq(last),
+                     axi.wdata.eq(Mux(self.abort, 0, self.beat_data)),
+                     axi.wstrb.eq(Mux(self.abort, 0, (1 << cfg.dma_bytes) - 1)),
+                     self.beat_ready.eq(lens.r_rdy & axi.wready & ~self.abort)]
+        with m.If(axi.wvalid & axi.wready):
+            m.d.sync += sent.eq(Mux(last, 0, sent + 1))
+            m.d.comb += lens.r_en.eq(last)
+        m.d.comb += [self.quiet.eq(~axi.awvalid & (inflight == 0) & ~lens.r_rdy),
+                     self.busy.eq(w.more | ~self.quiet)]
+        return m
+
+
+class ReadArbiter(wiring.Component):
+    """Shares one AXI read port between ``n`` managers; responses are routed by a FIFO of grants.
+
+    All requests use one AXI ID, so the subordinate answers in order and the
+    FIFO of who asked knows where each burst of R beats belongs.
+    """
+
+    def __init__(self, cfg: AccelConfig, n: int, depth: int = 8):
+        self.n, self.depth = n, depth
+        sig = axi4_read_signature(ADDR_BITS, cfg.dma_bits)
+        members = {f"m{i}": In(sig) for i in range(n)}
+        members["out"] = Out(sig)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        reqs = [getattr(self, f"m{i}") for i in range(self.n)]
+        out = self.out
+        m.submodules.tags = tags = fifo.SyncFIFO(width=max(1, (self.n - 1).bit_length()), depth=self.depth)
+        grant = Signal(range(self.n))
+        locked = Signal()  # a shown request must stay on the bus until accepted
+        pick = Signal(range(self.n))
+        # round robin: the first requester after the last grant (later m.d.comb assignments win,
+        # so walk from the farthest candidate to the nearest)
+        m.d.comb += pick.eq(grant)
+        for off in reversed(range(1, self.n + 1)):
+            for k, r in enumerate(reqs):
+                with m.If((grant == (k - off) % self.n) & r.arvalid):
+                    m.d.comb += pick.eq(k)
+        sel = Mux(locked, grant, pick)
+        sel_s = Signal(range(self.n))
+        m.d.comb += sel_s.eq(sel)
+        with m.Switch(sel_s):
+            for i, r in enumerate(reqs):
+                with m.Case(i):
+                    m.d.comb += [out.araddr.eq(r.araddr), out.arlen.eq(r.arlen), out.arsize.eq(r.arsize),
+                                 out.arburst.eq(r.arburst), out.arvalid.eq(r.arvalid & tags.w_rdy),
+                                 r.arready.eq(out.arready & tags.w_rdy)]
+        hs = out.arvalid & out.arready
+        m.d.comb += [tags.w_en.eq(hs), tags.w_data.eq(sel_s)]
+        m.d.sync += [grant.eq(sel_s), locked.eq(out.arvalid & ~out.arready)]
+        # R: to the manager at the head of the tag FIFO
+        for i, r in enumerate(reqs):
+            here = tags.r_rdy & (tags.r_data == i)
+            m.d.comb += [r.rdata.eq(out.rdata), r.rresp.eq(out.rresp), r.rlast.eq(out.rlast),
+                         r.rvalid.eq(out.rvalid & here)]
+            with m.If(here):
+                m.d.comb += out.rready.eq(r.rready)
+        m.d.comb += tags.r_en.eq(out.rvalid & out.rready & out.rlast)
+        return m
+
+
+def transfer_faults(cfg: AccelConfig, buf, dram, stride, rows, lines, win_size):
+    """(misaligned, outside_window) of a LOAD/STORE, as Amaranth expressions.
+
+    Line bytes depend on the buffer (``cols`` for the int8 scratchpad, ``4*cols``
+    for the int32 ones).  A transfer of zero rows or zero lines touches no byte
+    and is never outside the window; its addresses must still be aligned.
+    """
+    spad_b, wide_b = cfg.cols, 4 * cfg.cols
+    lb = Mux(buf == 0, spad_b, wide_b)
+    misaligned = Mux(buf == 0, (dram % spad_b != 0) | (stride % spad_b != 0),
+                     (dram % wide_b != 0) | (stride % wide_b != 0))
+    end = dram + (rows - 1) * stride + lines * lb  # one past the last byte touched
+    outside = (rows != 0) & (lines != 0) & (end > win_size)
+    return misaligned, outside

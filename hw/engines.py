@@ -1,0 +1,220 @@
+"""The decoupled engines: a shared token handshake, and the load and store engines.
+
+Every engine runs its own command FIFO in order: take a command, wait until
+every queue its ``pop_*`` flags name holds a token and every queue its
+``push_*`` flags name has room, pop, execute, push, retire.  An engine waiting
+there is *blocked*; the top
+level declares a token deadlock when no engine can move any more (see
+``accelerator.py``).
+
+Queue names from an engine's point of view: *prev* is the engine before it in
+load -> compute -> store, *next* the one after; the decoder has already
+refused the flags an engine does not have.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, enum as aenum, fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+from systolica.isa import WORD_BITS
+
+from .axi import axi4_read_signature, axi4_write_signature
+from .decode import CMD_BITS, instr_layout
+from .dma import ADDR_BITS, DmaReader, DmaWriter
+
+__all__ = ["EngineState", "engine_members", "token_fsm", "LoadEngine", "StoreEngine", "buffer_ports"]
+
+
+class EngineState(aenum.Enum, shape=2):
+    IDLE = 0
+    POP = 1
+    EXEC = 2
+    PUSH = 3
+
+
+def engine_members(cfg: AccelConfig) -> dict:
+    """Ports every engine has: command input, token queues, status for the top level."""
+    return {
+        "cmd_valid": In(1), "cmd_ready": Out(1), "cmd_data": In(CMD_BITS),
+        "prev_avail": In(1), "next_avail": In(1), "prev_space": In(1), "next_space": In(1),
+        "pop_prev": Out(1), "pop_next": Out(1), "push_prev": Out(1), "push_next": Out(1),
+        "idle": Out(1), "blocked": Out(1), "executing": Out(1), "retire": Out(1), "pc": Out(32),
+    }
+
+
+def token_fsm(m, eng, cfg: AccelConfig):
+    """Command FIFO + pop/exec/push handshake of one engine.
+
+    Returns ``(ins, exec_start, exec_done)``: the view of the current word, a
+    one-cycle pulse when execution starts, and the signal the engine's datapath
+    drives when it has finished.
+    """
+    # cmd_depth - 1 queued plus the one being handled: the queue holds cmd_depth instructions like the
+    # golden simulator's (which the token-deadlock rule depends on)
+    m.submodules.cmds = cmds = fifo.SyncFIFO(width=CMD_BITS, depth=cfg.cmd_depth - 1)
+    word = Signal(WORD_BITS)
+    ins = data.View(instr_layout(), word)
+    h = ins.nop.h
+    state = Signal(EngineState)
+    exec_start = Signal()
+    exec_done = Signal()
+    m.d.comb += [cmds.w_en.eq(eng.cmd_valid), cmds.w_data.eq(eng.cmd_data), eng.cmd_ready.eq(cmds.w_rdy)]
+    can_pop = (~h.pop_prev | eng.prev_avail) & (~h.pop_next | eng.next_avail)
+    can_push = (~h.push_prev | eng.prev_space) & (~h.push_next | eng.next_space)
+    # start only when the pops are there AND the pushes will fit: every queue has a single producer and a
+    # single consumer, so the room checked now is still there when the instruction ends (golden's rule)
+    m.d.comb += [eng.idle.eq((state == EngineState.IDLE) & ~cmds.r_rdy),
+                 eng.executing.eq(state == EngineState.EXEC),
+                 eng.blocked.eq((state == EngineState.POP) & ~(can_pop & can_push))]
+    with m.Switch(state):
+        with m.Case(EngineState.IDLE):
+            m.d.comb += cmds.r_en.eq(1)
+            with m.If(cmds.r_rdy):
+                m.d.sync += [word.eq(cmds.r_data[:WORD_BITS]), eng.pc.eq(cmds.r_data[WORD_BITS:]),
+                             state.eq(EngineState.POP)]
+        with m.Case(EngineState.POP):
+            with m.If(can_pop & can_push):
+                m.d.comb += [eng.pop_prev.eq(h.pop_prev), eng.pop_next.eq(h.pop_next), exec_start.eq(1)]
+                m.d.sync += state.eq(EngineState.EXEC)
+        with m.Case(EngineState.EXEC):
+            with m.If(exec_done):
+                m.d.sync += state.eq(EngineState.PUSH)
+        with m.Case(EngineState.PUSH):
+            with m.If(can_push):
+                m.d.comb += [eng.push_prev.eq(h.push_prev), eng.push_next.eq(h.push_next), eng.retire.eq(1)]
+                m.d.sync += state.eq(EngineState.IDLE)
+    return ins, exec_start, exec_done, state
+
+
+def buffer_ports(cfg: AccelConfig) -> dict[str, tuple[int, int]]:
+    """(address bits, data bits) of each on-chip buffer."""
+    return {"spad": ((cfg.spad_lines - 1).bit_length(), cfg.cols * 8),
+            "acc": ((cfg.acc_lines - 1).bit_length(), cfg.cols * 32),
+            "vbuf": ((cfg.vbuf_lines - 1).bit_length(), cfg.cols * 32)}
+
+
+def _beats_per_line(cfg: AccelConfig) -> tuple[int, int]:
+    """DMA beats of a scratchpad line and of an accumulator / vector-buffer line."""
+    spad, wide = cfg.cols, 4 * cfg.cols
+    if spad % cfg.dma_bytes:
+        raise ValueError(f"a scratchpad line ({spad} bytes, cols={cfg.cols}) must be a whole number of DMA beats "
+                         f"({cfg.dma_bytes} bytes, dma_bits={cfg.dma_bits}); use cols >= {cfg.dma_bytes}")
+    return spad // cfg.dma_bytes, wide // cfg.dma_bytes
+
+
+class LoadEngine(wiring.Component):
+    """LOAD: DRAM rows -> packed buffer lines, through a :class:`DmaReader`."""
+
+    def __init__(self, cfg: AccelConfig):
+        self.cfg = cfg
+        members = engine_members(cfg)
+        members |= {"win_base": In(ADDR_BITS), "abort": In(1), "dma_busy": Out(1), "dma_quiet": Out(1)}
+        for name, (ab, db) in buffer_ports(cfg).items():
+            members |= {f"{name}_addr": Out(ab), f"{name}_data": Out(db), f"{name}_en": Out(1)}
+        members["rd"] = Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        ins, exec_start, exec_done, _ = token_fsm(m, self, cfg)
+        v = ins.load
+        m.submodules.dma = dma = DmaReader(cfg)
+        wiring.connect(m, wiring.flipped(self.rd), dma.axi)
+        bpl_s, bpl_w = _beats_per_line(cfg)
+        bpl = Mux(v.buf == 0, bpl_s, bpl_w)
+        m.d.comb += [dma.start.eq(exec_start), dma.addr.eq(self.win_base + v.dram), dma.stride.eq(v.stride),
+                     dma.rows.eq(v.rows), dma.beats.eq(v.lines * bpl), dma.abort.eq(self.abort),
+                     self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet)]
+        started = Signal()
+        m.d.sync += started.eq(exec_start)
+        m.d.comb += exec_done.eq(self.executing & ~started & ~dma.busy)
+
+        # assemble lines from beats: the newest beat enters at the top of a shift register
+        wide = cfg.cols * 32
+        db = cfg.dma_bits
+        asm = Signal(wide)
+        nxt = Signal(wide)
+        m.d.comb += nxt.eq(Cat(asm[db:], dma.beat_data)) if wide > db else nxt.eq(dma.beat_data)
+        count = Signal(8)
+        line = Signal(32)
+        last = dma.beat_valid & (count == bpl - 1)
+        with m.If(exec_start):
+            m.d.sync += [count.eq(0), line.eq(0)]
+        with m.Elif(dma.beat_valid):
+            m.d.sync += [asm.eq(nxt), count.eq(Mux(last, 0, count + 1))]
+            with m.If(last):
+                m.d.sync += line.eq(line + 1)
+        for i, (name, (ab, dbits)) in enumerate(buffer_ports(cfg).items()):
+            m.d.comb += [getattr(self, f"{name}_addr").eq(v.sram + line),
+                         getattr(self, f"{name}_data").eq(nxt[wide - dbits:]),
+                         getattr(self, f"{name}_en").eq(last & (v.buf == i))]
+        return m
+
+
+class StoreEngine(wiring.Component):
+    """STORE: packed buffer lines -> DRAM rows, through a :class:`DmaWriter`."""
+
+    LINE_FIFO = 4
+
+    def __init__(self, cfg: AccelConfig):
+        self.cfg = cfg
+        members = engine_members(cfg)
+        members |= {"win_base": In(ADDR_BITS), "abort": In(1), "dma_busy": Out(1), "dma_quiet": Out(1)}
+        for name, (ab, db) in buffer_ports(cfg).items():
+            members |= {f"{name}_addr": Out(ab), f"{name}_rdata": In(db), f"{name}_en": Out(1)}
+        members["wr"] = Out(axi4_write_signature(ADDR_BITS, cfg.dma_bits))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        ins, exec_start, exec_done, _ = token_fsm(m, self, cfg)
+        v = ins.store
+        m.submodules.dma = dma = DmaWriter(cfg)
+        wiring.connect(m, wiring.flipped(self.wr), dma.axi)
+        bpl_s, bpl_w = _beats_per_line(cfg)
+        bpl = Mux(v.buf == 0, bpl_s, bpl_w)
+        m.d.comb += [dma.start.eq(exec_start), dma.addr.eq(self.win_base + v.dram), dma.stride.eq(v.stride),
+                     dma.rows.eq(v.rows), dma.beats.eq(v.lines * bpl), dma.abort.eq(self.abort),
+                     self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet)]
+        started = Signal()
+        m.d.sync += started.eq(exec_start)
+        m.d.comb += exec_done.eq(self.executing & ~started & ~dma.busy)
+
+        # read lines ahead into a small FIFO (one read in flight; sync read ports answer next cycle)
+        wide = cfg.cols * 32
+        m.submodules.lines = lq = fifo.SyncFIFO(width=wide, depth=self.LINE_FIFO)
+        to_read = Signal(32)
+        rd_line = Signal(32)
+        pending = Signal()
+        with m.If(exec_start):
+            m.d.sync += [to_read.eq(v.rows * v.lines), rd_line.eq(0)]
+        issue = self.executing & ~started & (to_read != 0) & (lq.level + pending < self.LINE_FIFO)
+        m.d.sync += pending.eq(issue)
+        with m.If(issue):
+            m.d.sync += [to_read.eq(to_read - 1), rd_line.eq(rd_line + 1)]
+        rdata = Signal(wide)
+        for i, (name, (ab, dbits)) in enumerate(buffer_ports(cfg).items()):
+            m.d.comb += [getattr(self, f"{name}_addr").eq(v.sram + rd_line),
+                         getattr(self, f"{name}_en").eq(issue & (v.buf == i))]
+            with m.If(v.buf == i):
+                m.d.comb += rdata.eq(getattr(self, f"{name}_rdata"))
+        m.d.comb += [lq.w_en.eq(pending), lq.w_data.eq(rdata)]
+
+        # serialize the head line into beats, lane 0 first (little endian, as the bus and DRAM)
+        db = cfg.dma_bits
+        beat = Signal(8)
+        m.d.comb += [dma.beat_valid.eq(lq.r_rdy), dma.beat_data.eq(lq.r_data.word_select(beat, db))]
+        with m.If(dma.beat_valid & dma.beat_ready):
+            with m.If(beat == bpl - 1):
+                m.d.sync += beat.eq(0)
+                m.d.comb += lq.r_en.eq(1)
+            with m.Else():
+                m.d.sync += beat.eq(beat + 1)
+        with m.If(exec_start):
+            m.d.sync += beat.eq(0)
+        return m

@@ -1,0 +1,128 @@
+"""Instruction fetch: reads 128-bit words from DRAM in bursts into a small prefetch FIFO.
+
+Fetch reads instruction ``pc`` at ``WIN_BASE + PROG_BASE + 16 * pc``.  It never
+reads past ``limit = min(PROG_LEN, (WIN_SIZE - PROG_BASE) / 16)``: after the
+last word it offers an *end marker* at ``pc = limit`` carrying the fault the
+decoder reports there, ``PROGRAM_OVERRUN`` (ran past PROG_LEN without FINISH)
+or ``DMA_WINDOW`` (the program runs out of the window), or ``DMA_ALIGN`` at pc 0
+when PROG_BASE is not 16-byte aligned.  Bursts are sized by the free FIFO space
+so that every word requested has a place to land.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+from systolica.faults import Fault
+from systolica.isa import WORD_BITS, WORD_BYTES
+
+from .axi import BURST_INCR, axi4_read_signature
+from .dma import ADDR_BITS
+
+__all__ = ["InstructionFetch"]
+
+
+class InstructionFetch(wiring.Component):
+    """Prefetching instruction reader with an end-of-program marker.
+
+    Parameters
+    ----------
+    cfg
+        Accelerator configuration (DMA width, burst length).
+    depth
+        Words of the prefetch FIFO.
+    """
+
+    def __init__(self, cfg: AccelConfig, depth: int = 8):
+        if cfg.dma_bits > WORD_BITS:
+            raise ValueError(f"instruction fetch needs dma_bits <= {WORD_BITS}, config has {cfg.dma_bits}")
+        self.cfg, self.depth = cfg, depth
+        super().__init__({
+            "axi": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)),
+            "start": In(1), "stop": In(1), "abort": In(1),
+            "prog_base": In(32), "prog_len": In(32), "win_base": In(ADDR_BITS), "win_size": In(32),
+            # the next word (or the end marker) for the decoder
+            "valid": Out(1), "ready": In(1), "word": Out(WORD_BITS), "pc": Out(32),
+            "end": Out(1), "end_code": Out(4),
+            "quiet": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, axi = self.cfg, self.axi
+        beat_bytes = cfg.dma_bytes
+        ibeats = WORD_BYTES // beat_bytes  # beats per instruction word
+        per_burst = max(1, cfg.max_burst // ibeats)
+        m.submodules.q = q = fifo.SyncFIFO(width=WORD_BITS, depth=self.depth)
+
+        limit = Signal(32)
+        end_code = Signal(4)
+        issue_pc = Signal(32)  # next word to request
+        out_pc = Signal(32)  # pc of the word at the FIFO head
+        inflight = Signal(range(self.depth + 1))  # words requested, not yet in the FIFO
+        bursts = Signal(range(self.depth + 1))
+        stopped = Signal()
+
+        with m.If(self.start):
+            avail = Mux(self.win_size > self.prog_base, (self.win_size - self.prog_base) >> 4, 0)
+            misaligned = self.prog_base[:4] != 0
+            m.d.sync += [
+                limit.eq(Mux(misaligned, 0, Mux(self.prog_len <= avail, self.prog_len, avail))),
+                end_code.eq(Mux(misaligned, Fault.DMA_ALIGN,
+                                Mux(self.prog_len <= avail, Fault.PROGRAM_OVERRUN, Fault.DMA_WINDOW))),
+                issue_pc.eq(0), out_pc.eq(0), stopped.eq(0),
+            ]
+        with m.If(self.stop & ~self.start):  # the decoder still shows its idle STOP in the start cycle
+            m.d.sync += stopped.eq(1)
+
+        # ---- AR: a burst of n words, n capped by what is left, the FIFO space and the 4 KiB boundary
+        addr = Signal(ADDR_BITS)
+        m.d.comb += addr.eq(self.win_base + self.prog_base + (issue_pc << 4))
+        space = Signal(range(self.depth + 1))
+        m.d.comb += space.eq(self.depth - q.level - inflight)
+        left = limit - issue_pc
+        to_4k = (4096 - addr[:12]) >> 4
+        n = Signal(range(self.depth + 1))
+        cand = Mux(left < per_burst, left, per_burst)
+        cand2 = Mux(to_4k < cand, to_4k, cand)
+        m.d.comb += n.eq(Mux(space < cand2, space, cand2))
+        m.d.comb += [axi.arsize.eq(Const(beat_bytes.bit_length() - 1, 3)), axi.arburst.eq(BURST_INCR),
+                     axi.rready.eq(1)]
+        ar_hs = axi.arvalid & axi.arready
+        with m.If(ar_hs):
+            m.d.sync += axi.arvalid.eq(0)
+        issue = Signal()
+        m.d.comb += issue.eq(~axi.arvalid & ~stopped & ~self.stop & ~self.abort & ~self.start
+                             & (issue_pc < limit) & (n != 0))
+        with m.If(issue):
+            m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(addr), axi.arlen.eq(n * ibeats - 1),
+                         issue_pc.eq(issue_pc + n)]
+
+        # ---- R: assemble words from beats, in order
+        r_hs = axi.rvalid & axi.rready
+        word_done = Signal()
+        if ibeats == 1:
+            m.d.comb += [word_done.eq(r_hs), q.w_data.eq(axi.rdata)]
+        else:
+            parts = Signal(WORD_BITS - beat_bytes * 8)
+            count = Signal(range(ibeats))
+            with m.If(r_hs):
+                m.d.sync += [count.eq(Mux(count == ibeats - 1, 0, count + 1)),
+                             parts.eq(Cat(parts[beat_bytes * 8:], axi.rdata))]
+            m.d.comb += [word_done.eq(r_hs & (count == ibeats - 1)), q.w_data.eq(Cat(parts, axi.rdata))]
+        m.d.comb += q.w_en.eq(word_done & ~self.abort)
+        m.d.sync += [inflight.eq(inflight + Mux(issue, n, 0) - word_done),
+                     bursts.eq(bursts + issue - (r_hs & axi.rlast))]
+
+        # ---- to the decoder: the FIFO head, or the end marker once every word before `limit` went out
+        at_end = ~q.r_rdy & (out_pc == limit) & (inflight == 0)
+        m.d.comb += [self.valid.eq(q.r_rdy | at_end), self.word.eq(q.r_data), self.pc.eq(out_pc),
+                     self.end.eq(~q.r_rdy), self.end_code.eq(end_code),
+                     q.r_en.eq(self.ready & q.r_rdy),
+                     self.quiet.eq(~axi.arvalid & (bursts == 0))]
+        with m.If(self.ready & q.r_rdy):
+            m.d.sync += out_pc.eq(out_pc + 1)
+        return m

@@ -1,0 +1,236 @@
+"""Programs for the top-level tests: random ones generated from the ISA table, and hand-written ones.
+
+Random programs are *serialized*: whenever consecutive instructions run on
+different engines, the first pushes a dependency token and the second pops it
+(load and store talk through a compute NOP).  So every instruction runs after
+the one before it in program order, whatever the timing, and the result is
+defined without races -- which is what lets DRAM, status, fault code and
+faulting PC of the RTL be compared bit for bit with the golden simulator.
+
+Faults are injected from the ISA table and the fault list: illegal opcodes,
+reserved bits, illegal field values and token flags, DMA outside the window or
+misaligned, buffer ranges, a missing FINISH, and token deadlocks (a pop that no
+push will ever match).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from systolica.config import AccelConfig
+from systolica.isa import OP_BY_CODE, OPCODE_BITS, WORD_BITS, Engine, Instr, encode, make
+
+__all__ = ["RandomProgram", "random_program", "FAULT_KINDS", "weight_stream_program", "RTL_RANDOM_OPS"]
+
+#: Ops the random generator draws (those the RTL executes; see hw.decode.RTL_OPS).
+RTL_RANDOM_OPS = ("LOAD", "STORE", "GEMM", "NOP")
+
+FAULT_KINDS = ("opcode", "reserved", "buf", "nop_engine", "flags", "window", "align", "sram", "gemm_sram",
+               "overrun", "deadlock")
+
+
+@dataclass
+class RandomProgram:
+    """Program words plus what was injected (for messages)."""
+
+    words: list[int]
+    fault: str | None
+    fault_index: int | None = None
+    instrs: list = field(default_factory=list)
+
+
+# token flags that carry "this engine, then that one" (the first pushes, the second pops)
+_SYNC = {
+    (Engine.LOAD, Engine.COMPUTE): ("push_next", "pop_prev"),
+    (Engine.COMPUTE, Engine.LOAD): ("push_prev", "pop_next"),
+    (Engine.COMPUTE, Engine.STORE): ("push_next", "pop_prev"),
+    (Engine.STORE, Engine.COMPUTE): ("push_prev", "pop_next"),
+}
+
+
+class _Gen:
+    def __init__(self, cfg: AccelConfig, rng: np.random.Generator, data_lo: int, data_hi: int, win_size: int):
+        self.cfg, self.rng = cfg, rng
+        self.data_lo, self.data_hi, self.win_size = data_lo, data_hi, win_size
+        # small buffer regions, so that loads, GEMMs and stores meet each other's data
+        self.region = {0: min(cfg.spad_lines, 256), 1: min(cfg.acc_lines, 64), 2: min(cfg.vbuf_lines, 64)}
+
+    def lb(self, buf: int) -> int:
+        return self.cfg.cols * (1 if buf == 0 else 4)
+
+    def r(self, lo: int, hi: int) -> int:
+        return int(self.rng.integers(lo, hi + 1))
+
+    def dma(self, op: str) -> dict:
+        buf = self.r(0, 2)
+        lb = self.lb(buf)
+        rows, lines = self.r(1, 4), self.r(1, 6)
+        stride = lines * lb + lb * self.r(0, 2) if self.rng.random() < 0.8 else lb * self.r(1, lines)
+        span = (rows - 1) * stride + lines * lb
+        dram = self.data_lo + lb * self.r(0, max(0, (self.data_hi - self.data_lo - span) // lb))
+        sram = self.r(0, self.region[buf] - rows * lines)
+        return dict(buf=buf, sram=sram, dram=dram, rows=rows, lines=lines, stride=stride)
+
+    def gemm(self) -> dict:
+        cols = self.cfg.cols
+        m, k, n = self.r(1, 3), self.r(0, 3), self.r(1, 2)
+        region = self.region[0]
+        return dict(dst=self.r(0, self.region[1] - m * n), a=self.r(0, region - m * k),
+                    w=self.r(0, region - n * cols * k), m=m, k=k, n=n, acc=self.r(0, 1))
+
+    def op(self) -> Instr:
+        name = RTL_RANDOM_OPS[int(self.rng.choice(4, p=[0.35, 0.25, 0.3, 0.1]))]
+        if name in ("LOAD", "STORE"):
+            return make(name, **self.dma(name))
+        if name == "GEMM":
+            return make("GEMM", **self.gemm())
+        return make("NOP", engine=self.r(0, 2))
+
+
+def _with_flags(ins: Instr, **flags: bool) -> Instr:
+    f = ins.flags()
+    f.update({k: f[k] or v for k, v in flags.items()})
+    return Instr(ins.op, dict(ins.fields), **f)
+
+
+def _serialize(ops: list[Instr]) -> list[Instr]:
+    """Insert token flags (and bridging compute NOPs) so that each instruction follows the previous one."""
+    out: list[Instr] = []
+    for ins in ops:
+        if out and out[-1].engine != ins.engine:
+            pair = (out[-1].engine, ins.engine)
+            if pair not in _SYNC:  # load <-> store: through a compute NOP
+                push, pop = _SYNC[(out[-1].engine, Engine.COMPUTE)]
+                out[-1] = _with_flags(out[-1], **{push: True})
+                out.append(_with_flags(make("NOP", engine=int(Engine.COMPUTE)), **{pop: True}))
+                pair = (Engine.COMPUTE, ins.engine)
+            push, pop = _SYNC[pair]
+            out[-1] = _with_flags(out[-1], **{push: True})
+            ins = _with_flags(ins, **{pop: True})
+        out.append(ins)
+    return out
+
+
+def _inject(g: _Gen, kind: str) -> tuple[Instr | int, bool]:
+    """A faulty instruction (or raw word) of the given kind; second item: True if it is a raw word."""
+    cfg, rng = g.cfg, g.rng
+    if kind == "opcode":
+        bad = [c for c in range(1 << OPCODE_BITS) if c not in OP_BY_CODE]
+        word = int(rng.choice(bad)) | (int(rng.integers(0, 1 << 62)) << OPCODE_BITS)
+        return word, True
+    if kind == "reserved":
+        ins = g.op()
+        used = ins.spec.used_bits
+        return encode(ins) | (1 << int(rng.integers(used, WORD_BITS))), True
+    if kind == "buf":
+        d = g.dma("LOAD")
+        d["buf"] = 3
+        return make(str(rng.choice(["LOAD", "STORE"])), **d), False
+    if kind == "nop_engine":
+        return make("NOP", engine=3), False
+    if kind == "flags":
+        if rng.random() < 0.5:
+            return make("LOAD", **g.dma("LOAD"), **{str(rng.choice(["pop_prev", "push_prev"])): True}), False
+        return make("STORE", **g.dma("STORE"), **{str(rng.choice(["pop_next", "push_next"])): True}), False
+    if kind == "window":
+        d = g.dma("LOAD")
+        lb = g.lb(d["buf"])
+        d["dram"] = g.win_size - lb * g.r(0, 2)  # runs past the end (or starts past it)
+        d["dram"] -= d["dram"] % lb
+        if rng.random() < 0.3:
+            d["dram"], d["stride"] = 0, (g.win_size // d["rows"] // lb + 1) * lb
+            d["rows"] = max(d["rows"], 2)
+        return make(str(rng.choice(["LOAD", "STORE"])), **d), False
+    if kind == "align":
+        d = g.dma("LOAD")
+        if rng.random() < 0.5:
+            d["dram"] += g.r(1, g.lb(d["buf"]) - 1)
+        else:
+            d["stride"] += g.r(1, g.lb(d["buf"]) - 1)
+        return make(str(rng.choice(["LOAD", "STORE"])), **d), False
+    if kind == "sram":
+        d = g.dma("LOAD")
+        total = d["rows"] * d["lines"]
+        size = {0: cfg.spad_lines, 1: cfg.acc_lines, 2: cfg.vbuf_lines}[d["buf"]]
+        d["sram"] = min(size - total + g.r(1, total), (1 << 16) - 1)
+        return make(str(rng.choice(["LOAD", "STORE"])), **d), False
+    if kind == "gemm_sram":
+        gm = g.gemm()
+        gm["k"] = max(gm["k"], 1)
+        which = str(rng.choice(["a", "w", "dst"]))
+        gm[which] = {"a": cfg.spad_lines, "w": cfg.spad_lines, "dst": cfg.acc_lines}[which] - g.r(0, 1)
+        return make("GEMM", **gm), False
+    raise ValueError(f"unknown fault kind {kind!r}; kinds: {', '.join(FAULT_KINDS)}")
+
+
+def random_program(cfg: AccelConfig, rng: np.random.Generator, *, n_ops: int, data_lo: int, data_hi: int,
+                   win_size: int, fault: str | None = None) -> RandomProgram:
+    """A serialized random program of about ``n_ops`` operations, optionally with one injected fault.
+
+    DMA addresses stay in ``[data_lo, data_hi)`` of the window (the program lives below ``data_lo``),
+    except for the injected ``window`` fault.
+    """
+    g = _Gen(cfg, rng, data_lo, data_hi, win_size)
+    ops = [g.op() for _ in range(n_ops)]
+    instrs = _serialize(ops)
+    fault_index = None
+    if fault == "deadlock":
+        # a pop no push will ever match: on a compute instruction waiting for the store engine,
+        # or a load instruction waiting for compute, placed where nothing later pushes there
+        i = int(rng.integers(0, len(instrs)))
+        ins = instrs[i]
+        flag = {Engine.LOAD: "pop_next", Engine.COMPUTE: str(rng.choice(["pop_prev", "pop_next"])),
+                Engine.STORE: "pop_prev"}[ins.engine]
+        instrs[i] = _with_flags(ins, **{flag: True})
+        fault_index = i
+    words: list[int] = [encode(i) for i in instrs]
+    if fault in (None, "deadlock"):
+        words.append(encode(make("FINISH")))
+    elif fault == "overrun":
+        pass
+    else:
+        bad, raw = _inject(g, fault)
+        fault_index = int(rng.integers(0, len(words) + 1))
+        words.insert(fault_index, bad if raw else encode(bad))
+        words.append(encode(make("FINISH")))
+    return RandomProgram(words, fault, fault_index, instrs)
+
+
+def weight_stream_program(cfg: AccelConfig, *, k_lines: int, n_tiles: int, n_lines: int, w_dram: int,
+                          a_dram: int, out_dram: int) -> list[Instr]:
+    """Decode-style GEMV with weights streamed tile by tile into two scratchpad slots (double buffering).
+
+    Tile t holds ``n_lines * cols`` weight rows of ``k_lines`` lines; LOAD of tile t+2 waits for the GEMM of
+    tile t to release its slot (compute->load token), GEMM t waits for its LOAD (load->compute token).
+    The activation row is loaded once; the result (1 row of n_tiles*n_lines lines) is stored at the end.
+    """
+    cols = cfg.cols
+    tile_lines = n_lines * cols * k_lines
+    a_sram = 0
+    slots = (k_lines, k_lines + tile_lines)
+    if slots[1] + tile_lines > cfg.spad_lines:
+        raise ValueError(f"two weight tiles of {tile_lines} lines do not fit the {cfg.spad_lines}-line scratchpad")
+    prog = [make("LOAD", buf=0, sram=a_sram, dram=a_dram, rows=1, lines=k_lines, stride=k_lines * cols,
+                 push_next=True)]
+    tile_bytes = tile_lines * cols
+    for t in range(n_tiles):
+        # the first two slots are free; later loads wait for the GEMM two tiles back
+        prog.append(make("LOAD", buf=0, sram=slots[t % 2], dram=w_dram + t * tile_bytes, rows=1, lines=tile_lines,
+                         stride=tile_bytes, pop_next=t >= 2, push_next=True))
+    prog.insert(1, make("NOP", engine=int(Engine.COMPUTE), pop_prev=True))  # the activation row is in
+    gemms = []
+    for t in range(n_tiles):
+        gemms.append(make("GEMM", dst=t * n_lines, a=a_sram, w=slots[t % 2], m=1, k=k_lines, n=n_lines, acc=0,
+                          pop_prev=True, push_prev=t + 2 < n_tiles, push_next=t == n_tiles - 1))
+    # program order: the NOP, then loads and GEMMs interleaved so that fetch never waits on a full queue
+    out = [prog[0], prog[1]]
+    loads = prog[2:]
+    for t in range(n_tiles):
+        out.append(loads[t])
+        out.append(gemms[t])
+    out.append(make("STORE", buf=1, sram=0, dram=out_dram, rows=1, lines=n_tiles * n_lines,
+                    stride=n_tiles * n_lines * cols * 4, pop_prev=True))
+    out.append(make("FINISH"))
+    return out

@@ -1,0 +1,185 @@
+"""cocotb testbench of the accelerator top level (cocotb 2.x, cocotbext-axi).
+
+:class:`AccelTB` owns the clock, the reset, an ``AxiRam`` as DRAM behind the
+AXI master port(s), an ``AxiLiteMaster`` on the CSRs, random latencies and
+back-pressure on every AXI channel (pause generators), and a memory guard: any
+byte the accelerator reads or writes outside the DRAM window it was given is
+recorded in :attr:`AccelTB.violations` (tests fail on any).
+
+Only imported inside a cocotb simulation (it imports cocotb at module level).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
+from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
+
+from systolica.config import AccelConfig
+from systolica.csr import COUNTERS, CTRL_SOFT_RESET, CTRL_START, IRQ_DONE, REG, STATUS_DONE, STATUS_ERROR
+from systolica.faults import Fault
+from systolica.isa import WORD_BYTES
+
+__all__ = ["AccelTB", "RunResult", "random_pauses"]
+
+
+def random_pauses(rng: random.Random, p: float):
+    """An endless pause generator: pause (True) with probability ``p`` each cycle."""
+    while True:
+        yield rng.random() < p
+
+
+@dataclass
+class RunResult:
+    """What the CSRs say after a run."""
+
+    status: int
+    code: Fault
+    pc: int
+    counters: dict[str, int]
+    timed_out: bool = False
+
+    @property
+    def done(self) -> bool:
+        return bool(self.status & STATUS_DONE)
+
+    @property
+    def error(self) -> bool:
+        return bool(self.status & STATUS_ERROR)
+
+
+class AccelTB:
+    """Drives one ``Accelerator`` DUT.
+
+    Parameters
+    ----------
+    dut
+        The cocotb handle of the top level.
+    cfg
+        Its configuration.
+    mem_size
+        Bytes of the DRAM model (physical addresses ``0 .. mem_size``).
+    """
+
+    def __init__(self, dut, cfg: AccelConfig, mem_size: int = 1 << 20):
+        self.dut, self.cfg, self.mem_size = dut, cfg, mem_size
+        self.clock = Clock(dut.ap_clk, 10, unit="ns", impl="gpi")
+        self.clock.start()
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi_gmem0"), dut.ap_clk, dut.ap_rst_n,
+                          reset_active_level=False, size=mem_size)
+        self.rams = [self.ram]
+        for p in range(1, cfg.dma_ports):  # every port sees the same DRAM
+            self.rams.append(AxiRam(AxiBus.from_prefix(dut, f"m_axi_gmem{p}"), dut.ap_clk, dut.ap_rst_n,
+                                    reset_active_level=False, size=mem_size, mem=self.ram.mem))
+        self.csr = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi_control"), dut.ap_clk, dut.ap_rst_n,
+                                 reset_active_level=False)
+        self.window = (0, mem_size)
+        self.violations: list[str] = []
+        for ram in self.rams:
+            self._guard(ram)
+
+    # ------------------------------------------------------------- guards
+    def _guard(self, ram) -> None:
+        """Record every access outside the window (the accelerator's memory protection, checked)."""
+        rd, wr = ram.read_if._read, ram.write_if._write
+
+        async def checked_read(address, length):
+            self._check("read", address, length)
+            return await rd(address, length)
+
+        async def checked_write(address, data):
+            self._check("write", address, len(data))
+            await wr(address, data)
+
+        ram.read_if._read, ram.write_if._write = checked_read, checked_write
+
+    def _check(self, kind: str, address: int, length: int) -> None:
+        lo, size = self.window
+        if not (lo <= address and address + length <= lo + size):
+            self.violations.append(f"{kind} of {length} bytes at {address:#x} outside window "
+                                   f"[{lo:#x}, {lo + size:#x})")
+
+    def set_pauses(self, p: float, seed: int = 0) -> None:
+        """Random stalls with probability ``p`` on every AXI channel of every port (0 turns them off)."""
+        rng = random.Random(seed)
+        for ram in self.rams:
+            chans = (ram.read_if.ar_channel, ram.read_if.r_channel, ram.write_if.aw_channel,
+                     ram.write_if.w_channel, ram.write_if.b_channel)
+            for ch in chans:
+                if p > 0:
+                    ch.set_pause_generator(random_pauses(random.Random(rng.random()), p))
+                else:
+                    ch.clear_pause_generator()
+
+    # --------------------------------------------------------------- CSRs
+    async def reset(self) -> None:
+        self.dut.ap_rst_n.value = 0
+        await ClockCycles(self.dut.ap_clk, 5)
+        self.dut.ap_rst_n.value = 1
+        await ClockCycles(self.dut.ap_clk, 2)
+
+    async def write_reg(self, name: str, value: int) -> None:
+        await self.csr.write_dword(REG[name].offset, value & 0xFFFF_FFFF)
+
+    async def read_reg(self, name: str) -> int:
+        return await self.csr.read_dword(REG[name].offset)
+
+    async def read_counter(self, name: str) -> int:
+        lo = await self.read_reg(f"{name}_LO")  # latches _HI
+        hi = await self.read_reg(f"{name}_HI")
+        return lo | (hi << 32)
+
+    async def set_window(self, base: int, size: int) -> None:
+        self.window = (base, size)
+        await self.write_reg("WIN_BASE_LO", base)
+        await self.write_reg("WIN_BASE_HI", base >> 32)
+        await self.write_reg("WIN_SIZE", size)
+
+    # ---------------------------------------------------------------- run
+    def load_program(self, words, prog_base: int) -> None:
+        """Write 128-bit words at ``prog_base`` (an offset inside the window)."""
+        data = b"".join(int(w).to_bytes(WORD_BYTES, "little") for w in words)
+        self.ram.write(self.window[0] + prog_base, data)
+
+    async def start(self, prog_base: int, prog_len: int) -> None:
+        await self.write_reg("PROG_BASE", prog_base)
+        await self.write_reg("PROG_LEN", prog_len)
+        await self.write_reg("IRQ_ENABLE", IRQ_DONE)
+        await self.write_reg("CTRL", CTRL_START)
+
+    async def wait_done(self, timeout_cycles: int) -> bool:
+        """Wait for ``interrupt``; False on timeout.  No Python runs on the clock edge meanwhile."""
+        if int(self.dut.interrupt.value):
+            return True
+        t = Timer(10 * timeout_cycles, unit="ns")
+        got = await First(RisingEdge(self.dut.interrupt), t)
+        return got is not t
+
+    async def result(self, timed_out: bool = False) -> RunResult:
+        status = await self.read_reg("STATUS")
+        code = await self.read_reg("ERROR_CODE")
+        pc = await self.read_reg("ERROR_PC")
+        counters = {name: await self.read_counter(name) for name in COUNTERS}
+        await self.write_reg("IRQ_STATUS", IRQ_DONE)  # acknowledge
+        return RunResult(status, Fault(code), pc, counters, timed_out)
+
+    async def run(self, words, prog_base: int = 0, timeout_cycles: int = 200_000) -> RunResult:
+        """Load ``words`` at ``prog_base``, start, wait for the interrupt, read the result."""
+        self.load_program(words, prog_base)
+        await self.start(prog_base, len(words))
+        ok = await self.wait_done(timeout_cycles)
+        return await self.result(timed_out=not ok)
+
+    async def soft_reset(self) -> None:
+        await self.write_reg("CTRL", CTRL_SOFT_RESET)
+
+    def dram(self, lo: int = 0, size: int | None = None) -> bytes:
+        return self.ram.read(lo, self.mem_size - lo if size is None else size)
+
+
+def start_soon(coro):  # re-exported for test modules that only import this one
+    return cocotb.start_soon(coro)
