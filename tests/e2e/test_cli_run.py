@@ -1,0 +1,69 @@
+"""`systolica run` end to end on a small GGUF model with a real (trained) tokenizer: text in, text out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tokenizers
+from tokenizers import pre_tokenizers, trainers
+from tokenizers.models import BPE
+
+from systolica.cli import main
+from systolica.compiler.writers import write_gguf
+from systolica.testmodels import random_model
+
+CORPUS = ["the quick brown fox jumps over the lazy dog", "systolic arrays multiply matrices",
+          "a token at a time, streaming text", "hello world, hello accelerator"] * 8
+
+
+@pytest.fixture(scope="module")
+def gguf_model(tmp_path_factory):
+    tok = tokenizers.Tokenizer(BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                         show_progress=False))
+    spec = json.loads(tok.to_str())
+    tokens = [t for t, _ in sorted(spec["model"]["vocab"].items(), key=lambda kv: kv[1])]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    fields = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "default", "tokenizer.ggml.tokens": tokens,
+              "tokenizer.ggml.merges": merges, "tokenizer.ggml.token_type": [3] + [1] * (len(tokens) - 1),
+              "tokenizer.ggml.bos_token_id": 0, "tokenizer.ggml.eos_token_id": 0}
+    model = random_model("llama", dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=48, vocab=len(tokens),
+                         seed=3, max_seq=64)
+    return write_gguf(model, tmp_path_factory.mktemp("m") / "tiny.gguf", fields=fields)
+
+
+def _run(capsys, path, *extra):
+    rc = main(["run", "--model", str(path), "--config", "tiny", "--max-seq", "64", "-n", "6", "--json", *extra,
+               "hello world"])
+    assert rc == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_run_streams_text_and_reuses_the_cached_artifact(gguf_model, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    first = _run(capsys, gguf_model)
+    assert first["prompt_tokens"] >= 2 and 1 <= first["generated_tokens"] <= 6
+    assert first["compile_s"] > 0 and first["artifact"].startswith(str(tmp_path))
+    assert first["decode"]["instrs"] > 0 or first["generated_tokens"] == 1
+    second = _run(capsys, gguf_model)
+    assert second["compile_s"] == 0  # served from the cache
+    assert second["text"] == first["text"]  # greedy and bit-exact: the same text again
+
+
+def test_run_with_sampling_and_a_table(gguf_model, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    rc = main(["run", "--model", str(gguf_model), "--config", "tiny", "--max-seq", "64", "-n", "4",
+               "--temperature", "0.9", "--top-k", "40", "--seed", "1", "hello"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("hello") and "generated tokens" in out
+
+
+def test_run_refuses_a_missing_model_clearly(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    rc = main(["run", "--model", str(tmp_path / "nope.gguf"), "--config", "tiny", "x"])
+    assert rc == 2
+    assert "does not exist" in capsys.readouterr().err
