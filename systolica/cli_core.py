@@ -105,8 +105,9 @@ class Disasm:
         from systolica.config import load_config
         from systolica.program import Program
 
-        cfg = load_config(args.config) if args.config else None
-        prog = Program.load(args.input, config=cfg, validate=False)  # illegal words print as .word lines
+        prog = Program.load(args.input, validate=False)  # illegal words print as .word lines
+        if args.config:
+            _check_config(prog, load_config(args.config))
         if not args.no_pc:
             print(f"; {args.input}: format v1, config {prog.config_hash:08x}, {len(prog)} instructions")
         sys.stdout.write(disasm(prog, pc=not args.no_pc))
@@ -133,7 +134,8 @@ class Sim:
         from systolica.sim.golden import GoldenSim
 
         cfg = load_config(args.config)
-        prog = Program.load(args.program, config=cfg, validate=False)  # illegal words become faults with a pc
+        prog = Program.load(args.program, validate=False)  # illegal words become faults with a pc
+        _check_config(prog, cfg)
         dram = np.zeros(cfg.dram_bytes, np.uint8)  # calloc'd: untouched pages cost nothing
         n_in = 0
         if args.dram is not None:
@@ -151,6 +153,20 @@ class Sim:
         else:
             _print_result(res, cfg)
         return 0 if res.ok else 1
+
+
+def _check_config(prog, cfg) -> None:
+    """Refuse a program of another config; name the preset it was built for when there is one."""
+    from systolica.config import PRESETS
+    from systolica.program import ConfigMismatch
+
+    try:
+        prog.check_config(cfg)
+    except ConfigMismatch as e:
+        match = [n for n, p in PRESETS.items() if p.hash32() == prog.config_hash]
+        if match:
+            raise UsageError(f"{e} (it was built for preset {match[0]!r}: run with --config {match[0]})") from None
+        raise
 
 
 def _print_result(res, cfg) -> None:
@@ -176,7 +192,7 @@ def _print_result(res, cfg) -> None:
         from rich.text import Text
 
         con.print(Text(f"fault {res.status.name} (code {int(res.status)}) at pc {res.pc}: {res.message}",
-                       style="bold red"))
+                       style="bold red"), soft_wrap=True)
 
 
 class IsaDoc:

@@ -112,6 +112,7 @@ def test_sim_refuses_other_config(tmp_path, capsys):
     prog = _bin(tmp_path, "FINISH", cfg="default")
     rc, _, err = run(["sim", str(prog), "--config", "tiny"], capsys)
     assert rc == cli.EXIT_ERROR and "recompile" in err and "Traceback" not in err
+    assert "run with --config default" in err  # names the preset the program was built for
 
 
 def test_missing_file_and_bad_config(tmp_path, capsys):
