@@ -80,11 +80,12 @@ def rshift_round(x, s) -> np.ndarray:
         if sv == 0:
             return x.copy()
     s_arr = as_int64(s_arr, "s")
-    x, s_arr = np.broadcast_arrays(x, s_arr)
-    sr = np.clip(s_arr, 1, 63)
+    sr = np.clip(s_arr, 1, 63)  # on the (often smaller) shift array, before broadcasting
     out = (x >> sr) + ((x >> (sr - 1)) & 1)
-    out = np.where(s_arr >= 64, 0, out)
+    if np.any(s_arr >= 64):
+        out = np.where(s_arr >= 64, 0, out)
     if np.any(s_arr <= 0):
+        x, s_arr = np.broadcast_arrays(x, s_arr)
         sl = np.clip(-s_arr, 0, 63)
         left = (x.astype(np.uint64) << sl.astype(np.uint64)).view(_I64)
         ok = ((left >> sl) == x) & ((-s_arr <= 63) | (x == 0))
@@ -135,12 +136,15 @@ def matmul(a, w) -> np.ndarray:
     if a.ndim != 2 or w.ndim != 2 or a.shape[1] != w.shape[1]:
         raise ValueError(f"matmul needs a[M,K] and w[N,K], got {a.shape} and {w.shape}")
     k = a.shape[1]
-    if k * (1 << 14) <= (1 << 24):
-        r = a.astype(np.float32) @ w.astype(np.float32).T
-        return r.astype(np.int32)  # |r| < 2**24: no wrap possible
     if k * (1 << 14) <= (1 << 53):
-        r = (a.astype(np.float64) @ w.astype(np.float64).T).astype(_I64)
-        return _wrap32(r)
+        ft = np.float32 if k * (1 << 14) <= (1 << 24) else np.float64
+        af = a.astype(ft)
+        r = np.empty((a.shape[0], w.shape[0]), ft)
+        # decode (few rows): cast W a block at a time so the block stays in cache; GEMM: all at once
+        step = max(64, (1 << 18) // max(k, 1)) if a.shape[0] <= 16 else max(w.shape[0], 1)
+        for i in range(0, w.shape[0], step):
+            r[:, i:i + step] = af @ w[i:i + step].astype(ft).T
+        return _wrap32(r.astype(_I64))
     r = np.zeros((a.shape[0], w.shape[0]), _I64)  # pragma: no cover - K beyond 2**39
     for i in range(0, k, 1 << 30):
         r += a[:, i:i + (1 << 30)].astype(_I64) @ w[:, i:i + (1 << 30)].astype(_I64).T
