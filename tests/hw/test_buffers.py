@@ -7,14 +7,12 @@ import random
 
 import numpy as np
 import pytest
-from amaranth import Module, signed
-from amaranth.lib import stream, wiring
+from amaranth import signed
 from hw_streams_tb import run, send
 
 from systolica.config import AccelConfig
-from systolica.hw.accumulator import Accumulator
+from systolica.hw.gemm_core import GemmCore
 from systolica.hw.scratchpad import LineBuffer, accumulator_buffer, scratchpad
-from systolica.hw.systolic_array import SystolicArray
 from systolica.numerics import matmul
 
 pytestmark = pytest.mark.amaranth
@@ -64,27 +62,6 @@ def test_buffer_sizes_follow_config():
     assert accumulator_buffer(cfg).depth == 8 * 1024 // 32
 
 
-class GemmCore(wiring.Component):
-    """Test wrapper: array -> accumulator -> accumulator buffer (read port r1 left for the bench)."""
-
-    def __init__(self, cfg):
-        self.array = SystolicArray(cfg)
-        self.acc = Accumulator(cfg, self.array.o_layout)
-        self.buf = accumulator_buffer(cfg)
-        super().__init__({"w_stream": wiring.In(stream.Signature(self.array.w_layout)),
-                          "a_stream": wiring.In(stream.Signature(self.array.a_layout))})
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.array, m.submodules.acc, m.submodules.buf = self.array, self.acc, self.buf
-        wiring.connect(m, wiring.flipped(self.w_stream), self.array.w_stream)
-        wiring.connect(m, wiring.flipped(self.a_stream), self.array.a_stream)
-        wiring.connect(m, array=self.array.o_stream, acc=self.acc.i_stream)
-        wiring.connect(m, acc=self.acc.rd, buf=self.buf.r0)
-        wiring.connect(m, acc=self.acc.wr, buf=self.buf.w)
-        return m
-
-
 @pytest.mark.parametrize("rows,cols,M", [(4, 4, 3), (4, 8, 1)])
 def test_gemm_through_accumulator(rows, cols, M):
     cfg = AccelConfig(rows=rows, cols=cols, dma_bits=32)
@@ -106,14 +83,14 @@ def test_gemm_through_accumulator(rows, cols, M):
     got = np.zeros((M, N), np.int64)
 
     async def reader(ctx):
-        while ctx.get(dut.acc.lines) < len(abeats):
+        while ctx.get(dut.lines) < len(abeats):
             await ctx.tick()
         await ctx.tick()
         for nt in range(N // C):
             for i in range(M):
-                ctx.set(dut.buf.r1.addr, nt * M + i)
+                ctx.set(dut.acc_rd.addr, nt * M + i)
                 await ctx.tick()
-                got[i, nt * C:(nt + 1) * C] = list(ctx.get(dut.buf.r1.data))
+                got[i, nt * C:(nt + 1) * C] = list(ctx.get(dut.acc_rd.data))
 
     run(dut, [lambda ctx: send(ctx, dut.w_stream, wbeats, random.Random(1), 0.2),
               lambda ctx: send(ctx, dut.a_stream, abeats, random.Random(2), 0.2), reader])
