@@ -121,7 +121,7 @@ class _Gen:
         self.g, self.qm, self.cfg, self.p, self.mats, self.kv = g, qm, cfg, plan, mats, kv
         self.reg, self.rb, self.max_pages = regions, rows_bytes, max_pages
         self.T, self.cols = plan.rows, cfg.cols
-        self.s = Scheduler(plan.overlaps)
+        self.s = Scheduler(plan.overlaps, cfg.queue_depth)
         self.wslot = 0
         self.mslot = 0
         self.kvslot = 0

@@ -28,6 +28,7 @@ engine can always progress, and since every queue ends empty the next program st
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from systolica.isa import Engine, Instr, make
@@ -110,13 +111,19 @@ class Scheduler:
     overlaps : dict
         Block key -> keys of every block sharing a line with it (itself included).  Keys not listed
         overlap only themselves (DRAM regions such as ``"dram:kv0"``).
+    queue_depth : int
+        Capacity of each token queue: a wait is moved to a later producer (or a NOP) rather than let
+        the sequential occupancy exceed it.
     """
 
-    def __init__(self, overlaps: dict[str, tuple[str, ...]]):
+    def __init__(self, overlaps: dict[str, tuple[str, ...]], queue_depth: int = 256):
         self.instrs: list[Emitted] = []
         self.clock: list[tuple[int, int, int]] = []  # vector clock of each instruction (after it)
         self.vc = [[-1, -1, -1] for _ in range(3)]  # per engine: latest instruction of each engine known done
         self.haz = _Hazards(overlaps)
+        self.depth = queue_depth
+        self.by_engine: list[list[int]] = [[], [], []]
+        self.occ: list[list[int]] = [[], [], [], []]  # tokens in flight per queue after each instruction
         self.nops = 0
 
     def emit(self, op: str, engine: Engine | None = None, reads=(), writes=(), patches=(), **fields) -> int:
@@ -125,45 +132,57 @@ class Scheduler:
         eng = Engine(engine) if engine is not None else probe.engine
         if op == "NOP":
             fields = {**fields, "engine": int(eng)}
-        pops = self._wait(eng, self.haz.deps(eng, reads, writes))
-        idx = len(self.instrs)
-        em = Emitted(op, dict(probe.fields, **fields), eng, tuple(reads), tuple(writes), list(patches))
-        for flag in pops:
-            em.flags[flag] = True
-        self.instrs.append(em)
-        self._tick(eng, idx)
+        pairs = self._wait(eng, self.haz.deps(eng, reads, writes))
+        idx = self._append(Emitted(op, dict(probe.fields, **fields), eng, tuple(reads), tuple(writes),
+                                   list(patches)), pairs)
         self.haz.record(eng, idx, reads, writes)
         return idx
 
-    def _tick(self, eng: int, idx: int) -> None:
-        self.vc[eng][eng] = idx
-        self.clock.append(tuple(self.vc[eng]))
+    def _append(self, em: Emitted, pairs: list[tuple[int, str, int]]) -> int:
+        """Append ``em``, popping one token per ``(queue, pop flag, producer)`` pair."""
+        idx = len(self.instrs)
+        self.instrs.append(em)
+        for q in self.occ:
+            q.append(0)
+        for q, pop, a in pairs:
+            em.flags[pop] = True
+            occ = self.occ[q]
+            for x in range(a, idx):  # the token is in flight from its push to this pop
+                occ[x] += 1
+        self.by_engine[em.engine].append(idx)
+        self.vc[em.engine][em.engine] = idx
+        self.clock.append(tuple(self.vc[em.engine]))
+        return idx
 
-    def _wait(self, eng: int, need: dict[int, int]) -> list[str]:
-        """Make engine ``eng`` wait for ``need`` (engine -> instruction); returns the pop flags of its next one."""
+    def _producer(self, e: int, a: int, q: int, push: str) -> int:
+        """The first instruction of engine ``e`` at or after ``a`` that can push one more token into queue ``q``."""
+        occ, end = self.occ[q], len(self.instrs)
+        cands = self.by_engine[e]
+        for a2 in cands[bisect_left(cands, a):]:
+            if not self.instrs[a2].flags[push] and max(occ[a2:end], default=0) < self.depth:
+                return a2
+        # every candidate is busy or its queue is full until now: a NOP on that engine pushes right here
+        self.nops += 1
+        return self._append(Emitted("NOP", {"engine": int(e)}, Engine(e)), [])
+
+    def _wait(self, eng: int, need: dict[int, int]) -> list[tuple[int, str, int]]:
+        """Make engine ``eng`` wait for ``need`` (engine -> instruction); returns the pops of its next one."""
         need = {e: i for e, i in need.items() if self.vc[eng][e] < i}
         far = {LOAD: STORE, STORE: LOAD}.get(Engine(eng))
         if far is not None and far in need:
             # No queue links load and store: a compute NOP relays the token.
-            nop_pops = self._wait(COMPUTE, {far: need.pop(far)})
-            idx = len(self.instrs)
-            nop = Emitted("NOP", {"engine": int(COMPUTE)}, COMPUTE)
-            for flag in nop_pops:
-                nop.flags[flag] = True
-            self.instrs.append(nop)
-            self._tick(COMPUTE, idx)
+            nop_pairs = self._wait(COMPUTE, {far: need.pop(far)})
+            idx = self._append(Emitted("NOP", {"engine": int(COMPUTE)}, COMPUTE), nop_pairs)
             self.nops += 1
             need[COMPUTE] = max(need.get(COMPUTE, -1), idx)
-        pops = []
+        pairs = []
         for e, a in need.items():
-            _, push, pop = queue_of(Engine(e), Engine(eng))
-            src = self.instrs[a]
-            if src.flags[push]:
-                raise ScheduleError(f"instruction {a} ({src.op}) already pushes {push}: pairing out of order")
-            src.flags[push] = True
-            pops.append(pop)
+            q, push, pop = queue_of(Engine(e), Engine(eng))
+            a = self._producer(e, a, q, push)
+            self.instrs[a].flags[push] = True
+            pairs.append((q, pop, a))
             self.vc[eng] = [max(x, y) for x, y in zip(self.vc[eng], self.clock[a], strict=True)]
-        return pops
+        return pairs
 
     def finish(self) -> list[Emitted]:
         """Append FINISH and return the instructions with their final flags."""

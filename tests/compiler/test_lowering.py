@@ -91,3 +91,32 @@ def test_bigger_model_long_context(cfg_name):
         want = ref.decode(tok)
         assert np.array_equal(gold.decode(tok), want)
         tok = int(nx.argmax(want[None, :])[0])
+
+
+def test_small_buffers_split_k_and_n_with_shallow_queues():
+    """Buffers so small that tiles split K (partial sums) and N (several blocks, per-row REQUANT),
+    with token queues and instruction queues only 2 deep: still bit-exact."""
+    cfg = preset("tiny").replace(name="narrow", spad_kib=1, acc_kib=1, vbuf_kib=4, queue_depth=2, cmd_depth=2)
+    model = random_model("llama", dim=32, n_layers=1, n_heads=2, n_kv_heads=1, vocab=60, max_seq=32, seed=9)
+    art = compile_model(model, cfg, page=4, max_seq=32, prefill_chunk=4)
+    st = art.manifest["stats"]
+    assert art.rows("prefill") > 1
+    k_split = [n for n, (nt, kt) in st["prefill"]["tilings"].items() if kt < -(-_in_features(model, n) // cfg.cols)]
+    n_split = [n for n, (nt, kt) in st["prefill"]["tilings"].items() if nt < -(-_out_features(model, n) // cfg.cols)]
+    assert k_split and n_split, st["prefill"]["tilings"]
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=4)
+    prompt = [5, 9, 2, 33, 41, 7, 1, 0, 59]
+    assert np.array_equal(gold.prefill(prompt), ref.prefill(prompt)[-1])
+    tok = 3
+    for _ in range(16):
+        want = ref.decode(tok)
+        assert np.array_equal(gold.decode(tok), want)
+        tok = int(nx.argmax(want[None, :])[0])
+
+
+def _in_features(model, name):
+    return (model.output_weight() if name == "output" else model.w(name)).shape[1]
+
+
+def _out_features(model, name):
+    return (model.output_weight() if name == "output" else model.w(name)).shape[0]
