@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("systolica.cli_core:Sim", "run a program binary on the golden simulator"),
     "isa-doc": ("systolica.cli_core:IsaDoc", "write the ISA reference (docs/isa.md) from the ISA table"),
     "compile": ("systolica.compiler.cli_compile:Compile", "compile a model (GGUF, safetensors) into an artifact"),
+    "synth": ("systolica.boards.synth", "Yosys resource counts (LUT/FF/DSP/BRAM) of a hardware unit for xc7 / xcup"),
 }
 
 
