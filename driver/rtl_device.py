@@ -1,0 +1,137 @@
+"""The RTL backend: the generated Verilog of the accelerator under Verilator.
+
+Two ways to drive it, one :class:`~systolica.driver.device.Device` each:
+
+- :class:`CocotbRtlDevice` inside a cocotb simulation.  The runtime is ordinary
+  blocking code; run it in a thread with ``await cocotb.bridge(fn)()`` and every
+  register access becomes a real AXI4-Lite transaction through
+  ``cocotb.resume``.  DRAM is the ``AxiRam`` model of the testbench, seen from
+  the host as a numpy view of the same bytes (no copies, nothing to sync).
+- :class:`RtlDevice` for long runs with no Python on the clock edge: the
+  Verilator C++ harness of :mod:`systolica.sim.fast_harness` (DRAM in C++, the
+  clock in the simulator), used by ``systolica run --backend rtl``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from systolica import csr
+from systolica.config import AccelConfig
+from systolica.driver.device import DeviceError
+
+__all__ = ["CocotbRtlDevice", "RtlDevice", "MemoryView"]
+
+
+class MemoryView:
+    """A device buffer over simulator memory: physical address = offset in the DRAM model."""
+
+    def __init__(self, mem: np.ndarray, offset: int, nbytes: int):
+        self.physical_address = offset
+        self.view = mem[offset:offset + nbytes]
+
+    def sync_to_device(self) -> None:  # the DRAM model is this memory
+        pass
+
+    def sync_from_device(self) -> None:
+        pass
+
+
+class _Bump:
+    """Page-aligned bump allocation over a DRAM model, from ``base`` upward."""
+
+    def __init__(self, mem: np.ndarray, base: int):
+        self.mem, self.next = mem, base
+
+    def alloc(self, nbytes: int, who: str) -> MemoryView:
+        off = (self.next + 4095) // 4096 * 4096
+        if off + nbytes > self.mem.size:
+            raise DeviceError(f"{who}: cannot allocate {nbytes} bytes; the DRAM model has {self.mem.size - off} "
+                              f"of {self.mem.size} bytes left (give the testbench more memory)")
+        self.next = off + nbytes
+        v = MemoryView(self.mem, off, nbytes)
+        v.view[...] = 0
+        return v
+
+
+class CocotbRtlDevice:
+    """The accelerator RTL in a cocotb simulation, driven from a ``cocotb.bridge`` thread.
+
+    Parameters
+    ----------
+    tb
+        A :class:`systolica.sim.tb_accel.AccelTB` (clock started, reset done).
+    cfg
+        Its configuration.
+    cycles_per_second
+        How simulated cycles map to the runtime's timeouts (``wait_done(timeout_s)`` waits
+        ``timeout_s * cycles_per_second`` cycles); default: the config's clock.
+    """
+
+    name = "rtl"
+
+    def __init__(self, tb, cfg: AccelConfig, cycles_per_second: float | None = None, alloc_base: int = 0x1000):
+        import cocotb
+
+        self._resume = cocotb.resume
+        self.tb, self.cfg = tb, cfg
+        self.cps = cycles_per_second or cfg.clock_mhz * 1e6
+        self.mem = np.frombuffer(tb.ram.mem, dtype=np.uint8)
+        self._heap = _Bump(self.mem, alloc_base)
+        self._win = [0, 0, 0]  # base lo, base hi, size: the testbench's memory guard follows them
+
+    def alloc(self, nbytes: int) -> MemoryView:
+        return self._heap.alloc(nbytes, "rtl device")
+
+    def read_csr(self, offset: int) -> int:
+        return int(self._resume(self.tb.csr.read_dword)(offset))
+
+    def write_csr(self, offset: int, value: int) -> None:
+        value &= 0xFFFF_FFFF
+        names = {csr.REG["WIN_BASE_LO"].offset: 0, csr.REG["WIN_BASE_HI"].offset: 1, csr.REG["WIN_SIZE"].offset: 2}
+        if offset in names:
+            self._win[names[offset]] = value
+            self.tb.window = (self._win[0] | (self._win[1] << 32), self._win[2])
+        if offset == csr.REG["CTRL"].offset and value & csr.CTRL_START:
+            # done is awaited on the interrupt line: enable it and clear a stale one first
+            self._resume(self.tb.csr.write_dword)(csr.REG["IRQ_STATUS"].offset, csr.IRQ_DONE)
+            self._resume(self.tb.csr.write_dword)(csr.REG["IRQ_ENABLE"].offset, csr.IRQ_DONE)
+        self._resume(self.tb.csr.write_dword)(offset, value)
+
+    def wait_done(self, timeout_s: float) -> bool:
+        cycles = max(1, int(timeout_s * self.cps))
+        return bool(self._resume(self.tb.wait_done)(cycles))
+
+    def close(self) -> None:
+        pass
+
+
+class RtlDevice:
+    """The accelerator RTL in the Verilator C++ harness (no Python on the clock edge)."""
+
+    name = "rtl"
+
+    def __init__(self, cfg: AccelConfig, dram_bytes: int | None = None, build_dir=None, **kw):
+        try:
+            from systolica.sim.fast_harness import FastHarness
+        except ImportError as e:
+            raise DeviceError(f"the rtl backend needs the Verilator harness (systolica.sim.fast_harness): {e}") from e
+        self.cfg = cfg
+        self.h = FastHarness(cfg, dram_bytes=dram_bytes or cfg.dram_bytes, build_dir=build_dir, **kw)
+        self.mem = self.h.memory()
+        self._heap = _Bump(self.mem, 0x1000)
+
+    def alloc(self, nbytes: int) -> MemoryView:
+        return self._heap.alloc(nbytes, "rtl device")
+
+    def read_csr(self, offset: int) -> int:
+        return int(self.h.read_csr(offset))
+
+    def write_csr(self, offset: int, value: int) -> None:
+        self.h.write_csr(offset, int(value) & 0xFFFF_FFFF)
+
+    def wait_done(self, timeout_s: float) -> bool:
+        return bool(self.h.run_until_done(max_cycles=max(1, int(timeout_s * self.cfg.clock_mhz * 1e6))))
+
+    def close(self) -> None:
+        self.h.close()
