@@ -78,6 +78,11 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     else:
         chip.vbuf.alloc("rope", rows * hdl)
     chip.vbuf.alloc("state", rows * attn_state_lines(G, hdl))
+    glu = [nd for nd in g.nodes if nd.op == "glu"]
+    if glu:
+        nt = max(tilings[nd.attrs["gate"]].nt for nd in glu)
+        for b in ("gbuf", "ubuf"):
+            chip.vbuf.alloc(b, rows * nt)
     alias = _inplace_aliases(g, live, cols)
     span = {}
     for name, rep in alias.items():  # a representative lives as long as every tensor sharing its lines
@@ -187,17 +192,15 @@ class _Gen:
         self.s.emit("QUANT", dst=self.a(dq), src=self.a(src), exps=self.a(de), rows=r, lines=lines,
                     reads=[self.key(src)], writes=[self.key(dq), self.key(de)])
 
-    def _matmul(self, aq: str, ae: str, wname: str, m_rows: int, sink) -> None:
-        """Stream the tiles of ``wname`` through the weight slots; ``sink(n0, nt, mslot)`` consumes each block."""
-        m, til = self.mats[wname], self.p.tilings[wname]
-        cols, acc = self.cols, self.a("acc", "acc")
-        tiles = til.tiles()
+    def _stream_block(self, aq: str, wname: str, m_rows: int, tiles) -> str:
+        """Load the mult row and stream the K tiles of one output block through the weight slots into ``acc``
+        (``m_rows`` rows of ``nt`` lines); returns the mult slot."""
+        m, cols, acc = self.mats[wname], self.cols, self.a("acc", "acc")
+        ms = f"m{self.mslot}"
+        self.mslot ^= 1
+        self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a(ms, "vbuf"), dram=m.mult_off + tiles[0].n0 * cols * 4, rows=1,
+                    lines=tiles[0].nt, stride=0, writes=[f"vbuf:{ms}"])
         for t in tiles:
-            if t.k0 == 0:
-                ms = f"m{self.mslot}"
-                self.mslot ^= 1
-                self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a(ms, "vbuf"), dram=m.mult_off + t.n0 * cols * 4,
-                            rows=1, lines=t.nt, stride=0, writes=[f"vbuf:{ms}"])
             ws = f"w{self.wslot}"
             self.wslot ^= 1
             self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(ws, "spad"),
@@ -206,8 +209,19 @@ class _Gen:
             for _r, mm, a_off, d_off in gemm_calls(t, m_rows, m.Kl):
                 self.s.emit("GEMM", dst=acc + d_off, a=self.a(aq) + a_off, w=self.a(ws, "spad"), m=mm, k=t.kt,
                             n=t.nt, acc=int(t.k0 > 0), reads=[self.key(aq), f"spad:{ws}"], writes=["acc:acc"])
-            if t.k0 + t.kt == m.Kl:
-                sink(t.n0, t.nt, ms)
+        return ms
+
+    def _blocks(self, wname: str) -> list[list]:
+        out: dict[int, list] = {}
+        for t in self.p.tilings[wname].tiles():
+            out.setdefault(t.n0, []).append(t)
+        return list(out.values())
+
+    def _matmul(self, aq: str, ae: str, wname: str, m_rows: int, sink) -> None:
+        """Every output block of ``wname``; ``sink(n0, nt, mslot)`` consumes each from ``acc``."""
+        for tiles in self._blocks(wname):
+            ms = self._stream_block(aq, wname, m_rows, tiles)
+            sink(tiles[0].n0, tiles[0].nt, ms)
 
     def _requant(self, ae: str, wname: str, rows: int, dst: int, dst_key: str, dst_lines: int, n0: int, nt: int,
                  ms: str) -> None:
@@ -243,6 +257,25 @@ class _Gen:
                         lines=nt, stride=0, reads=[f"vbuf:{lg}"], writes=["dram:logits"])
 
         self._matmul(aq, ae, "output", 1, sink)
+
+    def glu(self, n: Node) -> None:
+        """SwiGLU block by block: gate and up of one column block, SiLU, MUL into the act row.
+
+        Only one column block of gate and up is on chip at a time (``gbuf``, ``ubuf``), so a prefill
+        chunk needs one ffn-wide row per token instead of three.  Element-wise, so bit-exact."""
+        (aq, ae), (dst,) = n.inputs, n.outputs
+        rows, F = self.rows_of(aq), self.lines(dst)
+        g, u = self.a("gbuf", "vbuf"), self.a("ubuf", "vbuf")
+        for gt, ut in zip(self._blocks(n.attrs["gate"]), self._blocks(n.attrs["up"]), strict=True):
+            n0, nt = gt[0].n0, gt[0].nt
+            for w, tiles, buf in ((n.attrs["gate"], gt, "gbuf"), (n.attrs["up"], ut, "ubuf")):
+                ms = self._stream_block(aq, w, rows, tiles)
+                self._requant(ae, w, rows, self.a(buf, "vbuf"), f"vbuf:{buf}", nt, 0, nt, ms)
+            self.s.emit("SILU", dst=g, src=g, rows=rows, lines=nt, reads=["vbuf:gbuf"], writes=["vbuf:gbuf"])
+            calls = [(0, rows, F)] if nt == F else [(r, 1, nt) for r in range(rows)]
+            for r, rr, _ in calls:
+                self.s.emit("MUL", dst=self.a(dst) + r * F + n0, a=g + r * nt, b=u + r * nt, rows=rr, lines=nt,
+                            shift=nx.FX_FRAC, reads=["vbuf:gbuf", "vbuf:ubuf"], writes=[self.key(dst)])
 
     def rope(self, n: Node) -> None:
         (src,), (dst,) = n.inputs, n.outputs

@@ -95,6 +95,8 @@ def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int):
     for n in g.nodes:
         if n.op in ("linear", "logits"):
             heads[n.attrs["weight"]] = (n.attrs.get("out_heads", 1), n.attrs.get("in_heads", 1), n.attrs.get("bias"))
+        elif n.op == "glu":
+            heads[n.attrs["gate"]] = heads[n.attrs["up"]] = (1, 1, None)
     for name, (oh, ih, bias) in heads.items():
         qmat = qm.mats[name]
         N, K = qmat.q.shape

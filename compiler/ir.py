@@ -62,6 +62,7 @@ class Node:
 OPS: dict[str, tuple[int, int]] = {
     "embed": (0, 1), "norm": (1, 1), "quant": (1, 2), "linear": (2, 1), "logits": (2, 0), "rope": (1, 1),
     "kv_store": (4, 0), "attention": (2, 1), "add": (2, 1), "silu": (1, 1), "gelu": (1, 1), "mul": (2, 1),
+    "glu": (2, 1),  # mul(silu(linear(gate)), linear(up)): SwiGLU
 }
 
 
@@ -147,19 +148,15 @@ def build_graph(cfg: ModelConfig) -> Graph:
         g.add("norm", [x], [h2], weight=p + "ffn_norm", kind=norm)
         h2q, h2e = g.decl(f"{p}h2q", "spad", 1, D), g.decl(f"{p}h2e", "exps", 1, D)
         g.add("quant", [h2], [h2q, h2e])
-        up = g.decl(f"{p}up", "vbuf", 1, F)
         if gpt2:
+            up = g.decl(f"{p}up", "vbuf", 1, F)
             g.add("linear", [h2q, h2e], [up], weight=p + "ffn_up", bias=bias(p + "ffn_up"), in_heads=1, out_heads=1)
             act = g.decl(f"{p}act", "vbuf", 1, F)
             g.add("gelu", [up], [act])
         else:
-            gate = g.decl(f"{p}gate", "vbuf", 1, F)
-            g.add("linear", [h2q, h2e], [gate], weight=p + "ffn_gate", bias=None, in_heads=1, out_heads=1)
-            g.add("linear", [h2q, h2e], [up], weight=p + "ffn_up", bias=None, in_heads=1, out_heads=1)
-            sg = g.decl(f"{p}silu", "vbuf", 1, F)
-            g.add("silu", [gate], [sg])
+            # act = mul(silu(gate), up), fused so that gate and up are on chip one column block at a time
             act = g.decl(f"{p}act", "vbuf", 1, F)
-            g.add("mul", [sg, up], [act])
+            g.add("glu", [h2q, h2e], [act], gate=p + "ffn_gate", up=p + "ffn_up")
         aq, ae = g.decl(f"{p}actq", "spad", 1, F), g.decl(f"{p}acte", "exps", 1, F)
         g.add("quant", [act], [aq, ae])
         dn = g.decl(f"{p}down", "vbuf", 1, D)
@@ -223,6 +220,14 @@ def _check_node(where, n, ins, outs, cfg, weights) -> None:
     if n.op == "quant":
         need(spaces == (["vbuf"], ["spad", "exps"]), f"quant maps vbuf -> (spad, exps), got {spaces}")
         need(_same_row(ins[0], outs[0]) and _same_row(ins[0], outs[1]), "quant changes the row shape")
+    if n.op == "glu":
+        need(spaces == (["spad", "exps"], ["vbuf"]), f"glu maps (spad, exps) -> vbuf, got {spaces}")
+        if weights is not None:
+            for k in ("gate", "up"):
+                w = weights.get(n.attrs[k])
+                need(w is not None, f"weight {n.attrs[k]!r} is missing")
+                need(w == (outs[0].elems, ins[0].heads * ins[0].elems),
+                     f"weight {n.attrs[k]!r} has shape {w}, glu wants {(outs[0].elems, ins[0].heads * ins[0].elems)}")
     if n.op in ("linear", "logits"):
         need(spaces[0] == ["spad", "exps"], f"{n.op} reads (spad, exps), got {spaces[0]}")
         a = ins[0]
