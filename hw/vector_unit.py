@@ -1,0 +1,147 @@
+"""Vector unit: the element-wise and row-reduction ops of numerics, one line per cycle.
+
+Implemented ops (bit-exact with :mod:`systolica.numerics`):
+
+* ``ADD``: ``sat32(a + b)`` (``numerics.add``);
+* ``MUL``: ``sat32(rshift_round(a * b, shift))`` (``numerics.mul``);
+* ``REQUANT``: ``sat32(rshift_round(acc * mult, shift))`` with ``a = acc`` line, ``b = mult``
+  line and the beat's ``shift = S - exps[row]`` (may be negative: a saturating left
+  shift) (``numerics.requant``);
+* ``ARGMAX``: over the beats of a row (``first`` .. ``last``), the index of the first
+  maximum of the first ``n`` lanes of each line; one output line per row, the index in
+  lane 0 (``numerics.argmax``).
+
+ADD, MUL and REQUANT share one datapath per lane: a 32 x 32 -> 64-bit product (or a
+sum), then a round-half-up arithmetic shifter and an int32 saturator — exactly the
+scalar form of ``numerics.rshift_round`` followed by ``sat32``.  Two pipeline stages
+(product, shift/saturate), stalled as a whole by output back-pressure like the array.
+
+Not yet here: SILU / GELU (the exp LUT and the exact ``2**60 / m`` divider of
+``numerics.sigmoid_fx``), RMSNorm / LayerNorm (two passes over a row), RoPE, SOFTMAX.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from amaranth import Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+
+__all__ = ["VectorUnit", "VecOp"]
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+class VecOp(enum.IntEnum):
+    ADD = 0
+    MUL = 1
+    REQUANT = 2
+    ARGMAX = 3
+
+
+def _rshift_round_sat32(m: Module, x, s, name: str):
+    """``sat32(rshift_round(x, s))`` for a signed 64-bit ``x`` and a signed shift ``s``.
+
+    s > 0: ``(x >> s) + ((x >> (s - 1)) & 1)`` (0 for s >= 64, as numerics);
+    s <= 0: ``x << -s`` (any |x| >= 1 shifted 33+ places saturates, so cap at 33).
+    """
+    right = Signal(signed(64), name=f"{name}_r")
+    sr = Signal(range(64), name=f"{name}_sr")
+    sr1 = Signal(range(64), name=f"{name}_sr1")
+    m.d.comb += [sr.eq(Mux(s > 63, 63, Mux(s < 1, 1, s))), sr1.eq(sr - 1)]
+    m.d.comb += right.eq((x >> sr) + ((x >> sr1) & 1))
+    left = Signal(signed(98), name=f"{name}_l")
+    sl = Signal(range(34), name=f"{name}_sl")
+    m.d.comb += sl.eq(Mux(s < -33, 33, Mux(s > 0, 0, -s)))
+    m.d.comb += left.eq(x << sl)
+    wide = Signal(signed(98), name=f"{name}_w")
+    m.d.comb += wide.eq(Mux(s > 63, 0, Mux(s > 0, right, left)))
+    out = Signal(signed(32), name=name)
+    m.d.comb += out.eq(Mux(wide > INT32_MAX, INT32_MAX, Mux(wide < INT32_MIN, INT32_MIN, wide)))
+    return out
+
+
+class VectorUnit(wiring.Component):
+    """``cols``-lane fixed-point vector unit (see the module docstring for the ops).
+
+    Attributes
+    ----------
+    i_stream : In(stream)
+        ``op`` (:class:`VecOp`), ``a`` and ``b`` (C int32 each), ``shift`` (signed 10
+        bits), ``first`` / ``last`` (row framing, used by ARGMAX), ``n`` (valid lanes of
+        this line for ARGMAX, 1..C).
+    o_stream : Out(stream)
+        ``data`` (C int32) and ``last``; one line per input line, except ARGMAX: one
+        line per row (at its ``last`` beat) with the row's index in lane 0.
+    """
+
+    def __init__(self, cfg: AccelConfig):
+        if not isinstance(cfg, AccelConfig):
+            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
+        self.cfg = cfg
+        C = cfg.cols
+        line = data.ArrayLayout(signed(32), C)
+        self.i_layout = data.StructLayout({
+            "op": 2, "a": line, "b": line, "shift": signed(10), "first": 1, "last": 1, "n": range(C + 1)})
+        self.o_layout = data.StructLayout({"data": line, "last": 1})
+        super().__init__({
+            "i_stream": In(stream.Signature(self.i_layout)),
+            "o_stream": Out(stream.Signature(self.o_layout)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self.cfg.cols
+        i, o = self.i_stream, self.o_stream
+        en = Signal()
+        m.d.comb += [en.eq(~o.valid | o.ready), i.ready.eq(en)]
+        fire = i.valid & i.ready
+        p = i.payload
+
+        # ---- stage 1: product or sum per lane; the line's first maximum for ARGMAX ----
+        v1, op1, last1, first1 = Signal(), Signal(2), Signal(), Signal()
+        s1 = Signal(signed(10))
+        x1 = [Signal(signed(64), name=f"x1_{c}") for c in range(C)]
+        with m.If(en):
+            m.d.sync += [v1.eq(fire), op1.eq(p.op), last1.eq(p.last), first1.eq(p.first),
+                         s1.eq(Mux(p.op == VecOp.ADD, 0, p.shift))]
+            for c in range(C):
+                m.d.sync += x1[c].eq(Mux(p.op == VecOp.ADD, p.a[c] + p.b[c], p.a[c] * p.b[c]))
+        # first maximum among the first n lanes: a left-to-right scan keeps the earliest on ties
+        best, lane = p.a[0], Const(0, range(C))
+        for c in range(1, C):
+            take = (c < p.n) & (p.a[c] > best)
+            nb, nl = Signal(signed(32), name=f"amax_v{c}"), Signal(range(C), name=f"amax_l{c}")
+            m.d.comb += [nb.eq(Mux(take, p.a[c], best)), nl.eq(Mux(take, c, lane))]
+            best, lane = nb, nl
+        lmax1, llane1 = Signal(signed(32)), Signal(range(C))
+        with m.If(en):
+            m.d.sync += [lmax1.eq(best), llane1.eq(lane)]
+
+        # ---- stage 2: shift / saturate; ARGMAX running maximum over the row's lines ----
+        outs = [_rshift_round_sat32(m, x1[c], s1, f"sat_{c}") for c in range(C)]
+        run_max = Signal(signed(32))
+        run_idx = Signal(16)
+        line_no = Signal(16)  # lines seen in this row before the current one
+        idx = Signal(32)
+        m.d.comb += idx.eq(llane1 + Mux(first1, 0, line_no) * C)
+        better = first1 | (lmax1 > run_max)  # strict: an equal later maximum keeps the first index
+        new_max = Mux(better, lmax1, run_max)
+        new_idx = Mux(better, idx, run_idx)
+        is_amax = op1 == VecOp.ARGMAX
+        v2 = Signal()
+        with m.If(en):
+            m.d.sync += v2.eq(v1 & (~is_amax | last1))
+            m.d.sync += o.payload.last.eq(last1)
+            with m.If(v1 & is_amax):
+                m.d.sync += [run_max.eq(new_max), run_idx.eq(new_idx),
+                             line_no.eq(Mux(last1, 0, Mux(first1, 1, line_no + 1)))]
+                m.d.sync += o.payload.data[0].eq(new_idx)
+                m.d.sync += [o.payload.data[c].eq(0) for c in range(1, C)]
+            with m.Else():
+                m.d.sync += [o.payload.data[c].eq(outs[c]) for c in range(C)]
+        m.d.comb += o.valid.eq(v2)
+        return m
