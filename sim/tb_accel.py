@@ -114,6 +114,7 @@ class AccelTB:
                     ch.set_pause_generator(random_pauses(random.Random(rng.random()), p))
                 else:
                     ch.clear_pause_generator()
+                    ch.pause = False  # clearing the generator leaves the last value (maybe "paused") in place
 
     # --------------------------------------------------------------- CSRs
     async def reset(self) -> None:
