@@ -1,0 +1,293 @@
+"""The cycle performance model: when each instruction of a program runs, and how long the program takes.
+
+It runs the same programs as the golden simulator and follows the same rules
+(``docs/isa.md``), but with time instead of data:
+
+- fetch reads instruction words through the read port (``16 / dma_bytes`` beats a word, a prefetch
+  FIFO of 8 words, the read latency at each refill); the decoder takes one word every 3 cycles
+  (TAKE, CHECK, DISPATCH) into the engine's command FIFO (``cmd_depth - 1`` deep) and waits while
+  that FIFO is full;
+- each engine executes its FIFO in order: IDLE (read the FIFO) -> POP (wait until every queue its
+  ``pop_*`` flags name holds a token and every queue its ``push_*`` flags name has room) -> EXEC
+  (:func:`~systolica.sim.perf_costs.op_cost` cycles) -> PUSH, as ``hw/engines.py`` does;
+- a token pushed at cycle t can be popped from cycle ``t + token_latency``; a queue of ``queue_depth``
+  has room for push j once pop ``j - queue_depth`` has happened.
+
+Each token queue has one producer and one consumer engine, so the j-th push and the j-th pop of a
+queue are fixed by program order, and the schedule is computed in one pass over a work list (no
+cycle-by-cycle stepping): cost ~ a few microseconds per instruction, independent of how many cycles
+an instruction takes.
+
+The counters match the hardware's CSRs (:data:`systolica.csr.COUNTERS`): CYCLES, LOAD_BUSY,
+COMPUTE_BUSY, STORE_BUSY (cycles in EXEC), ARRAY_BUSY, DMA_BEATS (read beats, fetch included).
+:func:`cycle_model` adapts the model to :class:`~systolica.driver.golden_device.GoldenDevice`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from systolica.config import AccelConfig
+from systolica.isa import WORD_BYTES, Engine, IllegalInstruction, Instr, decode
+from systolica.program import Program
+from systolica.sim.perf_costs import OpCost, PerfParams, op_cost
+
+__all__ = ["PerfModel", "PerfResult", "PerfError", "PerfParams", "cycle_model", "RUN_OVERHEAD"]
+
+# token queues as in the golden simulator: load->compute, compute->load, compute->store, store->compute
+_POP = {(Engine.COMPUTE, "prev"): 0, (Engine.LOAD, "next"): 1, (Engine.STORE, "prev"): 2, (Engine.COMPUTE, "next"): 3}
+_PUSH = {(Engine.LOAD, "next"): 0, (Engine.COMPUTE, "prev"): 1, (Engine.COMPUTE, "next"): 2, (Engine.STORE, "prev"): 3}
+
+#: Cycles of a run outside the engines: START -> RUN, and the last retire -> DONE (drain check).
+RUN_OVERHEAD = 2
+_DECODE_CYCLES = 3  # TAKE, CHECK, DISPATCH
+_FETCH_FIFO = 8  # words of the prefetch FIFO (hw/fetch.py default)
+
+
+class PerfError(ValueError):
+    """A program the model cannot time: an illegal word, or a token deadlock (with the pc)."""
+
+
+@dataclass
+class PerfResult:
+    """Timeline of one program run (cycles from START).
+
+    ``start[i]`` is the cycle instruction ``i`` began EXEC, ``end[i]`` the cycle it retired; both -1 for
+    instructions after FINISH (never dispatched).
+    """
+
+    cycles: int
+    start: list[int]
+    end: list[int]
+    engine_busy: tuple[int, int, int]
+    array_busy: int
+    dma_beats: int
+    dma_wr_beats: int
+    macs: int
+    instructions: int
+    per_op_cycles: dict[str, int] = field(default_factory=dict)
+
+    def counters(self) -> dict[str, int]:
+        """The cycle CSRs the hardware would report (names of :data:`systolica.csr.COUNTERS`)."""
+        return {"CYCLES": self.cycles, "LOAD_BUSY": self.engine_busy[0], "COMPUTE_BUSY": self.engine_busy[1],
+                "STORE_BUSY": self.engine_busy[2], "ARRAY_BUSY": self.array_busy, "DMA_BEATS": self.dma_beats}
+
+    def to_dict(self) -> dict:
+        return {"cycles": self.cycles, "instructions": self.instructions, "macs": self.macs,
+                "dma_beats": self.dma_beats, "dma_wr_beats": self.dma_wr_beats, "per_op_cycles": self.per_op_cycles,
+                **{k.lower(): v for k, v in self.counters().items()}}
+
+
+def _plan(ins: Instr) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    e = ins.engine
+    pops = tuple(_POP[(e, s)] for s in ("prev", "next") if getattr(ins, f"pop_{s}"))
+    pushes = tuple(_PUSH[(e, s)] for s in ("prev", "next") if getattr(ins, f"push_{s}"))
+    return pops, pushes
+
+
+class PerfModel:
+    """Times programs for one accelerator configuration.
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        The accelerator (array shape, DMA width, burst length, queue depths).
+    params : PerfParams, optional
+        Timing parameters (latencies, GEMM datapath); default :class:`PerfParams()`.
+
+    Examples
+    --------
+    >>> r = PerfModel(preset("tiny")).run(program)
+    >>> r.cycles, r.counters()["ARRAY_BUSY"]
+    """
+
+    def __init__(self, cfg: AccelConfig, params: PerfParams | None = None):
+        self.cfg = cfg
+        self.p = params or PerfParams()
+        self._decoded: dict[int, tuple] = {}  # word -> (engine, pops, pushes, cost, op); decode programs repeat
+
+    def _info(self, word: int) -> tuple:
+        info = self._decoded.get(word)
+        if info is None:
+            try:
+                ins = decode(word)
+            except IllegalInstruction as e:
+                raise PerfError(f"cannot time an illegal instruction word {word:#034x}: {e}") from None
+            pops, pushes = _plan(ins)
+            info = (int(ins.engine), pops, pushes, op_cost(self.cfg, self.p, ins), ins.op)
+            if len(self._decoded) < 1 << 18:
+                self._decoded[word] = info
+        return info
+
+    def run(self, program: Program | Sequence[int]) -> PerfResult:
+        """Time ``program`` (a :class:`~systolica.program.Program` or its 128-bit words) from START to DONE."""
+        words = program.words if isinstance(program, Program) else [int(w) for w in program]
+        if isinstance(program, Program):
+            program.check_config(self.cfg)
+        infos = []
+        for pc, w in enumerate(words):
+            info = self._info(w)
+            infos.append(info)
+            if info[4] == "FINISH":
+                break
+        else:
+            raise PerfError(f"program of {len(words)} words has no FINISH: the hardware would fault with "
+                            "PROGRAM_OVERRUN")
+        res, arrivals = self._schedule(infos, len(words), None)
+        if self.p.fetch_contention and any(i[3].rd_beats for i in infos):
+            # fetch words that arrive during a LOAD depend on when that LOAD frees its command FIFO slot:
+            # time the program again with the first pass's arrivals (one more pass changes < 0.5%)
+            res, _ = self._schedule(infos, len(words), arrivals)
+        return res
+
+    def _schedule(self, infos: list[tuple], n_words: int, known: list[int] | None) -> tuple[PerfResult, list[int]]:
+        cfg, p = self.cfg, self.p
+        n = len(infos)
+        fifo = cfg.cmd_depth - 1
+        qdepth = cfg.queue_depth
+        ibeats = max(1, WORD_BYTES // cfg.dma_bytes)
+        word_cycles = int(round(ibeats * p.beat_cycles))
+        lat = p.token_latency
+        # per engine: the program indices it runs, and where each instruction is in that list
+        order: list[list[int]] = [[], [], []]
+        slot = [0] * n
+        for i, info in enumerate(infos):
+            slot[i] = len(order[info[0]])
+            order[info[0]].append(i)
+        take = [0] * n  # cycle the decoder takes word i
+        disp = [0] * n  # cycle it is dispatched
+        idle = [-1] * n  # cycle its engine reads it from the command FIFO
+        start = [-1] * n  # first EXEC cycle - 1 (the exec_start cycle in POP)
+        end = [-1] * n  # retire cycle (PUSH)
+        pushes: list[list[int]] = [[], [], [], []]  # cycle of each push, per queue
+        pops: list[list[int]] = [[], [], [], []]
+        head = [0, 0, 0]
+        engine_free = [0, 0, 0]  # first cycle the engine may read its next command
+        busy = [0, 0, 0]
+        array_busy = rd = wr = macs = 0
+        per_op: dict[str, int] = {}
+        nd = 0  # next word to dispatch
+        arrival_prev = RUN_OVERHEAD + p.fetch_latency + p.rd_latency  # fetch starts with the run
+        dec_free = 0
+        done = 0
+        arrivals: list[int] = []  # cycle each fetched word arrived (the read port carried its beats before)
+        load_port = self.p.fetch_contention and known is not None
+        seen = known if known is not None else arrivals
+        while done < n:
+            moved = False
+            while nd < n:  # dispatch in program order while the engine's FIFO has room
+                e = infos[nd][0]
+                k = slot[nd]
+                if k >= fifo:  # room once instruction k - fifo left the FIFO (IDLE after its predecessor retired)
+                    j = order[e][k - fifo]
+                    if slot[j] == 0:
+                        room = disp[j] + 2
+                    else:
+                        prev = end[order[e][slot[j] - 1]]
+                        if prev < 0:
+                            break
+                        room = max(prev + 1, disp[j] + 1) + 1
+                else:
+                    room = 0
+                # word nd arrives one word time after the previous; a refill after the FIFO ran full waits
+                # for the decoder to free a slot, then pays the read latency again
+                arrival = arrival_prev + word_cycles
+                if nd >= _FETCH_FIFO:
+                    arrival = max(arrival, take[nd - _FETCH_FIFO] + 1 + p.rd_latency + p.fetch_latency
+                                  + word_cycles)
+                arrival_prev = arrival
+                arrivals.append(arrival)
+                take[nd] = t = max(arrival, dec_free)
+                disp[nd] = d = max(t + _DECODE_CYCLES - 1, room)
+                dec_free = d + 1
+                nd += 1
+                moved = True
+            for e in range(3):
+                lst = order[e]
+                while head[e] < len(lst):
+                    i = lst[head[e]]
+                    if i >= nd:
+                        break
+                    eng, qpop, qpush, cost, op = infos[i]
+                    ready = max(engine_free[e], disp[i] + 1)
+                    ok = True
+                    for q in qpop:
+                        jq = len(pops[q])
+                        if jq >= len(pushes[q]):
+                            ok = False
+                            break
+                        ready = max(ready, pushes[q][jq] + lat)
+                    if not ok:
+                        break
+                    for q in qpush:
+                        jq = len(pushes[q]) - qdepth
+                        if jq >= 0:
+                            if jq >= len(pops[q]):
+                                ok = False
+                                break
+                            ready = max(ready, pops[q][jq] + lat)
+                    if not ok:
+                        break
+                    idle[i] = max(engine_free[e], disp[i] + 1)
+                    s = max(ready, idle[i] + 1)  # the POP state is at least one cycle after IDLE
+                    start[i] = s
+                    for q in qpop:
+                        pops[q].append(s)
+                    ex = cost.exec_cycles
+                    if e == 0 and load_port and cost.rd_beats:
+                        # fetch and LOAD share one read port: words fetched meanwhile stretch the LOAD
+                        lo = bisect_right(seen, s + 2 + self.p.rd_latency)  # before its first beat: no conflict
+                        extra = 0
+                        for _ in range(3):
+                            got = bisect_right(seen, s + ex + extra) - lo
+                            if got * word_cycles == extra:
+                                break
+                            extra = got * word_cycles
+                        ex += extra
+                    r = s + ex + 1
+                    end[i] = r
+                    for q in qpush:
+                        pushes[q].append(r)
+                    engine_free[e] = r + 1
+                    busy[e] += ex
+                    array_busy += cost.array_busy
+                    rd += cost.rd_beats
+                    wr += cost.wr_beats
+                    macs += cost.macs
+                    per_op[op] = per_op.get(op, 0) + ex
+                    head[e] += 1
+                    done += 1
+                    moved = True
+            if not moved:
+                blocked = min(order[e][head[e]] for e in range(3) if head[e] < len(order[e]))
+                raise PerfError(f"token deadlock: instruction {blocked} ({infos[blocked][4]}) on the "
+                                f"{Engine(infos[blocked][0]).name.lower()} engine waits forever; pushes/pops per "
+                                f"queue: {[len(x) for x in pushes]}/{[len(x) for x in pops]}")
+        last = max(end)
+        fetch_beats = n * ibeats
+        return PerfResult(cycles=last + RUN_OVERHEAD, start=start + [-1] * (n_words - n),
+                          end=end + [-1] * (n_words - n), engine_busy=(busy[0], busy[1], busy[2]),
+                          array_busy=array_busy, dma_beats=rd + fetch_beats, dma_wr_beats=wr, macs=macs,
+                          instructions=n, per_op_cycles=per_op), arrivals
+
+
+def cycle_model(cfg: AccelConfig, params: PerfParams | None = None) -> Callable[[Sequence[int], object], dict]:
+    """A ``cycle_model`` for :class:`~systolica.driver.golden_device.GoldenDevice`.
+
+    The returned callable takes the program words the device fetched and the golden simulator's
+    counters and returns the cycle CSRs (CYCLES, LOAD_BUSY, COMPUTE_BUSY, STORE_BUSY, ARRAY_BUSY,
+    DMA_BEATS), so the runtime's metrics report time at the board's clock.  A run that faulted is
+    timed up to the instructions that ran (the counters say how many).
+    """
+    model = PerfModel(cfg, params)
+
+    def timed(words: Sequence[int], counters=None) -> dict[str, int]:
+        try:
+            return model.run(words).counters()
+        except PerfError:
+            return {}  # a faulting program: the golden device reports the fault; no time is claimed
+
+    timed.model = model  # type: ignore[attr-defined]
+    return timed

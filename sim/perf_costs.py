@@ -1,0 +1,266 @@
+"""Cycle costs of single instructions: the parameters of the performance model and one cost per op.
+
+:func:`op_cost` says how many cycles an instruction keeps its engine in the
+``EXEC`` state (see ``hw/engines.py``: every engine goes IDLE -> POP -> EXEC
+-> PUSH), how many cycles the systolic array accepts operands, and how many
+DMA beats it moves.  :mod:`systolica.sim.perf` places these costs on the three
+engines' timelines with the dependency tokens.
+
+The DMA costs replay the burst schedule of ``hw/dma.py`` burst by burst: every
+row is split into INCR bursts of at most ``max_burst`` beats that do not cross
+a 4 KiB boundary; an address is issued at most every ``2 + ar_wait`` cycles
+(``arvalid`` is a register that drops for a cycle after each handshake); at
+most ``outstanding`` bursts are in flight; data beats of a burst start
+``rd_latency`` cycles after its address and follow each other at
+``beat_cycles`` cycles per beat (1 when the DRAM keeps up with the port).
+
+GEMM has two datapaths: ``"line_dot"`` is the compute engine the top level has
+today (one ``cols``-lane dot product per cycle, then 4 cycles to add the output
+line into the accumulator); ``"systolic"`` is the weight-stationary array of
+``hw/systolic_array.py`` once integrated (a weight tile of ``rows x cols`` loads
+in ``cols / P`` cycles into the idle bank while the other bank computes one
+activation row per cycle; ``rows + 1`` cycles of fill/drain per instruction).
+The vector and attention units are not in the RTL yet: their costs are
+documented estimates (one buffer line of ``cols`` lanes per cycle per pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
+
+from systolica.config import AccelConfig
+from systolica.isa import Buf, Instr
+
+__all__ = ["PerfParams", "OpCost", "op_cost", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
+           "VECTOR_PASSES"]
+
+GEMM_DATAPATHS = ("line_dot", "systolic")
+
+#: Passes over the data of each vector op (one line per cycle per pass) and its fixed latency per row:
+#: norms read the row once for the statistic and once to scale; softmax finds the max, sums exp, scales;
+#: QUANT finds the max magnitude, then scales; the per-row latency covers rsqrt / reciprocal (Newton steps).
+VECTOR_PASSES: dict[str, tuple[int, int]] = {
+    "REQUANT": (1, 0), "QUANT": (2, 2), "ADD": (1, 0), "MUL": (1, 0), "RMSNORM": (2, 8), "LAYERNORM": (3, 8),
+    "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 6), "ARGMAX": (1, 1),
+}
+
+
+@dataclass(frozen=True)
+class PerfParams:
+    """Timing parameters of the performance model (cycles of the accelerator clock).
+
+    The defaults are calibrated on the RTL top level behind the cocotb testbench's AxiRam
+    (:mod:`systolica.sim.perf_validate`); :func:`systolica.sim.roofline.board_params` gives a board's.
+
+    Attributes
+    ----------
+    rd_latency : int
+        AXI read latency: address handshake to first data beat.  ~100 ns of DDR on a Zynq board
+        (20-30 cycles at 200 MHz); a few cycles for the testbench's AxiRam.
+    wr_latency : int
+        Last write beat to the write response (B).
+    ar_wait, aw_wait : int
+        Cycles an address waits for ``ready`` (0: the subordinate accepts at once).
+    outstanding : int
+        Bursts in flight per DMA (``DmaReader``/``DmaWriter`` default 4).
+    ar_gap : int
+        Cycles from one address handshake to the next (2: ``arvalid``/``awvalid`` are registers).
+    burst_min : int
+        Fewest cycles a burst occupies the data channel (the subordinate's turnaround between bursts).
+    store_tail : int
+        Cycles from the last write response to the end of a STORE (the engine's ``busy`` -> done).
+    beat_cycles : float
+        Cycles per data beat; > 1 when the DRAM delivers less than the port's width each cycle.
+    gemm : str
+        ``"line_dot"`` (today's compute engine) or ``"systolic"`` (the array of ``hw/systolic_array.py``).
+    weight_cols_per_cycle : int
+        Weight columns (scratchpad lines) the systolic array takes per cycle (``P``).
+    vector_latency : int
+        Pipeline depth of the vector unit (fill + drain per instruction).
+    attn_latency : int
+        Fixed cycles of one ATTN tile (running-max / rescale pipeline).
+    fetch_latency : int
+        Extra cycles of instruction fetch beyond the read latency (prefetch FIFO, registers).
+    token_latency : int
+        Cycles from a token push to the consumer seeing it (the token queue's register).
+    fetch_contention : bool
+        Instruction fetch shares the load engine's read port (``hw/accelerator.py``): words fetched while
+        a LOAD runs stretch it by their beats.
+    """
+
+    rd_latency: int = 2
+    wr_latency: int = 2
+    ar_wait: int = 0
+    aw_wait: int = 0
+    outstanding: int = 4
+    ar_gap: int = 2
+    burst_min: int = 1
+    store_tail: int = 0
+    beat_cycles: float = 1.0
+    gemm: str = "line_dot"
+    weight_cols_per_cycle: int = 1
+    vector_latency: int = 6
+    attn_latency: int = 12
+    fetch_latency: int = 0
+    token_latency: int = 1
+    fetch_contention: bool = True
+
+    def __post_init__(self) -> None:
+        if self.gemm not in GEMM_DATAPATHS:
+            raise ValueError(f"gemm={self.gemm!r} must be one of {', '.join(GEMM_DATAPATHS)}")
+        for k in ("rd_latency", "wr_latency", "ar_wait", "aw_wait", "ar_gap", "burst_min", "store_tail", "vector_latency", "attn_latency",
+                  "fetch_latency", "token_latency"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"{k}={getattr(self, k)} must be >= 0 cycles")
+        if self.outstanding < 1 or self.weight_cols_per_cycle < 1:
+            raise ValueError(f"outstanding={self.outstanding} and weight_cols_per_cycle="
+                             f"{self.weight_cols_per_cycle} must be >= 1")
+        if not self.beat_cycles >= 1.0:
+            raise ValueError(f"beat_cycles={self.beat_cycles} must be >= 1 (a port moves at most one beat a cycle)")
+
+    def replace(self, **kw) -> PerfParams:
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """What one instruction costs on its engine."""
+
+    exec_cycles: int  # cycles in the EXEC state (>= 1)
+    array_busy: int = 0  # cycles the array accepted operands (ARRAY_BUSY)
+    rd_beats: int = 0  # DMA read beats (DMA_BEATS, without fetch)
+    wr_beats: int = 0
+    macs: int = 0
+
+
+def line_bytes(cfg: AccelConfig, buf: int) -> int:
+    """Bytes of one line of buffer ``buf`` (int8 scratchpad, int32 accumulator / vector buffer)."""
+    return cfg.cols * (1 if buf == Buf.SPAD else 4)
+
+
+def _bursts(cfg: AccelConfig, dram: int, stride: int, rows: int, beats: int) -> list[int]:
+    """Burst lengths (beats) of a 2-D transfer, split as ``hw/dma.py`` splits it (max_burst, 4 KiB)."""
+    bb = cfg.dma_bytes
+    cap = min(cfg.max_burst, 4096 // bb)
+    out: list[int] = []
+    for r in range(rows):
+        addr, rem = dram + r * stride, beats
+        while rem:
+            to_4k = (4096 - (addr & 4095)) // bb
+            n = min(rem, cap, to_4k)
+            out.append(n)
+            addr += n * bb
+            rem -= n
+    return out
+
+
+def dma_read_cycles(bursts: list[int], p: PerfParams) -> int:
+    """EXEC cycles of a LOAD with these bursts (0 bursts: the 2-cycle minimum)."""
+    if not bursts:
+        return 2
+    ends: list[float] = []
+    a = 2.0 + p.ar_wait  # arvalid rises the cycle after exec_start's issue condition
+    for b, n in enumerate(bursts):
+        if b:
+            a += p.ar_gap + p.ar_wait  # arvalid is a register: it drops for a cycle after each handshake
+        if b >= p.outstanding:
+            a = max(a, ends[b - p.outstanding] + 2)  # inflight drops the cycle after that burst's rlast
+        first = a + p.rd_latency if not ends else max(a + p.rd_latency, ends[-1] + 1)
+        ends.append(first + max(n * p.beat_cycles, p.burst_min) - 1)
+    return int(round(ends[-1])) + 1
+
+
+def dma_write_cycles(bursts: list[int], p: PerfParams) -> int:
+    """EXEC cycles of a STORE: line reads (2 cycles ahead of the first beat), W bursts after their AW, B."""
+    if not bursts:
+        return 2
+    a, w_end, b_times = 2.0, 3.0, []
+    for b, n in enumerate(bursts):
+        if b:
+            a += p.ar_gap + p.aw_wait
+        if b >= p.outstanding:
+            a = max(a, b_times[b - p.outstanding] + 2)
+        first = max(a + p.aw_wait + 1, w_end + 1)  # the burst's length reaches the W side a cycle after AW
+        w_end = first + max(n * p.beat_cycles, p.burst_min) - 1
+        b_times.append(w_end + p.wr_latency)
+    return int(round(max(b_times))) + p.store_tail
+
+
+@lru_cache(maxsize=1 << 16)
+def _dma_cost(cfg: AccelConfig, p: PerfParams, op: str, buf: int, dram4k: int, stride: int, rows: int,
+              lines: int) -> OpCost:
+    lb = line_bytes(cfg, buf)
+    beats = lines * lb // cfg.dma_bytes if rows and lines else 0
+    bursts = _bursts(cfg, dram4k, stride, rows, beats) if beats else []
+    total = sum(bursts)
+    if op == "LOAD":
+        return OpCost(dma_read_cycles(bursts, p), rd_beats=total)
+    return OpCost(dma_write_cycles(bursts, p), wr_beats=total)
+
+
+def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int) -> OpCost:
+    cols, rows = cfg.cols, cfg.rows
+    macs = m * k * cols * n * cols
+    if m == 0 or n == 0:
+        return OpCost(1)
+    if p.gemm == "line_dot":
+        # per output line: cols*k dot products (one a cycle), DRAIN, READ_ACC, WAIT_ACC, WRITE
+        per_line = cols * k + 4 if k else 5
+        return OpCost(m * n * per_line + 1, array_busy=m * n * cols * k, macs=macs)
+    # weight-stationary: K (k*cols elements) in tiles of `rows`, N in tiles of `cols`; per tile the weights
+    # load in cols/P cycles into the idle bank while the other computes m activation rows
+    tiles = n * -(-k * cols // rows) if k else 0
+    load = -(-cols // p.weight_cols_per_cycle)
+    busy = tiles * m
+    cycles = load + tiles * max(m, load) + rows + 1 + 2  # first tile's load, pipeline fill/drain, accumulate
+    return OpCost(cycles, array_busy=busy, macs=macs)
+
+
+def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
+    passes, per_row = VECTOR_PASSES[ins.op]
+    f = ins.fields
+    cols = cfg.cols
+    rows = f.get("rows", 0)
+    if ins.op in ("RMSNORM", "LAYERNORM", "SOFTMAX", "ARGMAX"):
+        lines = -(-f["n"] // cols)
+    elif ins.op == "ROPE":
+        lines = f["heads"] * f["hd"]
+    else:
+        lines = f["lines"]
+    if rows == 0 or lines == 0:
+        return OpCost(1)
+    return OpCost(passes * rows * lines + rows * per_row + p.vector_latency)
+
+
+def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
+    f = ins.fields
+    nq, hd, t, cols = f["nq"], f["hd"], f["t"], cfg.cols
+    if nq == 0 or hd == 0:
+        return OpCost(1)
+    # q.k: one line dot product per cycle (nq*t*hd); softmax update per query: max, exp and sum over t scores
+    # (ceil(t/cols) lines, 2 passes); p.v: one V line scaled and added per cycle (nq*t*hd)
+    score_lines = -(-t // cols)
+    cyc = 2 * nq * t * hd + 2 * nq * score_lines + nq * hd + p.attn_latency
+    return OpCost(cyc, array_busy=0, macs=2 * nq * t * hd * cols)
+
+
+def op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
+    """The cost of one decoded instruction on accelerator ``cfg`` with timing ``p``."""
+    op = ins.op
+    f = ins.fields
+    if op in ("LOAD", "STORE"):
+        return _dma_cost(cfg, p, op, f["buf"], f["dram"] & 4095, f["stride"], f["rows"], f["lines"])
+    if op == "GEMM":
+        return _gemm(cfg, p, f["m"], f["k"], f["n"])
+    if op in VECTOR_PASSES:
+        return _vector(cfg, p, ins)
+    if op == "ATTN":
+        return _attn(cfg, p, ins)
+    if op == "ATTN_OUT":
+        lines = f["nq"] * f["hd"]
+        return OpCost(lines + f["nq"] * 8 + p.vector_latency if lines else 1)  # a reciprocal per row, then scale
+    return OpCost(1)  # NOP, FINISH

@@ -1,0 +1,149 @@
+"""Validate the performance model against the RTL top level's cycle counters.
+
+``python -m systolica.sim.perf_validate [--config tiny] [--random 20] [--json out.json]`` builds (or reuses)
+the Verilator model of :class:`systolica.hw.accelerator.Accelerator`, runs a suite of programs on it
+(GEMMs of growing K, DMA-bound loads and stores, double-buffered weight streaming, token-serialized
+random programs), and sets each program's CYCLES beside the model's prediction.  It prints the error
+distribution and the speed of the model relative to the RTL simulation.
+
+The RTL executes NOP, LOAD, STORE, GEMM and FINISH today (``hw/decode.py`` ``RTL_OPS``); programs with
+vector or attention instructions (a compiled model's decode) cannot run on it yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from systolica.config import AccelConfig, load_config
+from systolica.isa import Engine, encode, make
+from systolica.sim.perf import PerfModel
+from systolica.sim.perf_costs import PerfParams
+
+__all__ = ["suite", "run_rtl", "compare", "summarize", "RTL_PARAMS", "main"]
+
+#: Timing of the cocotb testbench's AxiRam behind the ports: the PerfParams defaults were fitted on this
+#: suite (a grid over read/write latency, address gap, burst turnaround, fetch latency, store tail).
+RTL_PARAMS = PerfParams()
+
+_DATA_LO = 0x1_0000
+
+
+def _finish(instrs) -> list[int]:
+    return [encode(i) for i in instrs] + [encode(make("FINISH"))]
+
+
+def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
+    """Programs ``[{"name", "words"}]`` covering the model's rules; data lives at ``_DATA_LO`` and above."""
+    from systolica.sim.accel_programs import random_program, weight_stream_program
+
+    c, out = cfg.cols, []
+    d = _DATA_LO
+    for k in (1, 2, 4, 8, 16):  # GEMM cycles grow with K
+        n = 2
+        prog = [make("LOAD", buf=0, sram=0, dram=d, rows=3, lines=k, stride=k * c),
+                make("LOAD", buf=0, sram=256, dram=d + 0x4000, rows=n * c, lines=k, stride=k * c, push_next=True),
+                make("GEMM", dst=0, a=0, w=256, m=3, k=k, n=n, acc=0, pop_prev=True, push_next=True),
+                make("STORE", buf=1, sram=0, dram=d + 0x8000, rows=3, lines=n, stride=n * c * 4, pop_prev=True)]
+        out.append({"name": f"gemm_k{k}", "words": _finish(prog)})
+    for lines in (64, 512, 2048):  # DMA bound: bytes / bandwidth
+        ld = [make("LOAD", buf=0, sram=0, dram=d, rows=1, lines=lines, stride=lines * c)]
+        out.append({"name": f"load_{lines * c}B", "words": _finish(ld)})
+        st = [make("NOP", engine=int(Engine.COMPUTE), push_next=True),
+              make("STORE", buf=0, sram=0, dram=d + 0x2_0000, rows=1, lines=lines, stride=lines * c, pop_prev=True)]
+        out.append({"name": f"store_{lines * c}B", "words": _finish(st)})
+    ld = [make("LOAD", buf=1, sram=0, dram=d, rows=16, lines=8, stride=8 * c * 4 + 64)]  # strided, 2-D
+    out.append({"name": "load_strided", "words": _finish(ld)})
+    for k_lines, n_lines, n_tiles in ((16, 2, 8), (8, 1, 16), (32, 2, 6), (4, 4, 10)):
+        prog = weight_stream_program(cfg, k_lines=k_lines, n_tiles=n_tiles, n_lines=n_lines, w_dram=d + 0x1000,
+                                     a_dram=d, out_dram=d + 0x800)
+        out.append({"name": f"stream_k{k_lines}_n{n_lines}_t{n_tiles}", "words": [encode(i) for i in prog]})
+    rng = np.random.default_rng(seed)
+    for i in range(n_random):
+        rp = random_program(cfg, rng, n_ops=int(rng.integers(4, 20)), data_lo=d, data_hi=d + 0x4000,
+                            win_size=0x8_0000)
+        out.append({"name": f"random_{i}", "words": rp.words})
+    return out
+
+
+def run_rtl(cfg: AccelConfig, programs: list[dict], build_root: str | Path) -> list[dict]:
+    """Run ``programs`` on the Verilator build of the top level; returns the per-program runs."""
+    from systolica.hw import accelerator, axi, compute_engine, csr_file, decode, dma, engines, fetch, token_queue
+    from systolica.hw.accelerator import Accelerator
+    from systolica.sim.rtl_build import build
+
+    deps = (accelerator, axi, compute_engine, csr_file, decode, dma, engines, fetch, token_queue)  # = tests/hw
+    b = build("systolica_accel", lambda: Accelerator(cfg), {"cfg": cfg.to_dict()}, build_root, deps=deps)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([{"name": p["name"], "words": [f"{w:x}" for w in p["words"]]} for p in programs], f)
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:  # cocotb's runner passes this process's sys.path on to the simulator's Python
+        sys.path.insert(0, here)
+    res = b.run("perf_rtl_tb", here, params={"cfg": cfg.to_dict(), "programs": f.name},
+                testcase="perf_counters")
+    runs = res.metrics.get("runs")
+    if not runs:
+        raise RuntimeError(f"the RTL run wrote no counters; see {res.results_xml}")
+    return runs
+
+
+def compare(cfg: AccelConfig, programs: list[dict], runs: list[dict], params: PerfParams = RTL_PARAMS) -> list[dict]:
+    """Model vs RTL per program: cycles, relative error, busy counters, and the model's own time."""
+    rows = []
+    by_name = {r["name"]: r for r in runs}
+    for p in programs:
+        r = by_name[p["name"]]
+        t0 = time.perf_counter()
+        pred = PerfModel(cfg, params).run(p["words"])  # a fresh model: no cached decodes
+        model_s = time.perf_counter() - t0
+        rc = r["counters"]
+        rows.append({"name": p["name"], "instructions": len(p["words"]), "rtl_cycles": rc["CYCLES"],
+                     "model_cycles": pred.cycles, "error": (pred.cycles - rc["CYCLES"]) / rc["CYCLES"],
+                     "rtl": {k: rc[k] for k in ("LOAD_BUSY", "COMPUTE_BUSY", "STORE_BUSY", "ARRAY_BUSY",
+                                                "DMA_BEATS")},
+                     "model": pred.counters(), "rtl_wall_s": r["wall_s"], "model_s": model_s})
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Error distribution (absolute relative error) and speed-up over the RTL simulation."""
+    errs = [abs(r["error"]) for r in rows]
+    speed = [r["rtl_wall_s"] / r["model_s"] for r in rows if r["model_s"] > 0]
+    return {"programs": len(rows), "mean_abs_error": statistics.fmean(errs), "median_abs_error": statistics.median(errs),
+            "max_abs_error": max(errs), "within_5pct": sum(e <= 0.05 for e in errs),
+            "worst": max(rows, key=lambda r: abs(r["error"]))["name"],
+            "rtl_cycles_per_s": sum(r["rtl_cycles"] for r in rows) / sum(r["rtl_wall_s"] for r in rows),
+            "speedup_median": statistics.median(speed), "speedup_total": sum(r["rtl_wall_s"] for r in rows) /
+            sum(r["model_s"] for r in rows)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m systolica.sim.perf_validate", description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="tiny", help="accelerator preset or TOML (default: tiny)")
+    ap.add_argument("--random", type=int, default=12, help="random token-serialized programs (default 12)")
+    ap.add_argument("--build-dir", default="build", help="Verilator build cache (default: ./build)")
+    ap.add_argument("--json", help="write every program's figures here")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    progs = suite(cfg, args.random)
+    runs = run_rtl(cfg, progs, args.build_dir)
+    rows = compare(cfg, progs, runs)
+    for r in rows:
+        print(f"{r['name']:24s} {r['instructions']:4d} instr  RTL {r['rtl_cycles']:7d}  model {r['model_cycles']:7d}"
+              f"  error {100 * r['error']:+6.2f}%")
+    s = summarize(rows)
+    print(json.dumps(s, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"summary": s, "programs": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

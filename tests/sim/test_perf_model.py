@@ -1,0 +1,124 @@
+"""Invariants of the cycle performance model on small programs."""
+
+from __future__ import annotations
+
+import pytest
+
+from systolica.config import preset
+from systolica.isa import Engine, encode, make
+from systolica.sim.accel_programs import weight_stream_program
+from systolica.sim.perf import PerfError, PerfModel
+from systolica.sim.perf_costs import PerfParams, op_cost
+
+CFG = preset("tiny")
+C = CFG.cols
+
+
+def words(*instrs):
+    return [encode(i) for i in instrs] + [encode(make("FINISH"))]
+
+
+def gemm_program(k: int, m: int = 3, n: int = 2):
+    return words(make("GEMM", dst=0, a=0, w=256, m=m, k=k, n=n, acc=0))
+
+
+@pytest.mark.parametrize("gemm", ["line_dot", "systolic"])
+def test_gemm_cycles_grow_with_k(gemm):
+    model = PerfModel(CFG, PerfParams(gemm=gemm))
+    cyc = [model.run(gemm_program(k)).cycles for k in (1, 2, 4, 8, 16, 32)]
+    assert all(b > a for a, b in zip(cyc, cyc[1:])), cyc
+    if gemm == "line_dot":  # one cols-lane dot product per cycle: each K line adds m*n*cols cycles
+        steps = {b - a for a, b in zip(cyc[2:], cyc[3:])}
+        assert cyc[-1] - cyc[-2] == 3 * 2 * C * 16, cyc
+        assert len({s / w for s, w in zip(sorted(steps), (4, 8, 16))}) == 1
+
+
+def test_systolic_array_reuses_weights_across_rows():
+    """Weight-stationary: m activation rows per tile; a GEMM with many rows is faster per row than m=1."""
+    p = PerfParams(gemm="systolic")
+    one = op_cost(CFG, p, make("GEMM", m=1, k=8, n=4)).exec_cycles
+    many = op_cost(CFG, p, make("GEMM", m=64, k=8, n=4)).exec_cycles
+    assert many < 64 * one / 2
+    macs = 64 * 8 * C * 4 * C
+    assert many >= macs / (CFG.rows * CFG.cols)  # never above the array's peak
+
+
+@pytest.mark.parametrize("beat_cycles", [1.0, 2.0, 3.5])
+def test_dma_bound_program_is_bytes_over_bandwidth(beat_cycles):
+    nbytes = 8192
+    prog = words(make("LOAD", buf=0, sram=0, dram=0x1000, rows=1, lines=nbytes // C, stride=nbytes))
+    r = PerfModel(CFG, PerfParams(beat_cycles=beat_cycles)).run(prog)
+    floor = nbytes / CFG.dma_bytes * beat_cycles
+    assert floor <= r.cycles <= 1.05 * floor + 40, (r.cycles, floor)
+    assert r.counters()["DMA_BEATS"] == nbytes // CFG.dma_bytes + 2 * (16 // CFG.dma_bytes)  # + fetched words
+
+
+def test_read_latency_beyond_outstanding_bursts_slows_the_stream():
+    prog = words(make("LOAD", buf=0, sram=0, dram=0, rows=1, lines=2048, stride=8192))
+    fast = PerfModel(CFG, PerfParams(rd_latency=10)).run(prog).cycles
+    slow = PerfModel(CFG, PerfParams(rd_latency=200)).run(prog).cycles  # 4 bursts of 16 beats cannot hide 200
+    assert slow > 2 * fast
+
+
+def test_double_buffered_weight_stream_overlaps_load_and_compute():
+    prog = [encode(i) for i in weight_stream_program(CFG, k_lines=16, n_tiles=8, n_lines=2, w_dram=0x2000,
+                                                     a_dram=0x1000, out_dram=0x1800)]
+    r = PerfModel(CFG).run(prog)
+    load, compute = r.engine_busy[0], r.engine_busy[1]
+    assert r.cycles >= max(load, compute)
+    assert r.cycles < 0.7 * (load + compute), (r.cycles, load, compute)  # ~max(load, compute), not the sum
+
+
+def test_token_dependencies_serialize_independent_engines():
+    ld = dict(buf=0, sram=0, dram=0x1000, rows=1, lines=1024, stride=4096)
+    g = dict(dst=0, a=1024, w=1100, m=2, k=8, n=2)
+    free = PerfModel(CFG).run(words(make("LOAD", **ld), make("GEMM", **g)))
+    chained = PerfModel(CFG).run(words(make("LOAD", **ld, push_next=True), make("GEMM", **g, pop_prev=True)))
+    load_c, gemm_c = free.engine_busy[0], free.engine_busy[1] - 1
+    assert free.cycles < load_c + gemm_c * 0.5  # no token: they overlap
+    assert chained.cycles >= load_c + gemm_c  # a token: the GEMM starts after the LOAD retires
+    i_load, i_gemm = 0, 1
+    assert chained.start[i_gemm] > chained.end[i_load] and free.start[i_gemm] < free.end[i_load]
+
+
+def test_queue_depth_limits_how_far_a_producer_runs_ahead():
+    """The load engine pushes tokens faster than compute pops; it stalls once queue_depth are queued."""
+    n = 3 * CFG.queue_depth
+    instrs = []
+    for _ in range(n):
+        instrs.append(make("LOAD", buf=0, sram=0, dram=0x1000, rows=1, lines=4, stride=16, push_next=True))
+        instrs.append(make("GEMM", dst=0, a=0, w=4, m=1, k=16, n=2, pop_prev=True))
+    r = PerfModel(CFG).run(words(*instrs))
+    loads = [i for i, ins in enumerate(instrs) if ins.op == "LOAD"]
+    gemms = [i for i, ins in enumerate(instrs) if ins.op == "GEMM"]
+    for j in range(CFG.queue_depth, n):  # push j needs pop j - depth first
+        assert r.start[loads[j]] >= r.start[gemms[j - CFG.queue_depth]]
+
+
+def test_deadlock_and_missing_finish_raise():
+    with pytest.raises(PerfError, match="deadlock"):
+        PerfModel(CFG).run(words(make("NOP", engine=int(Engine.COMPUTE), pop_prev=True)))
+    with pytest.raises(PerfError, match="FINISH"):
+        PerfModel(CFG).run([encode(make("NOP", engine=1))])
+    with pytest.raises(PerfError, match="illegal"):
+        PerfModel(CFG).run([0x1E, encode(make("FINISH"))])
+
+
+def test_bad_params_are_refused():
+    with pytest.raises(ValueError, match="gemm="):
+        PerfParams(gemm="magic")
+    with pytest.raises(ValueError, match="beat_cycles"):
+        PerfParams(beat_cycles=0.5)
+    with pytest.raises(ValueError, match="rd_latency"):
+        PerfParams(rd_latency=-1)
+
+
+def test_busy_counters_add_up():
+    prog = [encode(i) for i in weight_stream_program(CFG, k_lines=8, n_tiles=4, n_lines=1, w_dram=0x2000,
+                                                     a_dram=0x1000, out_dram=0x1800)]
+    r = PerfModel(CFG).run(prog)
+    c = r.counters()
+    assert c["ARRAY_BUSY"] == 4 * 1 * C * 8  # m * n * cols * k per GEMM on the line-dot datapath
+    assert sum(r.per_op_cycles.values()) == sum(r.engine_busy)
+    assert all(0 <= c[k] <= c["CYCLES"] for k in ("LOAD_BUSY", "COMPUTE_BUSY", "STORE_BUSY", "ARRAY_BUSY"))
+    assert all(s < e for s, e in zip(r.start, r.end))
