@@ -241,7 +241,7 @@ class Artifact:
                                     f"({man['config'].get('name')!r}), this accelerator is {config.hash_hex()[:8]} "
                                     f"({config.name!r}): recompile with --config {config.name}")
             progs = {}
-            for kind, info in man["programs"].items():
+            for kind in man["programs"]:
                 fname = f"programs/{kind}.bin"
                 if fname not in names:
                     raise ArtifactError(f"{source}: {fname} listed in the manifest is missing")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from lowering_harness import GoldenRunner
-
-from systolica import numerics as nx
-from systolica.artifact import Artifact
 from systolica.compiler.compile import compile_model
 from systolica.compiler.gguf_reader import read_gguf
 from systolica.compiler.writers import write_gguf
+
+from systolica import numerics as nx
+from systolica.artifact import Artifact
 from systolica.config import preset
 from systolica.reference_quant import QuantRunner, quantize_model
 from systolica.testmodels import random_model

@@ -7,13 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 from lowering_harness import GoldenRunner
-
-from systolica.artifact import StepState
 from systolica.compiler.compile import compile_model
 from systolica.compiler.ir import IRError, build_graph, verify
-from systolica.compiler.schedule import Scheduler, ScheduleError, verify_tokens
+from systolica.compiler.schedule import ScheduleError, Scheduler, verify_tokens
+
+from systolica.artifact import StepState
 from systolica.config import preset
-from systolica.isa import Buf, Engine, decode, make
+from systolica.isa import Engine, decode, make
 from systolica.program import Program
 from systolica.testmodels import random_model
 
@@ -43,7 +43,7 @@ def _pairs(instrs):
 
 
 def test_programs_pass_the_deadlock_check(art):
-    for kind, prog in art.programs.items():
+    for prog in art.programs.values():
         peaks = verify_tokens(prog.instrs(), art.config.queue_depth)
         assert max(peaks.values()) <= art.config.queue_depth
 
