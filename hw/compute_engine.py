@@ -110,7 +110,7 @@ class ComputeEngine(wiring.Component):
                     with m.Else():
                         m.d.sync += kk.eq(kk + 1)
             with m.Case(_G.DRAIN):  # the last product lands in `sums` this cycle
-                m.d.sync += gs.eq(_G.READ_ACC)
+                m.d.sync += gs.eq(Mux(g.acc, _G.READ_ACC, _G.WRITE))  # only acc=1 needs the old value
             with m.Case(_G.READ_ACC):
                 m.d.comb += [self.acc_raddr.eq(out_ptr), self.acc_ren.eq(1)]
                 m.d.sync += gs.eq(_G.WAIT_ACC)
