@@ -29,7 +29,7 @@ def random_model(arch: Literal["llama", "gpt2"] = "llama", dim: int = 64, n_laye
                  n_kv_heads: int | None = None, ffn_dim: int | None = None, vocab: int = 256, tied: bool = False,
                  seed: int = 0, *, max_seq: int = 256, rope_base: float = 10000.0, norm_eps: float = 1e-5,
                  weight_gain: float = 1.0, row_spread: float = 0.25, gain_std: float = 0.1,
-                 bias_std: float = 0.02, name: str | None = None) -> Model:
+                 bias_std: float = 0.1, name: str | None = None) -> Model:
     """A :class:`~systolica.model.Model` with random float32 weights of realistic statistics.
 
     Parameters

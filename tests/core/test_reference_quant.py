@@ -84,10 +84,11 @@ def test_unrepresentable_models_are_refused():
 def test_integer_reference_agrees_with_float(key):
     """Teacher-forced agreement over 32 tokens, thresholds from measurement with margin.
 
-    Measured (6 shapes x 8 seeds, page 8, logits of std ~1.05): logit error relative
-    RMS 0.037-0.061 (llama) and 0.027-0.045 (GPT-2); mean |error| <= 0.050; max
-    |error| <= 0.52; top-1 agreement 0.75-1.0, and every disagreement was between
-    two tokens whose float logits were within 0.30 of each other.
+    Measured (these 6 shapes x seeds 0-9, page 8, float logits of std ~1.05): logit
+    error relative RMS 0.037-0.064 (llama) and 0.020-0.038 (GPT-2); mean |error|
+    0.019-0.051; max |error| 0.13-0.52; top-1 agreement 0.75-1.0 (mean 0.94; seed 0,
+    which the test runs: 0.906-1.0); every disagreement was between two tokens whose
+    float logits were within 0.30 of each other.
 
     Why these sizes: each GEMM adds ~1% relative error (int8 weights: ~0.6% RMS per
     channel; int8 activations with a power-of-two row scale: 0.5-1%, since the row
@@ -96,15 +97,17 @@ def test_integer_reference_agrees_with_float(key):
     quantization alone already gives ~2.7% at the logits of the 3-layer model), so
     2-3 layers end at ~5%.  The max over 32 x vocab ~ 4000 logits sits ~5 sigma out.
     Random models have near-tied logits (the float top-2 gap is below 0.01 at some
-    positions of most runs), so top-1 agreement is lower than for trained models and
-    a threshold on it alone would be either loose or flaky; hence the second
-    condition: the integer path may only pick a token that the float model
-    considers nearly as good.
+    positions of most runs), so a threshold on top-1 agreement alone would be either
+    loose or flaky; hence the second condition: the integer path may only pick a
+    token that the float model considers nearly as good.  (A trained model has wider
+    gaps but activation outliers; tests/e2e/test_reference_smollm2.py measures one.)
 
     Thresholds: relative RMS < 0.09, mean |error| < 0.075, max |error| < 0.8,
-    top-1 >= 0.8, disagreements only within 0.45 of the float maximum.  A wrong
-    rounding, a dropped bias or a misplaced head shifts the logits by O(1) and fails
-    all of them.
+    top-1 >= 0.8, disagreements only within 0.45 of the float maximum.  Mistakes that
+    move the logits by twice the quantization error fail them (tried: a REQUANT
+    shift off by one in one layer, RoPE rows one position late, a zeroed norm gain
+    on 3 channels, query heads sent to the wrong KV head, GPT-2's attn_output bias
+    dropped); smaller ones are what :func:`test_intermediates_track_float` is for.
     """
     m = _model(key)
     toks = _tokens(m)
@@ -122,6 +125,40 @@ def test_integer_reference_agrees_with_float(key):
     assert err.max() < 0.8
     assert top1 >= 0.8
     assert regret.max() < 0.45
+
+
+def _float_taps(m: Model, toks) -> dict[str, np.ndarray]:
+    """Outputs of every norm and linear layer of the float reference, by the integer reference's tap names."""
+    fm = FloatModel(m)
+    taps: dict[str, np.ndarray] = {}
+    lin, norm = fm._linear, fm._norm
+    fm._linear = lambda x, n: taps.setdefault(n, lin(x, n))
+    fm._norm = lambda x, n: taps.setdefault(n, norm(x, n))
+    fm.prefill(toks)
+    taps = {k: v / np.sqrt(m.config.head_dim) if k.endswith("attn_q") else v for k, v in taps.items()}
+    return taps
+
+
+@pytest.mark.parametrize("key", ["llama-d48-gqa2", "gpt2-d96"])
+def test_intermediates_track_float(key):
+    """Op by op, the integer reference stays close to the float one: catches what the logits blur.
+
+    Measured (relative RMS, 6 shapes x 5 seeds): first projections (layer 0 q/k/v)
+    ~0.011, any layer-0 op <= 0.045, any op <= 0.087.  A dropped q bias, a gain
+    applied twice or a wrong requant shift moves its op by >= 0.1.
+    """
+    m = _model(key)
+    toks = _tokens(m, 16)
+    run = QuantRunner(quantize_model(m), page=4, trace=True)
+    run.prefill(toks)
+    ref = _float_taps(m, toks)
+    assert {"blk.0.attn_norm", "blk.0.attn_q", "blk.1.ffn_down", "output_norm"} <= ref.keys() & run.taps.keys()
+    for name in ref.keys() & run.taps.keys():
+        f = ref[name]
+        rel = np.sqrt(np.mean((nx.from_fx(run.taps[name]) - f) ** 2) / np.mean(f * f))
+        limit = 0.025 if name in ("blk.0.attn_q", "blk.0.attn_k", "blk.0.attn_v") else (
+            0.07 if name.startswith("blk.0.") else 0.13)
+        assert rel < limit, (name, rel)
 
 
 def test_long_context_error_does_not_grow():
