@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("systolica.cli_core:Sim", "run a program binary on the golden simulator"),
     "isa-doc": ("systolica.cli_core:IsaDoc", "write the ISA reference (docs/isa.md) from the ISA table"),
     "compile": ("systolica.compiler.cli_compile:Compile", "compile a model (GGUF, safetensors) into an artifact"),
+    "bench": ("systolica.bench.cli_bench:Bench", "compare systolica on boards (modelled) with CPU/GPU baselines"),
+    "hw": ("systolica.hw.generate", "hardware generation: 'hw generate' writes the top-level Verilog and register map"),
     "synth": ("systolica.boards.synth", "Yosys resource counts (LUT/FF/DSP/BRAM) of a hardware unit for xc7 / xcup"),
 }
 
