@@ -1,22 +1,25 @@
 """Streaming (FlashAttention-style) attention in fixed point: one KV tile at a time.
 
-The state of a query row is three int32 quantities that live in vbuf lanes:
+Scores are kept in *log2 units* (``score * log2(e)``), so that ``exp`` becomes
+``2**`` and a renormalisation by a power of two is exact.  The state of a query
+row is three int32 quantities that live in vbuf lanes:
 
-``m``  (fx, ``FX_FRAC``)  the running reference: >= every score seen so far.
-``l``  (``ATTN_FRAC`` = 22 fraction bits)  ``sum_j exp(s_j - m)``.
-``o``  (``ATTN_FRAC``)  ``sum_j exp(s_j - m) * v_j`` (real ``v_j = vq_j * 2**vexp_j``).
+``m``  (``ATTN_M_FRAC`` = 20 fraction bits, log2 units)  the running reference:
+       >= every score seen so far (range +-2048, i.e. natural scores +-1419).
+``l``  (``ATTN_FRAC`` = 20 fraction bits)  ``sum_j 2**(u_j - m)``  (``u_j``: score in log2 units).
+``o``  (``ATTN_FRAC``)  ``sum_j 2**(u_j - m) * v_j`` (real ``v_j = vq_j * 2**vexp_j``).
 
-``l`` and ``o`` share a block exponent hidden in ``m``: after each tile, if
-``l >= 2**24``, both are shifted right by ``r = bitlen(l) - 24`` and ``m`` grows
-by ``r * LN2_FX`` (``r * ln 2``, which is what a shift by ``r`` means for
-``exp(s - m)``).  So ``2**22 <= l <= 2**24`` after every non-empty tile (the row
-maximum contributes exactly ``2**22``), whatever the context length, and
-``|o| <= l * max|v| < 2**31`` for ``|v| < 128``.  A tile accumulates in wider
-registers: ``l`` < 2**35 and ``|o|`` < 2**42 for ``t <= 4095``.
+``l`` and ``o`` share a block exponent folded into ``m``: after each tile, if
+``l >= 2**21``, both are shifted right by ``r = bitlen(l) - 21`` and ``m`` grows
+by exactly ``r`` (``r << 20``).  So ``2**20 <= l <= 2**21`` after every
+non-empty tile (the row maximum alone contributes ``2**20``), whatever the
+context length, and ``|o| <= l * max|v| < 2**31`` for ``|v| < 1024``.  Inside a
+tile the weights ``p_j`` carry 8 more fraction bits (``ATTN_P_FRAC`` = 28) so
+that ``l`` and ``o`` are rounded once per tile; the sums need 41 bits (``l``) and
+51 bits (``o``) for ``t <= 4095``.
 
-Ranges: ``t <= 4095`` tokens per tile; any context length (``m`` absorbs it);
-V values ``|v| < 128`` (``vexp <= 0``; a larger exponent is clamped to 0);
-scores saturate at +-32768.
+Ranges: ``t <= 4095`` tokens per tile; any context length; V values
+``|v| < 1024`` (``vexp <= 3``; a larger exponent is clamped to 3).
 """
 
 from __future__ import annotations
@@ -26,16 +29,20 @@ from typing import NamedTuple
 import numpy as np
 
 from systolica.numerics_fixed import FX_FRAC, INT32_MIN, as_int64, bitlen, matmul, rshift_round, sat32
-from systolica.numerics_nonlinear import EXP_FRAC, LN2_FX, exp_fx, recip
+from systolica.numerics_nonlinear import EXP_FRAC, LOG2E_Q30, exp2_fx, recip
 
-__all__ = ["ATTN_FRAC", "ATTN_L_BITS", "AttnState", "attn_empty", "attn_tile", "attn_finish"]
+__all__ = ["ATTN_FRAC", "ATTN_M_FRAC", "ATTN_L_BITS", "ATTN_VEXP_MAX", "ATTN_P_FRAC", "AttnState", "attn_empty", "attn_tile",
+           "attn_finish"]
 
-ATTN_FRAC = 22  # fraction bits of p, l and o
-ATTN_L_BITS = 24  # l is renormalised to stay <= 2**24
+ATTN_FRAC = 20  # fraction bits of p, l and o
+ATTN_M_FRAC = 20  # fraction bits of the scores and of m, in log2 units
+ATTN_L_BITS = 21  # l is renormalised to stay <= 2**21
+ATTN_VEXP_MAX = 3  # V exponents above this are clamped: |v| < 1024 keeps |o| < 2**31
+ATTN_P_FRAC = 28  # fraction bits of p inside a tile: 8 guard bits, so l and o round once per tile
 
 
 class AttnState(NamedTuple):
-    """Running state of ``nq`` query rows: ``m int32[nq]`` (fx), ``l int32[nq]``, ``o int32[nq, hd]``."""
+    """Running state of ``nq`` query rows: ``m int32[nq]`` (Q20, log2 units), ``l int32[nq]``, ``o int32[nq, hd]``."""
 
     m: np.ndarray
     l: np.ndarray  # noqa: E741  (the name of the contract)
@@ -65,15 +72,16 @@ def attn_tile(q, qexp, k, kexp, v, vexp, state: AttnState | None, offset: int, c
 
     Integer algorithm, per query row (``>>`` floor shifts)::
 
-        s_j  = sat32(rshift_round(q . k_j, -(qexp + kexp_j + 16)))   # scores, fx (1/sqrt(hd) is in Wq)
+        u_j  = sat32(rshift_round((q . k_j) * LOG2E_Q30, 10 - qexp - kexp_j))   # score*log2(e), Q20
         valid_j = not (causal and j > offset);  none valid: return state unchanged
-        m1   = max(m, max_valid s_j)
-        a    = exp_fx(sat32(m - m1), 30)                           # rescale of the old state, Q30
-        p_j  = exp_fx(sat32(s_j - m1), 22) if valid_j else 0        # Q22
-        L    = rshift_round(l * a, 30) + sum_j p_j
-        O    = rshift_round(o * a, 30) + sum_j rshift_round(p_j * vq_j, -min(vexp_j, 0))
-        r    = max(0, bitlen(L) - 24)
-        return m1 + r*LN2_FX (sat32), rshift_round(L, r), sat32(rshift_round(O, r))
+        m1   = max(m, max_valid u_j)
+        a    = exp2_fx(m - m1, 20, 30)                     # rescale of the old state, Q30 (m - m1 saturated)
+        p_j  = exp2_fx(u_j - m1, 20, 28) if valid_j else 0  # Q28 (8 guard bits), the maximum gives 2**28
+        L    = rshift_round(l * a, 30) + rshift_round(sum_j p_j, 8)
+        PV   = sum_j rshift_round(p_j * vq_j, -min(vexp_j, 3))       # Q28, |PV| < 2**50
+        O    = rshift_round(o * a, 30) + rshift_round(PV, 8)
+        r    = max(0, bitlen(L) - 21)
+        return sat32(m1 + (r << 20)), rshift_round(L, r), sat32(rshift_round(O, r))
 
     Accuracy: see ``docs/quantization.md`` "Measured errors".
     """
@@ -88,7 +96,7 @@ def attn_tile(q, qexp, k, kexp, v, vexp, state: AttnState | None, offset: int, c
         raise ValueError(f"attn_tile: a tile holds at most 4095 tokens, got {t}")
     qexp = as_int64(qexp, "qexp").reshape(nq, 1)
     kexp = as_int64(kexp, "kexp").reshape(1, t)
-    vexp = np.minimum(as_int64(vexp, "vexp").reshape(t), 0)
+    vexp = np.minimum(as_int64(vexp, "vexp").reshape(t), ATTN_VEXP_MAX)
     if state is None:
         state = attn_empty(nq, hd)
     elif state.o.shape != (nq, hd):
@@ -97,22 +105,23 @@ def attn_tile(q, qexp, k, kexp, v, vexp, state: AttnState | None, offset: int, c
     if not valid.any():
         return state
     tv = int(np.count_nonzero(valid))  # valid tokens are a prefix of the tile
-    dot = matmul(q, k[:tv]).astype(np.int64)
-    s = sat32(rshift_round(dot, -(qexp + kexp[:, :tv] + FX_FRAC))).astype(np.int64)
+    dot = matmul(q, k[:tv]).astype(np.int64)  # |dot| < 2**22 for hd <= 256: the product stays < 2**53
+    u = sat32(rshift_round(dot * LOG2E_Q30, (30 - ATTN_M_FRAC) - qexp - kexp[:, :tv])).astype(np.int64)
     m_old = state.m.astype(np.int64)
-    m1 = np.maximum(m_old, s.max(axis=1))
-    a = exp_fx(sat32(m_old - m1), EXP_FRAC)
-    p = exp_fx(sat32(s - m1[:, None]), ATTN_FRAC)
-    big_l = rshift_round(state.l.astype(np.int64) * a, EXP_FRAC) + p.sum(axis=1)
+    m1 = np.maximum(m_old, u.max(axis=1))
+    a = exp2_fx(sat32(m_old - m1), ATTN_M_FRAC, EXP_FRAC)
+    p = exp2_fx(u - m1[:, None], ATTN_M_FRAC, ATTN_P_FRAC)  # u - m1 in [-2**32, 0]: fine in int64
+    guard = ATTN_P_FRAC - ATTN_FRAC
+    big_l = rshift_round(state.l.astype(np.int64) * a, EXP_FRAC) + rshift_round(p.sum(axis=1), guard)
     vt = v[:tv]
     sh = -vexp[:tv]
-    if np.all(sh == 0):
-        pv = (p.astype(np.float64) @ vt.astype(np.float64)).astype(np.int64)  # exact: sums < 2**41
+    if np.all(sh <= 0):  # exact in float64: |p * (vq << vexp)| <= 2**38, sums < 2**50
+        pv = (p.astype(np.float64) @ (vt << -sh[:, None]).astype(np.float64)).astype(np.int64)
     else:
         pv = rshift_round(p[:, :, None] * vt[None, :, :], sh[None, :, None]).sum(axis=1)
-    big_o = rshift_round(state.o.astype(np.int64) * a[:, None], EXP_FRAC) + pv
+    big_o = rshift_round(state.o.astype(np.int64) * a[:, None], EXP_FRAC) + rshift_round(pv, guard)
     r = np.maximum(bitlen(big_l) - ATTN_L_BITS, 0)
-    return AttnState(sat32(m1 + r * LN2_FX), sat32(rshift_round(big_l, r)),
+    return AttnState(sat32(m1 + (r << ATTN_M_FRAC)), sat32(rshift_round(big_l, r)),
                      sat32(rshift_round(big_o, r[:, None])))
 
 

@@ -28,7 +28,8 @@ from systolica.numerics_fixed import (
 
 __all__ = [
     "EXP_FRAC", "EXP_BASE", "EXP_DELTA", "LOG2E_Q30", "LN2_FX", "RECIP_SEED", "RECIP_FIXUPS",
-    "RSQRT_SEED", "NORM_FRAC", "NORM_GUARD", "recip", "recip_newton", "rsqrt_fx", "exp_fx", "sigmoid_fx", "silu", "gelu", "rmsnorm", "layernorm",
+    "RSQRT_SEED", "NORM_FRAC", "NORM_GUARD", "recip", "recip_newton", "exp2_fx", "rsqrt_fx", "exp_fx",
+    "sigmoid_fx", "silu", "gelu", "rmsnorm", "layernorm",
     "softmax", "rope", "rope_table",
 ]
 
@@ -152,32 +153,48 @@ def rsqrt_fx(v, e=0):
     return y, 30 + K
 
 
+def exp2_fx(u, ufrac: int, frac: int = EXP_FRAC):
+    """``2**(u / 2**ufrac)`` for ``u <= 0`` (positive ``u`` counts as 0), with ``frac`` fraction bits.
+
+    The integer part of the power is a shift, the fraction a 256-entry LUT with
+    linear interpolation (``8 <= ufrac <= 24``, ``0 <= frac <= 30``)::
+
+        ip = u >> ufrac;  f = u & (2**ufrac - 1)         # u = ip + f/2**ufrac, ip <= 0
+        hi = f >> (ufrac - 8);  lo = f & (2**(ufrac - 8) - 1)
+        p  = EXP_BASE[hi] + rshift_round(EXP_DELTA[hi] * lo, ufrac - 8)   # 2**(f/2**ufrac), Q30
+        return rshift_round(p, 30 - frac - ip)
+
+    Relative error of ``p`` < 9.2e-7 (the chord of a convex curve lies above
+    it); ``2**0`` is exactly ``2**frac``.
+    """
+    if not 0 <= frac <= EXP_FRAC or not 8 <= ufrac <= 24:
+        raise ValueError(f"exp2_fx: need 0 <= frac <= {EXP_FRAC} and 8 <= ufrac <= 24, got frac={frac}, ufrac={ufrac}")
+    u = np.minimum(as_int64(u, "u"), 0)
+    ip = u >> ufrac
+    f = u & ((1 << ufrac) - 1)
+    lob = ufrac - 8
+    hi = f >> lob
+    p = EXP_BASE[hi] + rshift_round(EXP_DELTA[hi] * (f & ((1 << lob) - 1)), lob)
+    # rshift_round(p, sh) inline: p < 2**31, and any shift beyond 40 gives 0 as well
+    sh = np.minimum((EXP_FRAC - frac) - ip, 40)
+    return (p + ((np.int64(1) << sh) >> 1)) >> sh
+
+
 def exp_fx(x, frac: int = EXP_FRAC):
     """``exp(x)`` for fx inputs ``x <= 0`` (positive inputs count as 0), with ``frac`` fraction bits.
 
-    ``exp(x) = 2**(x*log2 e)``; the integer part of the power is a shift, the
-    fraction a 256-entry LUT with linear interpolation::
+    ``exp(x) = 2**(x*log2 e)``::
 
-        u  = rshift_round(x * LOG2E_Q30, 22)        # x*log2(e), 24 fraction bits, <= 0
-        ip = u >> 24;  f = u & 0xFFFFFF              # u = ip + f/2**24, 0 <= f < 2**24
-        hi = f >> 16;  lo = f & 0xFFFF
-        p  = EXP_BASE[hi] + rshift_round(EXP_DELTA[hi] * lo, 16)   # 2**(f/2**24), Q30
-        return rshift_round(p, 30 - frac - ip)
+        u = rshift_round(x * LOG2E_Q30, 22)          # x*log2(e), 24 fraction bits, <= 0
+        return exp2_fx(u, 24, frac)
 
-    Relative error of ``p`` < 1e-6 (the chord of a convex curve lies above
-    it); ``exp(0)`` is exactly ``2**frac``.  ``x`` must be within int32.
+    Relative error < 1e-6 before the output rounding; ``exp(0)`` is exactly
+    ``2**frac``.  ``x`` must be within int32.
     """
     if not 0 <= frac <= EXP_FRAC:
         raise ValueError(f"exp_fx: frac must be in 0..{EXP_FRAC}, got {frac}")
     x = np.minimum(as_int64(x, "x"), 0)
-    u = rshift_round(x * LOG2E_Q30, 22)
-    ip = u >> 24
-    f = u & 0xFFFFFF
-    hi = f >> 16
-    p = EXP_BASE[hi] + rshift_round(EXP_DELTA[hi] * (f & 0xFFFF), 16)
-    # rshift_round(p, sh) inline: p < 2**31, and any shift beyond 40 gives 0 as well
-    sh = np.minimum((EXP_FRAC - frac) - ip, 40)
-    return (p + ((np.int64(1) << sh) >> 1)) >> sh
+    return exp2_fx(rshift_round(x * LOG2E_Q30, 22), 24, frac)
 
 
 def sigmoid_fx(x):
