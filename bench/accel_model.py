@@ -1,0 +1,115 @@
+"""systolica on a board, modelled: the compiled programs timed by the performance model at the board's clock.
+
+The runtime's schedule is replayed without the data: prefill runs whole chunks through the prefill
+program and the rest of the prompt through decode; decode runs one step per token.  Every run is the
+program patched for its step (positions, KV pages, valid tokens per tile), so attention costs grow
+with the context as they do on the hardware.  The board gives the DRAM bandwidth and latency
+(:func:`systolica.sim.roofline.board_params`), its power and price (``boards/<name>.toml``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from systolica.artifact import Artifact, StepState
+from systolica.bench.baselines import BaselineResult
+from systolica.bench.costs import CostInputs, board_usd_per_hour, load_costs
+from systolica.config import AccelConfig
+from systolica.sim.perf import PerfModel
+from systolica.sim.perf_costs import PerfParams
+from systolica.sim.roofline import Roofline, board_params, model_work
+
+__all__ = ["BoardSpec", "board_spec", "AccelTimer", "model_on_board"]
+
+
+@dataclass(frozen=True)
+class BoardSpec:
+    """What the model needs from a board description."""
+
+    name: str
+    config: AccelConfig
+    dram_gbps: float  # what the DRAM delivers (peak x controller efficiency)
+    power_w: float
+    price_usd: float
+    source: str  # the board file
+
+
+def board_spec(name: str) -> BoardSpec:
+    """The :class:`BoardSpec` of a board in ``boards/`` (raises the boards' ``BoardError`` for unknown names)."""
+    from systolica.boards.board import load_board
+
+    b = load_board(name)
+    peak = b.window_peak_gbps or b.dram_peak_gbps
+    return BoardSpec(b.name, b.config, peak * b.dram_efficiency, b.power_w, b.price_usd, str(b.path))
+
+
+class AccelTimer:
+    """Times the runs of a compiled model on one configuration."""
+
+    def __init__(self, art: Artifact, params: PerfParams):
+        self.art = art
+        self.cfg = art.config
+        self.model = PerfModel(self.cfg, params)
+        self.page = art.page
+
+    def _cycles(self, kind: str, pos: int, tokens: Sequence[int]) -> int:
+        pages = list(range(self.art.pages_needed(pos, len(tokens))))
+        words = self.art.patched_program(kind, StepState(pos, list(tokens), pages))
+        return self.model.run(words).cycles
+
+    def prefill_cycles(self, prompt: Sequence[int]) -> int:
+        """Cycles of the whole prompt, scheduled as :meth:`Runtime.prefill` schedules it."""
+        chunk = self.art.rows("prefill") if "prefill" in self.art.programs else 0
+        total, i = 0, 0
+        while chunk and len(prompt) - i >= chunk:
+            total += self._cycles("prefill", i, prompt[i:i + chunk])
+            i += chunk
+        for t in prompt[i:]:
+            total += self._cycles("decode", i, [t])
+            i += 1
+        return total
+
+    def decode_cycles(self, pos: int, token: int = 0) -> int:
+        return self._cycles("decode", pos, [token])
+
+
+def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_tokens: int, *,
+                   gemm: str = "line_dot", costs: CostInputs | None = None) -> BaselineResult:
+    """systolica's row of the comparison table for ``spec``: TTFT, decode tokens/s, roofline fractions."""
+    costs = costs or load_costs()
+    cfg = art.config
+    params = board_params(cfg, dram_gbps=spec.dram_gbps, base=PerfParams(gemm=gemm))
+    timer = AccelTimer(art, params)
+    f = cfg.clock_mhz * 1e6
+    pre = timer.prefill_cycles(list(prompt))
+    steps = [timer.decode_cycles(len(prompt) + j) for j in range(max(n_tokens - 1, 1))]
+    dec_s = sum(steps) / f
+    tps = len(steps) / dec_s
+    roof = Roofline.for_config(cfg, dram_gbps=spec.dram_gbps, name=spec.name)
+    work = model_work(_model_config(art), weight_bytes=int(art.manifest["stats"]["decode"]["weight_bytes"]))
+    ctx = len(prompt) + len(steps) // 2
+    dec_bound = roof.decode_bound_tokens_per_s(work, ctx)
+    pre_bound = roof.prefill_bound_tokens_per_s(work, len(prompt) // 2)
+    res = BaselineResult(f"systolica {spec.name} (modelled)", spec.name, ttft_s=pre / f, decode_tokens_per_s=tps,
+                         power_w=spec.power_w, power_source=f"stated board power ({spec.source})",
+                         usd_per_hour=board_usd_per_hour(spec.price_usd, spec.power_w, costs),
+                         cost_source=f"${spec.price_usd:g} over {costs.amortization_years.value:g} years + "
+                                     f"{spec.power_w:g} W at ${costs.electricity.value}/kWh")
+    res.extra = {"config": cfg.to_dict(), "gemm": gemm, "clock_mhz": cfg.clock_mhz, "params": params.to_dict(),
+                 "prefill_cycles": pre, "decode_cycles_per_token": sum(steps) / len(steps),
+                 "roofline": roof.to_dict(), "work": work.to_dict(),
+                 "decode_bound_tokens_per_s": dec_bound, "decode_fraction_of_bound": tps / dec_bound,
+                 "prefill_tokens_per_s": len(prompt) / (pre / f),
+                 "prefill_bound_tokens_per_s": pre_bound,
+                 "prefill_fraction_of_bound": len(prompt) / (pre / f) / pre_bound}
+    return res
+
+
+def _model_config(art: Artifact):
+    from systolica.model import ModelConfig
+
+    m = art.manifest["model"]
+    keys = ("arch", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "vocab_size", "max_seq", "norm_eps",
+            "rope_base", "tied_output", "name")
+    return ModelConfig(**{k: m[k] for k in keys})

@@ -1,0 +1,113 @@
+"""Plots of ``systolica bench``: roofline, tokens/s vs prompt length and batch, energy per token.
+
+matplotlib is imported inside each function (Agg backend: files only, no display).  Each function
+takes the JSON document :func:`systolica.bench.report.write_json` produces, so plots can be redrawn
+from a saved run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["plot_all", "plot_roofline", "plot_prompt_sweep", "plot_batch_sweep", "plot_energy"]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_roofline(doc: dict, path: Path) -> Path:
+    """Attainable MAC/s vs arithmetic intensity per board, with the decode and prefill points reached."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, r in enumerate(x for x in doc["rows"] if x["extra"].get("roofline") and not x["skipped"]):
+        roof, work, ex = r["extra"]["roofline"], r["extra"]["work"], r["extra"]
+        color = f"C{i}"
+        ridge = roof["ridge_macs_per_byte"]
+        xs = [ridge / 100, ridge, ridge * 100]
+        ax.loglog(xs, [min(roof["peak_macs_per_s"], x * roof["dram_bytes_per_s"]) for x in xs], color=color,
+                  label=f"{r['device']} roof")
+        dec_i = work["matmul_macs"] / work["weight_bytes"]
+        ax.loglog([dec_i], [r["decode_tokens_per_s"] * work["matmul_macs"]], "o", color=color,
+                  label=f"{r['device']} decode")
+        chunk = max(1, int(ex.get("prefill_rows", 1)))
+        ax.loglog([dec_i * chunk], [ex["prefill_tokens_per_s"] * work["matmul_macs"]], "s", color=color,
+                  label=f"{r['device']} prefill")
+    ax.set_xlabel("arithmetic intensity (MACs per DRAM byte)")
+    ax.set_ylabel("MAC/s")
+    ax.set_title("Roofline (modelled at board clock)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_prompt_sweep(doc: dict, path: Path) -> Path:
+    """Decode tokens/s and time to first token vs prompt length."""
+    plt = _plt()
+    sw = doc["sweeps"].get("prompt", {})
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, pts in sw.items():
+        lens = [p["prompt_tokens"] for p in pts]
+        a1.plot(lens, [p["decode_tokens_per_s"] for p in pts], "o-", label=name)
+        a2.plot(lens, [p["ttft_s"] * 1e3 for p in pts], "o-", label=name)
+    a1.set_xlabel("prompt tokens")
+    a1.set_ylabel("decode tokens/s")
+    a2.set_xlabel("prompt tokens")
+    a2.set_ylabel("time to first token (ms)")
+    a2.set_yscale("log")
+    for a in (a1, a2):
+        a.grid(True, alpha=0.3)
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_batch_sweep(doc: dict, path: Path) -> Path:
+    """Aggregate decode tokens/s vs batch (systolica's programs decode one sequence: flat)."""
+    plt = _plt()
+    sw = doc["sweeps"].get("batch", {})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, pts in sw.items():
+        ax.plot([p["batch"] for p in pts], [p["decode_tokens_per_s"] for p in pts], "o-", label=name)
+    ax.set_xlabel("batch (sequences decoded together)")
+    ax.set_ylabel("decode tokens/s (all sequences)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_energy(doc: dict, path: Path) -> Path:
+    """Joules per decoded token of every system that ran (lower is better)."""
+    plt = _plt()
+    rows = [r for r in doc["rows"] if not r["skipped"] and r["tokens_per_joule"]]
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * max(len(rows), 1)))
+    ax.barh([r["name"] for r in rows], [1 / r["tokens_per_joule"] for r in rows],
+            color=["C0" if r["extra"].get("roofline") else "C1" for r in rows])
+    ax.set_xscale("log")
+    ax.set_xlabel("energy per token (J), stated or measured power / decode tokens/s")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_all(doc: dict, out_dir: str | Path) -> list[Path]:
+    """Write every plot into ``out_dir`` (created); returns the files."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    return [plot_roofline(doc, d / "roofline.png"), plot_prompt_sweep(doc, d / "tokens_vs_prompt.png"),
+            plot_batch_sweep(doc, d / "tokens_vs_batch.png"), plot_energy(doc, d / "energy_per_token.png")]
