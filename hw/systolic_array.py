@@ -167,7 +167,7 @@ class SystolicArray(wiring.Component):
             for d in range(r):
                 nxt = [Signal(signed(8), name=f"wd_{r}_{d}_{j}") for j in range(P)]
                 with m.If(en):
-                    m.d.sync += [n.eq(v) for n, v in zip(nxt, wd)]
+                    m.d.sync += [n.eq(v) for n, v in zip(nxt, wd, strict=True)]
                 wd = nxt
             for b in range(2):
                 for g in range(beats):

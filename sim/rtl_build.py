@@ -58,10 +58,7 @@ def verilator_env() -> dict[str, str]:
 
 def _source_digest(deps) -> str:
     """Hash of the source files of the hw modules a component is built from (all of hw/ if None)."""
-    if deps is None:
-        files = sorted(_HW_DIR.glob("*.py"))
-    else:
-        files = sorted(Path(d.__file__).resolve() for d in deps)
+    files = sorted(_HW_DIR.glob("*.py")) if deps is None else sorted(Path(d.__file__).resolve() for d in deps)
     h = hashlib.sha256()
     for p in files:
         h.update(p.name.encode())

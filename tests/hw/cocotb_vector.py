@@ -26,7 +26,7 @@ async def vector_ops(dut):
         src = Source("i_stream", vu.i_layout, beats, idle)
         snk = Sink("o_stream", vu.o_layout, len(want), stall)
         await StreamBench(dut, [src], [snk], seed=seed).run(max_cycles=100 * len(beats) + 100)
-        for k, (g, w) in enumerate(zip(snk.beats, want)):
+        for k, (g, w) in enumerate(zip(snk.beats, want, strict=True)):
             got = [int(g.data[c]) for c in range(cfg.cols)]
             assert got == [int(v) for v in w], f"seed {seed} line {k}: {got} != {list(w)}"
         if idle == 0 and stall == 0:

@@ -70,5 +70,5 @@ def test_vector_ops_bit_exact(cols):
     got = []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.3),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.3, out=got)])
-    for k, (g, w) in enumerate(zip(got, want)):
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
         assert [g.data[c] for c in range(cols)] == [int(v) for v in w], f"output line {k}"
