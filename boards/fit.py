@@ -1,0 +1,163 @@
+"""Does a configuration fit a board, and what is the largest array that does?
+
+The fit check sets resource counts (from Yosys synthesis of the generated
+Verilog, :mod:`systolica.boards.yosys`) against the board's resources with a
+margin: placement and routing rarely succeed above ~80% LUT use, and the block
+design around the accelerator (interconnect, reset, interrupt controller) takes
+its share too.
+
+Sweeping every ``rows x cols`` through Yosys would take hours, so the sweep uses
+a :class:`ResourceModel` calibrated on one or two synthesized configurations:
+LUT, FF and DSP grow with the number of processing elements (``rows*cols``);
+block RAM follows the buffer shapes (a line of ``cols`` lanes is as wide as the
+tiles it needs, RAMB36 is at most 72 bits wide).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from systolica.boards.board import Board, Resources
+from systolica.config import AccelConfig, ConfigError
+
+__all__ = ["DEFAULT_MARGIN", "FitRow", "FitReport", "fit_check", "ResourceModel", "bram_tiles",
+           "candidate_shapes", "largest_fit"]
+
+#: Use at most this share of any resource (the rest is for routing and the block design).
+DEFAULT_MARGIN = 0.8
+
+
+@dataclass(frozen=True)
+class FitRow:
+    kind: str
+    used: float
+    available: float
+    limit: float  # available x margin
+
+    @property
+    def utilization(self) -> float:
+        return self.used / self.available if self.available else (math.inf if self.used else 0.0)
+
+    @property
+    def fits(self) -> bool:
+        return self.used <= self.limit
+
+
+@dataclass(frozen=True)
+class FitReport:
+    board: str
+    config: str
+    rows: tuple[FitRow, ...]
+    margin: float
+    source: str  # "yosys" or "model"
+
+    @property
+    def fits(self) -> bool:
+        return all(r.fits for r in self.rows)
+
+    @property
+    def worst(self) -> FitRow:
+        return max(self.rows, key=lambda r: r.used / r.limit if r.limit else (math.inf if r.used else 0))
+
+    def summary(self) -> str:
+        w = self.worst
+        verdict = "fits" if self.fits else "does NOT fit"
+        return (f"config {self.config} {verdict} {self.board} (limit {self.margin:.0%} of each resource; "
+                f"tightest: {w.kind} {w.used:g}/{w.available:g} = {w.utilization:.0%})")
+
+
+def fit_check(board: Board, used: Resources, *, config: str = "", margin: float = DEFAULT_MARGIN,
+              source: str = "yosys") -> FitReport:
+    """Compare ``used`` with ``board``'s resources; a resource fits when used <= available x margin."""
+    if not 0 < margin <= 1:
+        raise ValueError(f"margin={margin} must be in (0, 1]")
+    avail = board.resources
+    rows = []
+    for kind in Resources.KINDS:
+        u, a = getattr(used, kind), getattr(avail, kind)
+        if a == 0 and u == 0:
+            continue  # no UltraRAM on the part and none used
+        rows.append(FitRow(kind, u, a, a * margin))
+    return FitReport(board.name, config, tuple(rows), margin, source)
+
+
+def bram_tiles(cfg: AccelConfig, family: str) -> int:
+    """Block-RAM tiles the three buffers need at least: by bits and by line width."""
+    if family == "ecp5":
+        tile_kbits, max_width = 18, 36  # DP16KD: 18 Kb, up to 36 bits wide (pseudo dual port)
+    else:
+        tile_kbits, max_width = 36, 72  # RAMB36: 36 Kb, up to 72 bits wide (simple dual port)
+    total = 0
+    for kib, line_bytes in ((cfg.spad_kib, cfg.cols), (cfg.acc_kib, cfg.cols * 4), (cfg.vbuf_kib, cfg.cols * 4)):
+        by_bits = math.ceil(kib * 8 / tile_kbits)
+        by_width = math.ceil(line_bytes * 8 / max_width)
+        total += max(by_bits, by_width)
+    return total
+
+
+@dataclass(frozen=True)
+class ResourceModel:
+    """``lut, ff, dsp = fixed + per_pe x rows x cols``; ``bram = bram_scale x bram_tiles(cfg)``."""
+
+    family: str
+    fixed: Resources
+    per_pe: Resources
+    bram_scale: float = 1.0
+
+    def predict(self, cfg: AccelConfig) -> Resources:
+        pes = cfg.rows * cfg.cols
+        return Resources(lut=self.fixed.lut + self.per_pe.lut * pes, ff=self.fixed.ff + self.per_pe.ff * pes,
+                         dsp=round(self.fixed.dsp + self.per_pe.dsp * pes),
+                         bram=round(self.bram_scale * bram_tiles(cfg, self.family), 1), uram=self.fixed.uram)
+
+    @classmethod
+    def calibrate(cls, family: str, points: Sequence[tuple[AccelConfig, Resources]]) -> ResourceModel:
+        """Fit to synthesized points.  One point: everything proportional to rows x cols
+        (over-estimates growth, so a suggestion errs small); two or more with different
+        sizes: least squares for the fixed and per-PE parts."""
+        if not points:
+            raise ValueError("calibrate needs at least one synthesized configuration")
+        sizes = {c.rows * c.cols for c, _ in points}
+        fixed, per = {}, {}
+        for k in ("lut", "ff", "dsp"):
+            xs = [c.rows * c.cols for c, _ in points]
+            ys = [getattr(r, k) for _, r in points]
+            if len(sizes) == 1:
+                fixed[k], per[k] = 0.0, sum(ys) / sum(xs)
+            else:
+                n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+                slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+                slope = max(slope, 0.0)
+                fixed[k], per[k] = max(my - slope * mx, 0.0), slope
+        ratios = [r.bram / bram_tiles(c, family) for c, r in points if bram_tiles(c, family)]
+        scale = max(ratios) if ratios and max(ratios) > 0 else 1.0
+        uram = max(r.uram for _, r in points)
+        return cls(family, Resources(lut=fixed["lut"], ff=fixed["ff"], dsp=fixed["dsp"], uram=uram),
+                   Resources(lut=per["lut"], ff=per["ff"], dsp=per["dsp"]), scale)
+
+
+def candidate_shapes(sizes: Sequence[int] = (2, 4, 8, 16, 32, 64), max_aspect: int = 4) -> list[tuple[int, int]]:
+    """``(rows, cols)`` pairs to try, largest first; near-square first among equals."""
+    shapes = [(r, c) for r in sizes for c in sizes if max(r, c) <= max_aspect * min(r, c)]
+    return sorted(shapes, key=lambda s: (-s[0] * s[1], abs(s[0] - s[1]), -s[1]))
+
+
+def largest_fit(board: Board, base: AccelConfig, estimate: Callable[[AccelConfig], Resources], *,
+                margin: float = DEFAULT_MARGIN, shapes: Sequence[tuple[int, int]] | None = None
+                ) -> tuple[AccelConfig, FitReport] | None:
+    """The largest ``rows x cols`` variant of ``base`` whose estimate fits ``board``.
+
+    Buffers keep ``base``'s sizes; a shape for which they are invalid (fewer than
+    4 x rows lines, more than 65536) is skipped.  Returns ``None`` if nothing fits.
+    """
+    for r, c in shapes if shapes is not None else candidate_shapes():
+        try:
+            cfg = base.replace(name=f"{board.name}-{r}x{c}", rows=r, cols=c)
+        except ConfigError:
+            continue
+        report = fit_check(board, estimate(cfg), config=cfg.name, margin=margin, source="model")
+        if report.fits:
+            return cfg, report
+    return None
