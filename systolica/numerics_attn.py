@@ -83,7 +83,9 @@ def attn_tile(q, qexp, k, kexp, v, vexp, state: AttnState | None, offset: int, c
         r    = max(0, bitlen(L) - 21)
         return sat32(m1 + (r << 20)), rshift_round(L, r), sat32(rshift_round(O, r))
 
-    Accuracy: see ``docs/quantization.md`` "Measured errors".
+    Accuracy of ``attn_finish`` after any number of tiles, vs float softmax
+    attention on the dequantized q, k, v: <= 1 lsb + 1e-5 * max|v| (measured:
+    3.6e-6 * max|v| above 1 lsb; 0.63 lsb for small v with pages >= 16).
     """
     q = np.asarray(q)
     k = np.asarray(k)

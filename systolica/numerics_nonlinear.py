@@ -136,8 +136,8 @@ def rsqrt_fx(v, e=0):
             y  = (y * (3 * 2**30 - t)) >> 31
         return y, 30 + K                               # y <= 2**30
 
-    Relative error < 2**-27 over all inputs (checked by the tests).  ``v <= 0``
-    is treated as 1.
+    Relative error: measured 2**-28.6 (asserted < 2**-28).  ``v <= 0`` is
+    treated as 1.
     """
     v = np.maximum(as_int64(v, "v"), 1)
     e = as_int64(e, "e")
@@ -202,7 +202,7 @@ def sigmoid_fx(x):
 
     ``e = exp_fx(-|x|)`` (Q30); ``s = floor(2**60 / (2**30 + e))`` (= ``sigmoid(|x|)``, the
     quotient :func:`recip` computes for this already normalised divisor); result ``s`` for ``x >= 0``,
-    ``2**30 - s`` for ``x < 0``.  Absolute error < 1e-8 (measured).
+    ``2**30 - s`` for ``x < 0``.  Absolute error: measured 2.3e-7 (252 Q30 units).
     """
     x = as_int64(x, "x")
     e = exp_fx(-np.abs(x), EXP_FRAC)
@@ -214,7 +214,7 @@ def sigmoid_fx(x):
 def silu(x) -> np.ndarray:
     """SILU: ``x * sigmoid(x)`` = ``sat32(rshift_round(x * sigmoid_fx(x), 30))``, fx in and out.
 
-    Max error vs float: see ``docs/quantization.md`` "Measured errors".
+    Max error vs float: 0.513 lsb (measured over [-24, 24]); exactly ``x`` or 0 beyond.
     """
     x = as_int64(x, "x")
     return sat32(rshift_round(x * sigmoid_fx(x), 30))
@@ -236,6 +236,8 @@ def gelu(x) -> np.ndarray:
         w  = xc + rshift_round(x3 * 48012366, 30)      # 0.044715 in Q30
         u2 = rshift_round(w * 1713444047, 30)          # 2*sqrt(2/pi) in Q30
         return sat32(rshift_round(x * sigmoid_fx(u2), 30))
+
+    Max error vs float: 0.668 lsb (measured over [-24, 24]); exactly ``x`` or 0 beyond.
     """
     x = as_int64(x, "x")
     xc = np.clip(x, -_GELU_CLAMP, _GELU_CLAMP)
@@ -300,7 +302,7 @@ def rmsnorm(x, gamma, eps_q32: int) -> np.ndarray:
         t   = rshift_round(ds * y, k + 4 - s)                   # (x - mu) / rms, Q20
         out = sat32(rshift_round(t * gamma, 20))                # [LAYERNORM: + beta before sat32]
 
-    Max error vs float: see ``docs/quantization.md`` "Measured errors".
+    Max error vs float: 0.637 lsb measured; asserted 0.65 lsb + 2**-22 of the row's largest output.
     """
     x = _check_rows(x, "rmsnorm")
     t = _normalise(x, False, x.shape[1], _check_eps(eps_q32))
@@ -311,7 +313,8 @@ def layernorm(x, gamma, beta, eps_q32: int) -> np.ndarray:
     """LAYERNORM: ``(x - mean) / sqrt(var + eps) * gamma + beta``, fx in and out, per row.
 
     The integer algorithm is :func:`rmsnorm`'s with the mean subtracted (Q24)
-    and ``beta`` added before the final saturation.
+    and ``beta`` added before the final saturation.  Max error vs float: as
+    :func:`rmsnorm` plus the mean's rounding, ``gamma * 2**-25 / std`` (real units).
     """
     x = _check_rows(x, "layernorm")
     t = _normalise(x, True, x.shape[1], _check_eps(eps_q32))
@@ -328,6 +331,8 @@ def softmax(x) -> np.ndarray:
         S   = sum(e)                             # < 2**47
         y, k = recip(S)                          # one reciprocal per row
         p   = rshift_round(e * y, k - 16)
+
+    Max error vs float: 0.500 lsb (measured, rows of 1 to 49152 elements).
     """
     x = as_int64(x, "x")
     if x.ndim != 2 or x.shape[1] == 0:
@@ -342,6 +347,8 @@ def rope(x, table) -> np.ndarray:
 
     ``table int32[M, hd]``: ``hd/2`` cos then ``hd/2`` sin with ``TRIG_FRAC`` bits.
     ``y0 = rshift_round(x0*c - x1*s, 14)``, ``y1 = rshift_round(x0*s + x1*c, 14)``, saturated.
+    Error: 0.5 lsb against the table's values; against exact angles add
+    ``(|x0| + |x1|) * 2**-15`` from the table's rounding.
     """
     x = as_int64(x, "x")
     table = as_int64(table, "table")
