@@ -127,9 +127,9 @@ class Bench:
 
         from systolica.bench.report import render_table, write_json
 
-        con = Console()
+        con = Console(emoji=False)  # model specs like random:llama:... are not emoji codes
         if not con.is_terminal:  # files and pipes: wide enough for the table without wrapping
-            con = Console(width=200)
+            con = Console(width=200, emoji=False)
         if args.tokens < 1:
             raise ValueError(f"--tokens={args.tokens} must be at least 1")
         t0 = time.perf_counter()

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "isa-doc": ("systolica.cli_core:IsaDoc", "write the ISA reference (docs/isa.md) from the ISA table"),
     "compile": ("systolica.compiler.cli_compile:Compile", "compile a model (GGUF, safetensors) into an artifact"),
     "bench": ("systolica.bench.cli_bench:Bench", "compare systolica on boards (modelled) with CPU/GPU baselines"),
+    "dse": ("systolica.bench.cli_dse:Dse", "sweep configurations x boards x models; Pareto front of speed, DSPs, BRAM, energy"),
     "hw": ("systolica.hw.generate", "hardware generation: 'hw generate' writes the top-level Verilog and register map"),
     "synth": ("systolica.boards.synth", "Yosys resource counts (LUT/FF/DSP/BRAM) of a hardware unit for xc7 / xcup"),
 }
