@@ -31,10 +31,10 @@ import numpy as np
 from systolica.numerics_fixed import FX_FRAC, INT32_MIN, as_int64, bitlen, matmul, rshift_round, sat32
 from systolica.numerics_nonlinear import EXP_FRAC, LOG2E_Q30, exp2_fx, recip
 
-__all__ = ["ATTN_FRAC", "ATTN_M_FRAC", "ATTN_L_BITS", "ATTN_VEXP_MAX", "ATTN_P_FRAC", "AttnState", "attn_empty", "attn_tile",
-           "attn_finish"]
+__all__ = ["ATTN_FRAC", "ATTN_M_FRAC", "ATTN_L_BITS", "ATTN_VEXP_MAX", "ATTN_P_FRAC", "AttnState", "attn_empty",
+           "attn_tile", "attn_finish"]
 
-ATTN_FRAC = 20  # fraction bits of p, l and o
+ATTN_FRAC = 20  # fraction bits of l and o (and of a weight after its tile's rounding)
 ATTN_M_FRAC = 20  # fraction bits of the scores and of m, in log2 units
 ATTN_L_BITS = 21  # l is renormalised to stay <= 2**21
 ATTN_VEXP_MAX = 3  # V exponents above this are clamped: |v| < 1024 keeps |o| < 2**31
@@ -107,7 +107,7 @@ def attn_tile(q, qexp, k, kexp, v, vexp, state: AttnState | None, offset: int, c
     if not valid.any():
         return state
     tv = int(np.count_nonzero(valid))  # valid tokens are a prefix of the tile
-    dot = matmul(q, k[:tv]).astype(np.int64)  # |dot| < 2**22 for hd <= 256: the product stays < 2**53
+    dot = matmul(q, k[:tv]).astype(np.int64)  # |dot| <= hd * 2**14: dot * LOG2E_Q30 < 2**63 for hd < 2**17
     u = sat32(rshift_round(dot * LOG2E_Q30, (30 - ATTN_M_FRAC) - qexp - kexp[:, :tv])).astype(np.int64)
     m_old = state.m.astype(np.int64)
     m1 = np.maximum(m_old, u.max(axis=1))
