@@ -1,46 +1,53 @@
 """The Verilog of the accelerator for a configuration, as the board flows consume it.
 
-Uses the top-level generator of :mod:`systolica.hw` and checks the port names the
-board scripts rely on (:func:`systolica.boards.ports.check_top`).  Results are
-cached per configuration hash, since conversion of a large array takes a while.
+Calls the top-level generator (:func:`systolica.hw.generate.generate`: Verilog,
+``regmap.json``, ``regmap.md``, ``config.toml``) and checks the port names the
+board scripts rely on (:func:`systolica.boards.ports.check_top`).  The output is
+reused when the folder already holds it for the same configuration hash, since
+converting a large array takes a while.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from systolica.boards.ports import Port, check_top, parse_ports
 from systolica.config import AccelConfig
 
-__all__ = ["TOP", "write_verilog"]
-
-#: Module name of the accelerator in the generated Verilog.
-TOP = "systolica_top"
+__all__ = ["top_name", "write_verilog"]
 
 
-def _convert(cfg: AccelConfig) -> str:
-    try:
-        from systolica.hw import generate
-    except ImportError:
-        generate = None
-    if generate is not None and hasattr(generate, "verilog_text"):
-        return generate.verilog_text(cfg, name=TOP)
-    from amaranth.back import verilog
+def top_name() -> str:
+    """Module name of the accelerator in the generated Verilog."""
+    from systolica.hw.generate import TOP_NAME
 
-    from systolica.hw.accelerator import Accelerator
-
-    return verilog.convert(Accelerator(cfg), name=TOP, emit_src=False)
+    return TOP_NAME
 
 
-def write_verilog(cfg: AccelConfig, out_dir: str | Path) -> tuple[Path, dict[str, Port]]:
-    """Write ``<out_dir>/systolica_top.v`` for ``cfg`` (reused if already there for the same
-    config hash); return its path and checked ports."""
+def write_verilog(cfg: AccelConfig, out_dir: str | Path) -> tuple[dict[str, Path], dict[str, Port]]:
+    """Generate (or reuse) the top level of ``cfg`` in ``out_dir``.
+
+    Returns
+    -------
+    paths
+        ``verilog``, ``json``, ``markdown``, ``config`` as :func:`systolica.hw.generate.generate` names them.
+    ports
+        The top level's ports, checked against the names the board flows use.
+    """
+    from systolica.hw.generate import TOP_NAME, generate
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{TOP}.v"
-    stamp = f"// systolica config {cfg.hash_hex()}\n"
-    if not (path.exists() and path.read_text().startswith(stamp)):
-        path.write_text(stamp + _convert(cfg))
-    ports = parse_ports(path.read_text(), TOP)
+    paths = {"verilog": out / f"{TOP_NAME}.v", "json": out / "regmap.json", "markdown": out / "regmap.md",
+             "config": out / "config.toml"}
+    fresh = all(p.exists() for p in paths.values())
+    if fresh:
+        try:
+            fresh = json.loads(paths["json"].read_text()).get("config_hash") == f"{cfg.hash32():08x}"
+        except (OSError, ValueError):
+            fresh = False
+    if not fresh:
+        paths = generate(cfg, out)
+    ports = parse_ports(paths["verilog"].read_text(), TOP_NAME)
     check_top(ports, cfg.dma_ports, cfg.dma_bits)
-    return path, ports
+    return paths, ports

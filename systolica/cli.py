@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("systolica.bench.cli_bench:Bench", "compare systolica on boards (modelled) with CPU/GPU baselines"),
     "dse": ("systolica.bench.cli_dse:Dse", "sweep configurations x boards x models; Pareto front of speed, DSPs, BRAM, energy"),
     "hw": ("systolica.hw.generate", "hardware generation: 'hw generate' writes the top-level Verilog and register map"),
+    "build": ("systolica.boards.cli_build:Build", "everything a board needs: Verilog, Vivado TCL, deploy folder, fit check"),
     "synth": ("systolica.boards.synth", "Yosys resource counts (LUT/FF/DSP/BRAM) of a hardware unit for xc7 / xcup"),
 }
 
