@@ -37,21 +37,13 @@ class CompileError(ValueError):
 
 
 def _tokenizer_json(tok) -> dict | None:
-    """A JSON-able description of a front end's tokenizer (rebuilt by whoever owns the class)."""
+    """The tokenizer's JSON form (``systolica.tokenizer.Tokenizer.to_dict``; ``from_dict`` rebuilds it)."""
     if tok is None:
         return None
-    out = {"kind": getattr(tok, "kind", None), "bos_id": getattr(tok, "bos_id", None),
-           "eos_id": getattr(tok, "eos_id", None), "add_bos": getattr(tok, "add_bos", None),
-           "strip_leading_space": getattr(tok, "strip_leading_space", None)}
-    hf = getattr(tok, "hf", None)
-    if hf is not None:
-        out["hf_json"] = hf.to_str()
-    tb = getattr(tok, "_bytes", None)
-    if tb is not None:
-        out["token_bytes_hex"] = [b.hex() for b in tb]
-    if hasattr(tok, "special_ids"):
-        out["special_ids"] = sorted(int(i) for i in tok.special_ids)
-    return out
+    if not hasattr(tok, "to_dict"):
+        raise CompileError(f"the model's tokenizer ({type(tok).__name__}) has no to_dict(): it cannot be stored in "
+                           "the artifact")
+    return tok.to_dict()
 
 
 def _lower(g, qm, cfg, mats, kv, lay, rows_b, rows: int, max_pages: int, kind: str):
