@@ -58,3 +58,26 @@ def test_cli_compile_reports_too_large(tmp_path, capsys):
                str(tmp_path / "x.systolica")])
     assert rc == 2
     assert "bytes of DRAM" in capsys.readouterr().err
+
+
+def test_tokenizer_travels_in_the_artifact(tmp_path):
+    import tokenizers
+    from tokenizers import pre_tokenizers, trainers
+    from tokenizers.models import BPE
+
+    from systolica.tokenizer import Tokenizer
+
+    hf = tokenizers.Tokenizer(BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.decoder = tokenizers.decoders.ByteLevel()
+    hf.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 4,
+                           trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                               show_progress=False))
+    hf.save(str(tmp_path / "tokenizer.json"))
+    tok = Tokenizer.from_file(tmp_path / "tokenizer.json")
+    model = random_model("llama", dim=32, n_layers=1, n_heads=2, vocab=tok.vocab_size, max_seq=16)
+    model.tokenizer = tok
+    compile_model(model, preset("tiny"), page=8).save(tmp_path / "m.systolica")
+    back = Tokenizer.from_dict(Artifact.load(tmp_path / "m.systolica").manifest["tokenizer"])
+    text = "the lazy fox"
+    assert back.encode(text) == tok.encode(text) and back.decode(tok.encode(text)) == text
