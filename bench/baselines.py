@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-
 from systolica.bench.costs import CostInputs, load_costs, tokens_per_joule, usd_per_mtok
+from systolica.bench.errors import BenchError
 from systolica.bench.power import PowerMeter, cpu_meter, gpu_meter
+
 from systolica.model import Model
 
 __all__ = ["BaselineResult", "run_numpy", "run_torch", "run_llamacpp", "run_baselines", "BASELINES"]
@@ -186,7 +187,7 @@ def run_baselines(model: Model, prompt: Sequence[int], n_tokens: int, which: Seq
     """Run the named baselines (see :data:`BASELINES`) in order."""
     unknown = sorted(set(which) - set(BASELINES))
     if unknown:
-        raise ValueError(f"unknown baseline(s) {', '.join(unknown)}; choose from {', '.join(BASELINES)}")
+        raise BenchError(f"unknown baseline(s) {', '.join(unknown)}; choose from {', '.join(BASELINES)}")
     out = []
     for b in which:
         if b == "numpy":

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from systolica.bench.errors import BenchError
+
 __all__ = ["Bench", "load_any_model", "prompt_ids", "run_bench"]
 
 DEFAULT_PROMPT = "The capital of France is"
@@ -35,7 +37,7 @@ def prompt_ids(model, text: str, length: int | None = None) -> list[int]:
     tok = model.tokenizer
     ids = tok.encode(text) if tok is not None else [b % model.config.vocab_size for b in text.encode()]
     if not ids:
-        raise ValueError("the prompt gives no tokens; pass a non-empty --prompt")
+        raise BenchError("the prompt gives no tokens; pass a non-empty --prompt")
     if length is not None:
         ids = (ids * (length // len(ids) + 1))[:length]
     return ids
@@ -124,14 +126,13 @@ class Bench:
     @staticmethod
     def main(args: argparse.Namespace) -> int:
         from rich.console import Console
-
         from systolica.bench.report import render_table, write_json
 
         con = Console(emoji=False)  # model specs like random:llama:... are not emoji codes
         if not con.is_terminal:  # files and pipes: wide enough for the table without wrapping
             con = Console(width=200, emoji=False)
         if args.tokens < 1:
-            raise ValueError(f"--tokens={args.tokens} must be at least 1")
+            raise BenchError(f"--tokens={args.tokens} must be at least 1")
         t0 = time.perf_counter()
         with con.status("loading model") as st:
             model = load_any_model(args.model)

@@ -14,6 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
+from systolica.bench.errors import BenchError
+
 __all__ = ["Dse", "parse_shapes", "split_models", "plot_pareto"]
 
 
@@ -36,10 +38,10 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     for item in (x.strip() for x in text.split(",") if x.strip()):
         r, sep, c = item.lower().partition("x")
         if not sep or not r.isdigit() or not c.isdigit():
-            raise ValueError(f"--shapes item {item!r} is not ROWSxCOLS (e.g. 16x32)")
+            raise BenchError(f"--shapes item {item!r} is not ROWSxCOLS (e.g. 16x32)")
         out.append((int(r), int(c)))
     if not out:
-        raise ValueError("--shapes names no shape")
+        raise BenchError("--shapes names no shape")
     return out
 
 
@@ -101,7 +103,6 @@ class Dse:
         from rich.console import Console
         from rich.progress import Progress
         from rich.table import Table
-
         from systolica.bench.dse import make_tasks, pareto_front, run_tasks
 
         con = Console(emoji=False)  # model specs like random:llama:... are not emoji codes
@@ -113,7 +114,7 @@ class Dse:
         tasks = make_tasks(models, [b.strip() for b in args.boards.split(",") if b.strip()], shapes, widths,
                            args.prompt_len, args.gemm)
         if not tasks:
-            raise ValueError("no valid configuration: check --shapes and --dma-bits against the boards")
+            raise BenchError("no valid configuration: check --shapes and --dma-bits against the boards")
         with Progress(console=con, transient=True) as prog:
             job = prog.add_task(f"{len(tasks)} design points", total=len(tasks))
             points = run_tasks(tasks, workers=args.workers, ray_address=args.ray,

@@ -123,6 +123,7 @@ def evaluate(task: dict) -> dict:
     """One design point: ``task`` = {model, board, config (dict), prompt_len, gemm}; picklable both ways."""
     from systolica.bench.accel_model import board_spec
     from systolica.boards.board import load_board
+
     from systolica.config import AccelConfig
 
     cfg = AccelConfig.from_dict(dict(task["config"]))

@@ -79,7 +79,7 @@ class TorchModel:
         x0, x1 = x[..., 0::2], x[..., 1::2]
         return self.torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
 
-    def forward(self, tokens) -> "object":
+    def forward(self, tokens) -> object:
         """Run ``tokens`` (B, T) at positions ``pos .. pos+T-1``; returns logits of the last row (B, vocab)."""
         torch, c = self.torch, self.cfg
         toks = torch.as_tensor(np.asarray(tokens, dtype=np.int64), device=self.dev).reshape(self.batch, -1)

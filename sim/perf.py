@@ -29,10 +29,11 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from systolica.sim.perf_costs import PerfParams, op_cost
+
 from systolica.config import AccelConfig
 from systolica.isa import WORD_BYTES, Engine, IllegalInstruction, Instr, decode
 from systolica.program import Program
-from systolica.sim.perf_costs import OpCost, PerfParams, op_cost
 
 __all__ = ["PerfModel", "PerfResult", "PerfError", "PerfParams", "cycle_model", "RUN_OVERHEAD"]
 
@@ -127,7 +128,7 @@ class PerfModel:
         if isinstance(program, Program):
             program.check_config(self.cfg)
         infos = []
-        for pc, w in enumerate(words):
+        for _pc, w in enumerate(words):
             info = self._info(w)
             infos.append(info)
             if info[4] == "FINISH":

@@ -16,9 +16,9 @@ import time
 
 import cocotb
 import numpy as np
+from systolica.sim.tb_accel import AccelTB
 
 from systolica.config import AccelConfig
-from systolica.sim.tb_accel import AccelTB
 
 MEM = 1 << 20
 WIN_BASE = 0x1_0000
@@ -31,7 +31,8 @@ async def perf_counters(dut):
     """Every program of the list: cycles and busy counters as the hardware reports them."""
     p = json.loads(os.environ["SYSTOLICA_TB"])
     cfg = AccelConfig(**p["cfg"])
-    progs = json.loads(open(p["programs"]).read())
+    with open(p["programs"]) as f:
+        progs = json.loads(f.read())
     tb = AccelTB(dut, cfg, mem_size=MEM)
     await tb.reset()
     await tb.set_window(WIN_BASE, WIN_SIZE)
@@ -48,7 +49,7 @@ async def perf_counters(dut):
                      "counters": res.counters, "wall_s": wall})
     path = os.environ.get("SYSTOLICA_TB_METRICS")
     if path:
-        with open(path, "w") as f:
-            json.dump({"runs": runs}, f)
+        with open(path, "w") as out:
+            json.dump({"runs": runs}, out)
     bad = [r for r in runs if r["code"] or r["timed_out"]]
     assert not bad, bad[:3]

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from systolica.sim.perf import PerfModel
+from systolica.sim.perf_costs import PerfParams
 
 from systolica.config import AccelConfig, load_config
 from systolica.isa import Engine, encode, make
-from systolica.sim.perf import PerfModel
-from systolica.sim.perf_costs import PerfParams
 
 __all__ = ["suite", "run_rtl", "compare", "summarize", "RTL_PARAMS", "main"]
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from systolica.sim.perf_costs import PerfParams
+
 from systolica.config import AccelConfig
 from systolica.model import ModelConfig
-from systolica.sim.perf_costs import PerfParams
 
 __all__ = ["Roofline", "ModelWork", "model_work", "board_params", "DRAM_LATENCY_NS"]
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
-from systolica.config import preset
-from systolica.isa import Engine, encode, make
 from systolica.sim.accel_programs import weight_stream_program
 from systolica.sim.perf import PerfError, PerfModel
 from systolica.sim.perf_costs import PerfParams, op_cost
+
+from systolica.config import preset
+from systolica.isa import Engine, encode, make
 
 CFG = preset("tiny")
 C = CFG.cols
@@ -26,11 +26,11 @@ def gemm_program(k: int, m: int = 3, n: int = 2):
 def test_gemm_cycles_grow_with_k(gemm):
     model = PerfModel(CFG, PerfParams(gemm=gemm))
     cyc = [model.run(gemm_program(k)).cycles for k in (1, 2, 4, 8, 16, 32)]
-    assert all(b > a for a, b in zip(cyc, cyc[1:])), cyc
+    assert all(b > a for a, b in zip(cyc, cyc[1:], strict=False)), cyc
     if gemm == "line_dot":  # one cols-lane dot product per cycle: each K line adds m*n*cols cycles
-        steps = {b - a for a, b in zip(cyc[2:], cyc[3:])}
+        steps = {b - a for a, b in zip(cyc[2:], cyc[3:], strict=False)}
         assert cyc[-1] - cyc[-2] == 3 * 2 * C * 16, cyc
-        assert len({s / w for s, w in zip(sorted(steps), (4, 8, 16))}) == 1
+        assert len({s / w for s, w in zip(sorted(steps), (4, 8, 16), strict=False)}) == 1
 
 
 def test_systolic_array_reuses_weights_across_rows():
@@ -121,4 +121,4 @@ def test_busy_counters_add_up():
     assert c["ARRAY_BUSY"] == 4 * 1 * C * 8  # m * n * cols * k per GEMM on the line-dot datapath
     assert sum(r.per_op_cycles.values()) == sum(r.engine_busy)
     assert all(0 <= c[k] <= c["CYCLES"] for k in ("LOAD_BUSY", "COMPUTE_BUSY", "STORE_BUSY", "ARRAY_BUSY"))
-    assert all(s < e for s, e in zip(r.start, r.end))
+    assert all(s < e for s, e in zip(r.start, r.end, strict=False))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from systolica.sim.perf import PerfModel
+from systolica.sim.roofline import Roofline, board_params, model_work
 
 from systolica.config import preset
 from systolica.isa import encode, make
 from systolica.model import ModelConfig
-from systolica.sim.perf import PerfModel
-from systolica.sim.roofline import Roofline, board_params, model_work
 
 
 def test_roofs_of_a_config():

@@ -1,0 +1,138 @@
+"""systolica bench on a tiny model: costs, ratios side by side, JSON structure, plots. No timing asserts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from systolica.bench.baselines import BaselineResult
+from systolica.bench.costs import CostInputs, board_usd_per_hour, load_costs, tokens_per_joule, usd_per_mtok
+from systolica.bench.report import comparison, reference_row, render_table, write_json
+
+from systolica.testmodels import random_model
+
+MODEL_SPEC = "random:llama:dim=32,n_layers=2,n_heads=4,n_kv_heads=2,vocab=128"
+
+
+def test_cost_arithmetic_and_inputs_have_sources():
+    c = load_costs()
+    assert usd_per_mtok(100.0, 3.6) == pytest.approx(3.6 / (100 * 3600) * 1e6)
+    assert tokens_per_joule(50.0, 10.0) == 5.0 and tokens_per_joule(None, 10.0) is None
+    per_h = board_usd_per_hour(876.0, 10.0, c)
+    assert per_h == pytest.approx(876.0 / (c.amortization_years.value * 8760) + 0.01 * c.electricity.value)
+    for f in (c.electricity, c.amortization_years, c.cpu_core_rent, c.cpu_core_power, *c.gpu_rent.values(),
+              *c.gpu_power.values()):
+        assert f.source and f.value >= 0
+    assert c.gpu_rent_for("NVIDIA H200 NVL") is c.gpu_rent["H200"]
+    assert c.gpu_power_for("Some Unknown GPU") is c.gpu_power["default"]
+
+
+def test_bad_cost_inputs_name_the_field():
+    from systolica.bench.costs import COSTS_FILE
+
+    good = json.loads(COSTS_FILE.read_text())
+    bad = dict(good, electricity_usd_per_kwh={"value": "cheap"})
+    with pytest.raises(ValueError, match="electricity_usd_per_kwh"):
+        CostInputs(bad)
+    missing = {k: v for k, v in good.items() if k != "amortization_years"}
+    with pytest.raises(ValueError, match="amortization_years"):
+        CostInputs(missing)
+
+
+def _rows():
+    ref = BaselineResult("PyTorch cpu", "cpu", ttft_s=0.2, decode_tokens_per_s=10.0, power_w=20.0, usd_per_hour=0.1)
+    acc = BaselineResult("systolica kv260 (modelled)", "kv260", ttft_s=0.05, decode_tokens_per_s=25.0, power_w=5.0,
+                         usd_per_hour=0.02, extra={"roofline": {}, "decode_fraction_of_bound": 0.9})
+    skip = BaselineResult("PyTorch cuda", "cuda", skipped="no CUDA device")
+    return [acc, ref, skip]
+
+
+def test_ratios_are_taken_against_pytorch_cpu_side_by_side():
+    rows = _rows()
+    assert reference_row(rows).name == "PyTorch cpu"
+    d = {r["name"]: r for r in comparison(rows)}
+    acc = d["systolica kv260 (modelled)"]
+    assert acc["decode_speedup_vs_ref"] == pytest.approx(2.5)
+    assert acc["ttft_speedup_vs_ref"] == pytest.approx(4.0)
+    assert acc["tokens_per_joule"] == pytest.approx(5.0)
+    assert acc["tokens_per_joule_vs_ref"] == pytest.approx(5.0 / 0.5)
+    assert acc["usd_per_mtok"] == pytest.approx(0.02 / (25 * 3600) * 1e6)
+    assert d["PyTorch cuda"]["decode_speedup_vs_ref"] is None and d["PyTorch cuda"]["skipped"]
+    assert reference_row([rows[0], rows[2]]).name == rows[0].name  # no PyTorch CPU: the first row that ran
+    assert render_table(rows).row_count == 3
+
+
+def test_json_structure(tmp_path):
+    doc = write_json(tmp_path / "b.json", _rows(), {"model": "x"}, {"prompt": {}, "batch": {}})
+    back = json.loads((tmp_path / "b.json").read_text())
+    assert back["schema"] == doc["schema"] == "systolica-bench/1"
+    assert [r["name"] for r in back["rows"]] == [r.name for r in _rows()]
+    assert {"ttft_s", "decode_tokens_per_s", "tokens_per_joule", "usd_per_mtok", "power_source", "cost_source",
+            "decode_speedup_vs_ref", "skipped", "extra"} <= set(back["rows"][0])
+
+
+@pytest.fixture(scope="module")
+def bench_run():
+    from systolica.bench.cli_bench import load_any_model, prompt_ids, run_bench
+
+    model = load_any_model(MODEL_SPEC)
+    prompt = prompt_ids(model, "hello there", 6)
+    rows, sweeps = run_bench(model, boards=["pynq-z2"], prompt=prompt, n_tokens=3, baselines=["numpy", "torch-cpu"],
+                             prompt_sweep=[4, 8], batches=[1, 2], threads=1)
+    return model, prompt, rows, sweeps
+
+
+def test_bench_rows_on_a_tiny_model(bench_run):
+    model, prompt, rows, sweeps = bench_run
+    names = [r.name for r in rows]
+    assert names[:2] == ["systolica pynq-z2 (modelled)", "numpy float32 reference"]
+    acc, ref_np = rows[0], rows[1]
+    ex = acc.extra
+    assert acc.ttft_s > 0 and acc.decode_tokens_per_s > 0 and acc.power_w > 0 and acc.usd_per_hour > 0
+    assert 0 < ex["decode_fraction_of_bound"] <= 1.0  # the model never beats the DRAM roof
+    assert 0 < ex["prefill_fraction_of_bound"] <= 1.0  # nor the array's peak
+    assert ex["decode_cycles_per_token"] == pytest.approx(ex["clock_mhz"] * 1e6 / acc.decode_tokens_per_s)
+    assert len(ref_np.tokens) == 3 and ref_np.decode_tokens_per_s > 0
+    torch_row = rows[2]
+    if torch_row.skipped is None:  # the same float model in torch and numpy: the same greedy tokens
+        assert torch_row.tokens == ref_np.tokens
+        assert [p["batch"] for p in sweeps["batch"]["PyTorch cpu"]] == [1, 2]
+    assert [p["prompt_tokens"] for p in sweeps["prompt"]["systolica pynq-z2 (modelled)"]] == [4, 8]
+    ttfts = [p["ttft_s"] for p in sweeps["prompt"]["systolica pynq-z2 (modelled)"]]
+    assert ttfts[1] > ttfts[0]  # a longer prompt takes longer to prefill
+
+
+def test_plots_are_written(bench_run, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e .[test])")
+    from systolica.bench.plots import plot_all
+
+    _, _, rows, sweeps = bench_run
+    doc = json.loads(json.dumps(write_json(tmp_path / "b.json", rows, {}, sweeps), default=str))
+    files = plot_all(doc, tmp_path / "plots")
+    assert {f.name for f in files} == {"roofline.png", "tokens_vs_prompt.png", "tokens_vs_batch.png",
+                                       "energy_per_token.png"}
+    for f in files:
+        assert f.stat().st_size > 1000 and f.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_command_line(tmp_path):
+    from systolica.cli import main
+
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--model", MODEL_SPEC, "--boards", "pynq-z2", "--tokens", "2", "--baselines", "numpy,llama.cpp",
+               "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["tokens"] == 2 and len(doc["rows"]) == 3
+    assert doc["rows"][2]["skipped"]  # llama.cpp: not a GGUF model (or not installed)
+    assert main(["bench", "--model", MODEL_SPEC, "--boards", "no-such-board", "--baselines", ""]) == 2
+
+
+def test_prompt_ids_without_a_tokenizer():
+    from systolica.bench.cli_bench import prompt_ids
+
+    m = random_model("llama", dim=32, n_layers=1, n_heads=4, vocab=50)
+    assert prompt_ids(m, "ab") == [ord("a") % 50, ord("b") % 50]
+    assert len(prompt_ids(m, "ab", 5)) == 5
+    with pytest.raises(ValueError, match="prompt"):
+        prompt_ids(m, "")
