@@ -1,0 +1,98 @@
+"""Deploy folder layout, and the ECP5 flow's wrapper / report handling (the real run is slow)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from systolica.boards.board import load_board
+from systolica.boards.deploy import DeployError, check_deploy, deploy_files, write_deploy
+from systolica.boards.ecp5 import Ecp5Error, lpf_text, parse_report, timing_wrapper, tools_available
+from systolica.boards.ports import parse_ports
+from systolica.config import AccelConfig
+
+
+def test_deploy_layout_pynq(tmp_path):
+    b = load_board("kv260")
+    paths = write_deploy(b, b.config, tmp_path / "deploy")
+    d = tmp_path / "deploy"
+    assert deploy_files(b)["bitstream"] == "kv260.bit" and deploy_files(b)["hwh"] == "kv260.hwh"
+    assert AccelConfig.load(d / "config.toml") == b.config
+    assert (d / "model").is_dir() and os.access(d / "run.sh", os.X_OK)
+    run = (d / "run.sh").read_text()
+    assert "systolica run --backend pynq --bitstream kv260.bit --config config.toml" in run
+    assert "vivado -mode batch -source build.tcl" in (d / "README.md").read_text()
+    # before Vivado: bitstream and handoff missing, nothing else
+    assert sorted(check_deploy(b, d, b.config)) == ["kv260.bit", "kv260.hwh", "regmap.md"]
+    assert set(paths) == set(deploy_files(b))
+    with pytest.raises(DeployError, match="rebuild the deploy folder"):
+        check_deploy(b, d, b.config.replace(rows=8))
+
+
+def test_deploy_run_script_is_valid_bash(tmp_path):
+    b = load_board("pynq-z2")
+    write_deploy(b, b.config, tmp_path)
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    subprocess.run(["bash", "-n", str(tmp_path / "run.sh")], check=True)
+
+
+def test_deploy_rejects_hwh_with_wrong_registers(tmp_path):
+    b = load_board("pynq-z2")
+    write_deploy(b, b.config, tmp_path)
+    (tmp_path / "pynq-z2.hwh").write_text("<EDKSYSTEM><MODULES/></EDKSYSTEM>")
+    with pytest.raises(DeployError, match="expected one module"):
+        check_deploy(b, tmp_path, b.config)
+
+
+def test_alveo_deploy_has_xclbin_and_no_hwh(tmp_path):
+    b = load_board("u250")
+    write_deploy(b, b.config, tmp_path)
+    assert deploy_files(b)["bitstream"] == "u250.xclbin" and "hwh" not in deploy_files(b)
+    assert "PYNQ <= 3.0" in (tmp_path / "README.md").read_text()
+
+
+def test_timing_wrapper_covers_every_port(fake_top):
+    cfg = load_board("ulx3s").config
+    ports = parse_ports(fake_top(cfg, top="acc"))
+    w = timing_wrapper(ports, "acc")
+    wp = parse_ports(w, "systolica_ecp5_top")
+    assert list(wp) == ["clk", "sin", "cap", "sout"]
+    for name in ports:
+        assert f".{name}(" in w
+    n_in = sum(p.width for p in ports.values() if p.direction == "input") - 1  # without ap_clk
+    assert f"reg [{n_in}:0] sr_in" in w
+    with pytest.raises(Ecp5Error, match="no ap_clk"):
+        timing_wrapper({k: v for k, v in ports.items() if k != "ap_clk"}, "acc")
+
+
+def test_lpf_and_report_parsing():
+    b = load_board("orangecrab")
+    assert 'LOCATE COMP "clk" SITE "A9";' in lpf_text(b)
+    rep = {"fmax": {"clk$TRELLIS_IO_IN": {"achieved": 81.5, "constraint": 50.0},
+                    "other": {"achieved": 120.0, "constraint": 50.0}},
+           "utilization": {"TRELLIS_COMB": {"used": 900, "available": 24288}}}
+    fmax, constraint, util = parse_report(rep)
+    assert (fmax, constraint, util["TRELLIS_COMB"]) == (81.5, 50.0, (900, 24288))
+    with pytest.raises(Ecp5Error, match="no fmax"):
+        parse_report({"utilization": {}})
+
+
+@pytest.mark.slow
+def test_ecp5_real_flow(tmp_path):
+    """synth_ecp5 + nextpnr-ecp5 + ecppack on a small config; a real bitstream and an Fmax (minutes)."""
+    missing = tools_available()
+    if missing:
+        pytest.skip(f"missing {', '.join(missing)} (pip install -e .[ecp5])")
+    from systolica.boards.ecp5 import ecp5_build
+    from systolica.boards.hdl import top_name, write_verilog
+
+    cfg = AccelConfig(name="ecp5-small", rows=4, cols=4, spad_kib=4, acc_kib=1, vbuf_kib=4, dma_bits=32,
+                      dma_ports=1, queue_depth=4, cmd_depth=8, clock_mhz=50.0, dram_bytes=1 << 24)
+    paths, _ = write_verilog(cfg, tmp_path / "hdl")
+    r = ecp5_build(paths["verilog"], top_name(), load_board("ulx3s"), tmp_path / "ulx3s", target_mhz=50)
+    assert r.bitstream.stat().st_size > 100_000 and r.fmax_mhz > 0
+    assert r.utilization["TRELLIS_FF"][0] > 1000

@@ -1,0 +1,129 @@
+"""Fit check, resource model and the largest-array sweep (on monkeypatched resource models)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from systolica.boards.board import Resources, load_board
+from systolica.boards.fit import (ResourceModel, bram_tiles, candidate_shapes, fit_check, largest_fit)
+from systolica.boards.yosys import resources_from_cells, synth_script
+
+
+def test_fit_check_margin_and_verdict():
+    b = load_board("pynq-z2")  # 53200 LUT, 106400 FF, 220 DSP, 140 BRAM, no URAM
+    ok = fit_check(b, Resources(lut=42560, ff=1000, dsp=176, bram=112), config="c")
+    assert ok.fits and [r.kind for r in ok.rows] == ["lut", "ff", "dsp", "bram"]  # no URAM row on a 7-series
+    over = fit_check(b, Resources(lut=42561, ff=1000, dsp=10, bram=1), config="c")
+    assert not over.fits and over.worst.kind == "lut" and "does NOT fit" in over.summary()
+    assert fit_check(b, Resources(dsp=200), margin=1.0).fits and not fit_check(b, Resources(dsp=200)).fits
+    uram = fit_check(b, Resources(uram=1))
+    assert not uram.fits and uram.worst.kind == "uram"  # any URAM on a part without it cannot fit
+    with pytest.raises(ValueError, match="margin=0"):
+        fit_check(b, Resources(), margin=0)
+
+
+def test_candidate_shapes_order():
+    s = candidate_shapes((4, 8, 16), max_aspect=2)
+    assert s[0] == (16, 16) and (4, 16) not in s
+    sizes = [r * c for r, c in s]
+    assert sizes == sorted(sizes, reverse=True)
+    assert s.index((8, 16)) < s.index((16, 8))  # equal size: more columns first
+
+
+def test_largest_fit_follows_the_resource_model():
+    b = load_board("kv260")  # 1248 DSP: limit 998 at 80%
+    base = b.config
+
+    def dsp_only(cfg):  # one DSP per PE, nothing else
+        return Resources(dsp=cfg.rows * cfg.cols)
+
+    cfg, rep = largest_fit(b, base, dsp_only)
+    assert (cfg.rows, cfg.cols) == (16, 32) and rep.fits  # 32x32 = 1024 > 998
+    cfg, _ = largest_fit(b, base, dsp_only, margin=0.9)  # limit 1123: 32x32 fits
+    assert (cfg.rows, cfg.cols) == (32, 32)
+
+    def lut_heavy(cfg):  # LUT-limited instead: 300 LUT per PE
+        return Resources(lut=300 * cfg.rows * cfg.cols, dsp=cfg.rows * cfg.cols)
+
+    cfg, rep = largest_fit(b, base, lut_heavy)
+    assert cfg.rows * cfg.cols * 300 <= 0.8 * b.resources.lut and rep.worst.kind == "lut"
+    assert largest_fit(b, base, lambda c: Resources(lut=10**9)) is None
+
+
+def test_largest_fit_skips_shapes_the_buffers_cannot_hold():
+    b = load_board("u250")
+    base = b.config.replace(rows=8, cols=32, acc_kib=4)  # 4 KiB: 64x64 would get 16 lines < 4 x 64
+    cfg, _ = largest_fit(b, base, lambda c: Resources(dsp=c.rows * c.cols))
+    # 64x64, 32x64, 32x32, 16x64: too few acc lines; 16x32 too; 16x16: 2 MiB / 16 B > 65536 spad lines
+    assert cfg.acc_lines >= 4 * cfg.rows and (cfg.rows, cfg.cols) == (8, 32)
+
+
+def test_resource_model_calibration():
+    b = load_board("zcu104")
+    c1, c2 = b.config.replace(rows=8, cols=8), b.config.replace(rows=16, cols=16)
+    r1 = Resources(lut=5000 + 64 * 50, ff=6000 + 64 * 90, dsp=64, bram=30)
+    r2 = Resources(lut=5000 + 256 * 50, ff=6000 + 256 * 90, dsp=256, bram=30)
+    m = ResourceModel.calibrate("xcup", [(c1, r1), (c2, r2)])
+    assert m.fixed.lut == pytest.approx(5000) and m.per_pe.ff == pytest.approx(90)
+    p = m.predict(b.config)  # 32x32
+    assert p.lut == pytest.approx(5000 + 1024 * 50) and p.dsp == 1024
+    one = ResourceModel.calibrate("xcup", [(c2, r2)])  # proportional: over-estimates growth
+    assert one.predict(b.config).lut > p.lut
+    with pytest.raises(ValueError, match="at least one"):
+        ResourceModel.calibrate("xcup", [])
+
+
+def test_bram_tiles_by_bits_and_by_width():
+    b = load_board("kv260").config
+    narrow = b.replace(cols=4, spad_kib=64, acc_kib=64, vbuf_kib=64)
+    assert bram_tiles(narrow, "xcup") == 3 * 15  # 64 KiB = 512 Kb = 15 RAMB36 each
+    wide = b.replace(cols=64, spad_kib=4, acc_kib=16, vbuf_kib=16)
+    # acc line = 64 x 32 bit = 2048 bits: 29 tiles of 72 bits, though 16 KiB needs only 4
+    assert bram_tiles(wide, "xcup") == 8 + 29 + 29
+    assert bram_tiles(narrow, "ecp5") > bram_tiles(narrow, "xcup")
+
+
+def test_resources_from_yosys_cells():
+    cells = {"LUT6": 10, "LUT2": 5, "CARRY4": 3, "FDRE": 20, "FDSE": 1, "DSP48E1": 4, "RAMB36E1": 2,
+             "RAMB18E1": 3, "RAM64M": 2, "SRLC32E": 1, "BUFG": 1}
+    r = resources_from_cells(cells, "xc7")
+    assert (r.lut, r.ff, r.dsp, r.bram, r.uram) == (10 + 5 + 8 + 1, 21, 4, 3.5, 0)
+    e = resources_from_cells({"LUT4": 7, "CCU2C": 2, "TRELLIS_FF": 9, "MULT18X18D": 3, "DP16KD": 4}, "ecp5")
+    assert (e.lut, e.ff, e.dsp, e.bram) == (11, 9, 3, 4)
+    assert resources_from_cells({"URAM288": 2}, "xcup").uram == 2
+    with pytest.raises(ValueError, match="unknown synthesis family 'ice40'"):
+        resources_from_cells({}, "ice40")
+    s = synth_script(["a.v"], "top", "xcup", uram=True)
+    assert "synth_xilinx -family xcup -top top -flatten -noiopad -uram" in s and "stat -json" in s
+
+
+def test_build_command_estimate(tmp_path, monkeypatch, fake_top):
+    """`systolica build --estimate` writes TCL, deploy folder and fit.json; Verilog generation is stubbed."""
+    from systolica.boards import hdl
+    from systolica.boards.ports import parse_ports
+    from systolica.cli import main
+
+    def fake_write(cfg, out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        v = out_dir / "systolica_accel.v"
+        v.write_text(fake_top(cfg, top="systolica_accel"))
+        md = out_dir / "regmap.md"
+        md.write_text("# regmap\n")
+        return {"verilog": v, "markdown": md}, parse_ports(v.read_text())
+
+    monkeypatch.setattr(hdl, "write_verilog", fake_write)
+    out = tmp_path / "b"
+    rc = main(["build", "--board", "ultra96v2", "--estimate", "-o", str(out)])
+    assert rc == 0
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["fits"] and fit["largest_fit"]["rows"] * fit["largest_fit"]["cols"] >= 256
+    assert "zynq_ultra_ps_e" in (out / "build.tcl").read_text()
+    assert (out / "deploy" / "run.sh").exists() and (out / "deploy" / "regmap.md").exists()
+    # a config far too big for the board: exit 1 and fits false
+    big = tmp_path / "big.toml"
+    big.write_text(load_board("ultra96v2").config.replace(rows=64, cols=64).to_toml())
+    assert main(["build", "--board", "ultra96v2", "--config", str(big), "--estimate", "-o", str(out)]) == 1
+    assert not json.loads((out / "fit.json").read_text())["fits"]
+    assert main(["build", "--board", "nosuchboard", "--estimate", "-o", str(out)]) == 2
