@@ -12,23 +12,16 @@ from pathlib import Path
 import pytest
 
 from systolica.config import preset
-from systolica.hw import accelerator, axi, compute_engine, csr_file, decode, dma, engines, fetch, token_queue
-from systolica.hw.accelerator import Accelerator
-from systolica.sim.rtl_build import build
+from systolica.sim.fast_harness import cocotb_build
 
 pytestmark = pytest.mark.rtl
 HERE = Path(__file__).parent
-HW_DEPS = (accelerator, axi, compute_engine, csr_file, decode, dma, engines, fetch, token_queue)
-
-
-def accel_build(cfg, build_dir: Path):
-    return build("systolica_accel", lambda: Accelerator(cfg), {"cfg": cfg.to_dict()}, build_dir, deps=HW_DEPS)
 
 
 @pytest.fixture(scope="module")
 def tiny(build_dir):
     cfg = preset("tiny")
-    return cfg, accel_build(cfg, build_dir)
+    return cfg, cocotb_build(cfg, build_dir)
 
 
 def _run(tiny, testcase, **params):

@@ -1,0 +1,197 @@
+// Fast RTL harness: the Verilated accelerator with a C++ DRAM model and C++ AXI models.
+// No Python on the clock edge: Python writes the DRAM image to a file, runs this binary and reads
+// the image and a JSON result back (see fast_harness.py, which also generates fast_regs.h from
+// systolica/csr.py and fast_ports.h for the configuration's port count and data width).
+//
+// usage: harness DRAM_IN DRAM_OUT WIN_BASE WIN_SIZE PROG_BASE PROG_LEN MAX_CYCLES
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "Vsystolica_accel.h"
+#include "verilated.h"
+#include "fast_regs.h"   // REG_<NAME> offsets, COUNTER list (generated from systolica/csr.py)
+#include "fast_ports.h"  // DMA_BYTES, FOR_EACH_PORT(X) (generated from the AccelConfig)
+
+static std::vector<uint8_t> mem;
+static uint64_t win_lo = 0, win_hi = 0, violations = 0;
+static Vsystolica_accel* top;
+static uint64_t cycle = 0;
+
+struct Burst { uint64_t addr; unsigned beats; unsigned done; };
+struct Port { std::deque<Burst> ar, aw; unsigned bpend = 0; uint64_t rd_beats = 0; };
+static Port ports[NPORTS];
+
+static void guard(uint64_t addr, unsigned n) {
+    if (addr < win_lo || addr + n > win_hi) violations++;
+}
+
+// data words of any width: Verilator uses uint32_t, uint64_t or VlWide<N> (an array of uint32_t)
+template <typename T> static void put_bytes(T& sig, const uint8_t* src) {
+    if constexpr (sizeof(T) <= 8) { uint64_t v = 0; std::memcpy(&v, src, DMA_BYTES); sig = (T)v; }
+    else std::memcpy(sig.data(), src, DMA_BYTES);
+}
+template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
+    if constexpr (sizeof(T) <= 8) { uint64_t v = (uint64_t)sig; std::memcpy(dst, &v, DMA_BYTES); }
+    else std::memcpy(dst, sig.data(), DMA_BYTES);
+}
+
+// Before the rising edge: drive the subordinate side from the model state.
+#define PORT_DRIVE(P)                                                                          \
+    {                                                                                          \
+        Port& p = ports[P];                                                                    \
+        top->m_axi_gmem##P##_arready = 1;                                                      \
+        top->m_axi_gmem##P##_awready = 1;                                                      \
+        top->m_axi_gmem##P##_wready = !p.aw.empty();                                           \
+        top->m_axi_gmem##P##_rvalid = !p.ar.empty();                                           \
+        top->m_axi_gmem##P##_rresp = 0; top->m_axi_gmem##P##_bresp = 0;                        \
+        top->m_axi_gmem##P##_rid = 0; top->m_axi_gmem##P##_bid = 0;                            \
+        if (!p.ar.empty()) {                                                                   \
+            Burst& b = p.ar.front();                                                           \
+            uint64_t a = b.addr + (uint64_t)b.done * DMA_BYTES;                                \
+            uint8_t buf[64] = {0};                                                             \
+            if (a + DMA_BYTES <= mem.size()) std::memcpy(buf, &mem[a], DMA_BYTES);             \
+            put_bytes(top->m_axi_gmem##P##_rdata, buf);                                        \
+            top->m_axi_gmem##P##_rlast = b.done + 1 == b.beats;                                \
+        }                                                                                      \
+        top->m_axi_gmem##P##_bvalid = p.bpend != 0;                                            \
+    }
+
+// Sampled just before the rising edge: the handshakes that happen at it.
+#define PORT_SAMPLE(P)                                                                         \
+    {                                                                                          \
+        Port& p = ports[P];                                                                    \
+        bool r_hs = top->m_axi_gmem##P##_rvalid && top->m_axi_gmem##P##_rready;                \
+        bool w_hs = top->m_axi_gmem##P##_wvalid && top->m_axi_gmem##P##_wready;                \
+        bool b_hs = top->m_axi_gmem##P##_bvalid && top->m_axi_gmem##P##_bready;                \
+        if (r_hs) {                                                                            \
+            Burst& b = p.ar.front();                                                           \
+            guard(b.addr + (uint64_t)b.done * DMA_BYTES, DMA_BYTES);                           \
+            p.rd_beats++;                                                                      \
+            if (++b.done == b.beats) p.ar.pop_front();                                         \
+        }                                                                                      \
+        if (w_hs) {                                                                            \
+            Burst& b = p.aw.front();                                                           \
+            uint64_t a = b.addr + (uint64_t)b.done * DMA_BYTES;                                \
+            uint8_t buf[64];                                                                   \
+            get_bytes(top->m_axi_gmem##P##_wdata, buf);                                        \
+            uint64_t strb = top->m_axi_gmem##P##_wstrb;                                        \
+            for (unsigned i = 0; i < DMA_BYTES; i++)                                           \
+                if ((strb >> i) & 1) { guard(a + i, 1); if (a + i < mem.size()) mem[a + i] = buf[i]; } \
+            if (++b.done == b.beats) { p.aw.pop_front(); p.bpend++; }                          \
+        }                                                                                      \
+        if (b_hs) p.bpend--;                                                                   \
+        if (top->m_axi_gmem##P##_arvalid && top->m_axi_gmem##P##_arready)                      \
+            p.ar.push_back({top->m_axi_gmem##P##_araddr, (unsigned)top->m_axi_gmem##P##_arlen + 1u, 0}); \
+        if (top->m_axi_gmem##P##_awvalid && top->m_axi_gmem##P##_awready)                      \
+            p.aw.push_back({top->m_axi_gmem##P##_awaddr, (unsigned)top->m_axi_gmem##P##_awlen + 1u, 0}); \
+    }
+
+static void tick() {
+    top->ap_clk = 0;
+    FOR_EACH_PORT(PORT_DRIVE)
+    top->eval();
+    FOR_EACH_PORT(PORT_SAMPLE)
+    top->ap_clk = 1;
+    top->eval();
+    cycle++;
+}
+
+// AXI4-Lite: one write / read at a time, through the same clock loop.
+static void csr_write(uint32_t addr, uint32_t data) {
+    top->s_axi_control_awaddr = addr; top->s_axi_control_awvalid = 1;
+    top->s_axi_control_wdata = data; top->s_axi_control_wstrb = 0xF; top->s_axi_control_wvalid = 1;
+    top->s_axi_control_bready = 1;
+    bool aw = false, w = false;
+    for (int i = 0; i < 100; i++) {
+        top->ap_clk = 0; FOR_EACH_PORT(PORT_DRIVE) top->eval();
+        bool aw_hs = top->s_axi_control_awvalid && top->s_axi_control_awready;
+        bool w_hs = top->s_axi_control_wvalid && top->s_axi_control_wready;
+        bool b_hs = top->s_axi_control_bvalid;
+        FOR_EACH_PORT(PORT_SAMPLE)
+        top->ap_clk = 1; top->eval(); cycle++;
+        if (aw_hs) { aw = true; top->s_axi_control_awvalid = 0; }
+        if (w_hs) { w = true; top->s_axi_control_wvalid = 0; }
+        if (b_hs && aw && w) { top->s_axi_control_bready = 0; return; }
+    }
+    std::fprintf(stderr, "CSR write to %#x got no response\n", addr);
+    std::exit(3);
+}
+
+static uint32_t csr_read(uint32_t addr) {
+    top->s_axi_control_araddr = addr; top->s_axi_control_arvalid = 1; top->s_axi_control_rready = 1;
+    for (int i = 0; i < 100; i++) {
+        top->ap_clk = 0; FOR_EACH_PORT(PORT_DRIVE) top->eval();
+        bool ar_hs = top->s_axi_control_arvalid && top->s_axi_control_arready;
+        bool r_hs = top->s_axi_control_rvalid;
+        uint32_t data = top->s_axi_control_rdata;
+        FOR_EACH_PORT(PORT_SAMPLE)
+        top->ap_clk = 1; top->eval(); cycle++;
+        if (ar_hs) top->s_axi_control_arvalid = 0;
+        if (r_hs && !top->s_axi_control_arvalid) { top->s_axi_control_rready = 0; return data; }
+    }
+    std::fprintf(stderr, "CSR read of %#x got no response\n", addr);
+    std::exit(3);
+}
+
+int main(int argc, char** argv) {
+    if (argc != 8) {
+        std::fprintf(stderr, "usage: %s DRAM_IN DRAM_OUT WIN_BASE WIN_SIZE PROG_BASE PROG_LEN MAX_CYCLES\n", argv[0]);
+        return 2;
+    }
+    FILE* f = std::fopen(argv[1], "rb");
+    if (!f) { std::perror(argv[1]); return 2; }
+    std::fseek(f, 0, SEEK_END);
+    mem.resize(std::ftell(f));
+    std::fseek(f, 0, SEEK_SET);
+    if (std::fread(mem.data(), 1, mem.size(), f) != mem.size()) { std::perror("read"); return 2; }
+    std::fclose(f);
+    uint64_t wbase = std::strtoull(argv[3], nullptr, 0), wsize = std::strtoull(argv[4], nullptr, 0);
+    uint32_t pbase = std::strtoul(argv[5], nullptr, 0), plen = std::strtoul(argv[6], nullptr, 0);
+    uint64_t max_cycles = std::strtoull(argv[7], nullptr, 0);
+    win_lo = wbase; win_hi = wbase + wsize;
+
+    auto ctx = new VerilatedContext;
+    top = new Vsystolica_accel{ctx};
+    top->ap_rst_n = 0;
+    for (int i = 0; i < 5; i++) tick();
+    top->ap_rst_n = 1;
+    tick();
+    csr_write(REG_WIN_BASE_LO, (uint32_t)wbase);
+    csr_write(REG_WIN_BASE_HI, (uint32_t)(wbase >> 32));
+    csr_write(REG_WIN_SIZE, (uint32_t)wsize);
+    csr_write(REG_PROG_BASE, pbase);
+    csr_write(REG_PROG_LEN, plen);
+    csr_write(REG_IRQ_ENABLE, 1);
+    auto t0 = std::chrono::steady_clock::now();
+    uint64_t c0 = cycle;
+    csr_write(REG_CTRL, 1);
+    bool done = false;
+    while (cycle - c0 < max_cycles) {
+        tick();
+        if (top->__SYM__interrupt) { done = true; break; }  // Verilator renames the port: "interrupt" is a C++ keyword-ish name
+    }
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    uint64_t run_cycles = cycle - c0;
+    std::printf("{\"done\": %s, \"status\": %u, \"code\": %u, \"pc\": %u, \"sim_cycles\": %llu, \"wall_s\": %.6f, "
+                "\"violations\": %llu, \"counters\": {", done ? "true" : "false", csr_read(REG_STATUS),
+                csr_read(REG_ERROR_CODE), csr_read(REG_ERROR_PC), (unsigned long long)run_cycles, wall,
+                (unsigned long long)violations);
+    for (int i = 0; i < N_COUNTERS; i++) {
+        uint64_t lo = csr_read(COUNTER_OFFSETS[i]);
+        uint64_t hi = csr_read(COUNTER_OFFSETS[i] + 4);
+        std::printf("%s\"%s\": %llu", i ? ", " : "", COUNTER_NAMES[i], (unsigned long long)(lo | (hi << 32)));
+    }
+    std::printf("}}\n");
+    f = std::fopen(argv[2], "wb");
+    if (!f || std::fwrite(mem.data(), 1, mem.size(), f) != mem.size()) { std::perror(argv[2]); return 2; }
+    std::fclose(f);
+    top->final();
+    delete top;
+    delete ctx;
+    return 0;
+}

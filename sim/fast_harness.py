@@ -1,0 +1,220 @@
+"""Fast RTL path: the Verilated accelerator with a C++ DRAM model, no Python on the clock edge.
+
+:class:`FastRtl` builds ``fast_harness.cpp`` against the generated Verilog once per
+configuration (cached like :mod:`systolica.sim.rtl_build`), then runs programs by
+writing the DRAM image to a file, running the binary and reading the image and
+a JSON result back.  The CSR offsets the C++ uses are generated from
+:data:`systolica.csr.REGISTERS`, so the harness cannot drift from the map.
+
+``python -m systolica.sim.fast_harness --bench`` runs one weight-streaming program
+on this path and on the cocotb path (cocotbext-axi models in Python) and prints
+the simulated cycles per second of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from systolica.config import AccelConfig, load_config
+from systolica.csr import COUNTERS, REGISTERS
+from systolica.faults import Fault
+
+from .rtl_build import VERILATOR_ARGS, _patched_environ, verilator_env
+
+__all__ = ["FastRtl", "FastResult", "FastHarnessError", "cocotb_build", "bench"]
+
+_CPP = Path(__file__).with_name("fast_harness.cpp")
+_HW_DIR = Path(__file__).resolve().parents[1] / "hw"
+TOP = "systolica_accel"
+
+
+class FastHarnessError(RuntimeError):
+    """The harness could not be built or did not run."""
+
+
+@dataclass
+class FastResult:
+    done: bool
+    status: int
+    code: Fault
+    pc: int
+    sim_cycles: int  # clock cycles from START to the interrupt
+    wall_s: float  # wall time of those cycles inside the binary
+    violations: int  # DRAM bytes touched outside the window (must be 0)
+    counters: dict
+
+    @property
+    def cycles_per_s(self) -> float:
+        return self.sim_cycles / self.wall_s if self.wall_s else float("inf")
+
+
+def _headers(cfg: AccelConfig) -> dict[str, str]:
+    regs = "\n".join(f"#define REG_{r.name} {r.offset:#x}" for r in REGISTERS)
+    names = ", ".join(f'"{n}"' for n in COUNTERS)
+    offs = ", ".join(f"{o:#x}" for o in COUNTERS.values())
+    regs += (f"\nstatic const int N_COUNTERS = {len(COUNTERS)};\nstatic const char* COUNTER_NAMES[] = {{{names}}};"
+             f"\nstatic const unsigned COUNTER_OFFSETS[] = {{{offs}}};\n")
+    if cfg.dma_bytes > 64:
+        raise FastHarnessError(f"dma_bits={cfg.dma_bits}: the harness moves at most 512-bit beats")
+    ports = " ".join(f"X({p})" for p in range(cfg.dma_ports))
+    port_h = f"#define DMA_BYTES {cfg.dma_bytes}u\n#define NPORTS {cfg.dma_ports}\n#define FOR_EACH_PORT(X) {ports}\n"
+    return {"fast_regs.h": "// generated from systolica/csr.py\n" + regs,
+            "fast_ports.h": "// generated from the AccelConfig\n" + port_h}
+
+
+class FastRtl:
+    """A compiled C++ harness of the accelerator for one configuration.
+
+    Parameters
+    ----------
+    cfg
+        The configuration to build.
+    build_root
+        Folder for cached builds (one sub-folder per configuration and source digest).
+    """
+
+    def __init__(self, cfg: AccelConfig, build_root: str | Path):
+        self.cfg = cfg
+        h = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode())
+        for p in sorted(_HW_DIR.glob("*.py")) + [_CPP]:
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+        self.dir = Path(build_root).resolve() / f"fast_{TOP}-{h.hexdigest()[:12]}"
+        self.binary = self.dir / "obj" / "harness"
+        self._build()
+
+    def _build(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.binary.exists():
+                return
+            from amaranth.back import verilog
+
+            from systolica.hw.accelerator import Accelerator
+
+            (self.dir / f"{TOP}.v").write_text(verilog.convert(Accelerator(self.cfg), name=TOP, emit_src=False))
+            for name, text in _headers(self.cfg).items():
+                (self.dir / name).write_text(text)
+            env = verilator_env()
+            exe = "verilator"
+            if "VERILATOR_ROOT" in env:
+                exe = str(Path(env["VERILATOR_ROOT"]) / "bin" / "verilator")
+            args = [exe, "--cc", "--exe", "--build", "-j", "2", "--top-module", TOP, "-Mdir", "obj", "-o", "harness",
+                    *[a for a in VERILATOR_ARGS if a not in ("--no-public-flat-rw", "--public-depth", "1")],
+                    "-CFLAGS", f"-O2 -std=c++17 -I{self.dir}", f"{TOP}.v", str(_CPP)]
+            with _patched_environ(env):
+                proc = subprocess.run(args, cwd=self.dir, capture_output=True, text=True)
+            (self.dir / "build.log").write_text(proc.stdout + proc.stderr)
+            if proc.returncode or not self.binary.exists():
+                raise FastHarnessError(f"Verilator build of the fast harness failed; see {self.dir / 'build.log'}:\n"
+                                       + proc.stderr[-2000:])
+
+    def run(self, dram: np.ndarray, *, window_base: int, window_size: int, prog_base: int, prog_len: int,
+            max_cycles: int = 50_000_000) -> FastResult:
+        """Run the program already in ``dram`` (a 1-D uint8 array, updated in place)."""
+        if dram.dtype != np.uint8 or dram.ndim != 1:
+            raise TypeError(f"dram must be a 1-D uint8 array, got {dram.dtype} {dram.shape}")
+        with tempfile.TemporaryDirectory() as tmp:
+            src, dst = Path(tmp) / "in.bin", Path(tmp) / "out.bin"
+            dram.tofile(src)
+            proc = subprocess.run([str(self.binary), str(src), str(dst), hex(window_base), hex(window_size),
+                                   hex(prog_base), str(prog_len), str(max_cycles)], capture_output=True, text=True)
+            if proc.returncode:
+                raise FastHarnessError(f"harness exited with {proc.returncode}: {proc.stderr[-2000:]}")
+            dram[:] = np.fromfile(dst, np.uint8)
+        d = json.loads(proc.stdout.strip().splitlines()[-1])
+        return FastResult(d["done"], d["status"], Fault(d["code"]), d["pc"], d["sim_cycles"], d["wall_s"],
+                          d["violations"], d["counters"])
+
+
+def cocotb_build(cfg: AccelConfig, build_root: str | Path):
+    """The cached Verilator build of the top level for cocotb (shared by tests and the benchmark)."""
+    from systolica.hw import accelerator, axi, compute_engine, csr_file, decode, dma, engines, fetch, token_queue
+    from systolica.hw.accelerator import Accelerator
+
+    from .rtl_build import build
+
+    deps = (accelerator, axi, compute_engine, csr_file, decode, dma, engines, fetch, token_queue)
+    return build(TOP, lambda: Accelerator(cfg), {"cfg": cfg.to_dict()}, build_root, deps=deps)
+
+
+# ------------------------------------------------------------------ benchmark
+def _stream_image(cfg: AccelConfig, tiles: int, seed: int = 5):
+    """DRAM image with a weight-streaming GEMV program; returns (dram, window, prog_len)."""
+    from systolica.isa import encode
+
+    from .accel_programs import weight_stream_program
+
+    k_lines, n_lines, c = 32, 2, cfg.cols
+    win_base, prog_base, a_dram, out_dram, w_dram = 0x1_0000, 0, 0x1000, 0x1800, 0x2000
+    w_bytes = tiles * n_lines * c * k_lines * c
+    win_size = 1 << (w_dram + w_bytes).bit_length()
+    dram = np.zeros(win_base + win_size, np.uint8)
+    rng = np.random.default_rng(seed)
+    dram[win_base + a_dram:win_base + a_dram + k_lines * c] = rng.integers(0, 256, k_lines * c, dtype=np.uint8)
+    dram[win_base + w_dram:win_base + w_dram + w_bytes] = rng.integers(0, 256, w_bytes, dtype=np.uint8)
+    words = [encode(i) for i in weight_stream_program(cfg, k_lines=k_lines, n_tiles=tiles, n_lines=n_lines,
+                                                      w_dram=w_dram, a_dram=a_dram, out_dram=out_dram)]
+    prog = b"".join(w.to_bytes(16, "little") for w in words)
+    dram[win_base + prog_base:win_base + prog_base + len(prog)] = np.frombuffer(prog, np.uint8)
+    return dram, (win_base, win_size), len(words)
+
+
+def bench(cfg: AccelConfig, build_root: Path, tiles: int) -> dict:
+    """Simulated cycles per second of the fast path and of the cocotb path on the same program."""
+    dram, (wb, ws), n = _stream_image(cfg, tiles)
+    fast = FastRtl(cfg, build_root)
+    fdram = dram.copy()
+    t = time.perf_counter()
+    fr = fast.run(fdram, window_base=wb, window_size=ws, prog_base=0, prog_len=n)
+    fast_total = time.perf_counter() - t
+    # cocotb: the same image, program and window through cocotbext-axi models
+    b = cocotb_build(cfg, build_root)
+    here = str(Path(__file__).parent)
+    sys.path.insert(0, here)  # cocotb's runner passes this process's sys.path to the simulator as PYTHONPATH
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(Path(tmp) / "dram.npy", dram)
+        res = b.run("tb_accel_bench", Path(__file__).parent, params={
+            "cfg": cfg.to_dict(), "dram": str(Path(tmp) / "dram.npy"), "window": [wb, ws], "prog_len": n,
+            "out": str(Path(tmp) / "out.npy")}).check()
+        cdram = np.load(Path(tmp) / "out.npy")
+    sys.path.remove(here)
+    m = res.metrics
+    return {"program": f"weight-streaming GEMV, {tiles} tiles, {n} instructions", "config": cfg.name,
+            "fast": {"sim_cycles": fr.sim_cycles, "wall_s": fr.wall_s, "cycles_per_s": fr.cycles_per_s,
+                     "process_wall_s": fast_total, "code": fr.code.name, "violations": fr.violations},
+            "cocotb": {"sim_cycles": m["sim_cycles"], "wall_s": m["wall_s"],
+                       "cycles_per_s": m["sim_cycles"] / m["wall_s"], "code": m["code"]},
+            "same_cycles": fr.sim_cycles == m["sim_cycles"], "same_dram": bool(np.array_equal(fdram, cdram))}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Fast RTL harness: cycles/s against the cocotb path")
+    ap.add_argument("--config", default="tiny", help="preset or TOML (default: tiny)")
+    ap.add_argument("--tiles", type=int, default=64, help="weight tiles of the benchmark program")
+    ap.add_argument("--build-dir", default=os.environ.get("SYSTOLICA_BUILD_DIR", "build"))
+    ap.add_argument("--bench", action="store_true", help="run the benchmark (the only action)")
+    a = ap.parse_args(argv)
+    r = bench(load_config(a.config), Path(a.build_dir), a.tiles)
+    print(json.dumps(r, indent=2))
+    print(f"fast path: {r['fast']['cycles_per_s']:,.0f} simulated cycles/s; "
+          f"cocotb path: {r['cocotb']['cycles_per_s']:,.0f} cycles/s "
+          f"({r['fast']['cycles_per_s'] / r['cocotb']['cycles_per_s']:.0f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
