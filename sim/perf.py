@@ -159,16 +159,19 @@ class PerfModel:
             order[info[0]].append(i)
         take = [0] * n  # cycle the decoder takes word i
         disp = [0] * n  # cycle it is dispatched
-        idle = [-1] * n  # cycle its engine reads it from the command FIFO
         start = [-1] * n  # first EXEC cycle - 1 (the exec_start cycle in POP)
         end = [-1] * n  # retire cycle (PUSH)
         pushes: list[list[int]] = [[], [], [], []]  # cycle of each push, per queue
         pops: list[list[int]] = [[], [], [], []]
         head = [0, 0, 0]
         engine_free = [0, 0, 0]  # first cycle the engine may read its next command
-        busy = [0, 0, 0]
-        array_busy = rd = wr = macs = 0
-        per_op: dict[str, int] = {}
+        eng_l = [x[0] for x in infos]
+        qpop_l = [x[1] for x in infos]
+        qpush_l = [x[2] for x in infos]
+        exec_l = [x[3].exec_cycles for x in infos]
+        rdb_l = [x[3].rd_beats for x in infos]
+        exl = list(exec_l)  # EXEC cycles with the read-port contention added
+        first_beat = 2 + p.rd_latency
         nd = 0  # next word to dispatch
         arrival_prev = RUN_OVERHEAD + p.fetch_latency + p.rd_latency  # fetch starts with the run
         dec_free = 0
@@ -179,7 +182,7 @@ class PerfModel:
         while done < n:
             moved = False
             while nd < n:  # dispatch in program order while the engine's FIFO has room
-                e = infos[nd][0]
+                e = eng_l[nd]
                 k = slot[nd]
                 if k >= fifo:  # room once instruction k - fifo left the FIFO (IDLE after its predecessor retired)
                     j = order[e][k - fifo]
@@ -207,39 +210,49 @@ class PerfModel:
                 moved = True
             for e in range(3):
                 lst = order[e]
-                while head[e] < len(lst):
-                    i = lst[head[e]]
+                nl = len(lst)
+                h = head[e]
+                while h < nl:
+                    i = lst[h]
                     if i >= nd:
                         break
-                    eng, qpop, qpush, cost, op = infos[i]
-                    ready = max(engine_free[e], disp[i] + 1)
+                    ready = engine_free[e]
+                    di = disp[i] + 1
+                    if di > ready:
+                        ready = di
+                    idle_i = ready  # IDLE: the engine reads the FIFO once it is free and the word is there
                     ok = True
-                    for q in qpop:
+                    for q in qpop_l[i]:
                         jq = len(pops[q])
-                        if jq >= len(pushes[q]):
+                        pq = pushes[q]
+                        if jq >= len(pq):
                             ok = False
                             break
-                        ready = max(ready, pushes[q][jq] + lat)
+                        t_ = pq[jq] + lat
+                        if t_ > ready:
+                            ready = t_
                     if not ok:
                         break
-                    for q in qpush:
+                    for q in qpush_l[i]:
                         jq = len(pushes[q]) - qdepth
                         if jq >= 0:
-                            if jq >= len(pops[q]):
+                            po = pops[q]
+                            if jq >= len(po):
                                 ok = False
                                 break
-                            ready = max(ready, pops[q][jq] + lat)
+                            t_ = po[jq] + lat
+                            if t_ > ready:
+                                ready = t_
                     if not ok:
                         break
-                    idle[i] = max(engine_free[e], disp[i] + 1)
-                    s = max(ready, idle[i] + 1)  # the POP state is at least one cycle after IDLE
+                    s = ready if ready > idle_i else idle_i + 1  # the POP state is at least one cycle after IDLE
                     start[i] = s
-                    for q in qpop:
+                    for q in qpop_l[i]:
                         pops[q].append(s)
-                    ex = cost.exec_cycles
-                    if e == 0 and load_port and cost.rd_beats:
+                    ex = exec_l[i]
+                    if e == 0 and load_port and rdb_l[i]:
                         # fetch and LOAD share one read port: words fetched meanwhile stretch the LOAD
-                        lo = bisect_right(seen, s + 2 + self.p.rd_latency)  # before its first beat: no conflict
+                        lo = bisect_right(seen, s + first_beat)  # words before its first beat do not conflict
                         extra = 0
                         for _ in range(3):
                             got = bisect_right(seen, s + ex + extra) - lo
@@ -247,20 +260,16 @@ class PerfModel:
                                 break
                             extra = got * word_cycles
                         ex += extra
+                        exl[i] = ex
                     r = s + ex + 1
                     end[i] = r
-                    for q in qpush:
+                    for q in qpush_l[i]:
                         pushes[q].append(r)
                     engine_free[e] = r + 1
-                    busy[e] += ex
-                    array_busy += cost.array_busy
-                    rd += cost.rd_beats
-                    wr += cost.wr_beats
-                    macs += cost.macs
-                    per_op[op] = per_op.get(op, 0) + ex
-                    head[e] += 1
+                    h += 1
                     done += 1
                     moved = True
+                head[e] = h
             if not moved:
                 blocked = min(order[e][head[e]] for e in range(3) if head[e] < len(order[e]))
                 raise PerfError(f"token deadlock: instruction {blocked} ({infos[blocked][4]}) on the "
@@ -268,6 +277,15 @@ class PerfModel:
                                 f"queue: {[len(x) for x in pushes]}/{[len(x) for x in pops]}")
         last = max(end)
         fetch_beats = n * ibeats
+        busy = [0, 0, 0]
+        per_op: dict[str, int] = {}
+        for i, info in enumerate(infos):
+            busy[info[0]] += exl[i]
+            per_op[info[4]] = per_op.get(info[4], 0) + exl[i]
+        array_busy = sum(x[3].array_busy for x in infos)
+        rd = sum(rdb_l)
+        wr = sum(x[3].wr_beats for x in infos)
+        macs = sum(x[3].macs for x in infos)
         return PerfResult(cycles=last + RUN_OVERHEAD, start=start + [-1] * (n_words - n),
                           end=end + [-1] * (n_words - n), engine_busy=(busy[0], busy[1], busy[2]),
                           array_busy=array_busy, dma_beats=rd + fetch_beats, dma_wr_beats=wr, macs=macs,
