@@ -1,0 +1,123 @@
+"""cocotb tests of the RtlUnits Verilog (run by test_rtl_units.py through sim.rtl_build).
+
+$SYSTOLICA_TB (JSON) says which test does what; measured cycle counts go to $SYSTOLICA_TB_METRICS.
+Every stream gets random idle cycles (sources) and back-pressure (sinks) in at least one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import cocotb
+import numpy as np
+from hw_gemm_tiles import accumulate, tile_streams
+from hw_rtl_units import SHAPES, UNIT_CFG
+from test_activation import activation_cases
+from test_vector_unit import vector_cases
+
+from systolica.hw.activation import ActivationUnit
+from systolica.hw.systolic_array import SystolicArray
+from systolica.hw.vector_unit import VectorUnit
+from systolica.numerics import matmul
+from systolica.sim.cocotb_streams import Sink, Source, StreamBench, reset
+
+
+def _params() -> dict:
+    return json.loads(os.environ["SYSTOLICA_TB"])
+
+
+def _write_metrics(metrics: dict) -> None:
+    with open(os.environ["SYSTOLICA_TB_METRICS"], "w") as f:
+        json.dump(metrics, f, indent=1)
+
+
+def _rate(fired: list[int]) -> float:
+    """Handshakes per cycle between the first and the last one."""
+    return (len(fired) - 1) / max(1, fired[-1] - fired[0])
+
+
+async def _gemm(dut, unit: str, arr: SystolicArray, case: dict):
+    M, K, N = case["m"], case["k"], case["n"]
+    rng = np.random.default_rng(case["seed"])
+    a = rng.integers(-128, 128, size=(M, K), dtype=np.int8)
+    w = rng.integers(-128, 128, size=(N, K), dtype=np.int8)
+    wbeats, abeats, order = tile_streams(a, w, arr.rows, arr.cols, arr.w_cols)
+    ws = Source(f"{unit}_w_stream", arr.w_layout, wbeats, case["idle"])
+    as_ = Source(f"{unit}_a_stream", arr.a_layout, abeats, case["idle"])
+    out = Sink(f"{unit}_o_stream", arr.o_layout, len(abeats), case["stall"])
+    await StreamBench(dut, [ws, as_], [out], seed=case["seed"]).run(max_cycles=50 * (len(wbeats) + len(abeats)) + 1000)
+    got = accumulate(out.beats, abeats, order, M, N, arr.cols)
+    want = matmul(a, w)
+    if not np.array_equal(got, want):
+        raise AssertionError(f"{unit} GEMM {M}x{K}x{N} seed {case['seed']}: mismatch at "
+                             f"{np.argwhere(got != want)[:5].tolist()}")
+    return ws, as_, out
+
+
+@cocotb.test()
+async def gemm(dut):
+    """Random GEMMs on one array shape; full-rate runs measure prefill and decode."""
+    p = _params()
+    cfg = SHAPES[p["shape"]]
+    arr = SystolicArray(cfg)  # for its stream layouts; not elaborated here
+    unit = f"arr{p['shape']}"
+    await reset(dut)
+    metrics = {}
+    R, C, P = arr.rows, arr.cols, arr.w_cols
+    for case in p["cases"]:
+        ws, as_, out = await _gemm(dut, unit, arr, case)
+        if case.get("measure"):
+            f = out.fired
+            mid = f[len(f) // 4: 3 * len(f) // 4 + 1]  # steady state: the middle half of the run
+            cycles = f[-1] - min(ws.fired[0], as_.fired[0]) + 1
+            metrics[case["measure"]] = {
+                "m": case["m"], "k": case["k"], "n": case["n"], "cycles": cycles,
+                "utilization": case["m"] * case["k"] * case["n"] / (R * C * cycles),
+                "steady_out_lines_per_cycle": _rate(mid),
+                "steady_macs_per_cycle": _rate(mid) * R * C,
+                "weight_bytes_per_cycle": _rate(ws.fired) * P * R,
+                "dma_bytes_per_cycle": cfg.dma_bytes * cfg.dma_ports,
+            }
+    _write_metrics(metrics)
+
+
+async def _lines(dut, unit: str, i_layout, o_layout, beats, want, idle, stall, seed):
+    src = Source(f"{unit}_i_stream", i_layout, beats, idle)
+    snk = Sink(f"{unit}_o_stream", o_layout, len(want), stall)
+    await StreamBench(dut, [src], [snk], seed=seed).run(max_cycles=100 * len(beats) + 200)
+    for k, (g, w) in enumerate(zip(snk.beats, want, strict=True)):
+        got = [int(g.data[c]) for c in range(UNIT_CFG.cols)]
+        assert got == [int(v) for v in w], f"{unit} seed {seed} line {k}: {got} != {list(w)}"
+    return src, snk
+
+
+@cocotb.test()
+async def vector_ops(dut):
+    """VectorUnit: ADD, MUL, REQUANT, ARGMAX, bit-exact with numerics."""
+    p = _params()
+    vu = VectorUnit(UNIT_CFG)
+    await reset(dut)
+    metrics = {}
+    for seed, idle, stall in p["runs"]:
+        beats, want = vector_cases(UNIT_CFG.cols, seed)
+        src, _ = await _lines(dut, "vec", vu.i_layout, vu.o_layout, beats, want, idle, stall, seed)
+        if idle == 0 and stall == 0:
+            metrics["lines_per_cycle"] = _rate(src.fired)
+    _write_metrics(metrics)
+
+
+@cocotb.test()
+async def activation(dut):
+    """ActivationUnit: SILU and GELU, bit-exact with numerics."""
+    p = _params()
+    au = ActivationUnit(UNIT_CFG)
+    await reset(dut)
+    metrics = {}
+    for seed, idle, stall in p["runs"]:
+        beats, want = activation_cases(UNIT_CFG.cols, seed, lines=p.get("lines", 48))
+        src, snk = await _lines(dut, "act", au.i_layout, au.o_layout, beats, want, idle, stall, seed)
+        if idle == 0 and stall == 0:
+            metrics["lines_per_cycle"] = _rate(src.fired)
+            metrics["latency"] = snk.fired[0] - src.fired[0]
+    _write_metrics(metrics)

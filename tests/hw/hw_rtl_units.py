@@ -1,0 +1,55 @@
+"""One Verilog top holding every unit the RTL tests drive, so that they share one Verilator build.
+
+Each Verilator build compiles the same runtime (verilated.cpp, the VPI glue, cocotb's
+main) before the design itself; on 2 shared cores that fixed part is most of a small
+unit's build.  ``RtlUnits`` exposes each sub-unit's members as ``<unit>_<member>``
+(Verilog ports ``<unit>_<member>__valid`` / ``__ready`` / ``__payload``).
+"""
+
+from __future__ import annotations
+
+from amaranth import Module
+from amaranth.lib import wiring
+
+from systolica.config import AccelConfig, preset
+from systolica.hw.activation import ActivationUnit
+from systolica.hw.systolic_array import SystolicArray
+from systolica.hw.vector_unit import VectorUnit
+
+#: array shapes under test: square 4x4 (32-bit DMA, one weight column per beat), the default 8x8
+#: (64-bit DMA) and a non-square 4x8 (64-bit DMA: two weight columns per beat)
+SHAPES: dict[str, AccelConfig] = {
+    "4x4": preset("tiny"),
+    "8x8": preset("default"),
+    "4x8": AccelConfig(name="r4c8", rows=4, cols=8, dma_bits=64),
+}
+UNIT_CFG = preset("tiny")  # the vector and activation units: 4 lanes
+
+
+def unit_factories() -> dict:
+    units = {f"arr{k}": (lambda c=c: SystolicArray(c)) for k, c in SHAPES.items()}
+    units["vec"] = lambda: VectorUnit(UNIT_CFG)
+    units["act"] = lambda: ActivationUnit(UNIT_CFG)
+    return units
+
+
+class RtlUnits(wiring.Component):
+    def __init__(self):
+        self.units = {name: make() for name, make in unit_factories().items()}
+        members = {}
+        for uname, u in self.units.items():
+            for mname, member in u.signature.members.items():
+                members[f"{uname}_{mname}"] = member
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        for uname, u in self.units.items():
+            m.submodules[uname] = u
+            for mname in u.signature.members:
+                wiring.connect(m, wiring.flipped(getattr(self, f"{uname}_{mname}")), getattr(u, mname))
+        return m
+
+
+def build_key() -> dict:
+    return {"shapes": {k: c.to_dict() for k, c in SHAPES.items()}, "unit_cfg": UNIT_CFG.to_dict()}
