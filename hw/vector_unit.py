@@ -7,17 +7,22 @@ Implemented ops (bit-exact with :mod:`systolica.numerics`):
 * ``REQUANT``: ``sat32(rshift_round(acc * mult, shift))`` with ``a = acc`` line, ``b = mult``
   line and the beat's ``shift = S - exps[row]`` (may be negative: a saturating left
   shift) (``numerics.requant``);
+* ``ROPE``: adjacent lane pairs ``(x[2j], x[2j+1])`` of the ``a`` line rotate by the angle
+  whose cos is ``b[j]`` and sin ``b[C/2 + j]`` (Q14): ``y0 = rsr(x0*c - x1*s, 14)``,
+  ``y1 = rsr(x0*s + x1*c, 14)``, saturated (``numerics.rope``; a head of ``hd = C`` lanes
+  takes its table row as ``b`` unchanged, a longer head takes the matching halves of its
+  cos and sin parts);
 * ``ARGMAX``: over the beats of a row (``first`` .. ``last``), the index of the first
   maximum of the first ``n`` lanes of each line; one output line per row, the index in
   lane 0 (``numerics.argmax``).
 
-ADD, MUL and REQUANT share one datapath per lane: a 32 x 32 -> 64-bit product (or a
-sum), then a round-half-up arithmetic shifter and an int32 saturator — exactly the
+ADD, MUL, REQUANT and ROPE share one datapath per lane: a 32 x 32 -> 64-bit product (or
+a sum, or ROPE's difference / sum of two products), then a round-half-up arithmetic shifter and an int32 saturator — exactly the
 scalar form of ``numerics.rshift_round`` followed by ``sat32``.  Two pipeline stages
 (product, shift/saturate), stalled as a whole by output back-pressure like the array.
 
 Not yet here: SILU / GELU (the exp LUT and the exact ``2**60 / m`` divider of
-``numerics.sigmoid_fx``), RMSNorm / LayerNorm (two passes over a row), RoPE, SOFTMAX.
+``numerics.sigmoid_fx``: see :mod:`~systolica.hw.activation`), RMSNorm / LayerNorm, SOFTMAX.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
+from systolica.numerics import TRIG_FRAC
 
 __all__ = ["VectorUnit", "VecOp"]
 
@@ -40,6 +46,7 @@ class VecOp(enum.IntEnum):
     MUL = 1
     REQUANT = 2
     ARGMAX = 3
+    ROPE = 4
 
 
 def _rshift_round_sat32(m: Module, x, s, name: str):
@@ -81,11 +88,13 @@ class VectorUnit(wiring.Component):
     def __init__(self, cfg: AccelConfig):
         if not isinstance(cfg, AccelConfig):
             raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
+        if cfg.cols % 2:
+            raise ValueError(f"cols={cfg.cols} must be even: ROPE rotates pairs of lanes")
         self.cfg = cfg
         C = cfg.cols
         line = data.ArrayLayout(signed(32), C)
         self.i_layout = data.StructLayout({
-            "op": 2, "a": line, "b": line, "shift": signed(10), "first": 1, "last": 1, "n": range(C + 1)})
+            "op": 3, "a": line, "b": line, "shift": signed(10), "first": 1, "last": 1, "n": range(C + 1)})
         self.o_layout = data.StructLayout({"data": line, "last": 1})
         super().__init__({
             "i_stream": In(stream.Signature(self.i_layout)),
@@ -102,14 +111,19 @@ class VectorUnit(wiring.Component):
         p = i.payload
 
         # ---- stage 1: product or sum per lane; the line's first maximum for ARGMAX ----
-        v1, op1, last1, first1 = Signal(), Signal(2), Signal(), Signal()
+        v1, op1, last1, first1 = Signal(), Signal(3), Signal(), Signal()
         s1 = Signal(signed(10))
         x1 = [Signal(signed(64), name=f"x1_{c}") for c in range(C)]
         with m.If(en):
             m.d.sync += [v1.eq(fire), op1.eq(p.op), last1.eq(p.last), first1.eq(p.first),
-                         s1.eq(Mux(p.op == VecOp.ADD, 0, p.shift))]
+                         s1.eq(Mux(p.op == VecOp.ADD, 0, Mux(p.op == VecOp.ROPE, TRIG_FRAC, p.shift)))]
             for c in range(C):
-                m.d.sync += x1[c].eq(Mux(p.op == VecOp.ADD, p.a[c] + p.b[c], p.a[c] * p.b[c]))
+                # ROPE: lane 2j gives x0*cos - x1*sin, lane 2j+1 x0*sin + x1*cos (cos/sin of pair j)
+                j, x0, xo = c // 2, p.a[c - c % 2], p.a[c - c % 2 + 1]
+                cs, sn = p.b[j], p.b[C // 2 + j]
+                rot = (x0 * cs - xo * sn) if c % 2 == 0 else (x0 * sn + xo * cs)
+                m.d.sync += x1[c].eq(Mux(p.op == VecOp.ADD, p.a[c] + p.b[c],
+                                         Mux(p.op == VecOp.ROPE, rot, p.a[c] * p.b[c])))
         # first maximum among the first n lanes: a left-to-right scan keeps the earliest on ties
         best, lane = p.a[0], Const(0, range(C))
         for c in range(1, C):

@@ -49,6 +49,13 @@ def vector_cases(C: int, seed: int):
         S, e = [(40, -20), (20, 30), (62, -128), (16, 5), (255, -128), (30, 0)][r]
         line(VecOp.REQUANT, acc[0], mult, S - e)
         want.append(numerics.requant(acc, mult, np.array([e]), S)[0])
+    for r in range(4):  # ROPE: one head of hd = C lanes per line, real angles and saturating extremes
+        x = rand_i32(rng, (1, C), r == 3)
+        table = numerics.rope_table([int(rng.integers(0, 4096))], C, 10000.0)
+        if r == 2:
+            table[0, :C // 2], table[0, C // 2:] = 1 << 14, -(1 << 14)  # |cos| = |sin| = 1: overflow room
+        line(VecOp.ROPE, x[0], table[0])
+        want.append(numerics.rope(x, table)[0])
     for r, n in enumerate([3 * C, 2 * C + 1, C - 1, 1]):  # ARGMAX over rows of n elements, with ties
         x = rng.integers(-50, 50, size=(1, n))
         if r == 0:
