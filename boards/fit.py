@@ -23,7 +23,7 @@ from systolica.boards.board import Board, Resources
 from systolica.config import AccelConfig, ConfigError
 
 __all__ = ["DEFAULT_MARGIN", "FitRow", "FitReport", "fit_check", "ResourceModel", "bram_tiles",
-           "candidate_shapes", "largest_fit"]
+           "candidate_shapes", "hardware_problem", "largest_fit"]
 
 #: Use at most this share of any resource (the rest is for routing and the block design).
 DEFAULT_MARGIN = 0.8
@@ -144,18 +144,37 @@ def candidate_shapes(sizes: Sequence[int] = (2, 4, 8, 16, 32, 64), max_aspect: i
     return sorted(shapes, key=lambda s: (-s[0] * s[1], abs(s[0] - s[1]), -s[1]))
 
 
+def hardware_problem(cfg: AccelConfig) -> str | None:
+    """Why the hardware generator would refuse ``cfg`` beyond AccelConfig's own checks, or None.
+
+    The rule (a scratchpad line is a whole number of DMA beats) lives in
+    ``systolica.hw.engines``; it is asked, not restated here.
+    """
+    from systolica.hw import engines
+
+    try:
+        engines._beats_per_line(cfg)  # private in hw: the one place the rule is written
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def largest_fit(board: Board, base: AccelConfig, estimate: Callable[[AccelConfig], Resources], *,
                 margin: float = DEFAULT_MARGIN, shapes: Sequence[tuple[int, int]] | None = None
                 ) -> tuple[AccelConfig, FitReport] | None:
     """The largest ``rows x cols`` variant of ``base`` whose estimate fits ``board``.
 
     Buffers keep ``base``'s sizes; a shape for which they are invalid (fewer than
-    4 x rows lines, more than 65536) is skipped.  Returns ``None`` if nothing fits.
+    4 x rows lines, more than 65536) or that the hardware generator refuses (a
+    scratchpad line narrower than a DMA beat) is skipped.  Returns ``None`` if
+    nothing fits.
     """
     for r, c in shapes if shapes is not None else candidate_shapes():
         try:
             cfg = base.replace(name=f"{board.name}-{r}x{c}", rows=r, cols=c)
         except ConfigError:
+            continue
+        if hardware_problem(cfg):
             continue
         report = fit_check(board, estimate(cfg), config=cfg.name, margin=margin, source="model")
         if report.fits:

@@ -49,6 +49,10 @@ def test_board_config_fits_board(name):
     buf_kbits = (c.spad_kib + c.acc_kib + c.vbuf_kib) * 8
     assert buf_kbits <= b.resources.bram * b.bram_kbits + b.resources.uram * 288
     assert b.accel_dram_gbps <= b.dram_peak_gbps
+    # and the hardware generator accepts it (a scratchpad line is whole DMA beats)
+    from systolica.boards.fit import hardware_problem
+
+    assert hardware_problem(c) is None
 
 
 @pytest.mark.parametrize("name", BOARDS)

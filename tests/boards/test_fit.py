@@ -53,11 +53,18 @@ def test_largest_fit_follows_the_resource_model():
 
 
 def test_largest_fit_skips_shapes_the_buffers_cannot_hold():
-    b = load_board("u250")
-    base = b.config.replace(rows=8, cols=32, acc_kib=4)  # 4 KiB: 64x64 would get 16 lines < 4 x 64
+    b = load_board("kv260")
+    base = b.config.replace(rows=8, cols=32, acc_kib=4)  # 4 KiB of accumulator lines
     cfg, _ = largest_fit(b, base, lambda c: Resources(dsp=c.rows * c.cols))
-    # 64x64, 32x64, 32x32, 16x64: too few acc lines; 16x32 too; 16x16: 2 MiB / 16 B > 65536 spad lines
-    assert cfg.acc_lines >= 4 * cfg.rows and (cfg.rows, cfg.cols) == (8, 32)
+    # 64x64 .. 16x32 leave fewer than 4 x rows accumulator lines; 16x16 has 64 = 4 x 16
+    assert cfg.acc_lines >= 4 * cfg.rows and (cfg.rows, cfg.cols) == (16, 16)
+
+
+def test_largest_fit_respects_the_dma_beat_rule():
+    b = load_board("u250")  # 512-bit DMA: a line of cols int8 must be a multiple of 64 bytes
+    base = b.config.replace(rows=8, cols=64, spad_kib=256, acc_kib=512, vbuf_kib=512)
+    cfg, _ = largest_fit(b, base, lambda c: Resources(dsp=c.rows * c.cols), shapes=[(64, 32), (16, 64)])
+    assert (cfg.rows, cfg.cols) == (16, 64)  # 64x32 would be larger but 32-byte lines < one 64-byte beat
 
 
 def test_resource_model_calibration():

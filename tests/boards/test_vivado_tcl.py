@@ -178,3 +178,33 @@ def test_hp_port_limits():
         hp_ports(b, b.config.replace(dma_bits=128))
     with pytest.raises(ValueError, match="not Vivado"):
         build_tcl(load_board("ulx3s"), b.config, "top", ["x.v"])
+
+
+@pytest.fixture(scope="module")
+def generated_top(tmp_path_factory):
+    """The real top level (systolica.hw.generate) for a small two-port config."""
+    from systolica.boards.hdl import write_verilog
+    from systolica.config import preset
+
+    cfg = preset("tiny").replace(name="tiny2", dma_ports=2, dma_bits=32)
+    paths, ports = write_verilog(cfg, tmp_path_factory.mktemp("hdl"))
+    return cfg, paths["verilog"], ports
+
+
+@pytest.mark.parametrize("name", ["pynq-z2", "kv260"])
+def test_tcl_against_generated_verilog(name, generated_top, tmp_path, run_tcl):
+    """Every port / interface the script names exists in the Verilog hw.generate writes."""
+    from systolica.boards.hdl import top_name
+
+    cfg, verilog, ports = generated_top
+    b = load_board(name)
+    intfs = check_top(ports, cfg.dma_ports, cfg.dma_bits)
+    script = tmp_path / "build.tcl"
+    script.write_text(build_tcl(b, cfg, top_name(), [verilog.name]))
+    proc, calls = run_tcl(script, list(ports), list(intfs), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    named = {c[1].split("/", 1)[1] for c in calls if c[0] in ("get_bd_pins", "get_bd_intf_pins")
+             and c[1].startswith("accel_0/")}
+    assert named == {"ap_clk", "ap_rst_n", "interrupt", "s_axi_control", "m_axi_gmem0", "m_axi_gmem1"}
+    assert named <= set(ports) | set(intfs)
+    assert [c for c in calls if c[0] == "set_property" and c[1] == "top"][0][2] == top_name()
