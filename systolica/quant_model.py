@@ -155,7 +155,7 @@ def quantize_model(model: Model, max_seq: int | None = None) -> QuantModel:
     model.check()
     c = model.config
     max_seq = c.max_seq if max_seq is None else int(max_seq)
-    if not 0 < max_seq:
+    if max_seq <= 0:
         raise QuantError(f"max_seq={max_seq} must be positive")
     qscale = 1.0 / np.sqrt(c.head_dim)  # folded into Wq (and bq): ATTN computes plain q . k
     mats: dict[str, QuantMatrix] = {}

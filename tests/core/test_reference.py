@@ -163,7 +163,7 @@ def _naive_llama(m: Model, toks) -> np.ndarray:
                 sc = np.array([qh @ kk[kv * hd:(kv + 1) * hd] for kk in ks[i]]) / np.sqrt(hd)
                 pr = np.exp(sc - sc.max())
                 pr /= pr.sum()
-                heads.append(sum(pp * vv[kv * hd:(kv + 1) * hd] for pp, vv in zip(pr, vs[i])))
+                heads.append(sum(pp * vv[kv * hd:(kv + 1) * hd] for pp, vv in zip(pr, vs[i], strict=True)))
             x = x + w[p + "attn_output"] @ np.concatenate(heads)
             h = norm(x, w[p + "ffn_norm"])
             gate = w[p + "ffn_gate"] @ h
@@ -239,7 +239,7 @@ def test_gpt2_matches_independent_loop_implementation():
                 s = slice(hh * hd, (hh + 1) * hd)
                 sc = np.array([q[s] @ kk[s] for kk, _ in cache[i]]) / np.sqrt(hd)
                 pr = np.exp(sc - sc.max()) / np.exp(sc - sc.max()).sum()
-                o.append(sum(pp * vv[s] for pp, (_, vv) in zip(pr, cache[i])))
+                o.append(sum(pp * vv[s] for pp, (_, vv) in zip(pr, cache[i], strict=True)))
             x = x + lin(np.concatenate(o), p + "attn_output")
             u = lin(ln(x, p + "ffn_norm"), p + "ffn_up")
             x = x + lin(0.5 * u * (1 + np.tanh(0.7978845608028654 * (u + 0.044715 * u ** 3))), p + "ffn_down")
