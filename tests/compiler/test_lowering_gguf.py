@@ -81,3 +81,22 @@ def test_tokenizer_travels_in_the_artifact(tmp_path):
     back = Tokenizer.from_dict(Artifact.load(tmp_path / "m.systolica").manifest["tokenizer"])
     text = "the lazy fox"
     assert back.encode(text) == tok.encode(text) and back.decode(tok.encode(text)) == text
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_safetensors_checkpoint_bit_exact(tmp_path, arch):
+    from systolica.compiler.safetensors_reader import read_safetensors
+    from systolica.compiler.writers import write_safetensors
+
+    src = random_model(arch, dim=40, n_layers=1, n_heads=4, n_kv_heads=2 if arch == "llama" else 4, vocab=70,
+                       max_seq=32, seed=12)
+    model = read_safetensors(write_safetensors(src, tmp_path / "ckpt", "float16"))
+    art = compile_model(model, preset("default"), page=8, max_seq=32, prefill_chunk=4)
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=8)
+    prompt = [1, 2, 3, 4, 5, 6, 7]
+    assert np.array_equal(gold.prefill(prompt), ref.prefill(prompt)[-1])
+    tok = 9
+    for _ in range(16):
+        want = ref.decode(tok)
+        assert np.array_equal(gold.decode(tok), want)
+        tok = int(nx.argmax(want[None, :])[0])
