@@ -218,10 +218,15 @@ class Accelerator(wiring.Component):
             rp = mems["spad"].read_port()
             m.d.comb += [rp.addr.eq(getattr(comp, f"{pfx}_addr")), rp.en.eq(getattr(comp, f"{pfx}_en")),
                          getattr(comp, f"{pfx}_rdata").eq(rp.data)]
-        rp = mems["acc"].read_port()
-        m.d.comb += [rp.addr.eq(comp.acc_raddr), rp.en.eq(comp.acc_ren), comp.acc_rdata.eq(rp.data)]
-        wp = mems["acc"].write_port()
-        m.d.comb += [wp.addr.eq(comp.acc_waddr), wp.en.eq(comp.acc_wen), wp.data.eq(comp.acc_wdata)]
+        # the array's accumulator: read-modify-write through a read port transparent to its write port
+        accw = mems["acc"].write_port()
+        m.d.comb += [accw.addr.eq(comp.accum_wr.addr), accw.en.eq(comp.accum_wr.en),
+                     accw.data.eq(comp.accum_wr.data.as_value())]
+        accr = mems["acc"].read_port(transparent_for=(accw,))
+        m.d.comb += [accr.addr.eq(comp.accum_rd.addr), accr.en.eq(comp.accum_rd.en),
+                     comp.accum_rd.data.eq(accr.data)]
+        zw = mems["acc"].write_port()  # GEMM with k = 0 writes zero lines
+        m.d.comb += [zw.addr.eq(comp.zero_addr), zw.en.eq(comp.zero_en), zw.data.eq(0)]
 
     def _counters(self, m, csr, run, engines, comp):
         cfg = self.cfg

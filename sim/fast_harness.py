@@ -38,6 +38,8 @@ __all__ = ["FastRtl", "FastResult", "FastHarnessError", "cocotb_build", "bench"]
 _CPP = Path(__file__).with_name("fast_harness.cpp")
 _HW_DIR = Path(__file__).resolve().parents[1] / "hw"
 TOP = "systolica_accel"
+_HW_MODULES = ("accelerator", "axi", "compute_engine", "csr_file", "decode", "dma", "engines", "fetch", "token_queue",
+               "gemm_sequencer", "systolic_array", "accumulator")
 
 
 class FastHarnessError(RuntimeError):
@@ -88,7 +90,7 @@ class FastRtl:
     def __init__(self, cfg: AccelConfig, build_root: str | Path):
         self.cfg = cfg
         h = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode())
-        for p in sorted(_HW_DIR.glob("*.py")) + [_CPP]:
+        for p in sorted(_HW_DIR / f"{name}.py" for name in _HW_MODULES) + [_CPP]:
             h.update(p.name.encode())
             h.update(p.read_bytes())
         self.dir = Path(build_root).resolve() / f"fast_{TOP}-{h.hexdigest()[:12]}"
@@ -140,15 +142,20 @@ class FastRtl:
                           d["violations"], d["counters"])
 
 
+def hw_deps() -> tuple:
+    """The hw modules the top level is built from (their source is part of every build's cache key)."""
+    import importlib
+
+    return tuple(importlib.import_module(f"systolica.hw.{name}") for name in _HW_MODULES)
+
+
 def cocotb_build(cfg: AccelConfig, build_root: str | Path):
     """The cached Verilator build of the top level for cocotb (shared by tests and the benchmark)."""
-    from systolica.hw import accelerator, axi, compute_engine, csr_file, decode, dma, engines, fetch, token_queue
     from systolica.hw.accelerator import Accelerator
 
     from .rtl_build import build
 
-    deps = (accelerator, axi, compute_engine, csr_file, decode, dma, engines, fetch, token_queue)
-    return build(TOP, lambda: Accelerator(cfg), {"cfg": cfg.to_dict()}, build_root, deps=deps)
+    return build(TOP, lambda: Accelerator(cfg), {"cfg": cfg.to_dict()}, build_root, deps=hw_deps())
 
 
 # ------------------------------------------------------------------ benchmark
