@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from systolica import numerics as nx
-from systolica.model import Model
+from systolica.model import Model, ModelConfig
 
 __all__ = ["QuantError", "QuantMatrix", "QuantModel", "quantize_model", "REQUANT_SHIFT_MAX", "EPS_FIELD_MAX"]
 
@@ -90,7 +90,7 @@ class QuantModel:
         Relative RMS error ``||deq - w|| / ||w||`` of every converted tensor.
     """
 
-    config: object
+    config: ModelConfig
     mats: dict[str, QuantMatrix]
     fx: dict[str, np.ndarray]
     rope: np.ndarray | None
