@@ -36,10 +36,9 @@ from amaranth.lib.wiring import In, Out
 from systolica.config import AccelConfig
 from systolica.numerics import TRIG_FRAC
 
+from .fixed import rshift_round_sat32
+
 __all__ = ["VectorUnit", "VecOp"]
-
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-
 
 class VecOp(enum.IntEnum):
     ADD = 0
@@ -47,28 +46,6 @@ class VecOp(enum.IntEnum):
     REQUANT = 2
     ARGMAX = 3
     ROPE = 4
-
-
-def _rshift_round_sat32(m: Module, x, s, name: str):
-    """``sat32(rshift_round(x, s))`` for a signed 64-bit ``x`` and a signed shift ``s``.
-
-    s > 0: ``(x >> s) + ((x >> (s - 1)) & 1)`` (0 for s >= 64, as numerics);
-    s <= 0: ``x << -s`` (any |x| >= 1 shifted 33+ places saturates, so cap at 33).
-    """
-    right = Signal(signed(64), name=f"{name}_r")
-    sr = Signal(range(64), name=f"{name}_sr")
-    sr1 = Signal(range(64), name=f"{name}_sr1")
-    m.d.comb += [sr.eq(Mux(s > 63, 63, Mux(s < 1, 1, s))), sr1.eq(sr - 1)]
-    m.d.comb += right.eq((x >> sr) + ((x >> sr1) & 1))
-    left = Signal(signed(98), name=f"{name}_l")
-    sl = Signal(range(34), name=f"{name}_sl")
-    m.d.comb += sl.eq(Mux(s < -33, 33, Mux(s > 0, 0, -s)))
-    m.d.comb += left.eq(x << sl)
-    wide = Signal(signed(98), name=f"{name}_w")
-    m.d.comb += wide.eq(Mux(s > 63, 0, Mux(s > 0, right, left)))
-    out = Signal(signed(32), name=name)
-    m.d.comb += out.eq(Mux(wide > INT32_MAX, INT32_MAX, Mux(wide < INT32_MIN, INT32_MIN, wide)))
-    return out
 
 
 class VectorUnit(wiring.Component):
@@ -136,7 +113,7 @@ class VectorUnit(wiring.Component):
             m.d.sync += [lmax1.eq(best), llane1.eq(lane)]
 
         # ---- stage 2: shift / saturate; ARGMAX running maximum over the row's lines ----
-        outs = [_rshift_round_sat32(m, x1[c], s1, f"sat_{c}") for c in range(C)]
+        outs = [rshift_round_sat32(m, x1[c], s1, f"sat_{c}") for c in range(C)]
         run_max = Signal(signed(32))
         run_idx = Signal(16)
         line_no = Signal(16)  # lines seen in this row before the current one

@@ -1,0 +1,245 @@
+"""Attention unit: one KV tile of streaming (FlashAttention-style) attention for one query row.
+
+Bit-exact with :func:`systolica.numerics.attn_tile` for one row of ``q``.  The unit sees the
+tile as a stream of lines and keeps only what one row needs: the query (``hd`` bytes), the
+tile's scores (one int32 per token: ``max_tokens`` words) and the ``p . V`` sums (``hd``
+lanes of 56 bits).  The full score matrix never exists; across tiles the running state
+``(m, l, o)`` goes in and out through the streams (it lives in the vector buffer).
+
+Beat sequence of one job on ``i_stream`` (``kind``, see :class:`AttnBeat`):
+
+1. ``HDR``: ``data[0] = m``, ``data[1] = l`` (the old state), ``offset``, ``causal``;
+2. ``Q`` x ``hd/C`` lines: the query (int8 in each lane), ``exp = qexp``, ``last`` on the last;
+3. ``K`` x ``t * hd/C`` lines: token by token, ``exp = kexp_j``, ``eot`` on each token's last
+   line, ``last`` on the tile's last line; the unit accumulates ``q . k_j`` one line per
+   cycle, then ``u_j = sat32(rsr(dot * LOG2E_Q30, 10 - qexp - kexp_j))`` (log2 units, Q20);
+   masked tokens (``causal and j > offset``) are skipped; the running maximum ``m1`` grows;
+4. (one internal cycle: ``a = exp2_fx(m - m1, 20, 30)``, the rescale of the old state);
+5. ``V`` x ``t * hd/C`` lines, framed like K: ``p_j = exp2_fx(u_j - m1, 20, 28)`` and
+   ``PV += rsr(p_j * v_j, -min(vexp_j, 3))`` lane by lane, ``sum p_j`` per token;
+6. (one internal cycle: ``L = rsr(l*a, 30) + rsr(sum p, 8)``, ``r = max(0, bitlen(L) - 21)``);
+7. ``STATE_O`` x ``hd/C`` lines: the old ``o``; each produces the new line
+   ``sat32(rsr(rsr(o*a, 30) + rsr(PV, 8), r))`` on ``o_stream``, after a header line
+   (``hdr``) with ``data[0] = sat32(m1 + (r << 20))``, ``data[1] = sat32(rsr(L, r))``.
+
+A tile with no unmasked token returns the state unchanged, as numerics does.  GQA: the
+query rows of a group are jobs one after another over the same tile (it stays in the
+scratchpad).  Throughput: one K or V line per cycle, so ``2 * hd / C`` cycles per KV
+token and query row, plus ``hd/C + 3`` cycles per tile.  A beat of the wrong kind for
+the current phase sets the sticky ``error`` output and is dropped.
+
+Timing note: the per-line datapaths (a C-lane dot product, the exp table lookups) are
+single-cycle here, with combinational memory reads; an FPGA build at speed wants them
+pipelined.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+
+from .fixed import bitlen_u, exp2_lookup, rshift_round_sat32, rshift_round_var, sat32
+
+__all__ = ["AttentionUnit", "AttnBeat"]
+
+PV_BITS = 56  # |PV| < 2**50 for t <= 4095 and |v| < 1024 (numerics_attn); 6 bits of margin
+
+
+class AttnBeat(enum.IntEnum):
+    HDR = 0
+    Q = 1
+    K = 2
+    V = 3
+    STATE_O = 4
+
+
+class AttentionUnit(wiring.Component):
+    """Streaming attention over one KV tile for one query row (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : AccelConfig
+        ``cols`` = lanes per line.
+    max_tokens : int
+        Largest tile (tokens) the score buffer holds.
+    max_lines : int
+        Largest head in lines (``hd / cols``); the ISA's ATTN allows 63.
+    """
+
+    def __init__(self, cfg: AccelConfig, *, max_tokens: int = 256, max_lines: int = 63):
+        if not isinstance(cfg, AccelConfig):
+            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
+        if not (isinstance(max_tokens, int) and 1 <= max_tokens <= 4096):
+            raise ValueError(f"max_tokens={max_tokens!r} must be in 1..4096 (ATTN tiles hold up to 4095 tokens)")
+        if not (isinstance(max_lines, int) and 1 <= max_lines <= 63):
+            raise ValueError(f"max_lines={max_lines!r} must be in 1..63 (ATTN's hd field)")
+        self.cfg, self.max_tokens, self.max_lines = cfg, max_tokens, max_lines
+        C = cfg.cols
+        line = data.ArrayLayout(signed(32), C)
+        self.i_layout = data.StructLayout({"kind": 3, "data": line, "exp": signed(8), "eot": 1, "last": 1,
+                                           "offset": signed(18), "causal": 1})
+        self.o_layout = data.StructLayout({"data": line, "hdr": 1, "last": 1})
+        super().__init__({
+            "i_stream": In(stream.Signature(self.i_layout)),
+            "o_stream": Out(stream.Signature(self.o_layout)),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        from systolica.numerics import EXP_BASE, EXP_DELTA, LOG2E_Q30
+
+        m = Module()
+        C = self.cfg.cols
+        i, o = self.i_stream, self.o_stream
+        p = i.payload
+
+        # ---- storage: query line, tile scores, p.V sums, exp tables -----------------------
+        m.submodules.qmem = qmem = memory.Memory(shape=data.ArrayLayout(signed(8), C), depth=self.max_lines, init=[])
+        m.submodules.umem = umem = memory.Memory(shape=signed(32), depth=self.max_tokens, init=[])
+        m.submodules.pvmem = pvmem = memory.Memory(shape=data.ArrayLayout(signed(PV_BITS), C),
+                                                   depth=self.max_lines, init=[])
+        m.submodules.exp_base = base = memory.Memory(shape=unsigned(32), depth=256, init=[int(v) for v in EXP_BASE])
+        m.submodules.exp_delta = delta = memory.Memory(shape=unsigned(32), depth=256,
+                                                       init=[int(v) for v in EXP_DELTA])
+        q_w, q_r = qmem.write_port(), qmem.read_port(domain="comb")
+        u_w, u_r = umem.write_port(), umem.read_port(domain="comb")
+        pv_w, pv_r = pvmem.write_port(), pvmem.read_port(domain="comb")
+        b_r, d_r = base.read_port(domain="comb"), delta.read_port(domain="comb")
+
+        # ---- job state --------------------------------------------------------------------
+        m_old, l_old, m1 = Signal(signed(32)), Signal(signed(32)), Signal(signed(32))
+        offset, causal, qexp = Signal(signed(18)), Signal(), Signal(signed(8))
+        li = Signal(range(self.max_lines + 1))  # line within the current token / head
+        tok = Signal(range(self.max_tokens + 1))
+        dot = Signal(signed(32))
+        anyv = Signal()  # some token of the tile was unmasked
+        a = Signal(unsigned(33))  # exp2(m - m1), Q30
+        sum_p = Signal(unsigned(48))  # sum of p_j, Q28: < 4096 * 2**28
+        r = Signal(range(64))
+        m_new, l_new = Signal(signed(32)), Signal(signed(32))
+        fire = i.valid & i.ready
+        valid_tok = ~causal | (tok <= offset)
+
+        # the exp tables serve `a` (state A, frac 30) and p_j (V phase, frac 28)
+        exp_in = Signal(signed(34))
+        exp_off = Signal(range(3))
+        e2 = exp2_lookup(m, exp_in, 20, exp_off, b_r, d_r, "exp2")
+
+        m.d.comb += [q_r.addr.eq(li), pv_r.addr.eq(li), u_r.addr.eq(tok)]
+        wrong = Signal()
+        with m.If(fire & wrong):
+            m.d.sync += self.error.eq(1)
+
+        r_s = Signal(signed(8))  # r as a signed shift amount
+        m.d.comb += r_s.eq(r)
+
+        with m.FSM(name="attn"):
+            with m.State("HDR"):
+                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.HDR)]
+                with m.If(fire & ~wrong):
+                    m.d.sync += [m_old.eq(p.data[0]), l_old.eq(p.data[1]), m1.eq(p.data[0]), offset.eq(p.offset),
+                                 causal.eq(p.causal), li.eq(0), tok.eq(0), dot.eq(0), anyv.eq(0)]
+                    m.next = "Q"
+            with m.State("Q"):
+                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.Q)]
+                m.d.comb += [q_w.addr.eq(li), q_w.en.eq(fire & ~wrong)]
+                m.d.comb += [q_w.data[c].eq(p.data[c]) for c in range(C)]
+                with m.If(fire & ~wrong):
+                    m.d.sync += [qexp.eq(p.exp), li.eq(Mux(p.last, 0, li + 1))]
+                    with m.If(p.last):
+                        m.next = "K"
+            with m.State("K"):
+                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.K)]
+                # q . k_j, one line per cycle
+                part = Signal(signed(32))
+                m.d.comb += part.eq(sum(q_r.data[c] * p.data[c][0:8].as_signed() for c in range(C)))
+                full = Signal(signed(32))
+                m.d.comb += full.eq(dot + part)
+                shift = Signal(signed(10))
+                m.d.comb += shift.eq(10 - qexp - p.exp)
+                u = rshift_round_sat32(m, full * LOG2E_Q30, shift, "score")
+                m.d.comb += [u_w.addr.eq(tok), u_w.data.eq(u), u_w.en.eq(fire & ~wrong & p.eot & valid_tok)]
+                with m.If(fire & ~wrong):
+                    with m.If(p.eot):
+                        m.d.sync += [dot.eq(0), li.eq(0), tok.eq(tok + 1)]
+                        with m.If(valid_tok):
+                            m.d.sync += anyv.eq(1)
+                            with m.If(u > m1):
+                                m.d.sync += m1.eq(u)
+                    with m.Else():
+                        m.d.sync += [dot.eq(full), li.eq(li + 1)]
+                    with m.If(p.last):
+                        m.d.sync += [tok.eq(0), li.eq(0)]
+                        m.next = "A"
+            with m.State("A"):
+                diff = Signal(signed(34))
+                m.d.comb += [diff.eq(m_old - m1), exp_off.eq(0)]
+                m.d.comb += exp_in.eq(sat32(m, diff, "m_diff"))
+                m.d.sync += [a.eq(e2), sum_p.eq(0)]
+                m.next = "V"
+            with m.State("V"):
+                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V)]
+                m.d.comb += [exp_in.eq(u_r.data - m1), exp_off.eq(2)]
+                pe = Signal(unsigned(33))
+                m.d.comb += pe.eq(Mux(valid_tok, e2, 0))
+                vsh = Signal(signed(10))
+                m.d.comb += vsh.eq(-Mux(p.exp > 3, 3, p.exp))
+                m.d.comb += [pv_w.addr.eq(li), pv_w.en.eq(fire & ~wrong)]
+                for c in range(C):
+                    prod = Signal(signed(44), name=f"pv_prod_{c}")
+                    m.d.comb += prod.eq(pe.as_signed() * p.data[c][0:8].as_signed())
+                    term = rshift_round_var(m, prod, vsh, PV_BITS, f"pv_term_{c}", max_left=3)
+                    m.d.comb += pv_w.data[c].eq(Mux(tok == 0, 0, pv_r.data[c]) + term)
+                with m.If(fire & ~wrong):
+                    with m.If(p.eot):
+                        m.d.sync += [sum_p.eq(sum_p + pe), li.eq(0), tok.eq(tok + 1)]
+                    with m.Else():
+                        m.d.sync += li.eq(li + 1)
+                    with m.If(p.last):
+                        m.d.sync += li.eq(0)
+                        m.next = "L"
+            with m.State("L"):
+                la = Signal(signed(66))
+                m.d.comb += la.eq(l_old * a.as_signed())
+                big_l = Signal(unsigned(56))
+                m.d.comb += big_l.eq(((la >> 30) + ((la >> 29) & 1)) + ((sum_p >> 8) + ((sum_p >> 7) & 1)))
+                bl = bitlen_u(m, big_l, 56, "l_bitlen")
+                rr = Signal(range(64))
+                m.d.comb += rr.eq(Mux(bl > 21, bl - 21, 0))
+                l_sh = rshift_round_var(m, big_l.as_signed(), rr, 58, "l_shift")
+                m.d.sync += r.eq(rr)
+                with m.If(anyv):
+                    m.d.sync += [m_new.eq(sat32(m, m1 + (rr << 20), "m_new_sat")),
+                                 l_new.eq(sat32(m, l_sh, "l_new_sat"))]
+                with m.Else():  # every token masked: the state is unchanged
+                    m.d.sync += [m_new.eq(m_old), l_new.eq(l_old)]
+                m.next = "OUTH"
+            with m.State("OUTH"):
+                m.d.comb += [o.valid.eq(1), o.payload.hdr.eq(1), o.payload.data[0].eq(m_new),
+                             o.payload.data[1].eq(l_new)]
+                m.d.comb += [o.payload.data[c].eq(0) for c in range(2, C)]
+                with m.If(o.ready):
+                    m.next = "O"
+            with m.State("O"):
+                m.d.comb += [wrong.eq(p.kind != AttnBeat.STATE_O), i.ready.eq(o.ready | wrong)]
+                m.d.comb += [o.valid.eq(i.valid & ~wrong), o.payload.last.eq(p.last)]
+                for c in range(C):
+                    oa = Signal(signed(66), name=f"oa_{c}")
+                    m.d.comb += oa.eq(p.data[c] * a.as_signed())
+                    pv = pv_r.data[c]
+                    big_o = Signal(signed(64), name=f"big_o_{c}")
+                    m.d.comb += big_o.eq(((oa >> 30) + ((oa >> 29) & 1)) + ((pv >> 8) + ((pv >> 7) & 1)))
+                    new = rshift_round_sat32(m, big_o, r_s, f"o_new_{c}")
+                    m.d.comb += o.payload.data[c].eq(Mux(anyv, new, p.data[c]))
+                with m.If(fire & ~wrong):
+                    m.d.sync += li.eq(li + 1)
+                    with m.If(p.last):
+                        m.d.sync += li.eq(0)
+                        m.next = "HDR"
+        return m
+

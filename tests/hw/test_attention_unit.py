@@ -1,0 +1,114 @@
+"""AttentionUnit under the Amaranth simulator: chains of KV tiles (causal and not, GQA rows as
+consecutive jobs) with idle cycles and back-pressure, bit-exact with numerics.attn_tile."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hw_streams_tb import collect, run, send
+
+from systolica import numerics
+from systolica.config import AccelConfig
+from systolica.hw.attention_unit import AttentionUnit, AttnBeat
+
+pytestmark = pytest.mark.amaranth
+
+
+def job_beats(C, q, qexp, k, kexp, v, vexp, m, lsum, o, offset, causal):
+    """The input beats of one query row over one tile (see hw/attention_unit.py)."""
+    hdl = q.shape[0] // C
+    t = k.shape[0]
+    zero = {"exp": 0, "eot": 0, "last": 0, "offset": 0, "causal": 0}
+
+    def line(kind, vals, **kw):
+        return {**zero, "kind": int(kind), "data": [int(x) for x in vals], **kw}
+
+    beats = [line(AttnBeat.HDR, [m, lsum] + [0] * (C - 2), offset=int(offset), causal=int(causal))]
+    beats += [line(AttnBeat.Q, q[i * C:(i + 1) * C], exp=int(qexp), last=int(i == hdl - 1)) for i in range(hdl)]
+    for kind, x, xe in ((AttnBeat.K, k, kexp), (AttnBeat.V, v, vexp)):
+        beats += [line(kind, x[j, i * C:(i + 1) * C], exp=int(xe[j]), eot=int(i == hdl - 1),
+                       last=int(j == t - 1 and i == hdl - 1)) for j in range(t) for i in range(hdl)]
+    beats += [line(AttnBeat.STATE_O, o[i * C:(i + 1) * C], last=int(i == hdl - 1)) for i in range(hdl)]
+    return beats
+
+
+def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), causal: bool = True):
+    """Jobs for nq query rows (a GQA group) over a chain of tiles, and the expected state lines."""
+    rng = np.random.default_rng(seed)
+    q = rng.integers(-127, 128, size=(nq, hd), dtype=np.int8)
+    qexp = rng.integers(-9, -5, size=nq)
+    state = numerics.attn_empty(nq, hd)
+    beats, want = [], []
+    pos0 = 0
+    qpos = sum(tiles) - 3  # the query sits before the end: the last tile is partly masked
+    for t in tiles:
+        k = rng.integers(-127, 128, size=(t, hd), dtype=np.int8)
+        v = rng.integers(-127, 128, size=(t, hd), dtype=np.int8)
+        kexp = rng.integers(-9, -4, size=t)
+        vexp = rng.integers(-10, 5, size=t)  # some above 3: clamped by numerics and the unit
+        offset = qpos - pos0
+        new = numerics.attn_tile(q, qexp, k, kexp, v, vexp, state, offset, causal)
+        for r in range(nq):  # GQA: the rows of the group are consecutive jobs over the same tile
+            beats += job_beats(C, q[r], qexp[r], k, kexp, v, vexp, int(state.m[r]), int(state.l[r]),
+                               state.o[r], offset, causal)
+            want.append([int(new.m[r]), int(new.l[r])] + [0] * (C - 2))
+            want += [[int(x) for x in new.o[r, i * C:(i + 1) * C]] for i in range(hd // C)]
+        state = new
+        pos0 += t
+    return beats, want
+
+
+@pytest.mark.parametrize("cols,hd,causal", [(4, 8, True), (4, 12, False), (8, 16, True)])
+def test_attention_bit_exact(cols, hd, causal):
+    cfg = AccelConfig(rows=4, cols=cols)
+    dut = AttentionUnit(cfg, max_tokens=16, max_lines=8)
+    beats, want = attention_cases(cols, seed=cols + hd, hd=hd, causal=causal)
+    got = []
+    run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.3),
+              lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.3, out=got)])
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert [g.data[c] for c in range(cols)] == w, f"output line {k}"
+
+
+def test_fully_masked_tile_keeps_state():
+    cfg = AccelConfig(rows=4, cols=4)
+    dut = AttentionUnit(cfg, max_tokens=8, max_lines=4)
+    rng = np.random.default_rng(3)
+    q = rng.integers(-127, 128, size=8, dtype=np.int8)
+    k = rng.integers(-127, 128, size=(4, 8), dtype=np.int8)
+    o = rng.integers(-1000, 1000, size=8)
+    beats = job_beats(4, q, -7, k, [-7] * 4, k, [-7] * 4, 12345, 1 << 20, o, offset=-1, causal=True)
+    got = []
+    run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.0),
+              lambda ctx: collect(ctx, dut.o_stream, 3, random.Random(2), 0.0, out=got)])
+    assert [got[0].data[0], got[0].data[1]] == [12345, 1 << 20]
+    assert [got[1].data[c] for c in range(4)] + [got[2].data[c] for c in range(4)] == [int(x) for x in o]
+
+
+def test_wrong_beat_kind_sets_error():
+    cfg = AccelConfig(rows=4, cols=4)
+    dut = AttentionUnit(cfg, max_tokens=8, max_lines=4)
+    flags = []
+
+    async def bench(ctx):
+        assert ctx.get(dut.error) == 0
+        ctx.set(dut.i_stream.payload, {"kind": int(AttnBeat.K), "data": [0] * 4, "exp": 0, "eot": 1, "last": 1,
+                                       "offset": 0, "causal": 0})
+        ctx.set(dut.i_stream.valid, 1)
+        await ctx.tick().until(dut.i_stream.ready)  # a K line while the unit waits for a header
+        ctx.set(dut.i_stream.valid, 0)
+        await ctx.tick()
+        flags.append(ctx.get(dut.error))
+
+    run(dut, [bench])
+    assert flags == [1]
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+def test_bad_parameters():
+    with pytest.raises(ValueError, match="max_tokens=0"):
+        AttentionUnit(AccelConfig(), max_tokens=0)
+    with pytest.raises(ValueError, match="max_lines=64"):
+        AttentionUnit(AccelConfig(), max_lines=64)
