@@ -91,14 +91,15 @@ def requant(sim: GoldenSim, ins: Instr) -> None:
 
 
 def quant(sim: GoldenSim, ins: Instr) -> None:
-    rows, lines = ins.rows, ins.lines
+    rows, lines, k = ins.rows, ins.lines, 1 + ins.split
     src = _lines(sim, "vbuf", ins, "src", rows * lines, f"source (rows={rows} x lines={lines})")
-    dst = _lines(sim, "spad", ins, "dst", rows * lines, f"result (rows={rows} x lines={lines})")
-    exps = _lines(sim, "spad", ins, "exps", rows, f"exponent lines (rows={rows})")
+    dst = _lines(sim, "spad", ins, "dst", k * rows * lines, f"result ({k} x rows={rows} x lines={lines})")
+    exps = _lines(sim, "spad", ins, "exps", k * rows, f"exponent lines ({k} x rows={rows})")
     if not rows:
         return
-    q, e = nx.quant_rows(src.reshape(rows, lines * sim.cfg.cols))  # lines=0 still writes the zero-row exponent
-    _rows(dst, rows)[...] = q
+    x = src.reshape(rows, lines * sim.cfg.cols)
+    q, e = nx.quant_rows_split(x) if ins.split else nx.quant_rows(x)  # lines=0 still writes the zero-row exponent
+    _rows(dst, k * rows)[...] = q
     exps[...] = 0
     exps[:, 0] = e
 

@@ -151,8 +151,11 @@ OPS: tuple[OpSpec, ...] = (
     OpSpec("QUANT", 0x05, Engine.COMPUTE, (
         _addr("dst", "spad"), _addr("src", "vbuf"), _addr("exps", "spad"),
         Field("rows", 16, why=_ROWS), Field("lines", 16, why=_LINES),
+        Field("split", 1, why="1: also quantize the residual (x minus its int8 part) as a second block of rows"),
     ), "spad[dst] = int8 of each fixed-point row with a per-row power-of-two scale; the exponent goes to lane 0 "
-       "of line `exps`+row (numerics.quant_rows)."),
+       "of line `exps`+row (numerics.quant_rows). With split=1 the rows' residuals follow as rows "
+       "rows..2*rows-1 of dst and exps: x ~ hi*2^e_hi + lo*2^e_lo, ~15-bit activations from two int8 GEMM rows "
+       "(numerics.quant_rows_split)."),
     OpSpec("ADD", 0x06, Engine.COMPUTE, (
         _addr("dst", "vbuf"), _addr("a", "vbuf"), _addr("b", "vbuf"),
         Field("rows", 16, why=_ROWS), Field("lines", 16, why=_LINES),

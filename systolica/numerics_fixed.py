@@ -15,7 +15,7 @@ import numpy as np
 __all__ = [
     "FX_FRAC", "TRIG_FRAC", "EPS_FRAC", "INT32_MIN", "INT32_MAX", "INT64_MIN", "INT64_MAX",
     "QUANT_ZERO_EXP", "to_fx", "from_fx", "rshift_round", "sat32", "bitlen", "clz", "matmul",
-    "requant", "quant_rows", "dequant_rows", "quant_weight", "add", "mul", "argmax", "as_int64",
+    "requant", "quant_rows", "quant_rows_split", "dequant_rows", "quant_weight", "add", "mul", "argmax", "as_int64",
 ]
 
 FX_FRAC = 16  # vbuf fixed point: real = int * 2**-16
@@ -199,6 +199,21 @@ def dequant_rows(q, e) -> np.ndarray:
     q = as_int64(q, "q")
     e = as_int64(e, "e").reshape(-1, 1)
     return sat32(rshift_round(q, -(e + FX_FRAC)))
+
+
+def quant_rows_split(x):
+    """QUANT with split=1: ``(q int8[2M,N], e int8[2M])``, the int8 part and then the residual of every row.
+
+    ``hi, e_hi = quant_rows(x)``; ``r = sat32(x - dequant_rows(hi, e_hi))``;
+    ``lo, e_lo = quant_rows(r)``; rows ``0..M-1`` are ``hi``, rows ``M..2M-1`` are ``lo``.
+    ``x*2**-16 ≈ hi*2**e_hi + lo*2**e_lo`` to half an lsb of ``2**e_lo`` (about 2**-14 of the row
+    maximum): a GEMM over both blocks, requantized per row and added, sees ~15-bit activations
+    while the array still multiplies int8 (decode streams each weight once for both rows).
+    """
+    hi, e_hi = quant_rows(x)
+    r = sat32(as_int64(x, "x") - as_int64(dequant_rows(hi, e_hi), "hi"))
+    lo, e_lo = quant_rows(r)
+    return np.concatenate([hi, lo]), np.concatenate([e_hi, e_lo])
 
 
 def quant_weight(w):
