@@ -3,7 +3,9 @@
 // the image and a JSON result back (see fast_harness.py, which also generates fast_regs.h from
 // systolica/csr.py and fast_ports.h for the configuration's port count and data width).
 //
-// usage: harness DRAM_IN DRAM_OUT WIN_BASE WIN_SIZE PROG_BASE PROG_LEN MAX_CYCLES
+// usage: harness DRAM_IN DRAM_OUT WIN_BASE WIN_SIZE PROG_BASE PROG_LEN MAX_CYCLES [STALL_PERCENT SEED]
+// STALL_PERCENT > 0 makes the DRAM model withhold ready/valid at random (a valid, once shown, is held
+// until taken, as AXI requires), so the fast path also runs under random latency and back-pressure.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -23,7 +25,15 @@ static Vsystolica_accel* top;
 static uint64_t cycle = 0;
 
 struct Burst { uint64_t addr; unsigned beats; unsigned done; };
-struct Port { std::deque<Burst> ar, aw; unsigned bpend = 0; uint64_t rd_beats = 0; };
+struct Port { std::deque<Burst> ar, aw; unsigned bpend = 0; uint64_t rd_beats = 0; bool r_shown = false, b_shown = false; };
+
+static unsigned stall_pct = 0;
+static uint64_t rng = 88172645463325252ull;
+static bool stall() {  // xorshift64: cheap and reproducible from the seed
+    if (!stall_pct) return false;
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return rng % 100 < stall_pct;
+}
 static Port ports[NPORTS];
 
 static void guard(uint64_t addr, unsigned n) {
@@ -44,10 +54,12 @@ template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
 #define PORT_DRIVE(P)                                                                          \
     {                                                                                          \
         Port& p = ports[P];                                                                    \
-        top->m_axi_gmem##P##_arready = 1;                                                      \
-        top->m_axi_gmem##P##_awready = 1;                                                      \
-        top->m_axi_gmem##P##_wready = !p.aw.empty();                                           \
-        top->m_axi_gmem##P##_rvalid = !p.ar.empty();                                           \
+        top->m_axi_gmem##P##_arready = !stall();                                               \
+        top->m_axi_gmem##P##_awready = !stall();                                               \
+        top->m_axi_gmem##P##_wready = !p.aw.empty() && !stall();                               \
+        p.r_shown = !p.ar.empty() && (p.r_shown || !stall());                                  \
+        p.b_shown = p.bpend != 0 && (p.b_shown || !stall());                                   \
+        top->m_axi_gmem##P##_rvalid = p.r_shown;                                               \
         top->m_axi_gmem##P##_rresp = 0; top->m_axi_gmem##P##_bresp = 0;                        \
         top->m_axi_gmem##P##_rid = 0; top->m_axi_gmem##P##_bid = 0;                            \
         if (!p.ar.empty()) {                                                                   \
@@ -58,7 +70,7 @@ template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
             put_bytes(top->m_axi_gmem##P##_rdata, buf);                                        \
             top->m_axi_gmem##P##_rlast = b.done + 1 == b.beats;                                \
         }                                                                                      \
-        top->m_axi_gmem##P##_bvalid = p.bpend != 0;                                            \
+        top->m_axi_gmem##P##_bvalid = p.b_shown;                                               \
     }
 
 // Sampled just before the rising edge: the handshakes that happen at it.
@@ -69,6 +81,7 @@ template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
         bool w_hs = top->m_axi_gmem##P##_wvalid && top->m_axi_gmem##P##_wready;                \
         bool b_hs = top->m_axi_gmem##P##_bvalid && top->m_axi_gmem##P##_bready;                \
         if (r_hs) {                                                                            \
+            p.r_shown = false;                                                                 \
             Burst& b = p.ar.front();                                                           \
             guard(b.addr + (uint64_t)b.done * DMA_BYTES, DMA_BYTES);                           \
             p.rd_beats++;                                                                      \
@@ -84,7 +97,7 @@ template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
                 if ((strb >> i) & 1) { guard(a + i, 1); if (a + i < mem.size()) mem[a + i] = buf[i]; } \
             if (++b.done == b.beats) { p.aw.pop_front(); p.bpend++; }                          \
         }                                                                                      \
-        if (b_hs) p.bpend--;                                                                   \
+        if (b_hs) { p.bpend--; p.b_shown = false; }                                            \
         if (top->m_axi_gmem##P##_arvalid && top->m_axi_gmem##P##_arready)                      \
             p.ar.push_back({top->m_axi_gmem##P##_araddr, (unsigned)top->m_axi_gmem##P##_arlen + 1u, 0}); \
         if (top->m_axi_gmem##P##_awvalid && top->m_axi_gmem##P##_awready)                      \
@@ -139,9 +152,15 @@ static uint32_t csr_read(uint32_t addr) {
 }
 
 int main(int argc, char** argv) {
-    if (argc != 8) {
-        std::fprintf(stderr, "usage: %s DRAM_IN DRAM_OUT WIN_BASE WIN_SIZE PROG_BASE PROG_LEN MAX_CYCLES\n", argv[0]);
+    if (argc != 8 && argc != 10) {
+        std::fprintf(stderr, "usage: %s DRAM_IN DRAM_OUT WIN_BASE WIN_SIZE PROG_BASE PROG_LEN MAX_CYCLES "
+                     "[STALL_PERCENT SEED]\n", argv[0]);
         return 2;
+    }
+    if (argc == 10) {
+        stall_pct = std::strtoul(argv[8], nullptr, 0);
+        rng ^= std::strtoull(argv[9], nullptr, 0) * 0x9E3779B97F4A7C15ull;
+        if (!rng) rng = 1;
     }
     FILE* f = std::fopen(argv[1], "rb");
     if (!f) { std::perror(argv[1]); return 2; }

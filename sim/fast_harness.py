@@ -125,15 +125,19 @@ class FastRtl:
                                        + proc.stderr[-2000:])
 
     def run(self, dram: np.ndarray, *, window_base: int, window_size: int, prog_base: int, prog_len: int,
-            max_cycles: int = 50_000_000) -> FastResult:
-        """Run the program already in ``dram`` (a 1-D uint8 array, updated in place)."""
+            max_cycles: int = 50_000_000, stall_percent: int = 0, seed: int = 0) -> FastResult:
+        """Run the program already in ``dram`` (a 1-D uint8 array, updated in place).
+
+        ``stall_percent`` > 0: the C++ DRAM model withholds ready/valid at random on every AXI channel.
+        """
         if dram.dtype != np.uint8 or dram.ndim != 1:
             raise TypeError(f"dram must be a 1-D uint8 array, got {dram.dtype} {dram.shape}")
         with tempfile.TemporaryDirectory() as tmp:
             src, dst = Path(tmp) / "in.bin", Path(tmp) / "out.bin"
             dram.tofile(src)
             proc = subprocess.run([str(self.binary), str(src), str(dst), hex(window_base), hex(window_size),
-                                   hex(prog_base), str(prog_len), str(max_cycles)], capture_output=True, text=True)
+                                   hex(prog_base), str(prog_len), str(max_cycles), str(int(stall_percent)),
+                                   str(int(seed))], capture_output=True, text=True)
             if proc.returncode:
                 raise FastHarnessError(f"harness exited with {proc.returncode}: {proc.stderr[-2000:]}")
             dram[:] = np.fromfile(dst, np.uint8)
