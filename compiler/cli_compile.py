@@ -60,6 +60,8 @@ class Compile:
         p.add_argument("--page", type=int, default=16, help="KV-cache page size in tokens (power of two)")
         p.add_argument("--max-seq", type=int, default=None, help="longest context (default: the model's)")
         p.add_argument("--prefill-chunk", type=int, default=16, help="rows of the prefill program (upper bound)")
+        p.add_argument("--act-split", action="store_true",
+                       help="~15-bit activations: every linear input as an int8 part plus an int8 residual")
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
@@ -75,7 +77,8 @@ class Compile:
         with con.status("reading model") as status:
             model = load_model(args.model)
             art = compile_model(model, cfg, page=args.page, max_seq=args.max_seq, prefill_chunk=args.prefill_chunk,
-                                progress=lambda s: status.update(f"compiling: {s}"))
+                                progress=lambda s: status.update(f"compiling: {s}"),
+                                **({"act_split": True} if args.act_split else {}))
             status.update("writing artifact")
             art.save(args.output)
         man = art.manifest

@@ -35,7 +35,7 @@ class ProgramPlan:
 
 
 def _tensor_lines(t, rows: int, cols: int) -> int:
-    r = 1 if t.last else rows
+    r = (1 if t.last else rows) * (2 if t.split else 1)
     if t.space == "exps":
         return r * (t.heads if t.per_head_exps else 1)
     return r * t.lines(cols)
@@ -63,16 +63,17 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     for s in (0, 1):
         chip.spad.alloc(f"w{s}", slot)
     tilings = {}
+    k = 2 if g.act_split else 1  # GEMM rows per token row
     for name, m in mats.items():
-        m_rows = 1 if name == "output" else rows
+        m_rows = k * (1 if name == "output" else rows)
         tilings[name] = tile_matrix(name, m.Nl, m.Kl, cols, slot, cfg.acc_lines, m_rows)
-    chip.acc.alloc("acc", max(t.nt * (1 if n == "output" else rows) for n, t in tilings.items()))
+    chip.acc.alloc("acc", max(t.nt * k * (1 if n == "output" else rows) for n, t in tilings.items()))
     chip.vbuf.alloc("x", rows * Dl)
     chip.vbuf.alloc("gamma", (2 if c.arch == "gpt2" else 1) * Dl)
     mslot = max(t.nt for t in tilings.values())
     for s in (0, 1):
         chip.vbuf.alloc(f"m{s}", mslot)
-        chip.vbuf.alloc(f"lg{s}", tilings["output"].nt)
+        chip.vbuf.alloc(f"lg{s}", k * tilings["output"].nt)
     if c.arch == "gpt2":
         chip.vbuf.alloc("pos", rows * Dl)
         chip.vbuf.alloc("bias", max(m.Nl for m in mats.values() if m.bias_off is not None))
@@ -83,7 +84,7 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     if glu:
         nt = max(tilings[nd.attrs["gate"]].nt for nd in glu)
         for b in ("gbuf", "ubuf"):
-            chip.vbuf.alloc(b, rows * nt)
+            chip.vbuf.alloc(b, k * rows * nt)
     alias = _inplace_aliases(g, live, cols)
     span = {}
     for name, rep in alias.items():  # a representative lives as long as every tensor sharing its lines
@@ -116,7 +117,8 @@ def _inplace_aliases(g: Graph, live: dict, cols: int) -> dict[str, str]:
         out = g.tensors[n.outputs[0]]
         for t in n.inputs:
             src = g.tensors[t]
-            if src.buffer is None and live[t][1] == i and src.lines(cols) == out.lines(cols) and src.last == out.last:
+            if (src.buffer is None and live[t][1] == i and src.lines(cols) == out.lines(cols) and src.last == out.last
+                    and src.split >= out.split):
                 alias[out.name] = alias.get(t, t)
                 break
     return alias
@@ -145,6 +147,17 @@ class _Gen:
             return name
         buf = "spad" if t.space == "exps" else t.space
         return f"{buf}:{t.buffer or self.p.alias.get(name, name)}"
+
+    @property
+    def k(self) -> int:
+        """GEMM / REQUANT rows per token row: 2 with split activations (int8 part, then residual)."""
+        return 2 if self.g.act_split else 1
+
+    def _fold(self, dst: int, dst_key: str, rows: int, lines: int) -> None:
+        """Split activations: add the residual half's result rows onto the int8 half's (reference order)."""
+        if self.g.act_split:
+            self.s.emit("ADD", dst=dst, a=dst, b=dst + rows * lines, rows=rows, lines=lines, reads=[dst_key],
+                        writes=[dst_key])
 
     def rows_of(self, name: str) -> int:
         return 1 if self.g.tensors[name].last else self.T
@@ -190,7 +203,8 @@ class _Gen:
             r, lines = rows * t.heads, t.seg_lines(self.cols)
         else:
             r, lines = rows, t.lines(self.cols)
-        self.s.emit("QUANT", dst=self.a(dq), src=self.a(src), exps=self.a(de), rows=r, lines=lines,
+        split = {"split": 1} if n.attrs.get("split") else {}  # (a field older ISA tables lack)
+        self.s.emit("QUANT", dst=self.a(dq), src=self.a(src), exps=self.a(de), rows=r, lines=lines, **split,
                     reads=[self.key(src)], writes=[self.key(dq), self.key(de)])
 
     def _stream_block(self, aq: str, wname: str, m_rows: int, tiles) -> str:
@@ -239,8 +253,9 @@ class _Gen:
     def linear(self, n: Node) -> None:
         (aq, ae), (dst,) = n.inputs, n.outputs
         w, rows, L = n.attrs["weight"], self.rows_of(aq), self.lines(dst)
-        self._matmul(aq, ae, w, rows, lambda n0, nt, ms: self._requant(ae, w, rows, self.a(dst), self.key(dst), L,
-                                                                       n0, nt, ms))
+        self._matmul(aq, ae, w, self.k * rows, lambda n0, nt, ms: self._requant(ae, w, self.k * rows, self.a(dst),
+                                                                                self.key(dst), L, n0, nt, ms))
+        self._fold(self.a(dst), self.key(dst), rows, L)
         if n.attrs.get("bias"):
             self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("bias", "vbuf"), dram=self.mats[w].bias_off, rows=1,
                         lines=L, stride=0, writes=["vbuf:bias"])
@@ -253,11 +268,12 @@ class _Gen:
 
         def sink(n0: int, nt: int, ms: str) -> None:
             lg = f"lg{n0 // self.p.tilings['output'].nt % 2}"
-            self._requant(ae, "output", 1, self.a(lg, "vbuf"), f"vbuf:{lg}", nt, 0, nt, ms)
+            self._requant(ae, "output", self.k, self.a(lg, "vbuf"), f"vbuf:{lg}", nt, 0, nt, ms)
+            self._fold(self.a(lg, "vbuf"), f"vbuf:{lg}", 1, nt)
             self.s.emit("STORE", buf=Buf.VBUF, sram=self.a(lg, "vbuf"), dram=out + n0 * self.cols * 4, rows=1,
                         lines=nt, stride=0, reads=[f"vbuf:{lg}"], writes=["dram:logits"])
 
-        self._matmul(aq, ae, "output", 1, sink)
+        self._matmul(aq, ae, "output", self.k, sink)
 
     def glu(self, n: Node) -> None:
         """SwiGLU block by block: gate and up of one column block, SiLU, MUL into the act row.
@@ -270,8 +286,9 @@ class _Gen:
         for gt, ut in zip(self._blocks(n.attrs["gate"]), self._blocks(n.attrs["up"]), strict=True):
             n0, nt = gt[0].n0, gt[0].nt
             for w, tiles, buf in ((n.attrs["gate"], gt, "gbuf"), (n.attrs["up"], ut, "ubuf")):
-                ms = self._stream_block(aq, w, rows, tiles)
-                self._requant(ae, w, rows, self.a(buf, "vbuf"), f"vbuf:{buf}", nt, 0, nt, ms)
+                ms = self._stream_block(aq, w, self.k * rows, tiles)
+                self._requant(ae, w, self.k * rows, self.a(buf, "vbuf"), f"vbuf:{buf}", nt, 0, nt, ms)
+                self._fold(self.a(buf, "vbuf"), f"vbuf:{buf}", rows, nt)
             self.s.emit("SILU", dst=g, src=g, rows=rows, lines=nt, reads=["vbuf:gbuf"], writes=["vbuf:gbuf"])
             calls = [(0, rows, F)] if nt == F else [(r, 1, nt) for r in range(rows)]
             for r, rr, _ in calls:

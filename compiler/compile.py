@@ -26,7 +26,7 @@ from systolica.compiler.schedule import verify_tokens
 from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, StepState
 from systolica.config import AccelConfig
 from systolica.isa import WORD_BYTES, IsaError, encode
-from systolica.model import Model, ModelError
+from systolica.model import Model
 from systolica.program import Program
 
 __all__ = ["compile_model", "CompileError"]
@@ -61,7 +61,8 @@ def _lower(g, qm, cfg, mats, kv, lay, rows_b, rows: int, max_pages: int, kind: s
 
 
 def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int | None = None,
-                  prefill_chunk: int = 16, progress: Callable[[str], None] | None = None) -> Artifact:
+                  prefill_chunk: int = 16, progress: Callable[[str], None] | None = None,
+                  act_split: bool = False) -> Artifact:
     """Compile ``model`` for the accelerator ``cfg``.
 
     Parameters
@@ -78,6 +79,10 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         Rows of the prefill program (reduced until the activations fit on chip; 1 means no prefill program).
     progress : callable, optional
         Called with the name of each pass as it starts.
+    act_split : bool
+        Quantize every linear layer's input as an int8 part plus an int8 residual (QUANT ``split=1``,
+        ``QuantModel.act_split``): ~15-bit activations for twice the GEMM rows; the integer reference
+        must be built with the same flag.
 
     Raises
     ------
@@ -95,10 +100,7 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
     if prefill_chunk < 1:
         raise CompileError(f"prefill_chunk={prefill_chunk} must be at least 1")
     say("graph")
-    try:
-        g = build_graph(c)
-    except ModelError:
-        raise
+    g = build_graph(c, act_split=act_split)  # ModelError for a bad architecture or shape
     if c.group > 63 or -(-c.head_dim // cfg.cols) > 63:
         raise CompileError(f"ATTN holds at most 63 query heads per KV head and 63 lines per head; the model has "
                            f"{c.group} and {-(-c.head_dim // cfg.cols)} (head_dim={c.head_dim}, cols={cfg.cols})")
@@ -148,7 +150,7 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
                   "max_seq": c.max_seq, "norm_eps": c.norm_eps, "rope_base": c.rope_base,
                   "tied_output": c.tied_output, "metadata": _jsonable(model.metadata)},
         "tokenizer": _tokenizer_json(model.tokenizer),
-        "max_seq": max_seq, "kv": kv.to_json(), "regions": [r.to_json() for r in lay.regions.values()],
+        "max_seq": max_seq, "act_split": bool(act_split), "kv": kv.to_json(), "regions": [r.to_json() for r in lay.regions.values()],
         "rows": {**rows_b, "embd_offset": lay["token_embd"].offset,
                  **({"pos_offset": lay["pos_embd"].offset} if "pos_embd" in lay.regions else {}),
                  **({"rope_offset": lay["rope"].offset} if "rope" in lay.regions else {})},

@@ -37,6 +37,7 @@ class TensorDecl:
     last: bool = False  # only the last token's row
     per_head_exps: bool = False  # exps: one line per head (else one per token)
     buffer: str | None = None  # a named buffer shared by several tensors (the residual stream "x")
+    split: bool = False  # twice the rows: QUANT split=1's int8 parts then residuals, or their GEMM results
 
     def lines(self, cols: int) -> int:
         """Lines of one token row."""
@@ -69,6 +70,7 @@ OPS: dict[str, tuple[int, int]] = {
 @dataclass
 class Graph:
     config: ModelConfig
+    act_split: bool = False  # linear inputs quantized with QUANT split=1 (QuantModel.act_split)
     tensors: dict[str, TensorDecl] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
 
@@ -97,10 +99,14 @@ class Graph:
         return "\n".join(f"{i:4d}  {n}" for i, n in enumerate(self.nodes))
 
 
-def build_graph(cfg: ModelConfig) -> Graph:
-    """The graph of one step of a llama or GPT-2 model (see docs/quantization.md)."""
+def build_graph(cfg: ModelConfig, act_split: bool = False) -> Graph:
+    """The graph of one step of a llama or GPT-2 model (see docs/quantization.md).
+
+    ``act_split``: every linear layer's input is quantized with QUANT ``split=1`` (int8 part and
+    int8 residual, twice the rows) and its GEMM result rows are requantized and added in pairs.
+    """
     cfg.check()
-    g = Graph(cfg)
+    g = Graph(cfg, act_split=bool(act_split))
     H, Hkv, hd, D, F = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.dim, cfg.ffn_dim
     gpt2 = cfg.arch == "gpt2"
     norm = "layer" if gpt2 else "rms"
@@ -169,8 +175,23 @@ def build_graph(cfg: ModelConfig) -> Graph:
     fq, fe = g.decl("hfq", "spad", 1, D, last=True), g.decl("hfe", "exps", 1, D, last=True)
     g.add("quant", [hf], [fq, fe])
     g.add("logits", [fq, fe], [], weight="output", vocab=cfg.vocab_size)
+    if act_split:
+        _mark_split(g)
     verify(g)
     return g
+
+
+def _mark_split(g: Graph) -> None:
+    """Quantize the inputs of every linear layer with split=1; their outputs get room for both halves."""
+    import dataclasses
+
+    producer = {t: n for n in g.nodes for t in n.outputs}
+    for n in g.nodes:
+        if n.op not in ("linear", "glu", "logits"):
+            continue
+        for t in list(n.inputs) + list(n.outputs):
+            g.tensors[t] = dataclasses.replace(g.tensors[t], split=True)
+        producer[n.inputs[0]].attrs["split"] = True
 
 
 def _same_row(a: TensorDecl, b: TensorDecl) -> bool:
@@ -219,6 +240,10 @@ def _check_node(where, n, ins, outs, cfg, weights) -> None:
         need(cfg.arch == "llama", "RoPE is llama-only")
     if n.op == "quant":
         need(spaces == (["vbuf"], ["spad", "exps"]), f"quant maps vbuf -> (spad, exps), got {spaces}")
+        split = bool(n.attrs.get("split"))
+        need(outs[0].split == split and outs[1].split == split,
+             "a split quant doubles the rows of both outputs (and only a split quant does)")
+        need(not (split and outs[1].per_head_exps), "per-head quantization (attention) is never split")
         need(_same_row(ins[0], outs[0]) and _same_row(ins[0], outs[1]), "quant changes the row shape")
     if n.op == "glu":
         need(spaces == (["spad", "exps"], ["vbuf"]), f"glu maps (spad, exps) -> vbuf, got {spaces}")
@@ -228,6 +253,8 @@ def _check_node(where, n, ins, outs, cfg, weights) -> None:
                 need(w is not None, f"weight {n.attrs[k]!r} is missing")
                 need(w == (outs[0].elems, ins[0].heads * ins[0].elems),
                      f"weight {n.attrs[k]!r} has shape {w}, glu wants {(outs[0].elems, ins[0].heads * ins[0].elems)}")
+    if n.op in ("linear", "glu"):
+        need(outs[0].split == ins[0].split, f"{n.op} of a split input needs room for both result halves")
     if n.op in ("linear", "logits"):
         need(spaces[0] == ["spad", "exps"], f"{n.op} reads (spad, exps), got {spaces[0]}")
         a = ins[0]

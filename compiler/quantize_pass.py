@@ -44,7 +44,10 @@ def quantize(model: Model, graph: Graph, max_seq: int) -> tuple[QuantModel, Quan
     IRError
         The graph names a weight the quantized model lacks, or shapes disagree.
     """
-    qm = quantize_model(model, max_seq=max_seq)
+    # act_split only when asked: the keyword is newer than the rest of quantize_model's signature
+    qm = quantize_model(model, max_seq=max_seq, **({"act_split": True} if graph.act_split else {}))
+    if bool(getattr(qm, "act_split", False)) != graph.act_split:
+        raise IRError(f"the graph has act_split={graph.act_split}, the quantized model {getattr(qm, 'act_split', None)}")
     shapes = {k: tuple(m.q.shape) for k, m in qm.mats.items()}
     verify(graph, shapes)
     for n in graph.nodes:

@@ -120,3 +120,27 @@ def _in_features(model, name):
 
 def _out_features(model, name):
     return (model.output_weight() if name == "output" else model.w(name)).shape[0]
+
+
+def _has_act_split() -> bool:
+    import inspect
+
+    return "act_split" in inspect.signature(quantize_model).parameters
+
+
+@pytest.mark.skipif(not _has_act_split(), reason="quantize_model has no act_split yet")
+@pytest.mark.parametrize("case, cfg_name", [("llama-odd-tied", "tiny"), ("gpt2", "default"), ("llama-gqa", "default")])
+def test_split_activations_bit_exact(case, cfg_name):
+    """QUANT split=1 (int8 part + int8 residual, twice the GEMM rows, halves added) on every linear input."""
+    kw, page, max_seq, chunk = CASES[case]
+    model = random_model(max_seq=max_seq, **kw)
+    art = compile_model(model, preset(cfg_name), page=page, max_seq=max_seq, prefill_chunk=chunk, act_split=True)
+    assert art.manifest["act_split"] and art.manifest["stats"]["decode"]["per_op"]["ADD"] > 0
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model, act_split=True), page=page)
+    prompt = [5, 1, 4, 1, 5, 9, 2, 6, 5]
+    assert np.array_equal(gold.prefill(prompt), ref.prefill(prompt)[-1])
+    tok = 3
+    for _ in range(16):
+        want = ref.decode(tok)
+        assert np.array_equal(gold.decode(tok), want)
+        tok = int(nx.argmax(want[None, :])[0])

@@ -56,25 +56,34 @@ def test_greedy_continuation_is_sensible(compiled):
     assert "Paris" in text
 
 
-def test_teacher_forced_agreement_with_float(compiled):
+@pytest.mark.parametrize("act_split", [False, True])
+def test_teacher_forced_agreement_with_float(compiled, act_split):
     """Every step bit-exact with the integer reference; top-1 agreement with the float model reported.
 
     The agreement is a property of the quantization scheme (docs/quantization.md), which the
     lowering reproduces exactly (all 38 steps bit-exact); the bound below only catches a regression.
-    Measured 79-82% over this 38-token passage (as the numerics evolved), short of the 90% the issue
-    targets: a numerics finding, not a lowering one.
+    Plain int8 activations measured 79-82% over this 38-token passage (as the numerics evolved),
+    short of the issue's 90%; ``act_split`` (int8 part + residual) is the numerics' answer to that.
     """
+    import inspect
+
     from systolica.reference_float import FloatModel
     from systolica.reference_quant import QuantRunner, quantize_model
 
     model, art = compiled
+    if act_split:
+        if "act_split" not in inspect.signature(quantize_model).parameters:
+            pytest.skip("quantize_model has no act_split yet")
+        art = compile_model(model, preset("default"), page=16, max_seq=128, prefill_chunk=16, act_split=True)
+    kw = {"act_split": True} if act_split else {}
     ids = model.tokenizer.encode(PASSAGE)[:40]
     flt = FloatModel(model, dtype=np.float32).prefill(ids)  # (T, vocab)
-    ref = QuantRunner(quantize_model(model, max_seq=128), page=16).prefill(ids)  # (T, vocab): prefill == decode
+    ref = QuantRunner(quantize_model(model, max_seq=128, **kw), page=16).prefill(ids)  # prefill == decode
     gold = GoldenRunner(art)
     got = np.array([gold.decode(t) for t in ids])
     bad = [i for i in range(len(ids)) if not np.array_equal(got[i], ref[i])]
     assert not bad, f"golden differs from the integer reference at steps {bad}"
     rate = float(np.mean(got.argmax(axis=1) == flt.argmax(axis=1)))
-    print(f"teacher-forced top-1 agreement with the float reference: {rate:.1%} over {len(ids)} tokens")
+    print(f"act_split={act_split}: teacher-forced top-1 agreement with the float reference {rate:.1%} over "
+          f"{len(ids)} tokens")
     assert rate >= 0.75
