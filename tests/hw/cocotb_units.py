@@ -12,11 +12,13 @@ import os
 import cocotb
 import numpy as np
 from hw_gemm_tiles import accumulate, tile_streams
-from hw_rtl_units import SHAPES, UNIT_CFG
+from hw_rtl_units import ATTN_PARAMS, SHAPES, UNIT_CFG
 from test_activation import activation_cases
+from test_attention_unit import attention_cases
 from test_vector_unit import vector_cases
 
 from systolica.hw.activation import ActivationUnit
+from systolica.hw.attention_unit import AttentionUnit
 from systolica.hw.systolic_array import SystolicArray
 from systolica.hw.vector_unit import VectorUnit
 from systolica.numerics import matmul
@@ -120,4 +122,30 @@ async def activation(dut):
         if idle == 0 and stall == 0:
             metrics["lines_per_cycle"] = _rate(src.fired)
             metrics["latency"] = snk.fired[0] - src.fired[0]
+    _write_metrics(metrics)
+
+
+@cocotb.test()
+async def attention(dut):
+    """AttentionUnit: chains of KV tiles for a GQA group, bit-exact with numerics.attn_tile."""
+    p = _params()
+    au = AttentionUnit(UNIT_CFG, **ATTN_PARAMS)
+    await reset(dut)
+    metrics = {}
+    C = UNIT_CFG.cols
+    for run in p["runs"]:
+        beats, want = attention_cases(C, run["seed"], hd=run["hd"], nq=run["nq"], tiles=tuple(run["tiles"]),
+                                      causal=run["causal"])
+        src, snk = await _lines(dut, "attn", au.i_layout, au.o_layout, beats, want, run["idle"], run["stall"],
+                                run["seed"])
+        assert int(dut.attn_error.value) == 0, "attention unit flagged a beat of the wrong kind"
+        if run["idle"] == 0 and run["stall"] == 0:
+            hdl = run["hd"] // C
+            kv_tokens = sum(run["tiles"]) * run["nq"]  # (token, query row) pairs
+            cycles = snk.fired[-1] - src.fired[0] + 1
+            metrics.update(cycles=cycles, kv_token_rows=kv_tokens, hd=run["hd"], lanes=C,
+                           cycles_per_kv_token_row=cycles / kv_tokens,
+                           cycles_per_kv_element=cycles / (kv_tokens * run["hd"]),
+                           ideal_cycles_per_kv_token_row=2 * hdl,
+                           input_lines_per_cycle=len(src.fired) / cycles)
     _write_metrics(metrics)

@@ -13,6 +13,7 @@ from amaranth.lib import wiring
 
 from systolica.config import AccelConfig, preset
 from systolica.hw.activation import ActivationUnit
+from systolica.hw.attention_unit import AttentionUnit
 from systolica.hw.systolic_array import SystolicArray
 from systolica.hw.vector_unit import VectorUnit
 
@@ -23,13 +24,15 @@ SHAPES: dict[str, AccelConfig] = {
     "8x8": preset("default"),
     "4x8": AccelConfig(name="r4c8", rows=4, cols=8, dma_bits=64),
 }
-UNIT_CFG = preset("tiny")  # the vector and activation units: 4 lanes
+UNIT_CFG = preset("tiny")  # the vector, activation and attention units: 4 lanes
+ATTN_PARAMS = {"max_tokens": 32, "max_lines": 8}
 
 
 def unit_factories() -> dict:
     units = {f"arr{k}": (lambda c=c: SystolicArray(c)) for k, c in SHAPES.items()}
     units["vec"] = lambda: VectorUnit(UNIT_CFG)
     units["act"] = lambda: ActivationUnit(UNIT_CFG)
+    units["attn"] = lambda: AttentionUnit(UNIT_CFG, **ATTN_PARAMS)
     return units
 
 
@@ -46,10 +49,17 @@ class RtlUnits(wiring.Component):
         m = Module()
         for uname, u in self.units.items():
             m.submodules[uname] = u
-            for mname in u.signature.members:
-                wiring.connect(m, wiring.flipped(getattr(self, f"{uname}_{mname}")), getattr(u, mname))
+            for mname, member in u.signature.members.items():
+                outer, inner = getattr(self, f"{uname}_{mname}"), getattr(u, mname)
+                if member.is_signature:
+                    wiring.connect(m, wiring.flipped(outer), inner)
+                elif member.flow == wiring.Out:
+                    m.d.comb += outer.eq(inner)
+                else:
+                    m.d.comb += inner.eq(outer)
         return m
 
 
 def build_key() -> dict:
-    return {"shapes": {k: c.to_dict() for k, c in SHAPES.items()}, "unit_cfg": UNIT_CFG.to_dict()}
+    return {"shapes": {k: c.to_dict() for k, c in SHAPES.items()}, "unit_cfg": UNIT_CFG.to_dict(),
+            "attn": ATTN_PARAMS}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hw_rtl_units import SHAPES, RtlUnits, build_key
 
-from systolica.hw import activation, systolic_array, vector_unit
+from systolica.hw import activation, attention_unit, fixed, systolic_array, vector_unit
 from systolica.sim.rtl_build import build
 
 pytestmark = pytest.mark.rtl
@@ -17,7 +17,7 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def units(build_dir):
-    return build("rtl_units", RtlUnits, build_key(), build_dir, deps=(systolic_array, vector_unit, activation))
+    return build("rtl_units", RtlUnits, build_key(), build_dir, deps=(systolic_array, vector_unit, activation, attention_unit, fixed))
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -52,3 +52,17 @@ def test_activation_unit_rtl(units):
                     params={"runs": [[1, 0.3, 0.3], [2, 0.0, 0.0]]}).check()
     print(f"\nactivation: {res.metrics}")
     assert res.metrics["lines_per_cycle"] == 1.0, res.metrics
+
+
+def test_attention_unit_rtl(units):
+    runs = [
+        {"seed": 1, "hd": 8, "nq": 2, "tiles": [5, 7, 3], "causal": True, "idle": 0.3, "stall": 0.3},
+        {"seed": 2, "hd": 12, "nq": 1, "tiles": [9, 4], "causal": False, "idle": 0.5, "stall": 0.2},
+        # full rate, for the cycle count: one GQA group of 2 rows over 2 tiles of 32 tokens, hd = 32
+        {"seed": 3, "hd": 32, "nq": 2, "tiles": [32, 32], "causal": False, "idle": 0.0, "stall": 0.0},
+    ]
+    res = units.run("cocotb_units", HERE, testcase="attention", params={"runs": runs}).check()
+    met = res.metrics
+    print(f"\nattention: {met}")
+    # K and V stream at one line per cycle: 2 * hd / C cycles per KV token and row, plus a per-tile overhead
+    assert met["cycles_per_kv_token_row"] <= 1.25 * met["ideal_cycles_per_kv_token_row"], met
