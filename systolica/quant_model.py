@@ -86,6 +86,11 @@ class QuantModel:
         ``(max_seq, head_dim)`` RoPE table (llama), row = position.
     eps_q32 : int
         Norm epsilon in units of 2**-32.
+    act_split : bool
+        Quantize every linear layer's input with QUANT ``split=1`` (its int8 part and its int8 residual,
+        two GEMM rows per token, requantized and added): ~15-bit activations.  Trained checkpoints have
+        outlier channels that one power-of-two int8 scale per row cannot serve (SmolLM2-135M: top-1
+        agreement 0.79 -> see docs/quantization.md); decode is memory-bound, so the second row is free there.
     errors : dict[str, float]
         Relative RMS error ``||deq - w|| / ||w||`` of every converted tensor.
     """
@@ -96,6 +101,7 @@ class QuantModel:
     rope: np.ndarray | None
     eps_q32: int
     errors: dict[str, float] = field(default_factory=dict)
+    act_split: bool = False  # linear inputs as QUANT split=1: int8 part + int8 residual (~15-bit activations)
 
     def report(self) -> str:
         """A table of the per-tensor relative RMS quantization errors, worst first."""
@@ -137,7 +143,7 @@ def eps_to_q32(eps: float) -> int:
     return e
 
 
-def quantize_model(model: Model, max_seq: int | None = None) -> QuantModel:
+def quantize_model(model: Model, max_seq: int | None = None, act_split: bool = False) -> QuantModel:
     """Convert every weight of ``model`` once to the accelerator's formats (see the module docstring).
 
     Parameters
@@ -146,6 +152,8 @@ def quantize_model(model: Model, max_seq: int | None = None) -> QuantModel:
         A checked llama or GPT-2 float model.
     max_seq : int, optional
         Positions covered by the RoPE table; default ``model.config.max_seq``.
+    act_split : bool
+        See :attr:`QuantModel.act_split`.
 
     Raises
     ------
@@ -193,4 +201,4 @@ def quantize_model(model: Model, max_seq: int | None = None) -> QuantModel:
     rope = None
     if not gpt2:
         rope = np.asarray(nx.rope_table(np.arange(max_seq), c.head_dim, c.rope_base), dtype=np.int32)
-    return QuantModel(c, mats, fx, rope, eps_to_q32(c.norm_eps), errors)
+    return QuantModel(c, mats, fx, rope, eps_to_q32(c.norm_eps), errors, act_split=bool(act_split))

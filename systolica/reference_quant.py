@@ -118,11 +118,18 @@ class QuantRunner:
             self.taps[name] = value
         return value
 
+    def _quant_in(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """QUANT of a linear layer's input: (T, n) fx -> int8 rows + exps; 2T rows when act_split."""
+        return nx.quant_rows_split(x) if self.qm.act_split else nx.quant_rows(x)  # QUANT split=act_split
+
     def _linear(self, xq: np.ndarray, xe: np.ndarray, name: str) -> np.ndarray:
-        """GEMM + REQUANT (+ ADD with bcast=1 of the bias): int8 rows with exponents -> fx rows."""
+        """GEMM + REQUANT (+ ADD of the split halves) (+ ADD bcast=1 of the bias): int8 rows -> fx rows."""
         w = self.qm.mats[name]
-        acc = nx.matmul(xq, w.q)  # GEMM      int32 (T, out)
-        y = nx.requant(acc, w.mult, xe, w.requant_shift)  # REQUANT   fx (T, out), shift = S - FX_FRAC
+        acc = nx.matmul(xq, w.q)  # GEMM      int32 (T or 2T, out)
+        y = nx.requant(acc, w.mult, xe, w.requant_shift)  # REQUANT   fx (T or 2T, out), shift = S - FX_FRAC
+        if self.qm.act_split:
+            t = y.shape[0] // 2
+            y = nx.add(y[:t], y[t:])  # ADD       int8 part + residual part
         b = self.qm.fx.get(name + "_b")
         if b is not None:
             y = nx.add(y, b[None, :])  # ADD bcast  bias (GPT-2)
@@ -146,14 +153,14 @@ class QuantRunner:
             x = self._attn_block(i, x, positions)
             x = self._mlp_block(i, x)
         h = self._norm(x, "output_norm")  # RMSNORM / LAYERNORM
-        hq, he = nx.quant_rows(h)  # QUANT     int8 (T, dim), exps (T,)
+        hq, he = self._quant_in(h)  # QUANT     int8 (T, dim), exps (T,)
         return self._linear(hq, he, "output")  # GEMM + REQUANT  fx logits (T, vocab)
 
     def _attn_block(self, i: int, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         c, p = self.cfg, f"blk.{i}."
         T, hd, H, Hkv = x.shape[0], c.head_dim, c.n_heads, c.n_kv_heads
         a = self._norm(x, p + "attn_norm")  # RMSNORM / LAYERNORM  fx (T, dim)
-        aq, ae = nx.quant_rows(a)  # QUANT     int8 (T, dim), exps (T,)
+        aq, ae = self._quant_in(a)  # QUANT     int8 (T, dim), exps (T,)
         q = self._linear(aq, ae, p + "attn_q")  # GEMM + REQUANT  fx (T, H*hd), 1/sqrt(hd) folded in
         k = self._linear(aq, ae, p + "attn_k")  # GEMM + REQUANT  fx (T, Hkv*hd)
         v = self._linear(aq, ae, p + "attn_v")  # GEMM + REQUANT  fx (T, Hkv*hd)
@@ -168,7 +175,7 @@ class QuantRunner:
                           vq.reshape(T, Hkv, hd), ve.reshape(T, Hkv))  # STORE  K/V rows into their pages
         o = self._attention(i, positions, qq.reshape(T, H, hd), qe.reshape(T, H))  # ATTN ... ATTN_OUT
         o = self._tap(p + "attn", o.reshape(T, H * hd))  # fx (T, H*hd)
-        oq, oe = nx.quant_rows(o)  # QUANT
+        oq, oe = self._quant_in(o)  # QUANT
         return nx.add(x, self._linear(oq, oe, p + "attn_output"))  # GEMM + REQUANT (+ bias) + ADD residual
 
     def _cache_write(self, i: int, positions: np.ndarray, kq, ke, vq, ve) -> None:
@@ -203,7 +210,7 @@ class QuantRunner:
     def _mlp_block(self, i: int, x: np.ndarray) -> np.ndarray:
         p = f"blk.{i}."
         b = self._norm(x, p + "ffn_norm")  # RMSNORM / LAYERNORM  fx (T, dim)
-        bq, be = nx.quant_rows(b)  # QUANT
+        bq, be = self._quant_in(b)  # QUANT
         if self.cfg.arch == "gpt2":
             u = self._linear(bq, be, p + "ffn_up")  # GEMM + REQUANT + ADD bias  fx (T, ffn)
             h = self._tap(p + "ffn_act", nx.gelu(u))  # GELU
@@ -211,5 +218,5 @@ class QuantRunner:
             gt = self._linear(bq, be, p + "ffn_gate")  # GEMM + REQUANT  fx (T, ffn)
             u = self._linear(bq, be, p + "ffn_up")  # GEMM + REQUANT  fx (T, ffn)
             h = self._tap(p + "ffn_act", nx.mul(nx.silu(gt), u, nx.FX_FRAC))  # SILU, MUL shift=FX_FRAC
-        hq, he = nx.quant_rows(h)  # QUANT     int8 (T, ffn)
+        hq, he = self._quant_in(h)  # QUANT     int8 (T, ffn)
         return nx.add(x, self._linear(hq, he, p + "ffn_down"))  # GEMM + REQUANT (+ bias) + ADD residual
