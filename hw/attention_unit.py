@@ -22,6 +22,11 @@ Beat sequence of one job on ``i_stream`` (``kind``, see :class:`AttnBeat`):
    ``sat32(rsr(rsr(o*a, 30) + rsr(PV, 8), r))`` on ``o_stream``, after a header line
    (``hdr``) with ``data[0] = sat32(m1 + (r << 20))``, ``data[1] = sat32(rsr(L, r))``.
 
+``ATTN_OUT`` (:func:`~systolica.numerics.attn_finish`) is a second job type: a ``FIN`` beat
+with ``data[1] = l``, then the ``hd/C`` lines of ``o`` (kind ``STATE_O``); after one
+reciprocal of ``l`` (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles) each line gives
+``sat32(rsr(o * y, k - 16))`` (fx), or 0 when ``l = 0``.
+
 A tile with no unmasked token returns the state unchanged, as numerics does.  GQA: the
 query rows of a group are jobs one after another over the same tile (it stays in the
 scratchpad).  Throughput: one K or V line per cycle, so ``2 * hd / C`` cycles per KV
@@ -44,6 +49,7 @@ from amaranth.lib.wiring import In, Out
 from systolica.config import AccelConfig
 
 from .fixed import bitlen_u, exp2_lookup, rshift_round_sat32, rshift_round_var, sat32
+from .recip import Reciprocal
 
 __all__ = ["AttentionUnit", "AttnBeat"]
 
@@ -56,6 +62,7 @@ class AttnBeat(enum.IntEnum):
     K = 2
     V = 3
     STATE_O = 4
+    FIN = 5
 
 
 class AttentionUnit(wiring.Component):
@@ -135,16 +142,44 @@ class AttentionUnit(wiring.Component):
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
 
+        m.submodules.recip = recip = Reciprocal(33)
+        fy, fk = Signal(unsigned(31)), Signal(unsigned(7))
+        m.d.comb += recip.i_stream.payload.eq(l_old)
+
         r_s = Signal(signed(8))  # r as a signed shift amount
         m.d.comb += r_s.eq(r)
 
         with m.FSM(name="attn"):
             with m.State("HDR"):
-                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.HDR)]
+                m.d.comb += [i.ready.eq(1), wrong.eq((p.kind != AttnBeat.HDR) & (p.kind != AttnBeat.FIN))]
                 with m.If(fire & ~wrong):
                     m.d.sync += [m_old.eq(p.data[0]), l_old.eq(p.data[1]), m1.eq(p.data[0]), offset.eq(p.offset),
                                  causal.eq(p.causal), li.eq(0), tok.eq(0), dot.eq(0), anyv.eq(0)]
                     m.next = "Q"
+                    with m.If(p.kind == AttnBeat.FIN):
+                        m.next = "FREQ"
+            # ---- ATTN_OUT: o / l with one reciprocal per row --------------------------------
+            with m.State("FREQ"):
+                m.d.comb += recip.i_stream.valid.eq(1)
+                with m.If(recip.i_stream.ready):
+                    m.next = "FWAIT"
+            with m.State("FWAIT"):
+                m.d.comb += recip.o_stream.ready.eq(1)
+                with m.If(recip.o_stream.valid):
+                    m.d.sync += [fy.eq(recip.o_stream.payload.y), fk.eq(recip.o_stream.payload.k)]
+                    m.next = "FOUT"
+            with m.State("FOUT"):
+                m.d.comb += [wrong.eq(p.kind != AttnBeat.STATE_O), i.ready.eq(o.ready | wrong)]
+                m.d.comb += [o.valid.eq(i.valid & ~wrong), o.payload.last.eq(p.last)]
+                fsh = Signal(signed(9))
+                m.d.comb += fsh.eq(fk - 16)
+                for c in range(C):
+                    oy = Signal(signed(64), name=f"oy_{c}")
+                    m.d.comb += oy.eq(p.data[c] * fy)
+                    fin = rshift_round_sat32(m, oy, fsh, f"fin_{c}")
+                    m.d.comb += o.payload.data[c].eq(Mux(l_old > 0, fin, 0))
+                with m.If(fire & ~wrong & p.last):
+                    m.next = "HDR"
             with m.State("Q"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.Q)]
                 m.d.comb += [q_w.addr.eq(li), q_w.en.eq(fire & ~wrong)]

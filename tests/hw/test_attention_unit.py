@@ -57,6 +57,16 @@ def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), ca
             want += [[int(x) for x in new.o[r, i * C:(i + 1) * C]] for i in range(hd // C)]
         state = new
         pos0 += t
+    # ATTN_OUT: o / l of every row, plus one row that never saw a token (l = 0 gives 0)
+    out = numerics.attn_finish(state)
+    zero = {"exp": 0, "eot": 0, "last": 0, "offset": 0, "causal": 0}
+    rows = [(int(state.l[r]), state.o[r], out[r]) for r in range(nq)]
+    rows.append((0, rng.integers(-1000, 1000, size=hd), np.zeros(hd, np.int64)))
+    for lsum, o, fx in rows:
+        beats.append({**zero, "kind": int(AttnBeat.FIN), "data": [0, lsum] + [0] * (C - 2)})
+        beats += [{**zero, "kind": int(AttnBeat.STATE_O), "data": [int(x) for x in o[i * C:(i + 1) * C]],
+                   "last": int(i == hd // C - 1)} for i in range(hd // C)]
+        want += [[int(x) for x in fx[i * C:(i + 1) * C]] for i in range(hd // C)]
     return beats, want
 
 
