@@ -1,0 +1,224 @@
+"""Norm unit: RMSNorm and LayerNorm over fixed-point rows, bit-exact with numerics.rmsnorm / layernorm.
+
+A norm needs statistics of the whole row before it can scale any element, and the
+integer algorithm of :func:`systolica.numerics.rmsnorm` needs them in sequence (the mean,
+then the largest centred magnitude, then the sum of squares), so the row streams in
+several times — from the vector buffer, one line per cycle — instead of being held
+here (a row may be 65535 elements):
+
+1. ``HDR``: ``n`` (elements), ``eps`` (``eps_q32``), ``center`` (1: LayerNorm).
+   ``recip(n)`` starts (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles).
+2. LayerNorm only: the row (``a``) -> ``sum(x)``; ``mean = rsr(trunc31(sum) * ry, rk - c - 8)``.
+3. the row -> ``max |d|`` with ``d = (x << 8) - mean`` (Q24); ``s = max(0, bitlen - 23)``.
+4. the row -> ``ss = sum(rsr(d, s)**2) + rsr(n * eps, 2s - 16)``; then
+   ``rsqrt_fx(trunc31(ss) * ry, c + 2s - 48 - rk)`` (seed table + two Newton steps, 3 cycles).
+5. the row with ``gamma`` (``b``) and, for LayerNorm, ``beta`` (``c``) -> one output line per
+   input line: ``sat32(rsr(rsr(ds * y, k + 4 - s) * gamma, 20) [+ beta])``.
+
+Every pass ends with ``last``; lanes past ``n`` in the last line are ignored (rows are
+padded to whole lines).  ``rsr`` is ``numerics.rshift_round``.
+"""
+
+from __future__ import annotations
+
+from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+
+from .fixed import bitlen_u, rshift_round_var, sat32
+from .recip import Reciprocal
+
+__all__ = ["NormUnit"]
+
+GUARD = 8  # numerics.NORM_GUARD
+HDR, ROW = 0, 1  # beat kinds
+
+
+class NormUnit(wiring.Component):
+    """``cols``-lane RMSNorm / LayerNorm (see the module docstring for the beat sequence).
+
+    Attributes
+    ----------
+    i_stream : In(stream)
+        ``kind`` (0 header, 1 row line), ``a`` (x), ``b`` (gamma), ``c`` (beta): C int32 each;
+        ``last``; header fields ``n``, ``eps``, ``center``.
+    o_stream : Out(stream)
+        ``data`` (C int32) and ``last``: the normalized row, during the final pass.
+    """
+
+    def __init__(self, cfg: AccelConfig):
+        if not isinstance(cfg, AccelConfig):
+            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
+        self.cfg = cfg
+        line = data.ArrayLayout(signed(32), cfg.cols)
+        self.i_layout = data.StructLayout({"kind": 1, "a": line, "b": line, "c": line, "last": 1,
+                                           "n": unsigned(16), "eps": unsigned(24), "center": 1})
+        self.o_layout = data.StructLayout({"data": line, "last": 1})
+        super().__init__({
+            "i_stream": In(stream.Signature(self.i_layout)),
+            "o_stream": Out(stream.Signature(self.o_layout)),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        from systolica.numerics import RSQRT_SEED
+
+        m = Module()
+        C = self.cfg.cols
+        i, o = self.i_stream, self.o_stream
+        p = i.payload
+        fire = i.valid & i.ready
+
+        m.submodules.recip = recip = Reciprocal(17)
+        m.submodules.seed = seed = memory.Memory(shape=unsigned(31), depth=len(RSQRT_SEED),
+                                                 init=[int(v) for v in RSQRT_SEED])
+        seed_r = seed.read_port(domain="comb")
+
+        n, eps, center = Signal(unsigned(16)), Signal(unsigned(24)), Signal()
+        ry, rk = Signal(unsigned(31)), Signal(unsigned(7))
+        li = Signal(16)  # line within the row
+        acc = Signal(signed(64))  # sum(x), then sum(ds**2)
+        mean = Signal(signed(48))  # Q24
+        maxd = Signal(unsigned(42))
+        s = Signal(range(24))
+        y, k = Signal(unsigned(32)), Signal(signed(9))
+        mant = Signal(unsigned(32))  # rsqrt_fx's m
+        m.d.comb += recip.i_stream.payload.eq(n)
+
+        lane_ok = [Signal(name=f"lane_ok_{c}") for c in range(C)]
+        m.d.comb += [lane_ok[c].eq(li * C + c < n) for c in range(C)]
+        # per-lane d = (x << 8) - mean and ds = rsr(d, s), shared by passes 3..5
+        d = [Signal(signed(50), name=f"d_{c}") for c in range(C)]
+        ds = []
+        for c in range(C):
+            m.d.comb += d[c].eq((p.a[c] << GUARD) - mean)
+            ds.append(rshift_round_var(m, d[c], s, 50, f"ds_{c}"))
+
+        wrong = Signal()
+        with m.If(fire & wrong):
+            m.d.sync += self.error.eq(1)
+
+        def row_pass(next_state):
+            """Common framing of a pass over the row: the line counter and the hand-over at `last`."""
+            m.d.comb += [wrong.eq(p.kind != ROW)]
+            with m.If(fire & ~wrong):
+                m.d.sync += li.eq(li + 1)
+                with m.If(p.last):
+                    m.d.sync += li.eq(0)
+                    m.next = next_state
+
+        with m.FSM(name="norm"):
+            with m.State("HDR"):
+                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != HDR)]
+                with m.If(fire & ~wrong):
+                    m.d.sync += [n.eq(p.n), eps.eq(p.eps), center.eq(p.center), li.eq(0), acc.eq(0),
+                                 mean.eq(0), maxd.eq(0)]
+                    m.next = "RECIP"
+            with m.State("RECIP"):
+                m.d.comb += recip.i_stream.valid.eq(1)
+                with m.If(recip.i_stream.ready):
+                    m.next = "RECIP_WAIT"
+            with m.State("RECIP_WAIT"):
+                m.d.comb += recip.o_stream.ready.eq(1)
+                with m.If(recip.o_stream.valid):
+                    m.d.sync += [ry.eq(recip.o_stream.payload.y), rk.eq(recip.o_stream.payload.k)]
+                    m.next = "SUM"
+                    with m.If(~center):
+                        m.next = "MAXD"
+            with m.State("SUM"):
+                m.d.comb += i.ready.eq(1)
+                with m.If(fire & ~wrong):
+                    m.d.sync += acc.eq(acc + sum(Mux(lane_ok[c], p.a[c], 0) for c in range(C)))
+                row_pass("MEAN")
+            with m.State("MEAN"):
+                # _trunc31(sum): c = max(0, bitlen(|sum|) - 31), st = sum >> c
+                mag = Signal(unsigned(64))
+                m.d.comb += mag.eq(Mux(acc < 0, -acc, acc))
+                bl = bitlen_u(m, mag, 64, "sum_bitlen")
+                cc = Signal(range(64))
+                m.d.comb += cc.eq(Mux(bl > 31, bl - 31, 0))
+                st = Signal(signed(32))
+                m.d.comb += st.eq(acc >> cc)
+                sh = Signal(signed(10))
+                m.d.comb += sh.eq(rk - cc - GUARD)
+                mterm = rshift_round_var(m, st * ry, sh, 64, "mean_term", max_left=8)
+                m.d.sync += [mean.eq(mterm), acc.eq(0)]
+                m.next = "MAXD"
+            with m.State("MAXD"):
+                m.d.comb += i.ready.eq(1)
+                mx = maxd
+                for c in range(C):
+                    a_ = Signal(unsigned(42), name=f"absd_{c}")
+                    m.d.comb += a_.eq(Mux(lane_ok[c], Mux(d[c] < 0, -d[c], d[c]), 0))
+                    mx = Mux(a_ > mx, a_, mx)
+                with m.If(fire & ~wrong):
+                    m.d.sync += maxd.eq(mx)
+                row_pass("SCALE")
+            with m.State("SCALE"):
+                bl = bitlen_u(m, maxd, 42, "maxd_bitlen")
+                m.d.sync += [s.eq(Mux(bl > 23, bl - 23, 0)), acc.eq(0)]
+                m.next = "SSQ"
+            with m.State("SSQ"):
+                m.d.comb += i.ready.eq(1)
+                with m.If(fire & ~wrong):
+                    m.d.sync += acc.eq(acc + sum(Mux(lane_ok[c], ds[c] * ds[c], 0) for c in range(C)))
+                row_pass("RSQ0")
+            with m.State("RSQ0"):
+                # ss = sum + rsr(n * eps, 2s - 16); st, c = trunc31(max(ss, 1)); v = st * ry
+                ne = Signal(signed(42))
+                m.d.comb += ne.eq(n * eps)
+                esh = Signal(signed(8))
+                m.d.comb += esh.eq((s << 1) - 2 * GUARD)
+                eterm = rshift_round_var(m, ne, esh, 64, "eps_term", max_left=16)
+                ss = Signal(signed(64))
+                m.d.comb += ss.eq(acc + eterm)
+                ssp = Signal(unsigned(64))
+                m.d.comb += ssp.eq(Mux(ss < 1, 1, ss))
+                bl = bitlen_u(m, ssp, 64, "ss_bitlen")
+                cc = Signal(range(64))
+                m.d.comb += cc.eq(Mux(bl > 31, bl - 31, 0))
+                v = Signal(unsigned(62))
+                m.d.comb += v.eq((ssp >> cc) * ry)
+                e = Signal(signed(10))
+                m.d.comb += e.eq(cc + (s << 1) - 2 * (16 + GUARD) - rk)
+                # rsqrt_fx: t = bitlen(v) - 1 + e; K = t >> 1; sh = 29 + e - 2K; m = v << sh or v >> -sh
+                vb = bitlen_u(m, v, 62, "v_bitlen")
+                t = Signal(signed(10))
+                m.d.comb += t.eq(vb - 1 + e)
+                kk = Signal(signed(10))
+                m.d.comb += kk.eq(t >> 1)
+                sh = Signal(signed(10))
+                m.d.comb += sh.eq(29 + e - (kk << 1))
+                nsh = Signal(range(64))
+                m.d.comb += nsh.eq(Mux(sh < 0, -sh, 0))
+                psh = Signal(range(32))
+                m.d.comb += psh.eq(Mux(sh > 0, sh, 0))
+                m.d.sync += [mant.eq(Mux(sh >= 0, v << psh, v >> nsh)), k.eq(30 + kk)]
+                m.next = "RSQ1"
+            with m.State("RSQ1"):
+                m.d.comb += seed_r.addr.eq((mant >> 23) - 64)
+                m.d.sync += y.eq(seed_r.data)
+                m.next = "NEWTON0"
+            for it in range(2):
+                with m.State(f"NEWTON{it}"):
+                    y2 = Signal(unsigned(32), name=f"y2_{it}")
+                    m.d.comb += y2.eq((y * y) >> 30)
+                    tt = Signal(signed(42), name=f"tt_{it}")
+                    m.d.comb += tt.eq((mant * y2) >> 29)
+                    m.d.sync += y.eq((y * (Const(3 << 30, signed(34)) - tt)) >> 31)
+                    m.next = "NEWTON1" if it == 0 else "OUT"
+            with m.State("OUT"):
+                m.d.comb += [i.ready.eq(o.ready | wrong), o.valid.eq(i.valid & ~wrong), o.payload.last.eq(p.last)]
+                tsh = Signal(signed(10))
+                m.d.comb += tsh.eq(k + 16 + GUARD - 20 - s)
+                for c in range(C):
+                    t_ = rshift_round_var(m, ds[c] * y, tsh, 64, f"t_{c}", max_left=8)
+                    g = Signal(signed(96), name=f"tg_{c}")
+                    m.d.comb += g.eq(t_ * p.b[c])
+                    yv = Signal(signed(80), name=f"yv_{c}")
+                    m.d.comb += yv.eq(((g >> 20) + ((g >> 19) & 1)) + Mux(center, p.c[c], 0))
+                    m.d.comb += o.payload.data[c].eq(sat32(m, yv, f"norm_out_{c}"))
+                row_pass("HDR")
+        return m
