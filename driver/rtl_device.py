@@ -3,10 +3,10 @@
 Two ways to drive it, one :class:`~systolica.driver.device.Device` each:
 
 - :class:`CocotbRtlDevice` inside a cocotb simulation.  The runtime is ordinary
-  blocking code; run it in a thread with ``await cocotb.bridge(fn)()`` and every
-  register access becomes a real AXI4-Lite transaction through
-  ``cocotb.resume``.  DRAM is the ``AxiRam`` model of the testbench, seen from
-  the host as a numpy view of the same bytes (no copies, nothing to sync).
+  blocking code; run it in a thread with ``await cocotb.task.bridge(fn)()`` and
+  every register access becomes a real AXI4-Lite transaction through
+  ``cocotb.task.resume``.  DRAM is the ``AxiRam`` model of the testbench, copied
+  to and from a host buffer around each run, as PYNQ does for non-coherent memory.
 - :class:`RtlDevice` for long runs with no Python on the clock edge: the
   Verilator C++ harness of :mod:`systolica.sim.fast_harness` (DRAM in C++, the
   clock in the simulator), used by ``systolica run --backend rtl``.
@@ -19,6 +19,7 @@ import numpy as np
 from systolica import csr
 from systolica.config import AccelConfig
 from systolica.driver.device import DeviceError
+from systolica.driver.run_to_completion import RunToCompletionDevice
 
 __all__ = ["CocotbRtlDevice", "RtlDevice", "MemoryView"]
 
@@ -54,8 +55,22 @@ class _Bump:
         return v
 
 
+class _AxiRamBuffer(MemoryView):
+    """Host copy of a region of the testbench's ``AxiRam``, synced around every run (like PYNQ's buffers)."""
+
+    def __init__(self, ram, mem: np.ndarray, offset: int, nbytes: int):
+        super().__init__(mem, offset, nbytes)
+        self.ram = ram
+
+    def sync_to_device(self) -> None:
+        self.ram.write(self.physical_address, self.view.tobytes())
+
+    def sync_from_device(self) -> None:
+        self.view[:] = np.frombuffer(self.ram.read(self.physical_address, self.view.size), np.uint8)
+
+
 class CocotbRtlDevice:
-    """The accelerator RTL in a cocotb simulation, driven from a ``cocotb.bridge`` thread.
+    """The accelerator RTL in a cocotb simulation, driven from a ``cocotb.task.bridge`` thread.
 
     Parameters
     ----------
@@ -71,17 +86,18 @@ class CocotbRtlDevice:
     name = "rtl"
 
     def __init__(self, tb, cfg: AccelConfig, cycles_per_second: float | None = None, alloc_base: int = 0x1000):
-        import cocotb
+        from cocotb.task import resume  # cocotb 2.x (was cocotb.function in 1.x)
 
-        self._resume = cocotb.resume
+        self._resume = resume
         self.tb, self.cfg = tb, cfg
         self.cps = cycles_per_second or cfg.clock_mhz * 1e6
-        self.mem = np.frombuffer(tb.ram.mem, dtype=np.uint8)
+        self.mem = np.zeros(tb.mem_size, np.uint8)  # host side; the AxiRam holds the device side
         self._heap = _Bump(self.mem, alloc_base)
         self._win = [0, 0, 0]  # base lo, base hi, size: the testbench's memory guard follows them
 
     def alloc(self, nbytes: int) -> MemoryView:
-        return self._heap.alloc(nbytes, "rtl device")
+        v = self._heap.alloc(nbytes, "rtl device")
+        return _AxiRamBuffer(self.tb.ram, self.mem, v.physical_address, nbytes)
 
     def read_csr(self, offset: int) -> int:
         return int(self._resume(self.tb.csr.read_dword)(offset))
@@ -106,32 +122,39 @@ class CocotbRtlDevice:
         pass
 
 
-class RtlDevice:
-    """The accelerator RTL in the Verilator C++ harness (no Python on the clock edge)."""
+class RtlDevice(RunToCompletionDevice):
+    """The accelerator RTL in the Verilator C++ harness (no Python on the clock edge).
+
+    The host-side register file is handed to the harness on START; the harness sets the same
+    CSRs on the RTL, runs the program from the simulated DRAM to its interrupt and returns the
+    RTL's own STATUS, ERROR_CODE, ERROR_PC and counters, which this device then shows.
+    """
 
     name = "rtl"
 
-    def __init__(self, cfg: AccelConfig, dram_bytes: int | None = None, build_dir=None, **kw):
+    def __init__(self, cfg: AccelConfig, dram_bytes: int | None = None, build_dir=None, stall_percent: int = 0):
+        super().__init__(cfg, dram_bytes)
         try:
-            from systolica.sim.fast_harness import FastHarness
+            from systolica.sim.fast_harness import FastRtl
         except ImportError as e:
             raise DeviceError(f"the rtl backend needs the Verilator harness (systolica.sim.fast_harness): {e}") from e
-        self.cfg = cfg
-        self.h = FastHarness(cfg, dram_bytes=dram_bytes or cfg.dram_bytes, build_dir=build_dir, **kw)
-        self.mem = self.h.memory()
-        self._heap = _Bump(self.mem, 0x1000)
+        import os
+        from pathlib import Path
 
-    def alloc(self, nbytes: int) -> MemoryView:
-        return self._heap.alloc(nbytes, "rtl device")
+        root = Path(build_dir or os.environ.get("SYSTOLICA_BUILD_DIR", Path.home() / ".cache" / "systolica" / "rtl"))
+        self.harness = FastRtl(cfg, root)
+        self.stall_percent = stall_percent
+        self.last_result = None
 
-    def read_csr(self, offset: int) -> int:
-        return int(self.h.read_csr(offset))
+    def _execute(self, off: int, win_size: int, base: int, n: int):
+        from systolica.faults import Fault
 
-    def write_csr(self, offset: int, value: int) -> None:
-        self.h.write_csr(offset, int(value) & 0xFFFF_FFFF)
-
-    def wait_done(self, timeout_s: float) -> bool:
-        return bool(self.h.run_until_done(max_cycles=max(1, int(timeout_s * self.cfg.clock_mhz * 1e6))))
-
-    def close(self) -> None:
-        self.h.close()
+        # the harness maps physical address 0 to the start of its DRAM image: hand it the arena
+        res = self.harness.run(self.arena, window_base=off, window_size=win_size, prog_base=base, prog_len=n,
+                               stall_percent=self.stall_percent)
+        self.last_result = res
+        if res.violations:
+            raise DeviceError(f"rtl: the accelerator touched {res.violations} bytes outside its DRAM window")
+        if not res.done:
+            return Fault.TIMEOUT, res.pc, res.counters
+        return res.code, res.pc, res.counters
