@@ -76,7 +76,7 @@ class AccelTimer:
 
 
 def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_tokens: int, *,
-                   gemm: str = "line_dot", costs: CostInputs | None = None) -> BaselineResult:
+                   gemm: str = "systolic", costs: CostInputs | None = None) -> BaselineResult:
     """systolica's row of the comparison table for ``spec``: TTFT, decode tokens/s, roofline fractions."""
     costs = costs or load_costs()
     cfg = art.config

@@ -48,7 +48,7 @@ def _csv(s: str) -> list[str]:
 
 
 def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, baselines: list[str],
-              gemm: str = "line_dot", prompt_sweep: list[int] = (), batches: list[int] = (),
+              gemm: str = "systolic", prompt_sweep: list[int] = (), batches: list[int] = (),
               gguf_path: str | None = None, threads: int | None = None,
               progress=lambda s: None) -> tuple[list, dict]:
     """Rows of the comparison and the sweeps behind the plots."""
@@ -114,8 +114,8 @@ class Bench:
         p.add_argument("--tokens", type=int, default=8, help="tokens to generate (default 8)")
         p.add_argument("--baselines", default="numpy,torch-cpu,torch-cuda,llama.cpp",
                        help=f"comma-separated, from {', '.join(BASELINES)} ('' for none)")
-        p.add_argument("--gemm", choices=("line_dot", "systolic"), default="line_dot",
-                       help="GEMM datapath to model: the RTL's today (line_dot) or the weight-stationary array")
+        p.add_argument("--gemm", choices=("systolic", "line_dot"), default="systolic",
+                       help="GEMM datapath to model: the RTL's systolic array (default) or the earlier line-dot one")
         p.add_argument("--sweep-prompts", default="", help="prompt lengths for the tokens/s-vs-prompt plot, e.g. 8,32,128")
         p.add_argument("--batches", default="", help="batch sizes for the tokens/s-vs-batch plot, e.g. 1,2,4")
         p.add_argument("--threads", type=int, default=None,

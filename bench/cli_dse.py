@@ -89,10 +89,12 @@ class Dse:
     def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument("--models", default="default", help="comma-separated: default, checkpoint paths, random:ARCH[:k=v]")
         p.add_argument("--boards", default="kv260,zcu104,pynq-z2", help="comma-separated board names")
-        p.add_argument("--shapes", default="4x8,8x8,8x16,16x16,16x32,32x32", help="array shapes ROWSxCOLS")
+        p.add_argument("--shapes", default="4x4,8x8,16x16,32x32",
+                       help="array shapes ROWSxCOLS (the RTL GEMM sequencer builds square arrays only)")
         p.add_argument("--dma-bits", default="64,128", help="DMA port widths (capped at the board's HP port)")
         p.add_argument("--prompt-len", type=int, default=16, help="context of the timed decode step and prompt")
-        p.add_argument("--gemm", choices=("line_dot", "systolic"), default="line_dot", help="GEMM datapath to model")
+        p.add_argument("--gemm", choices=("systolic", "line_dot"), default="systolic",
+                       help="GEMM datapath to model: the RTL's systolic array (default) or the earlier line-dot one")
         p.add_argument("--workers", type=int, default=None, help="local processes (default: one per core)")
         p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster ('local' starts one here)")
         p.add_argument("--json", help="write every point (and the front) as JSON")

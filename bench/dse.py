@@ -156,7 +156,7 @@ def evaluate(task: dict) -> dict:
 
 
 def make_tasks(models: Sequence[str], boards: Sequence[str], shapes: Sequence[tuple[int, int]],
-               dma_bits: Sequence[int], prompt_len: int = 16, gemm: str = "line_dot") -> list[dict]:
+               dma_bits: Sequence[int], prompt_len: int = 16, gemm: str = "systolic") -> list[dict]:
     """Every (model, board, configuration variant) as a task for :func:`evaluate`."""
     from systolica.boards.board import load_board
 

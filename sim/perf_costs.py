@@ -14,14 +14,17 @@ most ``outstanding`` bursts are in flight; data beats of a burst start
 ``rd_latency`` cycles after its address and follow each other at
 ``beat_cycles`` cycles per beat (1 when the DRAM keeps up with the port).
 
-GEMM has two datapaths: ``"line_dot"`` is the compute engine the top level has
-today (one ``cols``-lane dot product per cycle, then 4 cycles to add the output
-line into the accumulator); ``"systolic"`` is the weight-stationary array of
-``hw/systolic_array.py`` once integrated (a weight tile of ``rows x cols`` loads
-in ``cols / P`` cycles into the idle bank while the other bank computes one
-activation row per cycle; ``rows + 1`` cycles of fill/drain per instruction).
-The vector and attention units are not in the RTL yet: their costs are
-documented estimates (one buffer line of ``cols`` lanes per cycle per pass).
+GEMM has two datapaths: ``"systolic"`` is the weight-stationary array of
+``hw/systolic_array.py`` as ``hw/gemm_sequencer.py`` drives it (a weight tile of
+``rows x cols`` loads in ``cols / P`` cycles into the idle bank while the other
+bank computes one activation row per cycle; ``rows + 1`` cycles of fill/drain and
+the accumulator per instruction); ``"line_dot"`` is the top level's first compute
+engine (one ``cols``-lane dot product per cycle, then 4 cycles to add the output
+line into the accumulator), kept to compare datapaths.
+ADD, MUL, REQUANT, ARGMAX, SILU and GELU follow the RTL's vector sequencer (one
+line a cycle, calibrated latencies); the other vector ops and attention are not in
+the RTL top level yet: their costs are documented estimates (one buffer line of
+``cols`` lanes per cycle per pass).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from systolica.config import AccelConfig
 from systolica.isa import Buf, Instr
 
 __all__ = ["PerfParams", "OpCost", "op_cost", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
-           "VECTOR_PASSES"]
+           "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY"]
 
 GEMM_DATAPATHS = ("line_dot", "systolic")
 
@@ -42,8 +45,11 @@ GEMM_DATAPATHS = ("line_dot", "systolic")
 #: QUANT finds the max magnitude, then scales; the per-row latency covers rsqrt / reciprocal (Newton steps).
 VECTOR_PASSES: dict[str, tuple[int, int]] = {
     "REQUANT": (1, 0), "QUANT": (2, 2), "ADD": (1, 0), "MUL": (1, 0), "RMSNORM": (2, 8), "LAYERNORM": (3, 8),
-    "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 6), "ARGMAX": (1, 1),
+    "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 6), "ARGMAX": (1, 0),
 }
+#: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
+#: pipelined divider (``hw/activation.py``), calibrated on the RTL (ADD/MUL/REQUANT/ARGMAX: 0).
+VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 18, "GELU": 18}
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,8 @@ class PerfParams:
     beat_cycles : float
         Cycles per data beat; > 1 when the DRAM delivers less than the port's width each cycle.
     gemm : str
-        ``"line_dot"`` (today's compute engine) or ``"systolic"`` (the array of ``hw/systolic_array.py``).
+        ``"systolic"`` (the weight-stationary array behind ``hw/gemm_sequencer.py``, the RTL's GEMM) or
+        ``"line_dot"`` (the earlier one-dot-product-a-cycle datapath, kept for comparison).
     weight_cols_per_cycle : int
         Weight columns (scratchpad lines) the systolic array takes per cycle (``P``).
     vector_latency : int
@@ -98,9 +105,9 @@ class PerfParams:
     burst_min: int = 1
     store_tail: int = 0
     beat_cycles: float = 1.0
-    gemm: str = "line_dot"
+    gemm: str = "systolic"
     weight_cols_per_cycle: int = 1
-    vector_latency: int = 6
+    vector_latency: int = 3
     attn_latency: int = 12
     fetch_latency: int = 0
     token_latency: int = 1
@@ -202,7 +209,7 @@ def _dma_cost(cfg: AccelConfig, p: PerfParams, op: str, buf: int, dram4k: int, s
     return OpCost(dma_write_cycles(bursts, p), wr_beats=total)
 
 
-def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int) -> OpCost:
+def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0) -> OpCost:
     cols, rows = cfg.cols, cfg.rows
     macs = m * k * cols * n * cols
     if m == 0 or n == 0:
@@ -211,13 +218,16 @@ def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int) -> OpCost:
         # per output line: cols*k dot products (one a cycle), DRAIN, READ_ACC, WAIT_ACC, WRITE
         per_line = cols * k + 4 if k else 5
         return OpCost(m * n * per_line + 1, array_busy=m * n * cols * k, macs=macs)
-    # weight-stationary: K (k*cols elements) in tiles of `rows`, N in tiles of `cols`; per tile the weights
-    # load in cols/P cycles into the idle bank while the other computes m activation rows
-    tiles = n * -(-k * cols // rows) if k else 0
+    # weight-stationary (hw/gemm_sequencer.py): K in tiles of `rows` elements, N in tiles of `cols` outputs; a
+    # tile's weights stream in at P lines a cycle into the idle bank while the other bank takes the m activation
+    # rows of the previous tile; the last tile needs no next weights.  Then the array's rows + 1 pipeline and
+    # the accumulator's read-add-write (calibrated on the RTL: 5 more cycles).
+    if k == 0:
+        return OpCost((0 if acc else m * n) + 1)  # acc=0 writes a zero line a cycle; acc=1 leaves them
+    tiles = n * -(-k * cols // rows)
     load = -(-cols // p.weight_cols_per_cycle)
-    busy = tiles * m
-    cycles = load + tiles * max(m, load) + rows + 1 + 2  # first tile's load, pipeline fill/drain, accumulate
-    return OpCost(cycles, array_busy=busy, macs=macs)
+    cycles = load + (tiles - 1) * max(m, load) + m + rows + 6
+    return OpCost(cycles, array_busy=tiles * m, macs=macs)
 
 
 def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
@@ -233,7 +243,7 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         lines = f["lines"]
     if rows == 0 or lines == 0:
         return OpCost(1)
-    return OpCost(passes * rows * lines + rows * per_row + p.vector_latency)
+    return OpCost(passes * rows * lines + rows * per_row + p.vector_latency + VECTOR_EXTRA_LATENCY.get(ins.op, 0))
 
 
 def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
@@ -255,7 +265,7 @@ def op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     if op in ("LOAD", "STORE"):
         return _dma_cost(cfg, p, op, f["buf"], f["dram"] & 4095, f["stride"], f["rows"], f["lines"])
     if op == "GEMM":
-        return _gemm(cfg, p, f["m"], f["k"], f["n"])
+        return _gemm(cfg, p, f["m"], f["k"], f["n"], f["acc"])
     if op in VECTOR_PASSES:
         return _vector(cfg, p, ins)
     if op == "ATTN":

@@ -40,6 +40,22 @@ def _finish(instrs) -> list[int]:
     return [encode(i) for i in instrs] + [encode(make("FINISH"))]
 
 
+def vector_cases() -> list[tuple[str, int, int]]:
+    """(op, rows, lines) of the vector-unit programs: the ops the RTL runs, small to long."""
+    return [(op, r, n) for op in ("ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU") for r, n in ((1, 4), (4, 16), (8, 32))]
+
+
+def _vector_instr(cfg: AccelConfig, op: str, rows: int, lines: int):
+    big = rows * lines
+    if op in ("ADD", "MUL"):
+        return make(op, dst=0, a=big, b=2 * big, rows=rows, lines=lines, **({"shift": 8} if op == "MUL" else {}))
+    if op == "REQUANT":
+        return make(op, dst=0, src=0, mult=big, exps=0, rows=rows, lines=lines, shift=4)
+    if op == "ARGMAX":
+        return make(op, dst=0, src=big, rows=rows, n=lines * cfg.cols)
+    return make(op, dst=0, src=big, rows=rows, lines=lines)
+
+
 def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
     """Programs ``[{"name", "words"}]`` covering the model's rules; data lives at ``_DATA_LO`` and above."""
     from systolica.sim.accel_programs import random_program, weight_stream_program
@@ -61,10 +77,12 @@ def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
         out.append({"name": f"store_{lines * c}B", "words": _finish(st)})
     ld = [make("LOAD", buf=1, sram=0, dram=d, rows=16, lines=8, stride=8 * c * 4 + 64)]  # strided, 2-D
     out.append({"name": "load_strided", "words": _finish(ld)})
-    for k_lines, n_lines, n_tiles in ((16, 2, 8), (8, 1, 16), (32, 2, 6), (4, 4, 10)):
+    for k_lines, n_lines, n_tiles in ((16, 2, 8), (8, 1, 16), (32, 2, 6), (4, 4, 10), (32, 2, 48)):
         prog = weight_stream_program(cfg, k_lines=k_lines, n_tiles=n_tiles, n_lines=n_lines, w_dram=d + 0x1000,
                                      a_dram=d, out_dram=d + 0x800)
         out.append({"name": f"stream_k{k_lines}_n{n_lines}_t{n_tiles}", "words": [encode(i) for i in prog]})
+    for op, rows, lines in vector_cases():  # one line a cycle through the vector / activation units
+        out.append({"name": f"{op.lower()}_{rows}x{lines}", "words": _finish([_vector_instr(cfg, op, rows, lines)])})
     rng = np.random.default_rng(seed)
     for i in range(n_random):
         rp = random_program(cfg, rng, n_ops=int(rng.integers(4, 20)), data_lo=d, data_hi=d + 0x4000,
@@ -75,12 +93,11 @@ def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
 
 def run_rtl(cfg: AccelConfig, programs: list[dict], build_root: str | Path) -> list[dict]:
     """Run ``programs`` on the Verilator build of the top level; returns the per-program runs."""
-    from systolica.hw import accelerator, axi, compute_engine, csr_file, decode, dma, engines, fetch, token_queue
     from systolica.hw.accelerator import Accelerator
     from systolica.sim.rtl_build import build
 
-    deps = (accelerator, axi, compute_engine, csr_file, decode, dma, engines, fetch, token_queue)  # = tests/hw
-    b = build("systolica_accel", lambda: Accelerator(cfg), {"cfg": cfg.to_dict()}, build_root, deps=deps)
+    # deps=None: every file of hw/ is part of the cache key, so any change to the hardware rebuilds
+    b = build("systolica_accel", lambda: Accelerator(cfg), {"cfg": cfg.to_dict()}, build_root)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([{"name": p["name"], "words": [f"{w:x}" for w in p["words"]]} for p in programs], f)
     here = str(Path(__file__).resolve().parent)
@@ -104,7 +121,8 @@ def compare(cfg: AccelConfig, programs: list[dict], runs: list[dict], params: Pe
         pred = PerfModel(cfg, params).run(p["words"])  # a fresh model: no cached decodes
         model_s = time.perf_counter() - t0
         rc = r["counters"]
-        rows.append({"name": p["name"], "instructions": len(p["words"]), "rtl_cycles": rc["CYCLES"],
+        rows.append({"name": p["name"], "words": [f"{w:032x}" for w in p["words"]],
+                     "instructions": len(p["words"]), "rtl_cycles": rc["CYCLES"],
                      "model_cycles": pred.cycles, "error": (pred.cycles - rc["CYCLES"]) / rc["CYCLES"],
                      "rtl": {k: rc[k] for k in ("LOAD_BUSY", "COMPUTE_BUSY", "STORE_BUSY", "ARRAY_BUSY",
                                                 "DMA_BEATS")},
@@ -128,11 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m systolica.sim.perf_validate", description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="tiny", help="accelerator preset or TOML (default: tiny)")
     ap.add_argument("--random", type=int, default=12, help="random token-serialized programs (default 12)")
+    ap.add_argument("--seed", type=int, default=3, help="seed of the random programs (default 3)")
     ap.add_argument("--build-dir", default="build", help="Verilator build cache (default: ./build)")
     ap.add_argument("--json", help="write every program's figures here")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    progs = suite(cfg, args.random)
+    progs = suite(cfg, args.random, args.seed)
     runs = run_rtl(cfg, progs, args.build_dir)
     rows = compare(cfg, progs, runs)
     for r in rows:

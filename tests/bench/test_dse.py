@@ -74,7 +74,7 @@ def test_layer_extrapolation_agrees_with_timing_the_whole_model():
 
     from systolica.config import AccelConfig
 
-    dec, pre, _ = _time(_model(MODEL), AccelConfig.from_dict(t["config"]), board_spec("pynq-z2"), 16, "line_dot")
+    dec, pre, _ = _time(_model(MODEL), AccelConfig.from_dict(t["config"]), board_spec("pynq-z2"), 16, "systolic")
     assert r["decode_cycles"] == pytest.approx(dec, rel=0.01)
     assert r["prefill_cycles"] == pytest.approx(pre, rel=0.01)
     assert r["joules_per_token"] == pytest.approx(r["power_w"] / r["decode_tokens_per_s"])

@@ -118,7 +118,9 @@ def test_busy_counters_add_up():
                                                      a_dram=0x1000, out_dram=0x1800)]
     r = PerfModel(CFG).run(prog)
     c = r.counters()
-    assert c["ARRAY_BUSY"] == 4 * 1 * C * 8  # m * n * cols * k per GEMM on the line-dot datapath
+    assert c["ARRAY_BUSY"] == 4 * 1 * 1 * 8  # m activation rows per K tile: m * n * k per GEMM (rows == cols)
+    line = PerfModel(CFG, PerfParams(gemm="line_dot")).run(prog).counters()
+    assert line["ARRAY_BUSY"] == 4 * 1 * C * 8  # the line-dot datapath: m * n * cols * k dot products
     assert sum(r.per_op_cycles.values()) == sum(r.engine_busy)
     assert all(0 <= c[k] <= c["CYCLES"] for k in ("LOAD_BUSY", "COMPUTE_BUSY", "STORE_BUSY", "ARRAY_BUSY"))
     assert all(s < e for s, e in zip(r.start, r.end, strict=False))

@@ -1,0 +1,29 @@
+"""The performance model against the RTL top level's CYCLES counter (Verilator; slow: builds the top level).
+
+Run with ``pytest -m slow tests/sim/test_perf_rtl.py -s`` to see the per-program table; the same suite
+is ``python -m systolica.sim.perf_validate``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from systolica.sim.perf_validate import compare, run_rtl, suite, summarize
+
+from systolica.config import preset
+
+pytestmark = [pytest.mark.rtl, pytest.mark.slow]
+
+
+def test_model_within_5_percent_of_rtl_cycles(build_dir):
+    cfg = preset("tiny")
+    progs = suite(cfg, n_random=8, seed=11)
+    rows = compare(cfg, progs, run_rtl(cfg, progs, build_dir))
+    for r in rows:
+        print(f"{r['name']:24s} RTL {r['rtl_cycles']:7d} model {r['model_cycles']:7d} {100 * r['error']:+.2f}%")
+    s = summarize(rows)
+    print(s)
+    bad = [(r["name"], round(100 * r["error"], 2)) for r in rows if abs(r["error"]) > 0.05]
+    assert not bad, f"programs off by more than 5%: {bad}"
+    for r in rows:  # the counters the model derives exactly from the instructions
+        assert r["model"]["ARRAY_BUSY"] == r["rtl"]["ARRAY_BUSY"], r["name"]
+        assert r["model"]["DMA_BEATS"] == r["rtl"]["DMA_BEATS"], r["name"]
