@@ -227,6 +227,15 @@ class Accelerator(wiring.Component):
                      comp.accum_rd.data.eq(accr.data)]
         zw = mems["acc"].write_port()  # GEMM with k = 0 writes zero lines
         m.d.comb += [zw.addr.eq(comp.zero_addr), zw.en.eq(comp.zero_en), zw.data.eq(0)]
+        # line ops: two vector-buffer operands, the accumulator (REQUANT), results into the vector buffer
+        for pfx in ("va", "vb"):
+            rp = mems["vbuf"].read_port()
+            m.d.comb += [rp.addr.eq(getattr(comp, f"{pfx}_addr")), rp.en.eq(getattr(comp, f"{pfx}_en")),
+                         getattr(comp, f"{pfx}_rdata").eq(rp.data)]
+        rp = mems["acc"].read_port()
+        m.d.comb += [rp.addr.eq(comp.acc_addr), rp.en.eq(comp.acc_en), comp.acc_rdata.eq(rp.data)]
+        wp = mems["vbuf"].write_port()
+        m.d.comb += [wp.addr.eq(comp.out_addr), wp.en.eq(comp.out_en), wp.data.eq(comp.out_data)]
 
     def _counters(self, m, csr, run, engines, comp):
         cfg = self.cfg

@@ -1,9 +1,10 @@
-"""The compute engine: NOP, FINISH and GEMM (on the hardware core's systolic array).
+"""The compute engine: NOP, FINISH, GEMM (systolic array) and the line ops (vector / activation units).
 
 GEMM is handed to :class:`~systolica.hw.gemm_sequencer.GemmSequencer`, which
 streams the operand lines of the instruction from the scratchpad into the
-systolic array and lets its accumulator write the result lines; the engine
-retires the instruction once the last line is in the accumulator buffer.
+systolic array and lets its accumulator write the result lines; ADD, MUL,
+REQUANT, ARGMAX, SILU and GELU to :class:`~systolica.hw.vector_sequencer.VectorSequencer`.
+The engine retires an instruction once its last result line is written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from systolica.isa import OP_BY_NAME
 
 from .engines import buffer_ports, engine_members, token_fsm
 from .gemm_sequencer import GemmSequencer
+from .vector_sequencer import VECTOR_OPS, VectorSequencer
 
 __all__ = ["ComputeEngine"]
 
@@ -27,6 +29,7 @@ class ComputeEngine(wiring.Component):
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg
         self.gemm = GemmSequencer(cfg)
+        self.vseq = VectorSequencer(cfg)
         p = buffer_ports(cfg)
         line = self.gemm.accum.line
         abits = self.gemm.accum.abits
@@ -36,6 +39,10 @@ class ComputeEngine(wiring.Component):
             "accum_rd": In(memory.ReadPort.Signature(addr_width=abits, shape=line)),
             "accum_wr": In(memory.WritePort.Signature(addr_width=abits, shape=line)),
             "zero_addr": Out(abits), "zero_en": Out(1),
+            "va_addr": Out(p["vbuf"][0]), "va_en": Out(1), "va_rdata": In(p["vbuf"][1]),
+            "vb_addr": Out(p["vbuf"][0]), "vb_en": Out(1), "vb_rdata": In(p["vbuf"][1]),
+            "acc_addr": Out(p["acc"][0]), "acc_en": Out(1), "acc_rdata": In(p["acc"][1]),
+            "out_addr": Out(p["vbuf"][0]), "out_en": Out(1), "out_data": Out(p["vbuf"][1]),
             "mac_active": Out(1),
         }
         super().__init__(members)
@@ -49,11 +56,26 @@ class ComputeEngine(wiring.Component):
         m.submodules.gemm = seq = self.gemm
         m.d.comb += [seq.start.eq(exec_start & is_gemm), seq.a.eq(g.a), seq.w.eq(g.w), seq.dst.eq(g.dst),
                      seq.m.eq(g.m), seq.k.eq(g.k), seq.n.eq(g.n), seq.acc.eq(g.acc)]
-        m.d.comb += [self.a_addr.eq(seq.a_addr), self.a_en.eq(seq.a_en), seq.a_rdata.eq(self.a_rdata),
+        m.submodules.vseq = vs = self.vseq
+        is_vec = 0
+        for name in VECTOR_OPS:
+            is_vec = is_vec | (ins.nop.h.opcode == OP_BY_NAME[name].code)
+        m.d.comb += [vs.start.eq(exec_start & is_vec), vs.word.eq(ins.as_value()),
+                     self.va_addr.eq(vs.va_addr), self.va_en.eq(vs.va_en), vs.va_rdata.eq(self.va_rdata),
+                     self.vb_addr.eq(vs.vb_addr), self.vb_en.eq(vs.vb_en), vs.vb_rdata.eq(self.vb_rdata),
+                     self.acc_addr.eq(vs.acc_addr), self.acc_en.eq(vs.acc_en), vs.acc_rdata.eq(self.acc_rdata),
+                     vs.exp_rdata.eq(self.a_rdata),
+                     self.out_addr.eq(vs.out_addr), self.out_en.eq(vs.out_en), self.out_data.eq(vs.out_data)]
+        # the scratchpad's "a" read port serves GEMM's activations and REQUANT's exponent lines
+        with m.If(is_vec):
+            m.d.comb += [self.a_addr.eq(vs.exp_addr), self.a_en.eq(vs.exp_en)]
+        with m.Else():
+            m.d.comb += [self.a_addr.eq(seq.a_addr), self.a_en.eq(seq.a_en)]
+        m.d.comb += [seq.a_rdata.eq(self.a_rdata),
                      self.w_addr.eq(seq.w_addr), self.w_en.eq(seq.w_en), seq.w_rdata.eq(self.w_rdata),
                      self.zero_addr.eq(seq.zero_addr), self.zero_en.eq(seq.zero_en), self.mac_active.eq(seq.fire)]
         wiring.connect(m, wiring.flipped(self.accum_rd), seq.acc_rd)
         wiring.connect(m, wiring.flipped(self.accum_wr), seq.acc_wr)
         # NOP and FINISH finish at once; GEMM when the sequencer has written its last line
-        m.d.comb += exec_done.eq(self.executing & ~seq.busy)
+        m.d.comb += exec_done.eq(self.executing & ~seq.busy & ~vs.busy)
         return m

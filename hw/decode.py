@@ -30,15 +30,29 @@ __all__ = ["instr_layout", "HEADER_LAYOUT", "InstructionDecoder", "RTL_OPS", "EX
 HEADER_LAYOUT = data.StructLayout({f.name: unsigned(f.bits) for f in HEADER_FIELDS})
 
 #: Ops the RTL executes; any other opcode of the table is reported as ILLEGAL_OPCODE.
-RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "FINISH")
+RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "FINISH", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU")
 
 #: On-chip operands of each compute op: (address field, buffer, lines as a function of fields and config).
 #: The same expressions serve Python ints and Amaranth values.
+def _rl(f, c):
+    return f["rows"] * f["lines"]
+
+
 EXTENTS = {
     "GEMM": (("a", "spad", lambda f, c: f["m"] * f["k"]),
              ("w", "spad", lambda f, c: f["n"] * c.cols * f["k"]),
              ("dst", "acc", lambda f, c: f["m"] * f["n"])),
+    # b: one row when broadcast, else rows rows (written without a Mux so ints work too)
+    "ADD": (("a", "vbuf", _rl), ("b", "vbuf", lambda f, c: f["lines"] * (f["bcast"] + (1 - f["bcast"]) * f["rows"])),
+            ("dst", "vbuf", _rl)),
+    "REQUANT": (("src", "acc", _rl), ("mult", "vbuf", lambda f, c: f["lines"]),
+                ("exps", "spad", lambda f, c: f["rows"]), ("dst", "vbuf", _rl)),
+    "ARGMAX": (("src", "vbuf", lambda f, c: f["rows"] * ((f["n"] + c.cols - 1) // c.cols)),
+               ("dst", "vbuf", lambda f, c: f["rows"])),
+    "SILU": (("src", "vbuf", _rl), ("dst", "vbuf", _rl)),
 }
+EXTENTS["MUL"] = EXTENTS["ADD"]
+EXTENTS["GELU"] = EXTENTS["SILU"]
 
 CMD_BITS = WORD_BITS + 32  # what an engine's command FIFO holds: the word and its pc
 

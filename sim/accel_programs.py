@@ -25,7 +25,8 @@ from systolica.isa import OP_BY_CODE, OPCODE_BITS, WORD_BITS, Engine, Instr, enc
 __all__ = ["RandomProgram", "random_program", "FAULT_KINDS", "weight_stream_program", "RTL_RANDOM_OPS"]
 
 #: Ops the random generator draws (those the RTL executes; see hw.decode.RTL_OPS).
-RTL_RANDOM_OPS = ("LOAD", "STORE", "GEMM", "NOP")
+RTL_RANDOM_OPS = ("LOAD", "STORE", "GEMM", "NOP", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU")
+_OP_WEIGHTS = (0.3, 0.2, 0.2, 0.05, 0.05, 0.05, 0.05, 0.04, 0.03, 0.03)
 
 FAULT_KINDS = ("opcode", "reserved", "buf", "nop_engine", "flags", "window", "align", "sram", "gemm_sram",
                "overrun", "deadlock")
@@ -80,13 +81,43 @@ class _Gen:
         return dict(dst=self.r(0, self.region[1] - m * n), a=self.r(0, region - m * k),
                     w=self.r(0, region - n * cols * k), m=m, k=k, n=n, acc=self.r(0, 1))
 
+    def vector(self, name: str) -> dict:
+        """Fields of a line op; sources and destination in different halves of the region (the RTL streams
+        rows through the unit, so only disjoint or identical source and destination are defined alike)."""
+        half = self.region[2] // 2
+        src_lo, dst_lo = (0, half) if self.rng.random() < 0.5 else (half, 0)
+        rows, lines = self.r(1, 3), self.r(1, 3)
+        cols = self.cfg.cols
+
+        def at(lo: int, n: int) -> int:
+            return lo + self.r(0, half - n)
+        if name == "ARGMAX":
+            n = self.r(0, 3 * cols)
+            lpr = -(-n // cols)
+            return dict(dst=at(dst_lo, rows), src=at(src_lo, rows * lpr), rows=rows, n=n)
+        d = dict(dst=at(dst_lo, rows * lines), rows=rows, lines=lines)
+        if name in ("SILU", "GELU"):
+            if self.rng.random() < 0.2:  # in place is defined too
+                return d | dict(src=d["dst"])
+            return d | dict(src=at(src_lo, rows * lines))
+        if name == "REQUANT":
+            return d | dict(src=self.r(0, self.region[1] - rows * lines), mult=at(src_lo, lines),
+                            exps=self.r(0, self.region[0] - rows), shift=self.r(0, 40))
+        bcast = self.r(0, 1)
+        d |= dict(a=at(src_lo, rows * lines), b=at(src_lo, lines if bcast else rows * lines), bcast=bcast)
+        if name == "MUL":
+            d["shift"] = self.r(0, 63)
+        return d
+
     def op(self) -> Instr:
-        name = RTL_RANDOM_OPS[int(self.rng.choice(4, p=[0.35, 0.25, 0.3, 0.1]))]
+        name = RTL_RANDOM_OPS[int(self.rng.choice(len(RTL_RANDOM_OPS), p=_OP_WEIGHTS))]
         if name in ("LOAD", "STORE"):
             return make(name, **self.dma(name))
         if name == "GEMM":
             return make("GEMM", **self.gemm())
-        return make("NOP", engine=self.r(0, 2))
+        if name == "NOP":
+            return make("NOP", engine=self.r(0, 2))
+        return make(name, **self.vector(name))
 
 
 def _with_flags(ins: Instr, **flags: bool) -> Instr:

@@ -39,7 +39,8 @@ _CPP = Path(__file__).with_name("fast_harness.cpp")
 _HW_DIR = Path(__file__).resolve().parents[1] / "hw"
 TOP = "systolica_accel"
 _HW_MODULES = ("accelerator", "axi", "compute_engine", "csr_file", "decode", "dma", "engines", "fetch", "token_queue",
-               "gemm_sequencer", "systolic_array", "accumulator")
+               "gemm_sequencer", "systolic_array", "accumulator", "vector_sequencer", "vector_unit", "activation",
+               "fixed")
 
 
 class FastHarnessError(RuntimeError):

@@ -30,7 +30,7 @@ def test_fast_path_random_programs_match_golden(fast):
     cfg = fast.cfg
     rng = np.random.default_rng(2024)
     dram = np.zeros(MEM, np.uint8)
-    n, words, retired, mismatches, outcomes = 200, 0, 0, [], {}
+    n, words, retired, mismatches, outcomes, per_op = 500, 0, 0, [], {}, {}
     for i in range(n):
         kind = None if rng.random() < 0.4 else str(rng.choice(FAULT_KINDS))
         prog = random_program(cfg, rng, n_ops=int(rng.integers(3, 20)), data_lo=DATA_LO, data_hi=DATA_HI,
@@ -46,6 +46,8 @@ def test_fast_path_random_programs_match_golden(fast):
                        max_cycles=200_000, stall_percent=30 if i % 2 else 0, seed=i)
         words += len(prog.words)
         retired += gold.counters.instructions
+        for op, k in gold.counters.per_op.items():
+            per_op[op] = per_op.get(op, 0) + k
         outcomes[gold.status.name] = outcomes.get(gold.status.name, 0) + 1
         bad = []
         if not res.done:
@@ -60,6 +62,7 @@ def test_fast_path_random_programs_match_golden(fast):
             mismatches.append((i, kind, bad))
             dram[:] = gold_dram  # keep going from the reference state
     print(f"\nfast path: {n} random programs, {words} words, {retired} instructions retired (golden), "
-          f"{len(mismatches)} mismatches; outcomes {outcomes}")
+          f"{len(mismatches)} mismatches; outcomes {outcomes}; executed {per_op}")
     assert not mismatches, mismatches[:3]
     assert len(outcomes) >= 7, outcomes
+    assert all(per_op.get(op, 0) > 0 for op in ("GEMM", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU")), per_op

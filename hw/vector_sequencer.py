@@ -1,0 +1,142 @@
+"""Line ops on the hardware core's vector and activation units: ADD, MUL, REQUANT, ARGMAX, SILU, GELU.
+
+One instruction is ``rows`` rows of ``L`` lines.  The sequencer reads one line
+of each operand per cycle (synchronous read ports: the data arrive the next
+cycle, when they enter the unit), and writes every output line of the unit to
+the vector buffer at ``dst``, in order.  The units only stall on output
+back-pressure, and outputs are always taken, so nothing here ever waits.
+
+Operands (systolica/layout.py): ADD/MUL ``a`` and ``b`` (``bcast``: the one row
+of ``b`` for every row), REQUANT ``src`` in the accumulator, ``mult`` one
+vector-buffer row, the row's exponent in lane 0 of scratchpad line ``exps + r``
+(shift ``= shift - exp``); ARGMAX rows of ``ceil(n / cols)`` lines, one output
+line per row; SILU/GELU ``src``.  ARGMAX with ``n = 0`` writes rows of zeros.
+
+Reads run ahead of writes, so ``dst == src`` (in place) gives the golden
+result; a destination that overlaps a source at another offset is not
+supported (the golden simulator reads every operand before writing).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+from systolica.isa import OP_BY_NAME, WORD_BITS
+
+from .activation import ActivationUnit, ActOp
+from .decode import instr_layout
+from .vector_unit import VecOp, VectorUnit
+
+__all__ = ["VectorSequencer", "VECTOR_OPS"]
+
+VECTOR_OPS = ("ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU")
+
+
+class VectorSequencer(wiring.Component):
+    """Runs one vector-class instruction (``word``) from ``start`` until ``busy`` falls."""
+
+    def __init__(self, cfg: AccelConfig):
+        self.cfg = cfg
+        self.vec = VectorUnit(cfg)
+        self.act = ActivationUnit(cfg)
+        C = cfg.cols
+        vb = (cfg.vbuf_lines - 1).bit_length()
+        super().__init__({
+            "start": In(1), "word": In(WORD_BITS), "busy": Out(1),
+            "va_addr": Out(vb), "va_en": Out(1), "va_rdata": In(C * 32),
+            "vb_addr": Out(vb), "vb_en": Out(1), "vb_rdata": In(C * 32),
+            "acc_addr": Out((cfg.acc_lines - 1).bit_length()), "acc_en": Out(1), "acc_rdata": In(C * 32),
+            "exp_addr": Out((cfg.spad_lines - 1).bit_length()), "exp_en": Out(1), "exp_rdata": In(C * 8),
+            "out_addr": Out(vb), "out_en": Out(1), "out_data": Out(C * 32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self.cfg.cols
+        m.submodules.vec, m.submodules.act = vec, act = self.vec, self.act
+        from amaranth.lib import data
+
+        ins = data.View(instr_layout(), self.word)
+        op = ins.nop.h.opcode
+        code = {name: OP_BY_NAME[name].code for name in VECTOR_OPS}
+        is_ = {name: op == c for name, c in code.items()}
+        to_act = is_["SILU"] | is_["GELU"]
+        # the fields, by op (every op's layout puts them at its own bit positions)
+        rows = Mux(is_["ADD"], ins.add.rows, Mux(is_["MUL"], ins.mul.rows, Mux(is_["REQUANT"], ins.requant.rows,
+                   Mux(is_["ARGMAX"], ins.argmax.rows, Mux(is_["SILU"], ins.silu.rows, ins.gelu.rows)))))
+        n_am = ins.argmax.n
+        lines = Mux(is_["ADD"], ins.add.lines, Mux(is_["MUL"], ins.mul.lines, Mux(is_["REQUANT"], ins.requant.lines,
+                    Mux(is_["ARGMAX"], (n_am + C - 1) // C, Mux(is_["SILU"], ins.silu.lines, ins.gelu.lines)))))
+        src_a = Mux(is_["ADD"], ins.add.a, Mux(is_["MUL"], ins.mul.a, Mux(is_["ARGMAX"], ins.argmax.src,
+                    Mux(is_["SILU"], ins.silu.src, ins.gelu.src))))
+        src_b = Mux(is_["ADD"], ins.add.b, Mux(is_["MUL"], ins.mul.b, ins.requant.mult))
+        bcast = Mux(is_["ADD"], ins.add.bcast, Mux(is_["MUL"], ins.mul.bcast, 1))  # REQUANT: mult is one row
+        dst = Mux(is_["ADD"], ins.add.dst, Mux(is_["MUL"], ins.mul.dst, Mux(is_["REQUANT"], ins.requant.dst,
+                  Mux(is_["ARGMAX"], ins.argmax.dst, Mux(is_["SILU"], ins.silu.dst, ins.gelu.dst)))))
+        L = Signal(17)
+        m.d.comb += L.eq(lines)
+
+        # ---- input walk: row r, line l; index idx = r*L + l
+        left = Signal(32)
+        idx = Signal(32)
+        r = Signal(16)
+        ln = Signal(17)
+        n_left = Signal(17)  # ARGMAX: lanes of the row not yet read
+        outs = Signal(32)  # output lines still expected
+        zeros = Signal(16)  # ARGMAX n = 0: zero lines still to write
+        optr = Signal(32)
+        with m.If(self.start):
+            total = rows * L
+            m.d.sync += [left.eq(total), idx.eq(0), r.eq(0), ln.eq(0), n_left.eq(n_am), optr.eq(dst),
+                         outs.eq(Mux(is_["ARGMAX"], Mux(n_am == 0, 0, rows), total)),
+                         zeros.eq(Mux(is_["ARGMAX"] & (n_am == 0), rows, 0))]
+        issue = Signal()
+        m.d.comb += issue.eq((left != 0) & ~self.start)
+        with m.If(issue):
+            m.d.sync += [left.eq(left - 1), idx.eq(idx + 1)]
+            with m.If(ln == L - 1):
+                m.d.sync += [ln.eq(0), r.eq(r + 1), n_left.eq(n_am)]
+            with m.Else():
+                m.d.sync += [ln.eq(ln + 1), n_left.eq(n_left - C)]
+        m.d.comb += [
+            self.va_addr.eq(src_a + idx), self.va_en.eq(issue),
+            self.vb_addr.eq(src_b + Mux(bcast, ln, idx)), self.vb_en.eq(issue),
+            self.acc_addr.eq(ins.requant.src + idx), self.acc_en.eq(issue),
+            self.exp_addr.eq(ins.requant.exps + r), self.exp_en.eq(issue),
+        ]
+        # ---- the beat enters its unit the next cycle, with the data
+        valid = Signal()
+        first, last = Signal(), Signal()
+        nl = Signal(range(C + 1))
+        m.d.sync += [valid.eq(issue), first.eq(ln == 0), last.eq(ln == L - 1),
+                     nl.eq(Mux(n_left > C, C, n_left))]
+        exp = self.exp_rdata[:8].as_signed()
+        vp = vec.i_stream.payload
+        m.d.comb += [
+            vec.i_stream.valid.eq(valid & ~to_act),
+            vp.op.eq(Mux(is_["ADD"], VecOp.ADD, Mux(is_["MUL"], VecOp.MUL,
+                                                     Mux(is_["REQUANT"], VecOp.REQUANT, VecOp.ARGMAX)))),
+            vp.a.eq(Mux(is_["REQUANT"], self.acc_rdata, self.va_rdata)), vp.b.eq(self.vb_rdata),
+            vp.shift.eq(Mux(is_["REQUANT"], ins.requant.shift - exp, ins.mul.shift)),
+            vp.first.eq(first), vp.last.eq(last), vp.n.eq(nl),
+            act.i_stream.valid.eq(valid & to_act),
+            act.i_stream.payload.op.eq(Mux(is_["SILU"], ActOp.SILU, ActOp.GELU)),
+            act.i_stream.payload.data.eq(self.va_rdata), act.i_stream.payload.last.eq(last),
+            vec.o_stream.ready.eq(1), act.o_stream.ready.eq(1),
+        ]
+        # ---- outputs, in order, to dst
+        got = vec.o_stream.valid | act.o_stream.valid
+        m.d.comb += [self.out_addr.eq(optr), self.out_en.eq(got | (zeros != 0)),
+                     self.out_data.eq(Mux(zeros != 0, 0, Mux(act.o_stream.valid, act.o_stream.payload.data,
+                                                              vec.o_stream.payload.data)))]
+        with m.If(got | (zeros != 0)):
+            m.d.sync += optr.eq(optr + 1)
+        with m.If(got):
+            m.d.sync += outs.eq(outs - 1)
+        with m.If(zeros != 0):
+            m.d.sync += zeros.eq(zeros - 1)
+        m.d.comb += self.busy.eq((left != 0) | (outs != 0) | (zeros != 0) | valid)
+        return m
