@@ -14,6 +14,7 @@ from amaranth.lib import wiring
 from systolica.config import AccelConfig, preset
 from systolica.hw.activation import ActivationUnit
 from systolica.hw.attention_unit import AttentionUnit
+from systolica.hw.norm_unit import NormUnit
 from systolica.hw.systolic_array import SystolicArray
 from systolica.hw.vector_unit import VectorUnit
 
@@ -24,7 +25,7 @@ SHAPES: dict[str, AccelConfig] = {
     "8x8": preset("default"),
     "4x8": AccelConfig(name="r4c8", rows=4, cols=8, dma_bits=64),
 }
-UNIT_CFG = preset("tiny")  # the vector, activation and attention units: 4 lanes
+UNIT_CFG = preset("tiny")  # the vector, activation, attention and norm units: 4 lanes
 ATTN_PARAMS = {"max_tokens": 32, "max_lines": 8}
 
 
@@ -33,6 +34,7 @@ def unit_factories() -> dict:
     units["vec"] = lambda: VectorUnit(UNIT_CFG)
     units["act"] = lambda: ActivationUnit(UNIT_CFG)
     units["attn"] = lambda: AttentionUnit(UNIT_CFG, **ATTN_PARAMS)
+    units["norm"] = lambda: NormUnit(UNIT_CFG)
     return units
 
 

@@ -28,7 +28,7 @@ def norm_cases(C: int, seed: int, rows=((13, True), (8, False), (5, True), (16, 
         y = numerics.layernorm(x, gamma, beta, eps) if center else numerics.rmsnorm(x, gamma, eps)
         nl = -(-n // C)
 
-        def pad(v):
+        def pad(v, n=n, nl=nl):
             return np.concatenate([np.asarray(v).reshape(-1), np.full(nl * C - n, 123456)])  # junk must be ignored
 
         xp, gp, bp = pad(x), pad(gamma), pad(beta)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hw_rtl_units import SHAPES, RtlUnits, build_key
 
-from systolica.hw import activation, attention_unit, fixed, systolic_array, vector_unit
+from systolica.hw import activation, attention_unit, fixed, norm_unit, recip, systolic_array, vector_unit
 from systolica.sim.rtl_build import build
 
 pytestmark = pytest.mark.rtl
@@ -17,7 +17,7 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def units(build_dir):
-    return build("rtl_units", RtlUnits, build_key(), build_dir, deps=(systolic_array, vector_unit, activation, attention_unit, fixed))
+    return build("rtl_units", RtlUnits, build_key(), build_dir, deps=(systolic_array, vector_unit, activation, attention_unit, fixed, recip, norm_unit))
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -66,3 +66,7 @@ def test_attention_unit_rtl(units):
     print(f"\nattention: {met}")
     # K and V stream at one line per cycle: 2 * hd / C cycles per KV token and row, plus a per-tile overhead
     assert met["cycles_per_kv_token_row"] <= 1.25 * met["ideal_cycles_per_kv_token_row"], met
+
+
+def test_norm_unit_rtl(units):
+    units.run("cocotb_units", HERE, testcase="norms", params={"runs": [[1, 0.3, 0.3], [2, 0.0, 0.0]]}).check()
