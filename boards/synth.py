@@ -56,6 +56,21 @@ def _vector(cfg):
     return VectorUnit(cfg)
 
 
+def _activation(cfg):
+    from systolica.hw.activation import ActivationUnit
+    return ActivationUnit(cfg)
+
+
+def _attention(cfg):
+    from systolica.hw.attention_unit import AttentionUnit
+    return AttentionUnit(cfg)
+
+
+def _norm(cfg):
+    from systolica.hw.norm_unit import NormUnit
+    return NormUnit(cfg)
+
+
 def _top(cfg):
     from systolica.hw.accelerator import Accelerator
     return Accelerator(cfg)
@@ -67,7 +82,10 @@ UNITS: dict[str, tuple[Callable[[AccelConfig], Any], str]] = {
     "accumulator": (_accumulator, "accumulator read-modify-write datapath"),
     "gemm": (_gemm, "array + accumulator + accumulator buffer"),
     "spad": (_spad, "int8 scratchpad (2 read ports)"),
-    "vector": (_vector, "vector unit"),
+    "vector": (_vector, "vector unit (ADD, MUL, REQUANT, ROPE, ARGMAX)"),
+    "activation": (_activation, "activation unit (SILU, GELU)"),
+    "attention": (_attention, "streaming attention unit (ATTN, ATTN_OUT)"),
+    "norm": (_norm, "norm unit (RMSNORM, LAYERNORM)"),
     "top": (_top, "the whole accelerator (AXI, DMA, engines, buffers)"),
 }
 
