@@ -21,8 +21,9 @@ a sum, or ROPE's difference / sum of two products), then a round-half-up arithme
 scalar form of ``numerics.rshift_round`` followed by ``sat32``.  Two pipeline stages
 (product, shift/saturate), stalled as a whole by output back-pressure like the array.
 
-Not yet here: SILU / GELU (the exp LUT and the exact ``2**60 / m`` divider of
-``numerics.sigmoid_fx``: see :mod:`~systolica.hw.activation`), RMSNorm / LayerNorm, SOFTMAX.
+SILU / GELU live in :mod:`~systolica.hw.activation` (a deeper pipeline), RMSNorm /
+LayerNorm in :mod:`~systolica.hw.norm_unit` (several passes over a row); SOFTMAX (the
+ISA op; attention does its own online softmax) is not implemented in hardware yet.
 """
 
 from __future__ import annotations
