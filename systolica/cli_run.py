@@ -41,7 +41,8 @@ def resolve_config(board: str | None, config: str | None):
     return load_config(config)
 
 
-def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_chunk: int, say=print):
+def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_chunk: int, act_split: bool = True,
+                    say=print):
     """Load the artifact for (model, config, options) from the cache, compiling it on a miss."""
     from systolica.artifact import FORMAT_VERSION, Artifact, ArtifactError
     from systolica.compiler.compile import compile_model
@@ -57,7 +58,8 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
         if not path.exists():
             raise FileNotFoundError(f"model {model_spec!r} does not exist: give a .gguf file, a safetensors "
                                     "directory, or 'default'")
-    key = f"{path.stem}-{_fingerprint(path)}-{cfg.hash_hex()[:8]}-p{page}-s{max_seq}-c{prefill_chunk}-v{FORMAT_VERSION}"
+    key = (f"{path.stem}-{_fingerprint(path)}-{cfg.hash_hex()[:8]}-p{page}-s{max_seq}-c{prefill_chunk}"
+           f"-a{int(act_split)}-v{FORMAT_VERSION}")
     file = cache_dir() / "artifacts" / f"{key}.systolica"
     if file.exists():
         try:
@@ -68,7 +70,7 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
     say(f"compiling {path.name} for accelerator {cfg.name!r} ({cfg.rows}x{cfg.cols}, {cfg.hash_hex()[:8]})")
     model = load_model(str(path))
     art = compile_model(model, cfg, page=page, max_seq=min(max_seq, model.config.max_seq),
-                        prefill_chunk=prefill_chunk, progress=lambda s: say(f"  {s}"))
+                        prefill_chunk=prefill_chunk, act_split=act_split, progress=lambda s: say(f"  {s}"))
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_suffix(".tmp")
     art.save(tmp)
@@ -100,6 +102,8 @@ class Run:
         p.add_argument("--max-seq", type=int, default=256, help="context the programs are compiled for")
         p.add_argument("--page", type=int, default=16, help="KV-cache page size in tokens")
         p.add_argument("--prefill-chunk", type=int, default=16, help="rows of the prefill program")
+        p.add_argument("--no-act-split", dest="act_split", action="store_false",
+                       help="plain int8 activations (default: int8 + int8 residual, ~15-bit; see docs/quantization.md)")
         p.add_argument("--timeout", type=float, default=300.0, help="seconds before a run counts as hung")
         p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
 
@@ -114,7 +118,7 @@ class Run:
         err = Console(stderr=True)
         cfg = resolve_config(args.board, args.config)
         art, file, compile_s = cached_artifact(args.model, cfg, page=args.page, max_seq=args.max_seq,
-                                               prefill_chunk=args.prefill_chunk,
+                                               prefill_chunk=args.prefill_chunk, act_split=args.act_split,
                                                say=lambda s: err.print(f"[dim]{s}[/dim]"))
         kw = {}
         if args.backend == "golden":

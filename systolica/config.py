@@ -49,16 +49,17 @@ class AccelConfig:
     cols: int = 8  # systolic array columns C (= lanes of every buffer line)
     in_bits: int = 8  # operand width: int8 activations and weights
     acc_bits: int = 32  # accumulator width: int32
-    spad_kib: int = 64  # int8 scratchpad: activations, weight tiles, KV tiles
-    acc_kib: int = 32  # int32 accumulator buffer: matmul results
-    vbuf_kib: int = 32  # int32 vector buffer: residual stream, norms, attention state
+    spad_kib: int = 128  # int8 scratchpad: activations, weight tiles, KV tiles
+    acc_kib: int = 64  # int32 accumulator buffer: matmul results
+    vbuf_kib: int = 128  # int32 vector buffer: residual stream, norms, attention state (a 135M model's
+    # SwiGLU row is 1536 words: 128 KiB holds a prefill chunk of several tokens)
     dma_bits: int = 64  # data width of one AXI master port
     dma_ports: int = 1  # number of AXI master ports to DRAM
     max_burst: int = 16  # AXI burst length in beats (AXI4 allows up to 256)
     queue_depth: int = 8  # depth of each dependency-token queue between engines
     cmd_depth: int = 16  # depth of each engine's instruction queue
     clock_mhz: float = 100.0  # target clock of the accelerator
-    dram_bytes: int = 1 << 28  # DRAM window the accelerator may address (bytes)
+    dram_bytes: int = 1 << 29  # DRAM window the accelerator may address (bytes)
 
     # ----------------------------------------------------------------- sizes
     @property
