@@ -111,6 +111,26 @@ def run_rtl(cfg: AccelConfig, programs: list[dict], build_root: str | Path) -> l
     return runs
 
 
+def run_fast(cfg: AccelConfig, programs: list[dict], build_root: str | Path) -> list[dict]:
+    """Run ``programs`` on :class:`systolica.sim.fast_harness.FastRtl` (Verilator + C++ DRAM model): the
+    fastest RTL path.  ``wall_s`` is the simulation time inside the harness (no process start-up)."""
+    from systolica.sim.fast_harness import FastRtl
+    from systolica.sim.perf_rtl_tb import DATA_HI, DATA_LO, MEM, WIN_BASE, WIN_SIZE
+
+    fast = FastRtl(cfg, build_root)
+    data = np.random.default_rng(5).integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
+    runs = []
+    for p in programs:
+        dram = np.zeros(MEM, np.uint8)
+        dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = data
+        raw = b"".join(int(w).to_bytes(16, "little") for w in p["words"])
+        dram[WIN_BASE:WIN_BASE + len(raw)] = np.frombuffer(raw, np.uint8)
+        r = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(p["words"]))
+        runs.append({"name": p["name"], "code": int(r.code), "timed_out": not r.done, "counters": r.counters,
+                     "wall_s": r.wall_s})
+    return runs
+
+
 def compare(cfg: AccelConfig, programs: list[dict], runs: list[dict], params: PerfParams = RTL_PARAMS) -> list[dict]:
     """Model vs RTL per program: cycles, relative error, busy counters, and the model's own time."""
     rows = []
@@ -148,11 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--random", type=int, default=12, help="random token-serialized programs (default 12)")
     ap.add_argument("--seed", type=int, default=3, help="seed of the random programs (default 3)")
     ap.add_argument("--build-dir", default="build", help="Verilator build cache (default: ./build)")
+    ap.add_argument("--fast", action="store_true",
+                    help="run on the fast harness (Verilator + C++ DRAM model) instead of cocotb")
     ap.add_argument("--json", help="write every program's figures here")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     progs = suite(cfg, args.random, args.seed)
-    runs = run_rtl(cfg, progs, args.build_dir)
+    runs = (run_fast if args.fast else run_rtl)(cfg, progs, args.build_dir)
     rows = compare(cfg, progs, runs)
     for r in rows:
         print(f"{r['name']:24s} {r['instructions']:4d} instr  RTL {r['rtl_cycles']:7d}  model {r['model_cycles']:7d}"
