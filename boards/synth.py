@@ -38,7 +38,9 @@ def _array(cfg):
 def _accumulator(cfg):
     from systolica.hw.accumulator import Accumulator
     from systolica.hw.systolic_array import SystolicArray
-    return Accumulator(cfg, SystolicArray(cfg).o_layout)
+    array = SystolicArray(cfg)
+    array._MustUse__silence = True  # only its output layout is needed
+    return Accumulator(cfg, array.o_layout)
 
 
 def _gemm(cfg):

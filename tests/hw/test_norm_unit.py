@@ -12,7 +12,8 @@ from systolica import numerics
 from systolica.config import AccelConfig
 from systolica.hw.norm_unit import NormUnit
 
-pytestmark = pytest.mark.amaranth
+# components built only for their layouts, or whose constructor rejected its arguments, are never elaborated
+pytestmark = [pytest.mark.amaranth, pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")]
 
 
 def norm_cases(C: int, seed: int, rows=((13, True), (8, False), (5, True), (16, False), (1, False))):
