@@ -200,7 +200,7 @@ def build_tcl(board: Board, cfg: AccelConfig, top: str, verilog_files: list[str]
         "}",
         "# The newest installed version of a Xilinx IP, so the script works across Vivado releases.",
         "proc ip_vlnv {name} {",
-        '    set defs [lsort [get_ipdefs -filter "VLNV =~ xilinx.com:ip:${name}:*"]]',
+        '    set defs [lsort -dictionary [get_ipdefs -filter "VLNV =~ xilinx.com:ip:${name}:*"]]',
         '    if {[llength $defs] == 0} { fail "IP $name is not in the catalog of this Vivado" }',
         "    return [lindex $defs end]",
         "}",

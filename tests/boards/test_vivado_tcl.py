@@ -55,6 +55,10 @@ def test_tcl_runs_and_names_exist(name, tmp_path, fake_top, run_tcl):
     assert props and f"{b.config.clock_mhz:g}" in props[0][2]
     ps_ip = "processing_system7" if b.flow == "zynq7" else "zynq_ultra_ps_e"
     assert any(c[0] == "get_ipdefs" and ps_ip in c[-1] for c in calls)
+    # the newest installed version of each Xilinx IP is chosen (10.0 sorts after 2.1)
+    vlnvs = [c[c.index("-vlnv") + 1] for c in calls if c[0] == "create_bd_cell"]
+    assert all(v.endswith(":10.0") for v in vlnvs if v.startswith("xilinx.com:ip:"))
+    assert f"xilinx.com:ip:{ps_ip}:10.0" in vlnvs
     assert (tmp_path / "deploy" / f"{name}.bit").exists() and (tmp_path / "deploy" / f"{name}.hwh").exists()
 
 

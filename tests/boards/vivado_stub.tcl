@@ -37,7 +37,7 @@ proc get_ipdefs {args} {
     stub_record get_ipdefs {*}$args
     set filter [lindex $args end]
     regexp {xilinx.com:ip:([A-Za-z0-9_]+):} $filter -> ip
-    return [list "xilinx.com:ip:$ip:1.0" "xilinx.com:ip:$ip:2.1"]
+    return [list "xilinx.com:ip:$ip:10.0" "xilinx.com:ip:$ip:1.0" "xilinx.com:ip:$ip:2.1"]
 }
 proc set_property {args} { stub_record set_property {*}$args }
 proc get_files {args} { return "files:[lindex $args end]" }
