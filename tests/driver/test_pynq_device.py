@@ -98,3 +98,22 @@ def test_finding_the_accelerator_in_an_overlay():
     assert find_accelerator_ip(ip)[0] == "accel"
     with pytest.raises(DeviceError, match="no systolica accelerator IP; IPs found: axi_dma_0"):
         find_accelerator_ip({"axi_dma_0": {"type": "xilinx.com:ip:axi_dma:7.1"}})
+
+
+def test_runtime_through_pynq_generates_what_the_golden_backend_does():
+    from systolica.compiler.compile import compile_model
+    from systolica.driver.device import open_device
+    from systolica.driver.runtime import Runtime
+    from systolica.testmodels import random_model
+
+    model = random_model("llama", dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=40, vocab=260, seed=9,
+                         max_seq=32)
+    art = compile_model(model, CFG, page=16, max_seq=32, prefill_chunk=4)
+    golden = Runtime(art, open_device("golden", CFG, dram_bytes=art.dram_bytes + 8192))
+    want = [s.token for s in golden.generate([7, 3, 250, 18, 99], 6, stop=[])]
+
+    sim = SimulatedBoard(GoldenDevice(CFG, dram_bytes=art.dram_bytes + (1 << 16)))
+    pynq.Device.active_device = sim
+    rt = Runtime(art, PynqDevice(CFG, base_addr=BASE))
+    got = [s.token for s in rt.generate([7, 3, 250, 18, 99], 6, stop=[])]
+    assert got == want
