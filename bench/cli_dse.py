@@ -3,8 +3,8 @@
     systolica dse --models default --boards kv260,zcu104,pynq-z2 --shapes 8x8,8x16,16x16,16x32,32x32 \\
         --dma-bits 64,128 --json dse.json --plot dse.png
 
-Prints the Pareto front (decode tokens/s up; DSPs, BRAM, energy per token down) per model and marks
-which points fit their board; runs on all local cores by default, on a Ray cluster with
+Prints the Pareto front (decode tokens/s up; DSPs, BRAM, energy per token down) per model among the
+points that fit their board, and marks which points do not fit; runs on all local cores by default, on a Ray cluster with
 ``--ray ADDRESS`` (``--ray local`` starts Ray here).
 """
 
@@ -123,8 +123,8 @@ class Dse:
                                progress=lambda d, n: prog.update(job, completed=d))
         ok = [p for p in points if "error" not in p]
         front: set[int] = set()
-        for m in models:  # a front per model: points of different models do not compete
-            idx = [i for i, p in enumerate(ok) if p["model"] == m]
+        for m in models:  # a front per model among the points that fit their board: what one can build
+            idx = [i for i, p in enumerate(ok) if p["model"] == m and p["fits"]]
             front |= {idx[j] for j in pareto_front([ok[i] for i in idx])} if idx else set()
         t = Table(title=f"design space: {len(ok)} points, {len(front)} on the Pareto front")
         for col in ("model", "board", "config", "decode tok/s", "TTFT ms", "DSP", "BRAM", "J/token", "fits", "Pareto"):

@@ -113,5 +113,6 @@ def test_dse_command_line(tmp_path):
     doc = json.loads(out.read_text())
     assert len(doc["points"]) == 3 and doc["pareto"]
     assert {p["fits"] for p in doc["points"]} == {True, False}
+    assert all(doc["points"][i]["fits"] for i in doc["pareto"])  # the front is chosen among buildable points
     assert png.stat().st_size > 1000
     assert main(["dse", "--models", MODEL, "--shapes", "8by8"]) == 2
