@@ -1,6 +1,7 @@
 """``systolica compile MODEL (--config X | --board Y) -o FILE``: a checkpoint to a versioned artifact.
 
-MODEL is a ``.gguf`` file, a directory with ``config.json`` + ``*.safetensors``, or
+MODEL is whatever :func:`systolica.compiler.frontend.load_model` reads: a ``.gguf`` file, a
+directory with ``config.json`` + ``*.safetensors``, ``default`` (the cached default model) or
 ``random:ARCH[:key=value,...]`` (a :func:`systolica.testmodels.random_model`, for trying a
 configuration without a checkpoint).  The summary's instruction counts are the instructions
 each program retires: programs have no branches, so the golden simulator retires every word
@@ -11,34 +12,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
+
+from systolica.compiler.frontend import load_model  # also imported from here by other commands
 
 __all__ = ["Compile", "load_model"]
-
-
-def load_model(spec: str):
-    """A :class:`~systolica.model.Model` from a path or a ``random:`` spec."""
-    from systolica.model import ModelError
-
-    if spec.startswith("random:"):
-        from systolica.testmodels import random_model
-
-        parts = spec.split(":")
-        kw: dict = {}
-        for item in (parts[2].split(",") if len(parts) > 2 and parts[2] else []):
-            k, _, v = item.partition("=")
-            kw[k] = v.lower() == "true" if v.lower() in ("true", "false") else int(v)
-        return random_model(parts[1], **kw)
-    p = Path(spec)
-    if not p.exists():
-        raise ModelError(f"model {spec!r} does not exist (a .gguf file, a safetensors directory or random:ARCH)")
-    if p.is_dir():
-        from systolica.compiler.safetensors_reader import read_safetensors
-
-        return read_safetensors(p)
-    from systolica.compiler.gguf_reader import read_gguf
-
-    return read_gguf(p)
 
 
 def _human(n: int) -> str:
@@ -52,7 +29,8 @@ def _human(n: int) -> str:
 class Compile:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("model", help="a .gguf file, a safetensors directory, or random:ARCH[:k=v,...]")
+        p.add_argument("model", help="a .gguf file, a safetensors directory, 'default' (the cached default model), "
+                                      "or random:ARCH[:k=v,...]")
         g = p.add_mutually_exclusive_group()
         g.add_argument("--config", help="accelerator preset name or TOML file (default: the 'default' preset)")
         g.add_argument("--board", help="a board preset (its accelerator configuration)")

@@ -384,6 +384,20 @@ def test_load_model_dispatch(tmp_path):
         load_model(tmp_path / "nothing")
 
 
+def test_load_model_random_spec():
+    from systolica.compiler.frontend import load_model
+    m = load_model("random:llama:dim=32,n_layers=1,n_heads=2,vocab=64,tied=true,seed=3")
+    ref = random_model("llama", dim=32, n_layers=1, n_heads=2, vocab=64, tied=True, seed=3)
+    assert m.config == ref.config
+    np.testing.assert_array_equal(m.weights["blk.0.ffn_up"], ref.weights["blk.0.ffn_up"])
+    with pytest.raises(ModelError, match=r"dim='x' is neither an integer nor true/false"):
+        load_model("random:llama:dim=x")
+    with pytest.raises(ModelError, match="unknown key.*width"):
+        load_model("random:llama:width=32")
+    with pytest.raises(ModelError, match="is not key=value"):
+        load_model("random:llama:dim")
+
+
 @pytest.mark.parametrize("ttype", ["Q8_0", "Q4_0", "Q4_1"])
 def test_fast_dequantize_matches_gguf(ttype):
     """The vectorized Q8_0/Q4_x decoder gives gguf.quants' values bit for bit, on arbitrary block bytes."""
