@@ -16,9 +16,9 @@ import numpy as np
 from systolica import csr
 from systolica.asm import disasm_word
 from systolica.driver.device import ConfigMismatchError, Device, DeviceError, DeviceTimeout
-from systolica.driver.golden_device import words_from_bytes
 from systolica.faults import Fault
 from systolica.isa import WORD_BYTES
+from systolica.program import words_from_bytes
 from systolica.sim.faults import fault_error
 
 __all__ = ["Accelerator", "RunStats"]

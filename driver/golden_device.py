@@ -9,21 +9,14 @@ so the runtime exercises exactly the path it uses on a board.
 
 from __future__ import annotations
 
-import numpy as np
-
 from systolica.config import AccelConfig
 from systolica.driver.run_to_completion import ArenaBuffer, RunToCompletionDevice
 from systolica.faults import Fault
 from systolica.isa import WORD_BYTES
+from systolica.program import words_from_bytes  # re-exported: the driver's callers import it from here
 from systolica.sim.golden import GoldenSim
 
 __all__ = ["GoldenDevice", "ArenaBuffer", "words_from_bytes"]
-
-
-def words_from_bytes(raw: np.ndarray) -> list[int]:
-    """128-bit little-endian instruction words from raw bytes."""
-    q = np.frombuffer(np.ascontiguousarray(raw).tobytes(), dtype="<u8").reshape(-1, 2)
-    return [int(lo) | (int(hi) << 64) for lo, hi in q]
 
 
 class GoldenDevice(RunToCompletionDevice):

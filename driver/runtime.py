@@ -21,7 +21,7 @@ from systolica.driver.accel import Accelerator, RunStats
 from systolica.driver.device import Device
 from systolica.driver.kv_cache import PagePool, SequenceState
 from systolica.driver.sampling import Sampler, SamplingParams
-from systolica.isa import WORD_BYTES
+from systolica.program import words_to_bytes
 from systolica.numerics import FX_FRAC
 
 __all__ = ["Runtime", "Metrics", "StepOutput"]
@@ -125,7 +125,7 @@ class Runtime:
         seq.reserve(len(tokens))
         words = self.art.patched_program(kind, StepState(seq.pos, list(tokens), seq.block_table))
         region = self.art.region(f"program:{kind}")
-        raw = b"".join(int(w).to_bytes(WORD_BYTES, "little") for w in words)
+        raw = words_to_bytes(words)
         if len(raw) > region["size"]:
             raise RuntimeError(f"{kind} program ({len(raw)} bytes) does not fit its region ({region['size']} bytes)")
         self.window.view[region["offset"]:region["offset"] + len(raw)] = np.frombuffer(raw, np.uint8)

@@ -27,7 +27,7 @@ from systolica.isa import WORD_BITS, WORD_BYTES, IllegalInstruction, Instr, deco
 
 __all__ = [
     "MAGIC", "VERSION", "HEADER_BYTES", "Program", "ProgramError", "BadMagic", "BadVersion", "BadFlags",
-    "ConfigMismatch", "TruncatedProgram", "IllegalWord",
+    "ConfigMismatch", "TruncatedProgram", "IllegalWord", "words_to_bytes", "words_from_bytes",
 ]
 
 MAGIC = b"SYST"
@@ -81,8 +81,24 @@ class IllegalWord(ProgramError):
         super().__init__(f"instruction {index}: {reason}")
 
 
-def _word_from(b: bytes) -> int:
-    return int.from_bytes(b, "little")
+def words_to_bytes(words: Iterable[int]) -> bytes:
+    """128-bit instruction words as the bytes the accelerator fetches (little-endian, 16 per word)."""
+    return b"".join(int(w).to_bytes(WORD_BYTES, "little") for w in words)
+
+
+def words_from_bytes(raw: bytes | np.ndarray) -> list[int]:
+    """The inverse of :func:`words_to_bytes`: 128-bit little-endian words from raw bytes.
+
+    Raises
+    ------
+    ProgramError
+        The length is not a multiple of the 16-byte word.
+    """
+    data = np.ascontiguousarray(raw).tobytes() if isinstance(raw, np.ndarray) else bytes(raw)
+    if len(data) % WORD_BYTES:
+        raise ProgramError(f"{len(data)} bytes is not a whole number of {WORD_BYTES}-byte instruction words")
+    q = np.frombuffer(data, dtype="<u8").reshape(-1, 2)
+    return [int(lo) | (int(hi) << 64) for lo, hi in q]
 
 
 class Program:
@@ -159,13 +175,13 @@ class Program:
 
     def to_numpy(self) -> np.ndarray:
         """The words as a ``(n, 16)`` uint8 array (byte ``j`` of word ``i`` at ``[i, j]``)."""
-        body = b"".join(w.to_bytes(WORD_BYTES, "little") for w in self.words)
+        body = words_to_bytes(self.words)
         return np.frombuffer(body, dtype=np.uint8).reshape(len(self.words), WORD_BYTES).copy()
 
     # --------------------------------------------------------------- bytes
     def to_bytes(self) -> bytes:
         head = _HEADER.pack(MAGIC, VERSION, self.flags, self.config_hash, len(self.words))
-        return head + b"".join(w.to_bytes(WORD_BYTES, "little") for w in self.words)
+        return head + words_to_bytes(self.words)
 
     @classmethod
     def from_bytes(cls, data: bytes, *, config: AccelConfig | int | None = None, validate: bool = True,
@@ -202,7 +218,7 @@ class Program:
             raise TruncatedProgram(
                 f"{source}: header says {count} instructions ({want} bytes with the header) but the file has "
                 f"{len(data)} bytes" + (" (truncated)" if len(data) < want else " (trailing bytes)"))
-        words = [_word_from(data[o:o + WORD_BYTES]) for o in range(HEADER_BYTES, want, WORD_BYTES)]
+        words = words_from_bytes(data[HEADER_BYTES:want])
         prog = cls(words, chash, flags)
         if config is not None:
             prog.check_config(config)
@@ -223,7 +239,7 @@ class Program:
 
 def _words_from_numpy(a: np.ndarray) -> list[int]:
     if a.ndim == 2 and a.shape[1] == WORD_BYTES and a.dtype == np.uint8:
-        return [_word_from(row.tobytes()) for row in a]
+        return words_from_bytes(a)
     if a.ndim == 2 and a.shape[1] == 2 and a.dtype == np.uint64:
-        return [int(lo) | (int(hi) << 64) for lo, hi in a]
+        return words_from_bytes(np.ascontiguousarray(a, dtype="<u8"))  # (low, high) halves, little-endian
     raise ProgramError(f"numpy words must be (n, {WORD_BYTES}) uint8 or (n, 2) uint64, got {a.shape} {a.dtype}")

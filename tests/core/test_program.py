@@ -19,6 +19,8 @@ from systolica.program import (
     Program,
     ProgramError,
     TruncatedProgram,
+    words_from_bytes,
+    words_to_bytes,
 )
 
 TINY, DEFAULT = preset("tiny"), preset("default")
@@ -128,3 +130,13 @@ def test_missing_file(tmp_path):
 def test_word_range():
     with pytest.raises(ProgramError, match="128-bit"):
         Program([1 << 128], TINY)
+
+
+def test_words_bytes_round_trip():
+    words = [0, 1, (1 << 128) - 1, 0x0123456789ABCDEF_FEDCBA9876543210]
+    raw = words_to_bytes(words)
+    assert raw[:16] == bytes(16) and raw[16] == 1 and raw[32:48] == b"\xff" * 16
+    assert words_from_bytes(raw) == words
+    assert words_from_bytes(np.frombuffer(raw, np.uint8)) == words
+    with pytest.raises(ProgramError, match="20 bytes is not a whole number of 16-byte"):
+        words_from_bytes(bytes(20))
