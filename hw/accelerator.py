@@ -228,7 +228,7 @@ class Accelerator(wiring.Component):
         zw = mems["acc"].write_port()  # GEMM with k = 0 writes zero lines
         m.d.comb += [zw.addr.eq(comp.zero_addr), zw.en.eq(comp.zero_en), zw.data.eq(0)]
         # line ops: two vector-buffer operands, the accumulator (REQUANT), results into the vector buffer
-        for pfx in ("va", "vb"):
+        for pfx in ("va", "vb", "vc"):
             rp = mems["vbuf"].read_port()
             m.d.comb += [rp.addr.eq(getattr(comp, f"{pfx}_addr")), rp.en.eq(getattr(comp, f"{pfx}_en")),
                          getattr(comp, f"{pfx}_rdata").eq(rp.data)]

@@ -3,7 +3,7 @@
 GEMM is handed to :class:`~systolica.hw.gemm_sequencer.GemmSequencer`, which
 streams the operand lines of the instruction from the scratchpad into the
 systolic array and lets its accumulator write the result lines; ADD, MUL,
-REQUANT, ARGMAX, SILU and GELU to :class:`~systolica.hw.vector_sequencer.VectorSequencer`.
+REQUANT, ARGMAX, SILU, GELU and ROPE to :class:`~systolica.hw.vector_sequencer.VectorSequencer`.
 The engine retires an instruction once its last result line is written.
 """
 
@@ -41,6 +41,7 @@ class ComputeEngine(wiring.Component):
             "zero_addr": Out(abits), "zero_en": Out(1),
             "va_addr": Out(p["vbuf"][0]), "va_en": Out(1), "va_rdata": In(p["vbuf"][1]),
             "vb_addr": Out(p["vbuf"][0]), "vb_en": Out(1), "vb_rdata": In(p["vbuf"][1]),
+            "vc_addr": Out(p["vbuf"][0]), "vc_en": Out(1), "vc_rdata": In(p["vbuf"][1]),
             "acc_addr": Out(p["acc"][0]), "acc_en": Out(1), "acc_rdata": In(p["acc"][1]),
             "out_addr": Out(p["vbuf"][0]), "out_en": Out(1), "out_data": Out(p["vbuf"][1]),
             "mac_active": Out(1),
@@ -63,6 +64,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [vs.start.eq(exec_start & is_vec), vs.word.eq(ins.as_value()),
                      self.va_addr.eq(vs.va_addr), self.va_en.eq(vs.va_en), vs.va_rdata.eq(self.va_rdata),
                      self.vb_addr.eq(vs.vb_addr), self.vb_en.eq(vs.vb_en), vs.vb_rdata.eq(self.vb_rdata),
+                     self.vc_addr.eq(vs.vc_addr), self.vc_en.eq(vs.vc_en), vs.vc_rdata.eq(self.vc_rdata),
                      self.acc_addr.eq(vs.acc_addr), self.acc_en.eq(vs.acc_en), vs.acc_rdata.eq(self.acc_rdata),
                      vs.exp_rdata.eq(self.a_rdata),
                      self.out_addr.eq(vs.out_addr), self.out_en.eq(vs.out_en), self.out_data.eq(vs.out_data)]

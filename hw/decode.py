@@ -30,7 +30,7 @@ __all__ = ["instr_layout", "HEADER_LAYOUT", "InstructionDecoder", "RTL_OPS", "EX
 HEADER_LAYOUT = data.StructLayout({f.name: unsigned(f.bits) for f in HEADER_FIELDS})
 
 #: Ops the RTL executes; any other opcode of the table is reported as ILLEGAL_OPCODE.
-RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "FINISH", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU")
+RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "FINISH", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE")
 
 #: On-chip operands of each compute op: (address field, buffer, lines as a function of fields and config).
 #: The same expressions serve Python ints and Amaranth values.
@@ -51,6 +51,9 @@ EXTENTS = {
                ("dst", "vbuf", lambda f, c: f["rows"])),
     "SILU": (("src", "vbuf", _rl), ("dst", "vbuf", _rl)),
 }
+EXTENTS["ROPE"] = (("src", "vbuf", lambda f, c: f["rows"] * f["heads"] * f["hd"]),
+                   ("table", "vbuf", lambda f, c: f["rows"] * f["hd"]),
+                   ("dst", "vbuf", lambda f, c: f["rows"] * f["heads"] * f["hd"]))
 EXTENTS["MUL"] = EXTENTS["ADD"]
 EXTENTS["GELU"] = EXTENTS["SILU"]
 

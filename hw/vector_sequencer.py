@@ -1,4 +1,4 @@
-"""Line ops on the hardware core's vector and activation units: ADD, MUL, REQUANT, ARGMAX, SILU, GELU.
+"""Line ops on the hardware core's vector and activation units: ADD, MUL, REQUANT, ARGMAX, SILU, GELU, ROPE.
 
 One instruction is ``rows`` rows of ``L`` lines.  The sequencer reads one line
 of each operand per cycle (synchronous read ports: the data arrive the next
@@ -10,7 +10,12 @@ Operands (systolica/layout.py): ADD/MUL ``a`` and ``b`` (``bcast``: the one row
 of ``b`` for every row), REQUANT ``src`` in the accumulator, ``mult`` one
 vector-buffer row, the row's exponent in lane 0 of scratchpad line ``exps + r``
 (shift ``= shift - exp``); ARGMAX rows of ``ceil(n / cols)`` lines, one output
-line per row; SILU/GELU ``src``.  ARGMAX with ``n = 0`` writes rows of zeros.
+line per row; SILU/GELU ``src``; ROPE ``heads`` heads of ``hd`` lines per row, where head
+line ``l`` rotates its ``C/2`` pairs by cos/sin elements ``l*C/2 ..`` of the row's table
+(``hd`` lines: cos half, then sin half), i.e. half ``l % 2`` of table line ``l // 2`` and
+half ``(hd + l) % 2`` of line ``(hd + l) // 2`` -- two table reads per beat, joined into
+the ``b`` line the vector unit expects (``C/2`` cos, then ``C/2`` sin).
+ARGMAX with ``n = 0`` writes rows of zeros.
 
 Reads run ahead of writes, so ``dst == src`` (in place) gives the golden
 result; a destination that overlaps a source at another offset is not
@@ -19,7 +24,7 @@ supported (the golden simulator reads every operand before writing).
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -32,7 +37,7 @@ from .vector_unit import VecOp, VectorUnit
 
 __all__ = ["VectorSequencer", "VECTOR_OPS"]
 
-VECTOR_OPS = ("ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU")
+VECTOR_OPS = ("ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE")
 
 
 class VectorSequencer(wiring.Component):
@@ -48,6 +53,7 @@ class VectorSequencer(wiring.Component):
             "start": In(1), "word": In(WORD_BITS), "busy": Out(1),
             "va_addr": Out(vb), "va_en": Out(1), "va_rdata": In(C * 32),
             "vb_addr": Out(vb), "vb_en": Out(1), "vb_rdata": In(C * 32),
+            "vc_addr": Out(vb), "vc_en": Out(1), "vc_rdata": In(C * 32),
             "acc_addr": Out((cfg.acc_lines - 1).bit_length()), "acc_en": Out(1), "acc_rdata": In(C * 32),
             "exp_addr": Out((cfg.spad_lines - 1).bit_length()), "exp_en": Out(1), "exp_rdata": In(C * 8),
             "out_addr": Out(vb), "out_en": Out(1), "out_data": Out(C * 32),
@@ -66,31 +72,39 @@ class VectorSequencer(wiring.Component):
         to_act = is_["SILU"] | is_["GELU"]
         # the fields, by op (every op's layout puts them at its own bit positions)
         rows = Mux(is_["ADD"], ins.add.rows, Mux(is_["MUL"], ins.mul.rows, Mux(is_["REQUANT"], ins.requant.rows,
-                   Mux(is_["ARGMAX"], ins.argmax.rows, Mux(is_["SILU"], ins.silu.rows, ins.gelu.rows)))))
+                   Mux(is_["ARGMAX"], ins.argmax.rows, Mux(is_["SILU"], ins.silu.rows,
+                       Mux(is_["ROPE"], ins.rope.rows, ins.gelu.rows))))))
         n_am = ins.argmax.n
         lines = Mux(is_["ADD"], ins.add.lines, Mux(is_["MUL"], ins.mul.lines, Mux(is_["REQUANT"], ins.requant.lines,
-                    Mux(is_["ARGMAX"], (n_am + C - 1) // C, Mux(is_["SILU"], ins.silu.lines, ins.gelu.lines)))))
+                    Mux(is_["ARGMAX"], (n_am + C - 1) // C, Mux(is_["SILU"], ins.silu.lines,
+                        Mux(is_["ROPE"], ins.rope.hd, ins.gelu.lines))))))
         src_a = Mux(is_["ADD"], ins.add.a, Mux(is_["MUL"], ins.mul.a, Mux(is_["ARGMAX"], ins.argmax.src,
-                    Mux(is_["SILU"], ins.silu.src, ins.gelu.src))))
+                    Mux(is_["SILU"], ins.silu.src, Mux(is_["ROPE"], ins.rope.src, ins.gelu.src)))))
         src_b = Mux(is_["ADD"], ins.add.b, Mux(is_["MUL"], ins.mul.b, ins.requant.mult))
         bcast = Mux(is_["ADD"], ins.add.bcast, Mux(is_["MUL"], ins.mul.bcast, 1))  # REQUANT: mult is one row
         dst = Mux(is_["ADD"], ins.add.dst, Mux(is_["MUL"], ins.mul.dst, Mux(is_["REQUANT"], ins.requant.dst,
-                  Mux(is_["ARGMAX"], ins.argmax.dst, Mux(is_["SILU"], ins.silu.dst, ins.gelu.dst)))))
-        L = Signal(17)
-        m.d.comb += L.eq(lines)
+                  Mux(is_["ARGMAX"], ins.argmax.dst, Mux(is_["SILU"], ins.silu.dst,
+                      Mux(is_["ROPE"], ins.rope.dst, ins.gelu.dst))))))
+        L = Signal(17)  # lines per group (a row, or one head of a row for ROPE)
+        H = Signal(9)  # groups per row
+        m.d.comb += [L.eq(lines), H.eq(Mux(is_["ROPE"], ins.rope.heads, 1))]
+        hd = ins.rope.hd
 
         # ---- input walk: row r, line l; index idx = r*L + l
         left = Signal(32)
         idx = Signal(32)
         r = Signal(16)
         ln = Signal(17)
+        hh = Signal(8)  # ROPE head within the row
+        trow = Signal(32)  # ROPE: table + r * hd
         n_left = Signal(17)  # ARGMAX: lanes of the row not yet read
         outs = Signal(32)  # output lines still expected
         zeros = Signal(16)  # ARGMAX n = 0: zero lines still to write
         optr = Signal(32)
         with m.If(self.start):
-            total = rows * L
-            m.d.sync += [left.eq(total), idx.eq(0), r.eq(0), ln.eq(0), n_left.eq(n_am), optr.eq(dst),
+            total = rows * H * L
+            m.d.sync += [left.eq(total), idx.eq(0), r.eq(0), ln.eq(0), hh.eq(0), trow.eq(ins.rope.table),
+                         n_left.eq(n_am), optr.eq(dst),
                          outs.eq(Mux(is_["ARGMAX"], Mux(n_am == 0, 0, rows), total)),
                          zeros.eq(Mux(is_["ARGMAX"] & (n_am == 0), rows, 0))]
         issue = Signal()
@@ -98,12 +112,17 @@ class VectorSequencer(wiring.Component):
         with m.If(issue):
             m.d.sync += [left.eq(left - 1), idx.eq(idx + 1)]
             with m.If(ln == L - 1):
-                m.d.sync += [ln.eq(0), r.eq(r + 1), n_left.eq(n_am)]
+                m.d.sync += [ln.eq(0), n_left.eq(n_am)]
+                with m.If(hh == H - 1):
+                    m.d.sync += [hh.eq(0), r.eq(r + 1), trow.eq(trow + hd)]
+                with m.Else():
+                    m.d.sync += hh.eq(hh + 1)
             with m.Else():
                 m.d.sync += [ln.eq(ln + 1), n_left.eq(n_left - C)]
         m.d.comb += [
             self.va_addr.eq(src_a + idx), self.va_en.eq(issue),
-            self.vb_addr.eq(src_b + Mux(bcast, ln, idx)), self.vb_en.eq(issue),
+            self.vb_addr.eq(Mux(is_["ROPE"], trow + (ln >> 1), src_b + Mux(bcast, ln, idx))), self.vb_en.eq(issue),
+            self.vc_addr.eq(trow + ((hd + ln) >> 1)), self.vc_en.eq(issue),
             self.acc_addr.eq(ins.requant.src + idx), self.acc_en.eq(issue),
             self.exp_addr.eq(ins.requant.exps + r), self.exp_en.eq(issue),
         ]
@@ -111,15 +130,21 @@ class VectorSequencer(wiring.Component):
         valid = Signal()
         first, last = Signal(), Signal()
         nl = Signal(range(C + 1))
+        cos_hi, sin_hi = Signal(), Signal()  # ROPE: which half of each table line holds this line's pairs
         m.d.sync += [valid.eq(issue), first.eq(ln == 0), last.eq(ln == L - 1),
-                     nl.eq(Mux(n_left > C, C, n_left))]
+                     nl.eq(Mux(n_left > C, C, n_left)), cos_hi.eq(ln[0]), sin_hi.eq((hd + ln)[0])]
+        half = C // 2 * 32
+        rope_b = Cat(Mux(cos_hi, self.vb_rdata[half:], self.vb_rdata[:half]),
+                     Mux(sin_hi, self.vc_rdata[half:], self.vc_rdata[:half]))
         exp = self.exp_rdata[:8].as_signed()
         vp = vec.i_stream.payload
         m.d.comb += [
             vec.i_stream.valid.eq(valid & ~to_act),
             vp.op.eq(Mux(is_["ADD"], VecOp.ADD, Mux(is_["MUL"], VecOp.MUL,
-                                                     Mux(is_["REQUANT"], VecOp.REQUANT, VecOp.ARGMAX)))),
-            vp.a.eq(Mux(is_["REQUANT"], self.acc_rdata, self.va_rdata)), vp.b.eq(self.vb_rdata),
+                                                     Mux(is_["REQUANT"], VecOp.REQUANT,
+                                                         Mux(is_["ROPE"], VecOp.ROPE, VecOp.ARGMAX))))),
+            vp.a.eq(Mux(is_["REQUANT"], self.acc_rdata, self.va_rdata)),
+            vp.b.eq(Mux(is_["ROPE"], rope_b, self.vb_rdata)),
             vp.shift.eq(Mux(is_["REQUANT"], ins.requant.shift - exp, ins.mul.shift)),
             vp.first.eq(first), vp.last.eq(last), vp.n.eq(nl),
             act.i_stream.valid.eq(valid & to_act),

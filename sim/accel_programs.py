@@ -25,9 +25,10 @@ from systolica.isa import OP_BY_CODE, OPCODE_BITS, WORD_BITS, Engine, Instr, enc
 __all__ = ["RandomProgram", "random_program", "FAULT_KINDS", "weight_stream_program", "RTL_RANDOM_OPS"]
 
 #: Ops the random generator draws (those the RTL executes; see hw.decode.RTL_OPS).
-RTL_RANDOM_OPS = ("LOAD", "STORE", "GEMM", "NOP", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU")
-_OP_WEIGHTS = (0.3, 0.2, 0.2, 0.05, 0.05, 0.05, 0.05, 0.04, 0.03, 0.03)
+RTL_RANDOM_OPS = ("LOAD", "STORE", "GEMM", "NOP", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE")
+_OP_WEIGHTS = (0.3, 0.2, 0.2, 0.05, 0.04, 0.04, 0.05, 0.04, 0.03, 0.03, 0.02)
 
+_EXEC_FAULTS = ("window", "align", "sram", "gemm_sram")
 FAULT_KINDS = ("opcode", "reserved", "buf", "nop_engine", "flags", "window", "align", "sram", "gemm_sram",
                "overrun", "deadlock")
 
@@ -91,6 +92,10 @@ class _Gen:
 
         def at(lo: int, n: int) -> int:
             return lo + self.r(0, half - n)
+        if name == "ROPE":
+            heads, hd = self.r(1, 2), self.r(1, 3)
+            return dict(dst=at(dst_lo, rows * heads * hd), src=at(src_lo, rows * heads * hd),
+                        table=at(src_lo, rows * hd), rows=rows, heads=heads, hd=hd)
         if name == "ARGMAX":
             n = self.r(0, 3 * cols)
             lpr = -(-n // cols)
@@ -205,8 +210,14 @@ def random_program(cfg: AccelConfig, rng: np.random.Generator, *, n_ops: int, da
     """
     g = _Gen(cfg, rng, data_lo, data_hi, win_size)
     ops = [g.op() for _ in range(n_ops)]
-    instrs = _serialize(ops)
     fault_index = None
+    if fault in _EXEC_FAULTS:
+        # an execution fault is serialized like any instruction: the golden simulator checks these when the
+        # instruction executes, the RTL when it decodes it; after all earlier instructions both are the same
+        bad, _ = _inject(g, fault)
+        fault_index = int(rng.integers(0, len(ops) + 1))
+        ops.insert(fault_index, bad)
+    instrs = _serialize(ops)
     if fault == "deadlock":
         # a pop no push will ever match: on a compute instruction waiting for the store engine,
         # or a load instruction waiting for compute, placed where nothing later pushes there
@@ -217,11 +228,11 @@ def random_program(cfg: AccelConfig, rng: np.random.Generator, *, n_ops: int, da
         instrs[i] = _with_flags(ins, **{flag: True})
         fault_index = i
     words: list[int] = [encode(i) for i in instrs]
-    if fault in (None, "deadlock"):
+    if fault is None or fault == "deadlock" or fault in _EXEC_FAULTS:
         words.append(encode(make("FINISH")))
     elif fault == "overrun":
         pass
-    else:
+    else:  # decode faults: a raw word anywhere (both stop dispatch there and drain what came before)
         bad, raw = _inject(g, fault)
         fault_index = int(rng.integers(0, len(words) + 1))
         words.insert(fault_index, bad if raw else encode(bad))

@@ -33,14 +33,10 @@ from systolica.faults import Fault
 
 from .rtl_build import VERILATOR_ARGS, _patched_environ, verilator_env
 
-__all__ = ["FastRtl", "FastResult", "FastHarnessError", "cocotb_build", "bench"]
+__all__ = ["FastRtl", "FastResult", "FastHarnessError", "cocotb_build", "top_verilog", "bench"]
 
 _CPP = Path(__file__).with_name("fast_harness.cpp")
-_HW_DIR = Path(__file__).resolve().parents[1] / "hw"
 TOP = "systolica_accel"
-_HW_MODULES = ("accelerator", "axi", "compute_engine", "csr_file", "decode", "dma", "engines", "fetch", "token_queue",
-               "gemm_sequencer", "systolic_array", "accumulator", "vector_sequencer", "vector_unit", "activation",
-               "fixed")
 
 
 class FastHarnessError(RuntimeError):
@@ -90,10 +86,10 @@ class FastRtl:
 
     def __init__(self, cfg: AccelConfig, build_root: str | Path):
         self.cfg = cfg
+        self._verilog = top_verilog(cfg)  # keyed by what is built (see cocotb_build)
         h = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode())
-        for p in sorted(_HW_DIR / f"{name}.py" for name in _HW_MODULES) + [_CPP]:
-            h.update(p.name.encode())
-            h.update(p.read_bytes())
+        h.update(self._verilog.encode())
+        h.update(_CPP.read_bytes())
         self.dir = Path(build_root).resolve() / f"fast_{TOP}-{h.hexdigest()[:12]}"
         self.binary = self.dir / "obj" / "harness"
         self._build()
@@ -104,11 +100,7 @@ class FastRtl:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self.binary.exists():
                 return
-            from amaranth.back import verilog
-
-            from systolica.hw.accelerator import Accelerator
-
-            (self.dir / f"{TOP}.v").write_text(verilog.convert(Accelerator(self.cfg), name=TOP, emit_src=False))
+            (self.dir / f"{TOP}.v").write_text(self._verilog)
             for name, text in _headers(self.cfg).items():
                 (self.dir / name).write_text(text)
             env = verilator_env()
@@ -147,20 +139,27 @@ class FastRtl:
                           d["violations"], d["counters"])
 
 
-def hw_deps() -> tuple:
-    """The hw modules the top level is built from (their source is part of every build's cache key)."""
-    import importlib
+def top_verilog(cfg: AccelConfig) -> str:
+    """Verilog of the top level, elaborated now from the modules this process has loaded."""
+    from amaranth.back import verilog
 
-    return tuple(importlib.import_module(f"systolica.hw.{name}") for name in _HW_MODULES)
+    from systolica.hw.accelerator import Accelerator
+
+    return verilog.convert(Accelerator(cfg), name=TOP, emit_src=False)
 
 
 def cocotb_build(cfg: AccelConfig, build_root: str | Path):
-    """The cached Verilator build of the top level for cocotb (shared by tests and the benchmark)."""
+    """The cached Verilator build of the top level for cocotb (shared by tests and the benchmark).
+
+    The cache key is the hash of the Verilog itself (a few seconds to regenerate), not of the source
+    files: a process holding older modules in memory can then never file its build under a newer key.
+    """
     from systolica.hw.accelerator import Accelerator
 
     from .rtl_build import build
 
-    return build(TOP, lambda: Accelerator(cfg), {"cfg": cfg.to_dict()}, build_root, deps=hw_deps())
+    digest = hashlib.sha256(top_verilog(cfg).encode()).hexdigest()
+    return build(TOP, lambda: Accelerator(cfg), {"cfg": cfg.to_dict(), "verilog": digest}, build_root, deps=())
 
 
 # ------------------------------------------------------------------ benchmark

@@ -65,4 +65,4 @@ def test_fast_path_random_programs_match_golden(fast):
           f"{len(mismatches)} mismatches; outcomes {outcomes}; executed {per_op}")
     assert not mismatches, mismatches[:3]
     assert len(outcomes) >= 7, outcomes
-    assert all(per_op.get(op, 0) > 0 for op in ("GEMM", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU")), per_op
+    assert all(per_op.get(op, 0) > 0 for op in ("GEMM", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE")), per_op
