@@ -19,40 +19,16 @@ import numpy as np
 from systolica import csr
 from systolica.config import AccelConfig
 from systolica.driver.device import DeviceError
-from systolica.driver.run_to_completion import RunToCompletionDevice
+from systolica.driver.run_to_completion import ArenaBuffer, BumpAllocator, RunToCompletionDevice
 
 __all__ = ["CocotbRtlDevice", "RtlDevice", "MemoryView"]
 
 
-class MemoryView:
+class MemoryView(ArenaBuffer):
     """A device buffer over simulator memory: physical address = offset in the DRAM model."""
 
     def __init__(self, mem: np.ndarray, offset: int, nbytes: int):
-        self.physical_address = offset
-        self.view = mem[offset:offset + nbytes]
-
-    def sync_to_device(self) -> None:  # the DRAM model is this memory
-        pass
-
-    def sync_from_device(self) -> None:
-        pass
-
-
-class _Bump:
-    """Page-aligned bump allocation over a DRAM model, from ``base`` upward."""
-
-    def __init__(self, mem: np.ndarray, base: int):
-        self.mem, self.next = mem, base
-
-    def alloc(self, nbytes: int, who: str) -> MemoryView:
-        off = (self.next + 4095) // 4096 * 4096
-        if off + nbytes > self.mem.size:
-            raise DeviceError(f"{who}: cannot allocate {nbytes} bytes; the DRAM model has {self.mem.size - off} "
-                              f"of {self.mem.size} bytes left (give the testbench more memory)")
-        self.next = off + nbytes
-        v = MemoryView(self.mem, off, nbytes)
-        v.view[...] = 0
-        return v
+        super().__init__(mem, offset, nbytes, phys_base=0)
 
 
 class _AxiRamBuffer(MemoryView):
@@ -92,12 +68,12 @@ class CocotbRtlDevice:
         self.tb, self.cfg = tb, cfg
         self.cps = cycles_per_second or cfg.clock_mhz * 1e6
         self.mem = np.zeros(tb.mem_size, np.uint8)  # host side; the AxiRam holds the device side
-        self._heap = _Bump(self.mem, alloc_base)
+        self._heap = BumpAllocator(self.mem, alloc_base)
         self._win = [0, 0, 0]  # base lo, base hi, size: the testbench's memory guard follows them
 
     def alloc(self, nbytes: int) -> MemoryView:
-        v = self._heap.alloc(nbytes, "rtl device")
-        return _AxiRamBuffer(self.tb.ram, self.mem, v.physical_address, nbytes)
+        off = self._heap.take(nbytes, "rtl device", " (give the testbench more memory)")
+        return _AxiRamBuffer(self.tb.ram, self.mem, off, nbytes)
 
     def read_csr(self, offset: int) -> int:
         return int(self._resume(self.tb.csr.read_dword)(offset))

@@ -17,16 +17,21 @@ from systolica.config import AccelConfig
 from systolica.driver.device import DeviceError
 from systolica.faults import Fault
 
-__all__ = ["RunToCompletionDevice", "ArenaBuffer", "PHYS_BASE"]
+__all__ = ["RunToCompletionDevice", "ArenaBuffer", "BumpAllocator", "PHYS_BASE"]
 
 PHYS_BASE = 0x4000_0000  # where the simulated DRAM starts in the "physical" address space
+PAGE = 4096  # buffers start on a page, as pynq.allocate's do
 
 
 class ArenaBuffer:
-    """A slice of the simulated DRAM; host view and device memory are the same bytes."""
+    """A slice of the simulated DRAM; host view and device memory are the same bytes.
 
-    def __init__(self, arena: np.ndarray, offset: int, nbytes: int):
-        self.physical_address = PHYS_BASE + offset
+    ``phys_base`` is the physical address of the arena's first byte (``PHYS_BASE`` for the
+    emulated register file; 0 where the DRAM model starts at address 0, as in the testbench).
+    """
+
+    def __init__(self, arena: np.ndarray, offset: int, nbytes: int, phys_base: int = PHYS_BASE):
+        self.physical_address = phys_base + offset
         self.offset = offset
         self.view = arena[offset:offset + nbytes]
 
@@ -37,6 +42,26 @@ class ArenaBuffer:
         pass
 
 
+class BumpAllocator:
+    """Page-aligned bump allocation of zeroed regions of a DRAM arena, from ``base`` upward.
+
+    Nothing is freed: a simulated device serves one runtime, which allocates its window once.
+    """
+
+    def __init__(self, arena: np.ndarray, base: int = 0):
+        self.arena, self.next = arena, base
+
+    def take(self, nbytes: int, who: str, hint: str = "") -> int:
+        """Offset of ``nbytes`` fresh zeroed bytes; :class:`DeviceError` naming ``who`` when they do not fit."""
+        off = -(-self.next // PAGE) * PAGE
+        if off + nbytes > self.arena.size:
+            raise DeviceError(f"{who}: cannot allocate {nbytes} bytes; {max(0, self.arena.size - off)} of "
+                              f"{self.arena.size} bytes of simulated DRAM are left{hint}")
+        self.next = off + nbytes
+        self.arena[off:off + nbytes] = 0
+        return off
+
+
 class RunToCompletionDevice:
     """Register file + DRAM arena on the host; subclasses run programs in :meth:`_execute`."""
 
@@ -45,20 +70,14 @@ class RunToCompletionDevice:
     def __init__(self, cfg: AccelConfig, dram_bytes: int | None = None):
         self.cfg = cfg
         self.arena = np.zeros(int(dram_bytes or cfg.dram_bytes), np.uint8)
-        self._next = 0
+        self._heap = BumpAllocator(self.arena)
         self._regs = {r.offset: r.reset for r in csr.REGISTERS}
         self._regs[csr.REG["ID"].offset] = cfg.hash32()
 
     # ------------------------------------------------------------- memory
     def alloc(self, nbytes: int) -> ArenaBuffer:
-        off = (self._next + 4095) // 4096 * 4096
-        if off + nbytes > self.arena.size:
-            raise DeviceError(f"{self.name} device: cannot allocate {nbytes} bytes; {self.arena.size - off} of "
-                              f"{self.arena.size} bytes of simulated DRAM are left")
-        self._next = off + nbytes
-        buf = ArenaBuffer(self.arena, off, nbytes)
-        buf.view[...] = 0
-        return buf
+        off = self._heap.take(nbytes, f"{self.name} device", " (open the device with a larger dram_bytes)")
+        return ArenaBuffer(self.arena, off, nbytes)
 
     # ------------------------------------------------------------- registers
     def read_csr(self, offset: int) -> int:
