@@ -14,6 +14,7 @@ from amaranth.lib import wiring
 from systolica.config import AccelConfig, preset
 from systolica.hw.activation import ActivationUnit
 from systolica.hw.attention_unit import AttentionUnit
+from systolica.hw.gemm_core import GemmCore
 from systolica.hw.norm_unit import NormUnit
 from systolica.hw.systolic_array import SystolicArray
 from systolica.hw.vector_unit import VectorUnit
@@ -35,6 +36,7 @@ def unit_factories() -> dict:
     units["act"] = lambda: ActivationUnit(UNIT_CFG)
     units["attn"] = lambda: AttentionUnit(UNIT_CFG, **ATTN_PARAMS)
     units["norm"] = lambda: NormUnit(UNIT_CFG)
+    units["gemm"] = lambda: GemmCore(UNIT_CFG)
     return units
 
 

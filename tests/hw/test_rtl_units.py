@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from hw_rtl_units import SHAPES, RtlUnits, build_key
 
-from systolica.hw import activation, attention_unit, fixed, norm_unit, recip, systolic_array, vector_unit
+from systolica.hw import (accumulator, activation, attention_unit, fixed, gemm_core, norm_unit, recip, scratchpad,
+                          systolic_array, vector_unit)
 from systolica.sim.rtl_build import build
 
 pytestmark = pytest.mark.rtl
@@ -17,7 +18,8 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def units(build_dir):
-    return build("rtl_units", RtlUnits, build_key(), build_dir, deps=(systolic_array, vector_unit, activation, attention_unit, fixed, recip, norm_unit))
+    return build("rtl_units", RtlUnits, build_key(), build_dir, deps=(systolic_array, vector_unit, activation, attention_unit, fixed, recip, norm_unit,
+                                                           accumulator, scratchpad, gemm_core))
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -70,3 +72,9 @@ def test_attention_unit_rtl(units):
 
 def test_norm_unit_rtl(units):
     units.run("cocotb_units", HERE, testcase="norms", params={"runs": [[1, 0.3, 0.3], [2, 0.0, 0.0]]}).check()
+
+
+def test_gemm_core_rtl(units):
+    cases = [{"m": 3, "k": 12, "n": 8, "idle": 0.3, "seed": 1, "base": 0},
+             {"m": 1, "k": 16, "n": 12, "idle": 0.0, "seed": 2, "base": 100}]  # decode: lines recur every N/C tiles
+    units.run("cocotb_units", HERE, testcase="gemm_core", params={"cases": cases}).check()
