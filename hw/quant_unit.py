@@ -1,0 +1,199 @@
+"""Quant unit: QUANT (``split`` 0 and 1) over fixed-point rows, bit-exact with numerics.quant_rows(_split).
+
+A row's power-of-two scale depends on its largest magnitude, so, like the
+:class:`~systolica.hw.norm_unit.NormUnit`, the row streams in more than once — from the
+vector buffer, one line of ``cols`` int32 per cycle — instead of being held here:
+
+1. ``HDR``: ``split``; ``empty`` = 1 when the row has no lines (QUANT ``lines = 0``: no
+   pass follows, the unit still writes the zero-row exponent(s)).
+2. MAX pass: the row -> ``hi = max(0, max x)``, ``lo = min(0, min x)`` (clamping at 0 changes
+   neither ``A = max(hi, -lo)`` nor the overflow test, and makes an empty row ``A = 0``).
+3. one cycle: ``s0 = bitlen(A) - 7``; one cycle: ``s = s0 + (rsr(hi, s0) > 127 | rsr(lo, s0) < -127)``,
+   and the **exponent line** of block 0 goes out (lane 0 = ``e = s - 16``, other lanes 0).
+   An all-zero row gives ``s = -7``, ``e = QUANT_ZERO_EXP`` with no special case.
+4. Q pass: the row -> one int8 line per input line, ``q = rsr(x, s)``.  With ``split = 1``
+   the same pass also tracks ``max`` / ``min`` of the residual
+   ``r = sat32(x - dequant(q, e))`` (``dequant = sat32(q << s)`` for ``s > 0``; ``r = 0``
+   for ``s <= 0``, where ``q = x << -s`` is exact).
+5. ``split = 1`` only: steps 3 and 4 again for the residual — its exponent line (block 1),
+   then an R pass where the row streams a third time and ``q_lo = rsr(r, s_lo)`` goes out,
+   ``r`` recomputed from ``x`` and the stored ``s`` of block 0 (two shifters per lane, no
+   row buffer).
+
+Input passes per row: 2 (``split = 0``) or 3 (``split = 1``); each ends with ``last``.
+``rsr`` is ``numerics.rshift_round``.  Cycles per row of ``L`` lines at full rate:
+``2L + 3`` (``split = 0``), ``3L + 5`` (``split = 1``); the output register overlaps the next row.
+
+Sequencer contract (QUANT ``dst``, ``src``, ``exps``, ``rows``, ``lines``, ``split``), per row
+``r`` in order: one header beat, then the ``L = lines`` lines of ``src + r*L`` (pass 2), the same
+lines again (pass 4) and, with ``split``, a third time (pass 5), ``last`` on each pass's line
+``L - 1``; ``i_stream.ready`` is low between passes (steps 3 and 5), so a line read ahead must be
+held until it is taken.  Outputs per row, in order: exponent line of block 0 (``exp = 1``,
+``blk = 0``) -> spad ``exps + r``; ``L`` q lines (``exp = 0``, ``blk = 0``) -> spad
+``dst + r*L + l``; with ``split``: exponent line (``blk = 1``) -> spad ``exps + rows + r``, then
+``L`` lo lines (``blk = 1``) -> spad ``dst + (rows + r)*L + l``.  ``last`` marks the row's final
+output beat.  An empty row (``lines = 0``) gives only the exponent line(s).
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+from systolica.numerics import FX_FRAC
+
+from .fixed import bitlen_u, rshift_round_var, sat32
+
+__all__ = ["QuantUnit"]
+
+HDR, ROW = 0, 1  # beat kinds
+MAX_LEFT = 7  # s >= bitlen(0) - 7: q = x << 7 at most (then |x| < 1, q exact)
+
+
+class QuantUnit(wiring.Component):
+    """``cols``-lane QUANT (see the module docstring for the passes and the sequencer contract).
+
+    Attributes
+    ----------
+    i_stream : In(stream)
+        ``kind`` (0 header, 1 row line), ``data`` (C int32, fx), ``last``; header fields
+        ``split`` and ``empty``.
+    o_stream : Out(stream)
+        ``data`` (C int8), ``exp`` (1: an exponent line), ``blk`` (0: the int8 part, 1: the
+        residual), ``last`` (the row's final output).
+    error : Out(1)
+        Sticky: a beat of the wrong kind arrived (it is consumed and ignored).
+    """
+
+    def __init__(self, cfg: AccelConfig):
+        if not isinstance(cfg, AccelConfig):
+            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
+        self.cfg = cfg
+        self.i_layout = data.StructLayout({"kind": 1, "data": data.ArrayLayout(signed(32), cfg.cols), "last": 1,
+                                           "split": 1, "empty": 1})
+        self.o_layout = data.StructLayout({"data": data.ArrayLayout(signed(8), cfg.cols), "exp": 1, "blk": 1,
+                                           "last": 1})
+        super().__init__({
+            "i_stream": In(stream.Signature(self.i_layout)),
+            "o_stream": Out(stream.Signature(self.o_layout)),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self.cfg.cols
+        i, o = self.i_stream, self.o_stream
+        p = i.payload
+        fire = i.valid & i.ready
+
+        # output register: the sink's write port sees no combinational path from the input
+        en = Signal()
+        m.d.comb += en.eq(~o.valid | o.ready)
+        with m.If(o.ready):
+            m.d.sync += o.valid.eq(0)
+        load = Signal()
+        ob = Signal(self.o_layout)
+        with m.If(load):
+            m.d.sync += [o.valid.eq(1), o.payload.eq(ob)]
+
+        split, empty, blk = Signal(), Signal(), Signal()
+        hi, lo = Signal(signed(33)), Signal(signed(33))  # running max(0, x) / min(0, x) of the block's values
+        rhi, rlo = Signal(signed(33)), Signal(signed(33))  # the same for the residual, during the Q pass
+        s0 = Signal(signed(7))
+        sq, sr = Signal(signed(7)), Signal(signed(7))  # s of block 0 (int8 part) and block 1 (residual)
+
+        # ---- per lane: q = rsr(x, sq); r = sat32(x - sat32(q << sq)) (0 for sq <= 0); lo = rsr(r, sr)
+        q_hi, q_lo, res = [], [], []
+        for c in range(C):
+            x = p.data[c]
+            qh = rshift_round_var(m, x, sq, 40, f"qh_{c}", max_left=MAX_LEFT)
+            sl = Signal(range(32), name=f"dq_sh_{c}")
+            m.d.comb += sl.eq(Mux(sq > 0, sq, 0))
+            dq = sat32(m, qh[:9].as_signed() << sl, f"dq_{c}")
+            r = Signal(signed(32), name=f"res_{c}")
+            m.d.comb += r.eq(Mux(sq > 0, sat32(m, x - dq, f"rsat_{c}"), 0))
+            ql = rshift_round_var(m, r, sr, 40, f"ql_{c}", max_left=MAX_LEFT)
+            q_hi.append(qh[:8])
+            q_lo.append(ql[:8])
+            res.append(r)
+
+        def extremes(vals, hi0, lo0):
+            """Max and min of the values and the running ``hi0`` / ``lo0`` (a comparator tree)."""
+            mx, mn = hi0, lo0
+            for v in vals:
+                mx = Mux(v > mx, v, mx)
+                mn = Mux(v < mn, v, mn)
+            return mx, mn
+
+        wrong = Signal()
+        with m.If(fire & wrong):
+            m.d.sync += self.error.eq(1)
+
+        with m.FSM(name="quant"):
+            with m.State("HDR"):
+                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != HDR)]
+                with m.If(fire & ~wrong):
+                    m.d.sync += [split.eq(p.split), empty.eq(p.empty), blk.eq(0), hi.eq(0), lo.eq(0), rhi.eq(0),
+                                 rlo.eq(0)]
+                    m.next = "MAX"
+                    with m.If(p.empty):
+                        m.next = "SCALE"
+            with m.State("MAX"):
+                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != ROW)]
+                mx, mn = extremes([p.data[c] for c in range(C)], hi, lo)
+                with m.If(fire & ~wrong):
+                    m.d.sync += [hi.eq(mx), lo.eq(mn)]
+                    with m.If(p.last):
+                        m.next = "SCALE"
+            with m.State("SCALE"):
+                a = Signal(unsigned(33))
+                m.d.comb += a.eq(Mux(hi > -lo, hi, -lo))
+                m.d.sync += s0.eq(bitlen_u(m, a, 33, "a_bitlen") - 7)
+                m.next = "EXP"
+            with m.State("EXP"):
+                # rounding at s0 may carry the maximum to 128 (or the minimum to -128): one more bit
+                over = ((rshift_round_var(m, hi, s0, 34, "hi_r") > 127)
+                        | (rshift_round_var(m, lo, s0, 34, "lo_r") < -127))
+                s = Signal(signed(7))
+                m.d.comb += s.eq(s0 + over)
+                m.d.comb += [ob.exp.eq(1), ob.blk.eq(blk), ob.data[0].eq(s - FX_FRAC),
+                             ob.last.eq(empty & (blk | ~split))]
+                with m.If(en):
+                    m.d.comb += load.eq(1)
+                    with m.If(blk):
+                        m.d.sync += sr.eq(s)
+                    with m.Else():
+                        m.d.sync += sq.eq(s)
+                    with m.If(empty):
+                        m.next = "HDR"
+                        with m.If(split & ~blk):  # the residual of an empty row: empty too
+                            m.d.sync += blk.eq(1)
+                            m.next = "SCALE"
+                    with m.Elif(blk):
+                        m.next = "RPASS"
+                    with m.Else():
+                        m.next = "QPASS"
+            with m.State("QPASS"):
+                m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW)]
+                m.d.comb += [ob.data[c].eq(q_hi[c]) for c in range(C)]
+                m.d.comb += [ob.blk.eq(0), ob.last.eq(p.last & ~split)]
+                rmx, rmn = extremes(res, rhi, rlo)
+                with m.If(fire & ~wrong):
+                    m.d.comb += load.eq(1)
+                    m.d.sync += [rhi.eq(rmx), rlo.eq(rmn)]
+                    with m.If(p.last):
+                        m.next = "HDR"
+                        with m.If(split):
+                            m.d.sync += [blk.eq(1), hi.eq(rmx), lo.eq(rmn)]
+                            m.next = "SCALE"
+            with m.State("RPASS"):
+                m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW)]
+                m.d.comb += [ob.data[c].eq(q_lo[c]) for c in range(C)]
+                m.d.comb += [ob.blk.eq(1), ob.last.eq(p.last)]
+                with m.If(fire & ~wrong):
+                    m.d.comb += load.eq(1)
+                    with m.If(p.last):
+                        m.next = "HDR"
+        return m
