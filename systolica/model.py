@@ -33,7 +33,7 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["ModelConfig", "Model", "ModelError"]
+__all__ = ["ModelConfig", "Model", "ModelError", "check_tokens"]
 
 
 class ModelError(ValueError):
@@ -134,3 +134,23 @@ class Model:
                 raise ModelError(f"model {self.config.name!r}: tensor {name!r} has shape {got}, expected {shape}")
             if not np.all(np.isfinite(self.weights[name])):
                 raise ModelError(f"model {self.config.name!r}: tensor {name!r} holds NaN or Inf")
+
+
+def check_tokens(tokens, vocab_size: int, pos: int, limit: int, limit_name: str) -> np.ndarray:
+    """``tokens`` as a flat int64 array, checked before a forward pass that starts at position ``pos``.
+
+    Raises
+    ------
+    ValueError
+        No tokens, an id outside ``0 .. vocab_size - 1`` (the first one is named), or ``pos + T``
+        beyond ``limit`` positions (``limit_name`` says which limit, e.g. ``"max_seq=256"``).
+    """
+    toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    if toks.size == 0:
+        raise ValueError("prefill needs at least one token, got an empty sequence")
+    bad = toks[(toks < 0) | (toks >= vocab_size)]
+    if bad.size:
+        raise ValueError(f"token id {int(bad[0])} is outside the vocabulary 0..{vocab_size - 1}")
+    if pos + toks.size > limit:
+        raise ValueError(f"context full: {pos} cached + {toks.size} new tokens exceed {limit_name}; call reset()")
+    return toks

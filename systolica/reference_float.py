@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from systolica.model import Model
+from systolica.model import Model, check_tokens
 
 __all__ = ["FloatModel", "rms_norm", "layer_norm", "rope_angles", "apply_rope", "gelu_tanh", "silu"]
 
@@ -121,15 +121,7 @@ class FloatModel:
 
     def prefill(self, tokens) -> np.ndarray:
         """Run ``tokens`` (T,) at positions ``pos .. pos+T-1``; returns logits ``(T, vocab)``."""
-        toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        if toks.size == 0:
-            raise ValueError("prefill needs at least one token, got an empty sequence")
-        bad = toks[(toks < 0) | (toks >= self.cfg.vocab_size)]
-        if bad.size:
-            raise ValueError(f"token id {int(bad[0])} is outside the vocabulary 0..{self.cfg.vocab_size - 1}")
-        if self.pos + toks.size > self.cfg.max_seq:
-            raise ValueError(f"context full: {self.pos} cached + {toks.size} new tokens exceed "
-                             f"max_seq={self.cfg.max_seq}; call reset()")
+        toks = check_tokens(tokens, self.cfg.vocab_size, self.pos, self.cfg.max_seq, f"max_seq={self.cfg.max_seq}")
         positions = np.arange(self.pos, self.pos + toks.size)
         logits = self._forward(toks, positions)
         self.pos += toks.size

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from systolica import numerics as nx
+from systolica.model import check_tokens
 from systolica.quant_model import QuantError, QuantMatrix, QuantModel, quantize_model
 
 __all__ = ["QuantRunner", "QuantModel", "QuantMatrix", "QuantError", "quantize_model", "MAX_PAGE"]
@@ -88,15 +89,8 @@ class QuantRunner:
     # ---------------------------------------------------------------- public API
     def prefill(self, tokens) -> np.ndarray:
         """Run ``tokens`` at positions ``pos .. pos+T-1``; returns fx int32 logits ``(T, vocab)``."""
-        toks = np.asarray(tokens, dtype=np.int64).reshape(-1)
-        if toks.size == 0:
-            raise ValueError("prefill needs at least one token, got an empty sequence")
-        bad = toks[(toks < 0) | (toks >= self.cfg.vocab_size)]
-        if bad.size:
-            raise ValueError(f"token id {int(bad[0])} is outside the vocabulary 0..{self.cfg.vocab_size - 1}")
-        if self.pos + toks.size > self.max_positions:
-            raise ValueError(f"context full: {self.pos} cached + {toks.size} new tokens exceed "
-                             f"{self.max_positions} positions; call reset()")
+        toks = check_tokens(tokens, self.cfg.vocab_size, self.pos, self.max_positions,
+                            f"{self.max_positions} positions")
         self.taps = {}
         positions = np.arange(self.pos, self.pos + toks.size)
         logits = self._forward(toks, positions)
