@@ -24,7 +24,8 @@ the engines reset and STATUS clears.
 from __future__ import annotations
 
 from amaranth.hdl import ClockDomain, Module, Mux, ResetInserter, Signal, unsigned
-from amaranth.lib import enum as aenum, memory, wiring
+from amaranth.lib import enum as aenum
+from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
@@ -168,9 +169,8 @@ class Accelerator(wiring.Component):
 
         ctrl = csr.ctrl_data
         with m.Switch(run):
-            with m.Case(_Run.IDLE):
-                with m.If(csr.ctrl_stb & ((ctrl & CTRL_START) != 0)):
-                    m.d.sync += [run.eq(_Run.RESET), busy.eq(1), done.eq(0), error.eq(0), code.eq(0), pc.eq(0)]
+            with m.Case(_Run.IDLE), m.If(csr.ctrl_stb & ((ctrl & CTRL_START) != 0)):
+                m.d.sync += [run.eq(_Run.RESET), busy.eq(1), done.eq(0), error.eq(0), code.eq(0), pc.eq(0)]
             with m.Case(_Run.RESET):
                 m.d.sync += run.eq(_Run.START)
             with m.Case(_Run.START):
@@ -205,7 +205,7 @@ class Accelerator(wiring.Component):
         ports = buffer_ports(cfg)
         depth = {"spad": cfg.spad_lines, "acc": cfg.acc_lines, "vbuf": cfg.vbuf_lines}
         mems = {}
-        for name, (ab, db) in ports.items():
+        for name, (_, db) in ports.items():
             mems[name] = mem = memory.Memory(shape=unsigned(db), depth=depth[name], init=[])
             m.submodules[f"{name}_mem"] = mem
             wp = mem.write_port()

@@ -16,7 +16,8 @@ is what lets the RTL match the golden simulator bit for bit.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
-from amaranth.lib import data, enum as aenum, wiring
+from amaranth.lib import data, wiring
+from amaranth.lib import enum as aenum
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
@@ -163,25 +164,24 @@ class InstructionDecoder(wiring.Component):
         m.d.comb += [self.cmd_data.eq(word | (pc << WORD_BITS)), self.stopped.eq(state == DecState.STOP)]
         with m.If(self.start):
             m.d.sync += [state.eq(DecState.TAKE), self.fault.eq(0), self.fault_code.eq(0), self.fault_pc.eq(0)]
-        with m.Else():
-            with m.Switch(state):
-                with m.Case(DecState.TAKE):
-                    m.d.comb += self.in_ready.eq(1)
-                    with m.If(self.in_valid):
-                        m.d.sync += [word.eq(self.in_word), pc.eq(self.in_pc), end.eq(self.in_end),
-                                     end_code.eq(self.in_end_code), state.eq(DecState.CHECK)]
-                with m.Case(DecState.CHECK):
-                    with m.If(end | (code != 0)):
-                        m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
-                                     self.fault_code.eq(Mux(end, end_code, code))]
-                    with m.Else():
-                        m.d.sync += [engine.eq(eng_c), state.eq(DecState.DISPATCH)]
-                with m.Case(DecState.DISPATCH):
-                    ready = self.cmd_ready.bit_select(engine, 1)
-                    m.d.comb += [self.cmd_valid.eq(1 << engine), self.dispatch_blocked.eq(~ready)]
-                    with m.If(ready):
-                        is_finish = ins.nop.h.opcode == OP_BY_NAME["FINISH"].code
-                        m.d.sync += state.eq(DecState.TAKE)
-                        with m.If(is_finish):
-                            m.d.sync += state.eq(DecState.STOP)
+        with m.Else(), m.Switch(state):
+            with m.Case(DecState.TAKE):
+                m.d.comb += self.in_ready.eq(1)
+                with m.If(self.in_valid):
+                    m.d.sync += [word.eq(self.in_word), pc.eq(self.in_pc), end.eq(self.in_end),
+                                 end_code.eq(self.in_end_code), state.eq(DecState.CHECK)]
+            with m.Case(DecState.CHECK):
+                with m.If(end | (code != 0)):
+                    m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
+                                 self.fault_code.eq(Mux(end, end_code, code))]
+                with m.Else():
+                    m.d.sync += [engine.eq(eng_c), state.eq(DecState.DISPATCH)]
+            with m.Case(DecState.DISPATCH):
+                ready = self.cmd_ready.bit_select(engine, 1)
+                m.d.comb += [self.cmd_valid.eq(1 << engine), self.dispatch_blocked.eq(~ready)]
+                with m.If(ready):
+                    is_finish = ins.nop.h.opcode == OP_BY_NAME["FINISH"].code
+                    m.d.sync += state.eq(DecState.TAKE)
+                    with m.If(is_finish):
+                        m.d.sync += state.eq(DecState.STOP)
         return m

@@ -15,7 +15,8 @@ refused the flags an engine does not have.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import data, enum as aenum, fifo, wiring
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib import enum as aenum
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
@@ -75,17 +76,14 @@ def token_fsm(m, eng, cfg: AccelConfig):
             with m.If(cmds.r_rdy):
                 m.d.sync += [word.eq(cmds.r_data[:WORD_BITS]), eng.pc.eq(cmds.r_data[WORD_BITS:]),
                              state.eq(EngineState.POP)]
-        with m.Case(EngineState.POP):
-            with m.If(can_pop & can_push):
-                m.d.comb += [eng.pop_prev.eq(h.pop_prev), eng.pop_next.eq(h.pop_next), exec_start.eq(1)]
-                m.d.sync += state.eq(EngineState.EXEC)
-        with m.Case(EngineState.EXEC):
-            with m.If(exec_done):
-                m.d.sync += state.eq(EngineState.PUSH)
-        with m.Case(EngineState.PUSH):
-            with m.If(can_push):
-                m.d.comb += [eng.push_prev.eq(h.push_prev), eng.push_next.eq(h.push_next), eng.retire.eq(1)]
-                m.d.sync += state.eq(EngineState.IDLE)
+        with m.Case(EngineState.POP), m.If(can_pop & can_push):
+            m.d.comb += [eng.pop_prev.eq(h.pop_prev), eng.pop_next.eq(h.pop_next), exec_start.eq(1)]
+            m.d.sync += state.eq(EngineState.EXEC)
+        with m.Case(EngineState.EXEC), m.If(exec_done):
+            m.d.sync += state.eq(EngineState.PUSH)
+        with m.Case(EngineState.PUSH), m.If(can_push):
+            m.d.comb += [eng.push_prev.eq(h.push_prev), eng.push_next.eq(h.push_next), eng.retire.eq(1)]
+            m.d.sync += state.eq(EngineState.IDLE)
     return ins, exec_start, exec_done, state
 
 
@@ -148,7 +146,7 @@ class LoadEngine(wiring.Component):
             m.d.sync += [asm.eq(nxt), count.eq(Mux(last, 0, count + 1))]
             with m.If(last):
                 m.d.sync += line.eq(line + 1)
-        for i, (name, (ab, dbits)) in enumerate(buffer_ports(cfg).items()):
+        for i, (name, (_, dbits)) in enumerate(buffer_ports(cfg).items()):
             m.d.comb += [getattr(self, f"{name}_addr").eq(v.sram + line),
                          getattr(self, f"{name}_data").eq(nxt[wide - dbits:]),
                          getattr(self, f"{name}_en").eq(last & (v.buf == i))]
@@ -198,7 +196,7 @@ class StoreEngine(wiring.Component):
         with m.If(issue):
             m.d.sync += [to_read.eq(to_read - 1), rd_line.eq(rd_line + 1)]
         rdata = Signal(wide)
-        for i, (name, (ab, dbits)) in enumerate(buffer_ports(cfg).items()):
+        for i, (name, _) in enumerate(buffer_ports(cfg).items()):
             m.d.comb += [getattr(self, f"{name}_addr").eq(v.sram + rd_line),
                          getattr(self, f"{name}_en").eq(issue & (v.buf == i))]
             with m.If(v.buf == i):

@@ -142,7 +142,6 @@ class FastRtl:
 def top_verilog(cfg: AccelConfig) -> str:
     """Verilog of the top level, elaborated now from the modules this process has loaded."""
     from amaranth.back import verilog
-
     from systolica.hw.accelerator import Accelerator
 
     return verilog.convert(Accelerator(cfg), name=TOP, emit_src=False)

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles
+from systolica.sim.accel_programs import FAULT_KINDS, random_program, weight_stream_program
+from systolica.sim.golden import GoldenSim
+from systolica.sim.tb_accel import AccelTB
 
 from systolica.config import AccelConfig
 from systolica.csr import ID_MAGIC, STATUS_BUSY
 from systolica.faults import Fault
 from systolica.isa import encode, make
-from systolica.sim.accel_programs import FAULT_KINDS, random_program, weight_stream_program
-from systolica.sim.golden import GoldenSim
-from systolica.sim.tb_accel import AccelTB
 
 MEM = 1 << 18  # DRAM model: 256 KiB of physical addresses
 WIN_BASE = 0x1_0000  # the window the accelerator is given; everything else must stay untouched
@@ -35,7 +36,7 @@ def write_metrics(new: dict) -> None:
     path = os.environ.get("SYSTOLICA_TB_METRICS")
     if not path:
         return
-    old = json.loads(open(path).read()) if os.path.exists(path) else {}
+    old = json.loads(Path(path).read_text()) if os.path.exists(path) else {}
     old.update(new)
     with open(path, "w") as f:
         json.dump(old, f)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from systolica.config import preset
-from systolica.faults import Fault
 from systolica.sim.accel_programs import FAULT_KINDS, random_program
 from systolica.sim.fast_harness import FastRtl
 from systolica.sim.golden import GoldenSim
+
+from systolica.config import preset
+from systolica.faults import Fault
 
 pytestmark = pytest.mark.rtl
 
