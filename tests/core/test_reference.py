@@ -245,3 +245,17 @@ def test_gpt2_matches_independent_loop_implementation():
             x = x + lin(0.5 * u * (1 + np.tanh(0.7978845608028654 * (u + 0.044715 * u ** 3))), p + "ffn_down")
         ref.append(w["token_embd"] @ ln(x, "output_norm"))
     np.testing.assert_allclose(FloatModel(m).prefill(TOKS[:T]), np.stack(ref), rtol=0, atol=1e-9)
+
+
+def test_bad_tokens_are_refused_by_both_references():
+    from systolica.reference_quant import QuantRunner, quantize_model
+
+    m = _llama(max_seq=8)
+    for ref in (FloatModel(m), QuantRunner(quantize_model(m), page=4)):
+        with pytest.raises(ValueError, match="at least one token"):
+            ref.prefill([])
+        with pytest.raises(ValueError, match=r"token id 96 is outside the vocabulary 0\.\.95"):
+            ref.prefill([1, 96])
+        ref.prefill([1, 2, 3])
+        with pytest.raises(ValueError, match="context full: 3 cached \\+ 6 new tokens exceed"):
+            ref.prefill([1] * 6)
