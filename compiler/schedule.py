@@ -37,6 +37,8 @@ __all__ = ["Scheduler", "Emitted", "ScheduleError", "verify_tokens", "queue_of"]
 
 LOAD, COMPUTE, STORE = Engine.LOAD, Engine.COMPUTE, Engine.STORE
 _Q_NAMES = ("load->compute", "compute->load", "compute->store", "store->compute")
+#: (engine, "prev" | "next") -> the engine a token flag on that side talks to
+_NEIGHBOUR = {(COMPUTE, "prev"): LOAD, (COMPUTE, "next"): STORE, (LOAD, "next"): COMPUTE, (STORE, "prev"): COMPUTE}
 
 
 class ScheduleError(RuntimeError):
@@ -204,8 +206,7 @@ def verify_tokens(instrs: list[Instr], queue_depth: int) -> dict:
         e = ins.engine
         for side in ("prev", "next"):
             if getattr(ins, f"pop_{side}"):
-                src = {(COMPUTE, "prev"): LOAD, (COMPUTE, "next"): STORE, (LOAD, "next"): COMPUTE,
-                       (STORE, "prev"): COMPUTE}.get((e, side))
+                src = _NEIGHBOUR.get((e, side))
                 if src is None:
                     raise ScheduleError(f"instruction {i} ({ins.op}) pops {side} on the {e.name} engine")
                 k = queue_of(src, e)[0]
@@ -214,8 +215,7 @@ def verify_tokens(instrs: list[Instr], queue_depth: int) -> dict:
                 q[k] -= 1
         for side in ("prev", "next"):
             if getattr(ins, f"push_{side}"):
-                dst = {(COMPUTE, "prev"): LOAD, (COMPUTE, "next"): STORE, (LOAD, "next"): COMPUTE,
-                       (STORE, "prev"): COMPUTE}.get((e, side))
+                dst = _NEIGHBOUR.get((e, side))
                 if dst is None:
                     raise ScheduleError(f"instruction {i} ({ins.op}) pushes {side} on the {e.name} engine")
                 k = queue_of(e, dst)[0]
