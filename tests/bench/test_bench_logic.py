@@ -136,3 +136,27 @@ def test_prompt_ids_without_a_tokenizer():
     assert len(prompt_ids(m, "ab", 5)) == 5
     with pytest.raises(ValueError, match="prompt"):
         prompt_ids(m, "")
+
+
+@pytest.mark.gpu
+def test_torch_cuda_gives_the_cpu_tokens():
+    from systolica.bench.baselines import run_torch
+
+    m = random_model("llama", dim=32, n_layers=2, n_heads=4, vocab=64, seed=3)
+    cpu = run_torch(m, [1, 2, 3], 4, "cpu")
+    gpu = run_torch(m, [1, 2, 3], 4, "cuda")
+    assert gpu.skipped is None and gpu.decode_tokens_per_s > 0 and gpu.power_w > 0
+    assert gpu.tokens == cpu.tokens  # float16 on a 64-token vocabulary: the same greedy choices
+
+
+@pytest.mark.slow
+def test_llamacpp_on_the_default_model():
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from systolica.bench.baselines import run_llamacpp
+    from systolica.compiler.model_zoo import locate_default_model
+
+    path = locate_default_model()
+    if path is None:
+        pytest.skip("default model not fetched: python -m systolica.compiler.model_zoo fetch")
+    r = run_llamacpp(str(path), [1, 504, 3458], 3)
+    assert r.skipped is None and len(r.tokens) == 3 and r.decode_tokens_per_s > 0
