@@ -17,7 +17,7 @@ the :class:`~systolica.hw.norm_unit.NormUnit` (rows reach 65535 elements, too lo
    simulator's padded rows).
 
 Each pass ends with ``last``.  ``rsr`` is ``numerics.rshift_round``.  Cycles per row of
-``L`` lines at full rate: ``3L + 36`` (the reciprocal's 33 + 3 of framing).
+``L`` lines at full rate: ``3L + 34`` (the reciprocal's 33 + 1 of framing).
 
 Sequencer contract (SOFTMAX ``dst``, ``src``, ``rows``, ``n``): per row ``r``, one header beat,
 then the ``L = ceil(n / cols)`` lines of ``src + r*L`` three times, ``last`` on line ``L - 1`` of

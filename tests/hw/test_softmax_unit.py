@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 
 import numpy as np
@@ -12,36 +13,106 @@ from systolica import numerics
 from systolica.config import AccelConfig
 from systolica.hw.softmax_unit import SoftmaxUnit
 
-# components whose constructor rejected its arguments are never elaborated
 pytestmark = [pytest.mark.amaranth, pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")]
 
+I32_MIN, I32_MAX = numerics.INT32_MIN, numerics.INT32_MAX
+KINDS = ("scores", "extremes", "equal", "negative", "peaked", "wide")
+PAD = 987654321  # junk in the lanes past n: must be ignored
 
-def softmax_cases(C: int, seed: int, sizes=(9, 4, 1, 16, 7)):
-    """Beats and expected lines for rows of n fx scores, padded to whole lines (padding not compared)."""
+
+def softmax_row(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
+    """One fx score row of ``n`` elements of a given flavour."""
+    if kind == "scores":  # attention-like logits, a few units wide
+        return rng.integers(-(8 << 16), 8 << 16, size=n)
+    if kind == "extremes":  # x - max saturates to INT32_MIN: exp gives 0
+        return rng.choice(np.array([I32_MIN, I32_MAX, 0, I32_MAX - 1, I32_MIN + 1]), size=n)
+    if kind == "equal":  # ties: every element is exactly 2**30 before normalising
+        return np.full(n, int(rng.integers(I32_MIN, I32_MAX)))
+    if kind == "negative":
+        return -rng.integers(1 << 20, 1 << 31, size=n)
+    if kind == "peaked":  # one element dominates, the rest underflow to ~0
+        x = rng.integers(-(64 << 16), -(30 << 16), size=n)
+        x[int(rng.integers(0, n))] = int(rng.integers(0, 1 << 16))
+        return x
+    return rng.integers(I32_MIN, I32_MAX, size=n, endpoint=True)
+
+
+def softmax_cases(C: int, seed: int, rows: int = 12, max_n: int = 13):
+    """Beats and expected lines (None: a lane past n, written 0 but not part of the result) for random rows.
+
+    A one-element row and every flavour of :data:`KINDS` occur in every call.
+    """
     rng = np.random.default_rng(seed)
     beats, want = [], []
-    for r, n in enumerate(sizes):
-        scale = [1 << 16, 1 << 20, 1 << 14, 1 << 24, 1 << 31][r % 5]
-        x = rng.integers(-scale, scale, size=(1, n), dtype=np.int64)
-        if r == 3:
-            x[0, 3] = x[0, 11] = x.max()  # a tie for the maximum
-        y = numerics.softmax(x)
-        nl = -(-n // C)
-        xp = np.concatenate([x[0], np.full(nl * C - n, (1 << 31) - 1)])  # padding must not win the max
+    for r in range(rows):
+        n = 1 if r == 0 else int(rng.integers(1, max_n + 1))
+        kind = KINDS[r % len(KINDS)]
+        x = softmax_row(rng, kind, n).reshape(1, n)
+        y = numerics.softmax(x)[0]
+        L = -(-n // C)
+        xp = np.concatenate([x[0], np.full(L * C - n, PAD)])
+        yp = np.concatenate([y, np.zeros(L * C - n, np.int64)])
         beats.append({"kind": 0, "data": [0] * C, "last": 0, "n": n})
         for _ in range(3):
-            beats += [{"kind": 1, "data": [int(v) for v in xp[j * C:(j + 1) * C]], "last": int(j == nl - 1), "n": 0}
-                      for j in range(nl)]
-        want += [[int(y[0, j * C + c]) if j * C + c < n else None for c in range(C)] for j in range(nl)]
+            beats += [{"kind": 1, "data": [int(v) for v in xp[j * C:(j + 1) * C]], "last": int(j == L - 1), "n": 0}
+                      for j in range(L)]
+        want += [{"data": [int(v) for v in yp[j * C:(j + 1) * C]], "last": int(j == L - 1)} for j in range(L)]
     return beats, want
 
 
-@pytest.mark.parametrize("cols", [4, 8])
-def test_softmax_bit_exact(cols):
+def _plain(beat) -> dict:
+    return {"data": [int(v) for v in beat.data], "last": int(beat.last)}
+
+
+@pytest.mark.parametrize("cols,seed", [(4, 1), (2, 2), (8, 3)])
+def test_softmax_bit_exact(cols, seed):
     dut = SoftmaxUnit(AccelConfig(rows=4, cols=cols))
-    beats, want = softmax_cases(cols, seed=cols)
+    beats, want = softmax_cases(cols, seed)
     got = []
-    run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.3),
-              lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.3, out=got)])
+    run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(seed), 0.3),
+              lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(seed + 1), 0.3, out=got)])
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert [g.data[c] if w[c] is not None else None for c in range(cols)] == w, f"output line {k}"
+        assert _plain(g) == w, f"output line {k}"
+
+
+def test_softmax_zero_n_writes_nothing():
+    """A header with n = 0 is a row of no lines: nothing streams in or out, the next row follows."""
+    C = 4
+    dut = SoftmaxUnit(AccelConfig(rows=4, cols=C))
+    beats, want = softmax_cases(C, 7, rows=2)
+    empty = {"kind": 0, "data": [0] * C, "last": 0, "n": 0}
+    got, err = [], []
+
+    async def check(ctx):
+        await collect(ctx, dut.o_stream, len(want), random.Random(1), 0.2, out=got)
+        err.append(ctx.get(dut.error))
+
+    run(dut, [lambda ctx: send(ctx, dut.i_stream, [empty] + beats + [empty], random.Random(2), 0.2), check])
+    assert [_plain(g) for g in got] == want
+    assert err == [0]
+
+
+def test_softmax_full_rate_cycles():
+    """At full rate a row of L lines takes 3L + 34 cycles (three passes, the reciprocal's 33, framing)."""
+    C, L = 4, 8
+    dut = SoftmaxUnit(AccelConfig(rows=4, cols=C))
+    rng = np.random.default_rng(3)
+    beats, want = [], []
+    for _ in range(3):
+        x = softmax_row(rng, "scores", L * C).reshape(1, -1)
+        y = numerics.softmax(x)[0]
+        beats.append({"kind": 0, "data": [0] * C, "last": 0, "n": L * C})
+        beats += [{"kind": 1, "data": [int(v) for v in x[0, j * C:(j + 1) * C]], "last": int(j == L - 1), "n": 0}
+                  for _ in range(3) for j in range(L)]
+        want += [[int(v) for v in y[j * C:(j + 1) * C]] for j in range(L)]
+    got, cycles = [], []
+    run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(0), 0.0),
+              lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(0), 0.0, out=got, cycles=cycles)])
+    assert [[int(v) for v in g.data] for g in got] == want
+    assert cycles[3 * L - 1] - cycles[2 * L - 1] == 3 * L + 34, cycles
+
+
+def test_softmax_rejects_bad_config():
+    with pytest.raises(TypeError, match="AccelConfig"):
+        SoftmaxUnit(None)
+    gc.collect()  # the half-built component warns when collected: inside this test's warning filter
