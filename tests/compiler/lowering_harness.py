@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from systolica.sim.golden import GoldenSim
 
+from systolica import numerics as nx
 from systolica.artifact import Artifact, StepState
 from systolica.program import Program
 
@@ -48,3 +49,14 @@ class GoldenRunner:
 
     def decode(self, token: int) -> np.ndarray:
         return self._run("decode", [int(token)])
+
+
+def assert_lockstep(gold, ref, prompt, first: int, steps: int = 16) -> None:
+    """Prefill ``prompt`` on both, then decode ``steps`` greedy tokens starting from ``first``:
+    every fx logit row of ``gold`` must equal ``ref``'s (a :class:`QuantRunner`) bit for bit."""
+    np.testing.assert_array_equal(gold.prefill(prompt), ref.prefill(prompt)[-1], err_msg="prefill")
+    tok = first
+    for step in range(steps):
+        want = ref.decode(tok)
+        np.testing.assert_array_equal(gold.decode(tok), want, err_msg=f"decode step {step} (token {tok})")
+        tok = int(nx.argmax(want[None, :])[0])

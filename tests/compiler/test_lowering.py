@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from lowering_harness import GoldenRunner
+from lowering_harness import GoldenRunner, assert_lockstep
 from systolica.compiler.compile import compile_model
 
 from systolica import numerics as nx
@@ -85,12 +85,7 @@ def test_bigger_model_long_context(cfg_name):
     art = compile_model(model, preset(cfg_name), page=16, max_seq=160, prefill_chunk=16)
     gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=16)
     prompt = list(range(1, 40))
-    assert np.array_equal(gold.prefill(prompt), ref.prefill(prompt)[-1])
-    tok = 5
-    for _ in range(40):
-        want = ref.decode(tok)
-        assert np.array_equal(gold.decode(tok), want)
-        tok = int(nx.argmax(want[None, :])[0])
+    assert_lockstep(gold, ref, prompt, first=5, steps=40)
 
 
 def test_small_buffers_split_k_and_n_with_shallow_queues():
@@ -106,12 +101,7 @@ def test_small_buffers_split_k_and_n_with_shallow_queues():
     assert k_split and n_split, st["prefill"]["tilings"]
     gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=4)
     prompt = [5, 9, 2, 33, 41, 7, 1, 0, 59]
-    assert np.array_equal(gold.prefill(prompt), ref.prefill(prompt)[-1])
-    tok = 3
-    for _ in range(16):
-        want = ref.decode(tok)
-        assert np.array_equal(gold.decode(tok), want)
-        tok = int(nx.argmax(want[None, :])[0])
+    assert_lockstep(gold, ref, prompt, first=3)
 
 
 def _in_features(model, name):
@@ -138,9 +128,4 @@ def test_split_activations_bit_exact(case, cfg_name):
     assert art.manifest["act_split"] and art.manifest["stats"]["decode"]["per_op"]["ADD"] > 0
     gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model, act_split=True), page=page)
     prompt = [5, 1, 4, 1, 5, 9, 2, 6, 5]
-    assert np.array_equal(gold.prefill(prompt), ref.prefill(prompt)[-1])
-    tok = 3
-    for _ in range(16):
-        want = ref.decode(tok)
-        assert np.array_equal(gold.decode(tok), want)
-        tok = int(nx.argmax(want[None, :])[0])
+    assert_lockstep(gold, ref, prompt, first=3)

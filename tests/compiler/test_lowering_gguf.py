@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from lowering_harness import GoldenRunner
+from lowering_harness import GoldenRunner, assert_lockstep
 from systolica.compiler.compile import compile_model
 from systolica.compiler.gguf_reader import read_gguf
 from systolica.compiler.writers import write_gguf
 
-from systolica import numerics as nx
 from systolica.artifact import Artifact
 from systolica.config import preset
 from systolica.reference_quant import QuantRunner, quantize_model
@@ -28,12 +26,7 @@ def test_gguf_checkpoint_bit_exact(tmp_path, ttype):
     art = Artifact.load(out, config=preset("tiny"))  # what the runtime gets
     gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=8)
     prompt = [3, 14, 15, 92, 65, 35]
-    assert np.array_equal(gold.prefill(prompt), ref.prefill(prompt)[-1])
-    tok = 7
-    for _ in range(16):
-        want = ref.decode(tok)
-        assert np.array_equal(gold.decode(tok), want)
-        tok = int(nx.argmax(want[None, :])[0])
+    assert_lockstep(gold, ref, prompt, first=7)
 
 
 def test_cli_compile_random_model(tmp_path, capsys):
@@ -94,9 +87,4 @@ def test_safetensors_checkpoint_bit_exact(tmp_path, arch):
     art = compile_model(model, preset("default"), page=8, max_seq=32, prefill_chunk=4)
     gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=8)
     prompt = [1, 2, 3, 4, 5, 6, 7]
-    assert np.array_equal(gold.prefill(prompt), ref.prefill(prompt)[-1])
-    tok = 9
-    for _ in range(16):
-        want = ref.decode(tok)
-        assert np.array_equal(gold.decode(tok), want)
-        tok = int(nx.argmax(want[None, :])[0])
+    assert_lockstep(gold, ref, prompt, first=9)
