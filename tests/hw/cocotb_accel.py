@@ -13,14 +13,14 @@ from pathlib import Path
 import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles
-from systolica.sim.accel_programs import FAULT_KINDS, random_program, weight_stream_program
-from systolica.sim.golden import GoldenSim
-from systolica.sim.tb_accel import AccelTB
 
 from systolica.config import AccelConfig
 from systolica.csr import ID_MAGIC, STATUS_BUSY
 from systolica.faults import Fault
 from systolica.isa import encode, make
+from systolica.sim.accel_programs import FAULT_KINDS, random_program, weight_stream_program
+from systolica.sim.golden import GoldenSim
+from systolica.sim.tb_accel import AccelTB
 
 MEM = 1 << 18  # DRAM model: 256 KiB of physical addresses
 WIN_BASE = 0x1_0000  # the window the accelerator is given; everything else must stay untouched
@@ -84,6 +84,10 @@ class Mirror:
         if bad.size:
             out.append(f"DRAM differs at {bad.size} bytes, first at {int(bad[0]):#x}: "
                        f"RTL {rtl[bad[0]]:#04x} golden {self.dram[bad[0]]:#04x}")
+        if res.counters["INSTRS"] != gold.counters.instructions:
+            out.append(f"INSTRS {res.counters['INSTRS']} golden {gold.counters.instructions}")
+        if res.counters["DMA_WR_BYTES"] != gold.counters.dma_write_bytes:
+            out.append(f"DMA_WR_BYTES {res.counters['DMA_WR_BYTES']} golden {gold.counters.dma_write_bytes}")
         if self.tb.violations:
             out.append(f"{len(self.tb.violations)} accesses outside the window: {self.tb.violations[:3]}")
             self.tb.violations.clear()

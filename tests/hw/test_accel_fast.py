@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from systolica.sim.accel_programs import FAULT_KINDS, random_program
-from systolica.sim.fast_harness import FastRtl
-from systolica.sim.golden import GoldenSim
 
 from systolica.config import preset
 from systolica.faults import Fault
+from systolica.sim.accel_programs import FAULT_KINDS, random_program
+from systolica.sim.fast_harness import FastRtl
+from systolica.sim.golden import GoldenSim
 
 pytestmark = pytest.mark.rtl
 
@@ -56,6 +56,10 @@ def test_fast_path_random_programs_match_golden(fast):
             bad.append(f"RTL {res.code.name}@{res.pc}, golden {gold.status.name}@{gold.pc}: {gold.message}")
         if not np.array_equal(dram, gold_dram):
             bad.append(f"DRAM differs at {int(np.count_nonzero(dram != gold_dram))} bytes")
+        if res.counters["INSTRS"] != gold.counters.instructions:
+            bad.append(f"INSTRS {res.counters['INSTRS']} golden {gold.counters.instructions}")
+        if res.counters["DMA_WR_BYTES"] != gold.counters.dma_write_bytes:
+            bad.append(f"DMA_WR_BYTES {res.counters['DMA_WR_BYTES']} golden {gold.counters.dma_write_bytes}")
         if res.violations:
             bad.append(f"{res.violations} accesses outside the window")
         if bad:
