@@ -47,6 +47,21 @@ def quant_row(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
     return np.clip(x, I32_MIN, I32_MAX)
 
 
+def quant_row_beats(x: np.ndarray, C: int, split: int):
+    """The input beats of one row ``x`` (``1 x L*C``) and the output beats numerics expects."""
+    L = x.shape[1] // C
+    q, e = numerics.quant_rows_split(x) if split else numerics.quant_rows(x)
+    beats = [{"kind": 0, "data": [0] * C, "last": 0, "split": split, "empty": int(L == 0)}]
+    beats += [{"kind": 1, "data": [int(v) for v in x[0, j * C:(j + 1) * C]], "last": int(j == L - 1), "split": 0,
+               "empty": 0} for _ in range(2 + split) for j in range(L)]
+    want = []
+    for b in range(1 + split):
+        want.append({"data": [int(e[b])] + [0] * (C - 1), "exp": 1, "blk": b, "last": int(L == 0 and b == split)})
+        want += [{"data": [int(v) for v in q[b, j * C:(j + 1) * C]], "exp": 0, "blk": b,
+                  "last": int(j == L - 1 and b == split)} for j in range(L)]
+    return beats, want
+
+
 def quant_cases(C: int, seed: int, rows: int = 16, max_lines: int = 4):
     """Beats and expected output beats for ``rows`` random rows (random lines, split and flavour).
 
@@ -61,23 +76,15 @@ def quant_cases(C: int, seed: int, rows: int = 16, max_lines: int = 4):
         split = int(rng.random() < 0.5) if r > 2 else r % 2
         kind = KINDS[r % len(KINDS)] if r < 2 * len(KINDS) else str(rng.choice(KINDS))
         x = quant_row(rng, kind, L * C).reshape(1, L * C)
-        q, e = numerics.quant_rows_split(x) if split else numerics.quant_rows(x)
+        e = (numerics.quant_rows_split(x) if split else numerics.quant_rows(x))[1]
         hi = max(0, int(x.max())) if x.size else 0
         lo = min(0, int(x.min())) if x.size else 0
         s0 = int(numerics.bitlen(max(hi, -lo))) - 7
         stats["carry_rows"] += int(int(e[0]) + numerics.FX_FRAC == s0 + 1)
         stats["rows"] += 1
-        zero = [0] * C
-        beats.append({"kind": 0, "data": zero, "last": 0, "split": split, "empty": int(L == 0)})
-        for _ in range(3 if split else 2):
-            for j in range(L):
-                beats.append({"kind": 1, "data": [int(v) for v in x[0, j * C:(j + 1) * C]], "last": int(j == L - 1),
-                              "split": 0, "empty": 0})
-        for b in range(1 + split):
-            want.append({"data": [int(e[b])] + [0] * (C - 1), "exp": 1, "blk": b,
-                         "last": int(L == 0 and b == split)})
-            want += [{"data": [int(v) for v in q[b, j * C:(j + 1) * C]], "exp": 0, "blk": b,
-                      "last": int(j == L - 1 and b == split)} for j in range(L)]
+        b, w = quant_row_beats(x, C, split)
+        beats += b
+        want += w
     return beats, want, stats
 
 
@@ -111,19 +118,14 @@ def test_quant_full_rate_cycles():
         dut = QuantUnit(AccelConfig(rows=4, cols=C))
         beats, want = [], []
         for _ in range(3):
-            x = quant_row(rng, "mixed", L * C).reshape(1, -1)
-            q, e = numerics.quant_rows_split(x) if split else numerics.quant_rows(x)
-            beats.append({"kind": 0, "data": [0] * C, "last": 0, "split": split, "empty": 0})
-            beats += [{"kind": 1, "data": [int(v) for v in x[0, j * C:(j + 1) * C]], "last": int(j == L - 1),
-                       "split": 0, "empty": 0} for _ in range(2 + split) for j in range(L)]
-            for b in range(1 + split):
-                want.append([int(e[b])] + [0] * (C - 1))
-                want += [[int(v) for v in q[b, j * C:(j + 1) * C]] for j in range(L)]
+            b, w = quant_row_beats(quant_row(rng, "mixed", L * C).reshape(1, -1), C, split)
+            beats += b
+            want += w
         got, cycles = [], []
         run(dut, [lambda ctx, dut=dut, beats=beats: send(ctx, dut.i_stream, beats, random.Random(0), 0.0),
                   lambda ctx, dut=dut, want=want, got=got, cycles=cycles: collect(
                       ctx, dut.o_stream, len(want), random.Random(0), 0.0, out=got, cycles=cycles)])
-        assert [[int(v) for v in g.data] for g in got] == want
+        assert [_plain(g) for g in got] == want
         per_out = (1 + split) * (L + 1)
         # the last output of row 1 and of row 2 are one row apart
         assert cycles[3 * per_out - 1] - cycles[2 * per_out - 1] == per_row, cycles

@@ -37,8 +37,21 @@ def softmax_row(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
     return rng.integers(I32_MIN, I32_MAX, size=n, endpoint=True)
 
 
+def softmax_row_beats(x: np.ndarray, C: int):
+    """The input beats of one row ``x`` (``1 x n``, padded with junk to whole lines) and the expected lines."""
+    n = x.shape[1]
+    y = numerics.softmax(x)[0]
+    L = -(-n // C)
+    xp = np.concatenate([x[0], np.full(L * C - n, PAD)])
+    yp = np.concatenate([y, np.zeros(L * C - n, np.int64)])
+    beats = [{"kind": 0, "data": [0] * C, "last": 0, "n": n}]
+    beats += [{"kind": 1, "data": [int(v) for v in xp[j * C:(j + 1) * C]], "last": int(j == L - 1), "n": 0}
+              for _ in range(3) for j in range(L)]
+    return beats, [{"data": [int(v) for v in yp[j * C:(j + 1) * C]], "last": int(j == L - 1)} for j in range(L)]
+
+
 def softmax_cases(C: int, seed: int, rows: int = 12, max_n: int = 13):
-    """Beats and expected lines (None: a lane past n, written 0 but not part of the result) for random rows.
+    """Beats and expected lines (lanes past ``n`` written as 0) for ``rows`` random rows of 1..max_n elements.
 
     A one-element row and every flavour of :data:`KINDS` occur in every call.
     """
@@ -48,15 +61,9 @@ def softmax_cases(C: int, seed: int, rows: int = 12, max_n: int = 13):
         n = 1 if r == 0 else int(rng.integers(1, max_n + 1))
         kind = KINDS[r % len(KINDS)]
         x = softmax_row(rng, kind, n).reshape(1, n)
-        y = numerics.softmax(x)[0]
-        L = -(-n // C)
-        xp = np.concatenate([x[0], np.full(L * C - n, PAD)])
-        yp = np.concatenate([y, np.zeros(L * C - n, np.int64)])
-        beats.append({"kind": 0, "data": [0] * C, "last": 0, "n": n})
-        for _ in range(3):
-            beats += [{"kind": 1, "data": [int(v) for v in xp[j * C:(j + 1) * C]], "last": int(j == L - 1), "n": 0}
-                      for j in range(L)]
-        want += [{"data": [int(v) for v in yp[j * C:(j + 1) * C]], "last": int(j == L - 1)} for j in range(L)]
+        b, w = softmax_row_beats(x, C)
+        beats += b
+        want += w
     return beats, want
 
 
@@ -99,16 +106,13 @@ def test_softmax_full_rate_cycles():
     rng = np.random.default_rng(3)
     beats, want = [], []
     for _ in range(3):
-        x = softmax_row(rng, "scores", L * C).reshape(1, -1)
-        y = numerics.softmax(x)[0]
-        beats.append({"kind": 0, "data": [0] * C, "last": 0, "n": L * C})
-        beats += [{"kind": 1, "data": [int(v) for v in x[0, j * C:(j + 1) * C]], "last": int(j == L - 1), "n": 0}
-                  for _ in range(3) for j in range(L)]
-        want += [[int(v) for v in y[j * C:(j + 1) * C]] for j in range(L)]
+        b, w = softmax_row_beats(softmax_row(rng, "scores", L * C).reshape(1, -1), C)
+        beats += b
+        want += w
     got, cycles = [], []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(0), 0.0),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(0), 0.0, out=got, cycles=cycles)])
-    assert [[int(v) for v in g.data] for g in got] == want
+    assert [_plain(g) for g in got] == want
     assert cycles[3 * L - 1] - cycles[2 * L - 1] == 3 * L + 34, cycles
 
 
