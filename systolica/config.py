@@ -172,7 +172,7 @@ class AccelConfig:
         Path(path).write_text(self.to_toml())
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, source: str = "config") -> "AccelConfig":
+    def from_dict(cls, d: dict[str, Any], *, source: str = "config") -> AccelConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -182,7 +182,7 @@ class AccelConfig:
         return cls(**d)
 
     @classmethod
-    def from_toml(cls, text: str, *, source: str = "config") -> "AccelConfig":
+    def from_toml(cls, text: str, *, source: str = "config") -> AccelConfig:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
@@ -196,13 +196,13 @@ class AccelConfig:
         return cls.from_dict(table, source=source)
 
     @classmethod
-    def load(cls, path: str | Path) -> "AccelConfig":
+    def load(cls, path: str | Path) -> AccelConfig:
         p = Path(path)
         if not p.exists():
             raise ConfigError(f"config file {p} does not exist")
         return cls.from_toml(p.read_text(), source=str(p))
 
-    def replace(self, **changes: Any) -> "AccelConfig":
+    def replace(self, **changes: Any) -> AccelConfig:
         return dataclasses.replace(self, **changes)
 
 

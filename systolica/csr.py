@@ -13,8 +13,8 @@ inside the DRAM window ``[WIN_BASE, WIN_BASE + WIN_SIZE)``; the hardware adds
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 __all__ = ["Reg", "REGISTERS", "REG", "CTRL_START", "CTRL_SOFT_RESET", "STATUS_BUSY", "STATUS_DONE",
            "STATUS_ERROR", "IRQ_DONE", "ID_MAGIC", "COUNTERS"]

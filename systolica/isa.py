@@ -19,8 +19,8 @@ illegal there.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 __all__ = [
     "WORD_BITS", "WORD_BYTES", "OPCODE_BITS", "Engine", "Buf", "Field", "OpSpec", "OPS",
