@@ -45,8 +45,8 @@ class Compile:
     def main(args: argparse.Namespace) -> int:
         from rich.console import Console
         from rich.table import Table
-        from systolica.compiler.compile import compile_model
 
+        from systolica.compiler.compile import compile_model
         from systolica.config import load_config, preset
 
         con = Console(stderr=True)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from systolica import numerics as nx
 from systolica.compiler.image import KvGeometry, MatrixInfo
 from systolica.compiler.ir import Graph, Node
 from systolica.compiler.memory import MemoryError_, OnChipPlan
 from systolica.compiler.schedule import Scheduler
 from systolica.compiler.tiling import MatrixTiling, gemm_calls, tile_matrix
-
-from systolica import numerics as nx
 from systolica.isa import Buf
 from systolica.layout import attn_state_lines, lines_for
 

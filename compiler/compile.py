@@ -16,14 +16,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, StepState
 from systolica.compiler.codegen import generate, plan_program
 from systolica.compiler.image import build_image
 from systolica.compiler.ir import build_graph
 from systolica.compiler.memory import MemoryError_
 from systolica.compiler.quantize_pass import quantize
 from systolica.compiler.schedule import verify_tokens
-
-from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, StepState
 from systolica.config import AccelConfig
 from systolica.isa import WORD_BYTES, IsaError, encode
 from systolica.model import Model

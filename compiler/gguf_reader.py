@@ -24,7 +24,6 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from systolica.model import Model, ModelConfig, ModelError
-
 from systolica.tokenizer import Tokenizer
 
 __all__ = ["read_gguf", "read_gguf_metadata", "GGUFError", "SUPPORTED_TYPES", "ARCHITECTURES"]

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from systolica.compiler.ir import Graph
 from systolica.compiler.memory import DramLayout, MemoryError_, dram_align
-
 from systolica.layout import kv_tile, lines_for
 
 __all__ = ["KvGeometry", "MatrixInfo", "build_image", "scatter_index"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from systolica.compiler.ir import Graph, IRError, verify
-
 from systolica.model import Model
 from systolica.quant_model import QuantModel, quantize_model
 

@@ -21,7 +21,6 @@ import numpy as np
 from safetensors import safe_open
 
 from systolica.model import Model, ModelConfig, ModelError
-
 from systolica.tokenizer import Tokenizer
 
 __all__ = ["read_safetensors", "hf_to_gguf_rows", "gguf_to_hf_rows", "SafetensorsError"]
