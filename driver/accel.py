@@ -39,7 +39,7 @@ class RunStats:
     dma_beats: int = 0
     host_s: float = 0.0  # wall time the host spent on this run (start to done)
 
-    def __add__(self, other: "RunStats") -> "RunStats":
+    def __add__(self, other: RunStats) -> RunStats:
         return RunStats(**{k: getattr(self, k) + getattr(other, k) for k in self.__dataclass_fields__})
 
 

@@ -29,14 +29,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from systolica.sim.faults import SimFault, fault_error
-from systolica.sim.golden_ops import EXECUTE, OpFault, check_operands, check_static
 
 from systolica.asm import format_instr
 from systolica.config import AccelConfig
 from systolica.faults import Fault
 from systolica.isa import OP_BY_CODE, OPCODE_BITS, Engine, IllegalInstruction, Instr, decode
 from systolica.program import Program
+from systolica.sim.faults import SimFault, fault_error
+from systolica.sim.golden_ops import EXECUTE, OpFault, check_operands, check_static
 
 __all__ = ["GoldenSim", "SimResult", "Counters", "SimFault", "QUEUE_NAMES"]
 
