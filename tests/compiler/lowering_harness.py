@@ -8,11 +8,11 @@ physical pages so that paging is exercised, not just the identity.
 from __future__ import annotations
 
 import numpy as np
-from systolica.sim.golden import GoldenSim
 
 from systolica import numerics as nx
 from systolica.artifact import Artifact, StepState
 from systolica.program import Program
+from systolica.sim.golden import GoldenSim
 
 
 class GoldenRunner:

@@ -9,10 +9,10 @@ import gguf
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
+
 from systolica.compiler.gguf_reader import GGUFError, read_gguf, read_gguf_metadata
 from systolica.compiler.safetensors_reader import SafetensorsError, gguf_to_hf_rows, hf_to_gguf_rows, read_safetensors
 from systolica.compiler.writers import write_gguf, write_safetensors
-
 from systolica.model import Model, ModelError
 from systolica.reference_float import FloatModel, apply_rope, rope_angles
 from systolica.testmodels import random_model

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from lowering_harness import GoldenRunner, assert_lockstep
-from systolica.compiler.compile import compile_model
 
 from systolica import numerics as nx
+from systolica.compiler.compile import compile_model
 from systolica.config import preset
 from systolica.reference_float import FloatModel
 from systolica.reference_quant import QuantRunner, quantize_model

@@ -6,10 +6,10 @@ import dataclasses
 
 import numpy as np
 import pytest
-from systolica.compiler.compile import CompileError, compile_model
-from systolica.compiler.memory import MemoryError_
 
 from systolica.artifact import Artifact, ArtifactError, StepState
+from systolica.compiler.compile import CompileError, compile_model
+from systolica.compiler.memory import MemoryError_
 from systolica.config import preset
 from systolica.model import Model, ModelError
 from systolica.testmodels import random_model

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from lowering_harness import GoldenRunner, assert_lockstep
+
+from systolica.artifact import Artifact
 from systolica.compiler.compile import compile_model
 from systolica.compiler.gguf_reader import read_gguf
 from systolica.compiler.writers import write_gguf
-
-from systolica.artifact import Artifact
 from systolica.config import preset
 from systolica.reference_quant import QuantRunner, quantize_model
 from systolica.testmodels import random_model

@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 from lowering_harness import GoldenRunner
+
 from systolica.compiler.compile import compile_model
 from systolica.compiler.model_zoo import locate_default_model
-
 from systolica.config import preset
 
 pytestmark = pytest.mark.slow

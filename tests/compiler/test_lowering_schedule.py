@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 from lowering_harness import GoldenRunner
+
+from systolica.artifact import StepState
 from systolica.compiler.compile import compile_model
 from systolica.compiler.ir import IRError, build_graph, verify
 from systolica.compiler.schedule import ScheduleError, Scheduler, verify_tokens
-
-from systolica.artifact import StepState
 from systolica.config import preset
 from systolica.isa import Engine, decode, make
 from systolica.program import Program

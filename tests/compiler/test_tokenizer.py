@@ -7,14 +7,14 @@ from collections import Counter
 
 import pytest
 import tokenizers
-from systolica.compiler.gguf_reader import read_gguf, read_gguf_metadata
-from systolica.compiler.model_zoo import locate_default_model
-from systolica.tokenizer import TOKEN_TYPES, Tokenizer, TokenizerError
-from systolica.compiler.writers import write_gguf
 from tokenizers import pre_tokenizers, trainers
 from tokenizers.models import BPE
 
+from systolica.compiler.gguf_reader import read_gguf, read_gguf_metadata
+from systolica.compiler.model_zoo import locate_default_model
+from systolica.compiler.writers import write_gguf
 from systolica.testmodels import random_model
+from systolica.tokenizer import TOKEN_TYPES, Tokenizer, TokenizerError
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from systolica.sim.golden import GoldenSim
 
 from systolica.asm import asm
 from systolica.config import AccelConfig, preset
+from systolica.sim.golden import GoldenSim
 
 TINY = preset("tiny")
 

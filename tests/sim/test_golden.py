@@ -6,13 +6,13 @@ import numpy as np
 from golden_harness import TINY, Harness, pad_cols, run_program
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from systolica.sim.golden import GoldenSim
 
 from systolica import numerics as nx
 from systolica.config import preset
 from systolica.isa import make
 from systolica.layout import kv_tile
 from systolica.program import Program
+from systolica.sim.golden import GoldenSim
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 C = TINY.cols

@@ -8,6 +8,12 @@ import pytest
 from golden_harness import TINY, Harness, same_state
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from systolica.asm import asm
+from systolica.config import preset
+from systolica.faults import Fault
+from systolica.isa import encode, make
+from systolica.program import ConfigMismatch, Program
 from systolica.sim.faults import (
     DeviceTimeoutError,
     DmaAlignError,
@@ -20,12 +26,6 @@ from systolica.sim.faults import (
     TokenDeadlockError,
 )
 from systolica.sim.golden import GoldenSim
-
-from systolica.asm import asm
-from systolica.config import preset
-from systolica.faults import Fault
-from systolica.isa import encode, make
-from systolica.program import ConfigMismatch, Program
 
 # (program, fault, pc, exception, words of the message)
 FAULTS = [
