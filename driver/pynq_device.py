@@ -12,6 +12,7 @@ board and on a host talking to a board through PYNQ.remote
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -150,8 +151,7 @@ class PynqDevice:
 
     def close(self) -> None:
         for b in self._buffers:
-            try:
+            # one buffer that cannot be freed (already freed, overlay gone) must not keep the rest allocated
+            with contextlib.suppress(Exception):
                 b.freebuffer()
-            except Exception:
-                pass
         self._buffers.clear()
