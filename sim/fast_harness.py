@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -139,9 +140,11 @@ class FastRtl:
                           d["violations"], d["counters"])
 
 
+@functools.lru_cache(maxsize=4)
 def top_verilog(cfg: AccelConfig) -> str:
-    """Verilog of the top level, elaborated now from the modules this process has loaded."""
+    """Verilog of the top level, elaborated from the modules this process has loaded (once per config)."""
     from amaranth.back import verilog
+
     from systolica.hw.accelerator import Accelerator
 
     return verilog.convert(Accelerator(cfg), name=TOP, emit_src=False)
