@@ -13,10 +13,10 @@ import time
 import cocotb
 import numpy as np
 from cocotb.utils import get_sim_time
-from systolica.sim.tb_accel import AccelTB
 
 from systolica.config import AccelConfig
 from systolica.csr import CTRL_START, IRQ_DONE
+from systolica.sim.tb_accel import AccelTB
 
 
 @cocotb.test()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from systolica.hw.axi import AXI4_NAMES, AXI_LITE_NAMES
-from systolica.hw.generate import TOP_NAME, generate, verilog_ports
 
 from systolica.cli import main as cli_main
 from systolica.config import preset
 from systolica.csr import REGISTERS
+from systolica.hw.axi import AXI4_NAMES, AXI_LITE_NAMES
+from systolica.hw.generate import TOP_NAME, generate, verilog_ports
 
 
 def _contract(cfg) -> dict[str, str]:

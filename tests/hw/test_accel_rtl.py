@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from systolica.sim.fast_harness import cocotb_build
 
 from systolica.config import preset
+from systolica.sim.fast_harness import cocotb_build
 
 pytestmark = pytest.mark.rtl
 HERE = Path(__file__).parent
