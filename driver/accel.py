@@ -44,7 +44,20 @@ class RunStats:
 
 
 class Accelerator:
-    """One accelerator behind a :class:`~systolica.driver.device.Device`."""
+    """One accelerator behind a :class:`~systolica.driver.device.Device`.
+
+    Parameters
+    ----------
+    device
+        Any backend; its VERSION register is checked at once.
+    timeout_s
+        Default watchdog of :meth:`run`.
+
+    Raises
+    ------
+    DeviceError
+        The registers are not a systolica accelerator's, or speak another CSR/ISA version.
+    """
 
     def __init__(self, device: Device, timeout_s: float = 60.0):
         self.dev = device
@@ -59,6 +72,7 @@ class Accelerator:
         self.hash32 = device.read_csr(csr.REG["ID"].offset)
 
     def check_config(self, expected_hash32: int, what: str = "program") -> None:
+        """Raise :class:`ConfigMismatchError` unless the device is the configuration ``what`` was compiled for."""
         if expected_hash32 != self.hash32:
             raise ConfigMismatchError(
                 f"{what} was compiled for accelerator config {expected_hash32:08x}, but the {self.dev.name} device "
@@ -111,7 +125,8 @@ class Accelerator:
             try:
                 fault = Fault(code)
             except ValueError:
-                raise DeviceError(f"{self.dev.name}: unknown error code {code} at pc {pc}") from None
+                raise DeviceError(f"{self.dev.name}: unknown error code {code} at pc {pc}: the bitstream knows faults "
+                                  "this driver does not; update systolica or rebuild the bitstream") from None
             raise fault_error(fault, pc, self._describe(window, prog_offset, n_instr, pc))
         return stats
 

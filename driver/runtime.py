@@ -24,7 +24,11 @@ from systolica.driver.sampling import Sampler, SamplingParams
 from systolica.numerics import FX_FRAC
 from systolica.program import words_to_bytes
 
-__all__ = ["Runtime", "Metrics", "StepOutput"]
+__all__ = ["Runtime", "Metrics", "StepOutput", "GenerationError"]
+
+
+class GenerationError(ValueError):
+    """A prompt the runtime cannot serve (empty, ids outside the vocabulary, longer than the compiled context)."""
 
 
 @dataclass
@@ -127,7 +131,8 @@ class Runtime:
         region = self.art.region(f"program:{kind}")
         raw = words_to_bytes(words)
         if len(raw) > region["size"]:
-            raise RuntimeError(f"{kind} program ({len(raw)} bytes) does not fit its region ({region['size']} bytes)")
+            raise RuntimeError(f"{kind} program ({len(raw)} bytes) does not fit its region ({region['size']} bytes): "
+                               "the artifact is inconsistent; recompile it with `systolica compile`")
         self.window.view[region["offset"]:region["offset"] + len(raw)] = np.frombuffer(raw, np.uint8)
         stats = self.acc.run(self.window, region["offset"], len(words))
         seq.pos += len(tokens)
@@ -136,13 +141,17 @@ class Runtime:
         return logits, stats
 
     def new_sequence(self) -> SequenceState:
+        """An empty sequence holding KV pages of this runtime's pool; ``release()`` it when done."""
         return SequenceState(self.pool)
 
     def prefill(self, seq: SequenceState, tokens: Sequence[int]) -> tuple[np.ndarray, RunStats]:
-        """Feed a prompt: whole chunks through the prefill program, the rest through decode (same integers)."""
+        """Feed a prompt: whole chunks through the prefill program, the rest through decode (same integers).
+
+        Returns the fx int32 logits after the last token and the summed counters of the runs.
+        """
         toks = [int(t) for t in tokens]
         if not toks:
-            raise ValueError("the prompt is empty: nothing to prefill")
+            raise GenerationError("the prompt is empty: nothing to prefill")
         chunk = self.art.rows("prefill") if "prefill" in self.art.programs else 0
         total, logits, i = RunStats(), None, 0
         while chunk and len(toks) - i >= chunk:
@@ -154,6 +163,7 @@ class Runtime:
         return logits, total
 
     def decode(self, seq: SequenceState, token: int) -> tuple[np.ndarray, RunStats]:
+        """One decode step of ``token`` at the sequence's next position: fx logits and counters."""
         return self._run("decode", seq, [int(token)])
 
     # ------------------------------------------------------------ generation
@@ -164,7 +174,18 @@ class Runtime:
 
         ``prompt`` is text (needs a tokenizer) or token ids.  Generation ends after ``max_new_tokens``,
         at a stop token (default: the tokenizer's EOS), or when the compiled context is full.
-        Pass a :class:`Metrics` to have it filled in.
+        Pass a :class:`Metrics` to have it filled in.  A final ``StepOutput(-1, text)`` carries text
+        the tokenizer held back (an unfinished multi-byte character).
+
+        Raises
+        ------
+        GenerationError
+            Text without a tokenizer, an empty prompt, ids outside the vocabulary, or a prompt that
+            leaves no room in the compiled context.
+        SimFault
+            The accelerator stopped with a fault (its subclass names it, with the PC and instruction).
+        DeviceTimeout
+            A run did not finish within ``timeout_s``; the device was reset.
         """
         t_start = time.perf_counter()
         ids = self._encode(prompt)
@@ -176,7 +197,8 @@ class Runtime:
         stream = self.tokenizer.stream() if self.tokenizer is not None else None
         max_seq = int(self.art.manifest["max_seq"])
         if len(ids) >= max_seq:
-            raise ValueError(f"prompt of {len(ids)} tokens leaves no room in the compiled context of {max_seq}")
+            raise GenerationError(f"prompt of {len(ids)} tokens leaves no room in the compiled context of {max_seq} "
+                                  "tokens: shorten it or compile with a larger max_seq (--max-seq)")
         seq = self.new_sequence()
         try:
             logits, st = self.prefill(seq, ids)
@@ -202,17 +224,18 @@ class Runtime:
             m.host_s = time.perf_counter() - t_start
 
     def logits_float(self, fx: np.ndarray) -> np.ndarray:
+        """Real values (float64) of fx logits, cut to the vocabulary."""
         return np.asarray(fx, np.float64)[: self.vocab] / (1 << FX_FRAC)
 
     def _encode(self, prompt: str | Sequence[int]) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
-                raise ValueError("this artifact carries no tokenizer: pass token ids instead of text")
+                raise GenerationError("this artifact carries no tokenizer: pass token ids instead of text")
             return list(self.tokenizer.encode(prompt))
         ids = [int(t) for t in prompt]
         bad = [t for t in ids if not 0 <= t < self.vocab]
         if bad:
-            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary 0..{self.vocab - 1}")
+            raise GenerationError(f"token ids {bad[:5]} are outside the vocabulary 0..{self.vocab - 1}")
         return ids
 
     def _default_stops(self) -> list[int]:

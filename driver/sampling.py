@@ -10,7 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SamplingParams", "Sampler"]
+__all__ = ["SamplingParams", "Sampler", "SamplingError"]
+
+
+class SamplingError(ValueError):
+    """Sampling parameters out of range, naming the parameter and its value."""
 
 
 @dataclass(frozen=True)
@@ -24,11 +28,11 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 means greedy)")
+            raise SamplingError(f"temperature={self.temperature} must be >= 0 (0 means greedy)")
         if self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k} must be >= 0 (0 disables it)")
+            raise SamplingError(f"top_k={self.top_k} must be >= 0 (0 disables it)")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+            raise SamplingError(f"top_p={self.top_p} must be in (0, 1] (1 disables it)")
 
     @property
     def greedy(self) -> bool:
