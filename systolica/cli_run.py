@@ -78,6 +78,17 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
     return art, file, time.perf_counter() - t0
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type of a count that must be positive (``-n 0`` would compile the model to generate nothing)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} must be at least 1")
+    return n
+
+
 def _fmt(v, unit="", scale=1.0, digits=2):
     return "n/a" if v is None else f"{v * scale:,.{digits}f}{unit}"
 
@@ -94,7 +105,7 @@ class Run:
         g.add_argument("--board", help="board whose accelerator configuration to use (e.g. kv260)")
         g.add_argument("--config", help="accelerator preset or TOML file (default: 'default')")
         p.add_argument("--bitstream", help="pynq backend: the .bit (its .hwh beside it)")
-        p.add_argument("-n", "--max-tokens", type=int, default=32, help="tokens to generate (default 32)")
+        p.add_argument("-n", "--max-tokens", type=_at_least_one, default=32, help="tokens to generate (default 32)")
         p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
         p.add_argument("--top-k", type=int, default=0)
         p.add_argument("--top-p", type=float, default=1.0)
@@ -116,6 +127,8 @@ class Run:
         from systolica.driver.sampling import SamplingParams
 
         err = Console(stderr=True)
+        # bad sampling options fail here, before a compile that can take a minute
+        sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
         cfg = resolve_config(args.board, args.config)
         art, file, compile_s = cached_artifact(args.model, cfg, page=args.page, max_seq=args.max_seq,
                                                prefill_chunk=args.prefill_chunk, act_split=args.act_split,
@@ -130,7 +143,6 @@ class Run:
             kw["bitstream"] = args.bitstream
         dev = open_device(args.backend, cfg, **kw)
         rt = Runtime(art, dev, timeout_s=args.timeout)
-        sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
         m = Metrics(dev.name, cfg.clock_mhz)
         out = sys.stdout
         if not args.json:

@@ -67,3 +67,21 @@ def test_run_refuses_a_missing_model_clearly(capsys, tmp_path, monkeypatch):
     rc = main(["run", "--model", str(tmp_path / "nope.gguf"), "--config", "tiny", "x"])
     assert rc == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_run_refuses_bad_options_before_compiling(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    rc = main(["run", "--model", str(tmp_path / "never-read.gguf"), "--config", "tiny", "--temperature", "-1", "x"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "temperature=-1.0 must be >= 0" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--config", "tiny", "-n", "0", "x"])
+    assert exc.value.code == 2 and "-n/--max-tokens: 0 must be at least 1" in capsys.readouterr().err
+
+
+def test_run_refuses_a_prompt_longer_than_the_context(gguf_model, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    rc = main(["run", "--model", str(gguf_model), "--config", "tiny", "--max-seq", "16", "-n", "2",
+               "hello world " * 20])
+    err = capsys.readouterr().err
+    assert rc == 2 and "leaves no room in the compiled context of 16" in err and "--max-seq" in err
