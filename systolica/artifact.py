@@ -155,6 +155,7 @@ class Artifact:
         raise ArtifactError(f"unknown patch kind {kind!r}")
 
     def check_step(self, kind: str, st: StepState) -> None:
+        """Raise :class:`ArtifactError` unless ``st`` is a valid step of program ``kind`` (rows, ids, context, pages)."""
         rows, vocab = self.rows(kind), int(self.manifest["model"]["vocab_size"])
         if len(st.tokens) != rows:
             raise ArtifactError(f"the {kind} program runs {rows} rows, got {len(st.tokens)} tokens")
@@ -218,7 +219,16 @@ class Artifact:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, config: AccelConfig | None = None, source: str = "artifact") -> Artifact:
-        """Parse an artifact; with ``config``, refuse one compiled for another accelerator."""
+        """Parse an artifact; with ``config``, refuse one compiled for another accelerator.
+
+        Raises
+        ------
+        ArtifactError
+            Not a systolica artifact, another format version, a missing or inconsistent member,
+            or (with ``config``) compiled for another configuration; the message says what to do.
+        ProgramError
+            A program inside is damaged or stamped with another configuration's hash.
+        """
         try:
             z = zipfile.ZipFile(io.BytesIO(data))
         except zipfile.BadZipFile:
@@ -255,7 +265,8 @@ class Artifact:
 
     @classmethod
     def load(cls, path: str | Path, *, config: AccelConfig | None = None) -> Artifact:
+        """Read an artifact file; see :meth:`from_bytes` for ``config`` and the errors."""
         p = Path(path)
         if not p.is_file():
-            raise ArtifactError(f"artifact file {p} does not exist")
+            raise ArtifactError(f"artifact file {p} does not exist (write one with: systolica compile MODEL -o {p})")
         return cls.from_bytes(p.read_bytes(), config=config, source=str(p))
