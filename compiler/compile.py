@@ -16,6 +16,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+import numpy as np
+
 from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, StepState
 from systolica.compiler.codegen import generate, plan_program
 from systolica.compiler.image import build_image
@@ -158,8 +160,6 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         "programs": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in infos.items()},
         "quant_errors": report.errors, "stats": stats,
     }
-    import numpy as np
-
     art = Artifact(man, programs, np.frombuffer(bytes(img), dtype=np.uint8))
     for kind, info in infos.items():  # compiled values = the first step's (position 0, token 0)
         art.programs[kind] = Program(art.patched_program(kind, info["_base"]), cfg)
