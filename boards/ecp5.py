@@ -114,13 +114,14 @@ def parse_report(report: dict) -> tuple[float, float, dict[str, tuple[int, int]]
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float, what: str) -> None:
+    log = cwd / f"{what}.log"
     try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        with open(log, "w") as f:  # written as it runs, so a long place-and-route can be followed
+            proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise Ecp5Error(f"{what} did not finish in {timeout:.0f} s") from None
-    (cwd / f"{what}.log").write_text(proc.stdout + proc.stderr)
+        raise Ecp5Error(f"{what} did not finish in {timeout:.0f} s; log {log}") from None
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise Ecp5Error(f"{what} failed (exit {proc.returncode}); log {cwd / (what + '.log')}:\n{tail}")
 
 
