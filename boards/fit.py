@@ -127,8 +127,8 @@ class ResourceModel:
             if len(sizes) == 1:
                 fixed[k], per[k] = 0.0, sum(ys) / sum(xs)
             else:
-                n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
-                slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+                mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+                slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
                 slope = max(slope, 0.0)
                 fixed[k], per[k] = max(my - slope * mx, 0.0), slope
         ratios = [r.bram / bram_tiles(c, family) for c, r in points if bram_tiles(c, family)]

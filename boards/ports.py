@@ -25,10 +25,9 @@ IRQ = "interrupt"
 CONTROL = "s_axi_control"
 
 #: Signals Vivado needs to infer an AXI4-Lite slave (``aximm_rtl``, protocol AXI4LITE).
-AXI_LITE_REQUIRED = frozenset("awvalid awready awaddr wvalid wready wdata wstrb bvalid bready bresp "
-                              "arvalid arready araddr rvalid rready rdata rresp".split())
+AXI_LITE_REQUIRED = frozenset(["awvalid", "awready", "awaddr", "wvalid", "wready", "wdata", "wstrb", "bvalid", "bready", "bresp", "arvalid", "arready", "araddr", "rvalid", "rready", "rdata", "rresp"])
 #: ... and an AXI4 master with bursts.
-AXI_FULL_REQUIRED = AXI_LITE_REQUIRED | frozenset("awlen awsize awburst wlast arlen arsize arburst rlast".split())
+AXI_FULL_REQUIRED = AXI_LITE_REQUIRED | frozenset(["awlen", "awsize", "awburst", "wlast", "arlen", "arsize", "arburst", "rlast"])
 
 
 def gmem_name(i: int) -> str:

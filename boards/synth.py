@@ -73,6 +73,11 @@ def _norm(cfg):
     return NormUnit(cfg)
 
 
+def _softmax(cfg):
+    from systolica.hw.softmax_unit import SoftmaxUnit
+    return SoftmaxUnit(cfg)
+
+
 def _top(cfg):
     from systolica.hw.accelerator import Accelerator
     return Accelerator(cfg)
@@ -88,6 +93,7 @@ UNITS: dict[str, tuple[Callable[[AccelConfig], Any], str]] = {
     "activation": (_activation, "activation unit (SILU, GELU)"),
     "attention": (_attention, "streaming attention unit (ATTN, ATTN_OUT)"),
     "norm": (_norm, "norm unit (RMSNORM, LAYERNORM)"),
+    "softmax": (_softmax, "softmax unit (SOFTMAX)"),
     "top": (_top, "the whole accelerator (AXI, DMA, engines, buffers)"),
 }
 
@@ -99,6 +105,7 @@ def synth_counts(unit: str, cfg: AccelConfig, family: str, *, workdir: str | Pat
     if family not in FAMILIES:
         raise SynthError(f"unknown family {family!r}; families: {', '.join(FAMILIES)}")
     from amaranth.back import verilog
+
     from systolica.boards.yosys import synth_resources
 
     with tempfile.TemporaryDirectory(prefix="systolica-synth-") as tmp:

@@ -73,8 +73,8 @@ def _block_design_tcl(board: Board, cfg: AccelConfig) -> list[str]:
     props = " ".join(f"CONFIG.{k} {tcl_str(v)}" for k, v in _ps_properties(board, cfg, hps).items())
     preset = "1" if board.board_part else "0"
     rule = "processing_system7" if board.flow == "zynq7" else "zynq_ultra_ps_e"
-    auto_cfg = ('{make_external "FIXED_IO, DDR" apply_board_preset "%s" Master "Disable" Slave "Disable"}' % preset
-                if board.flow == "zynq7" else '{apply_board_preset "%s"}' % preset)
+    auto_cfg = (f'{{make_external "FIXED_IO, DDR" apply_board_preset "{preset}" Master "Disable" Slave "Disable"}}'
+                if board.flow == "zynq7" else f'{{apply_board_preset "{preset}"}}')
     lines = [
         "# ---- 2. block design -------------------------------------------------------------",
         'create_project -force systolica "$proj_dir/bd" -part $part',

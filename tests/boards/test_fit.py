@@ -7,7 +7,7 @@ import json
 import pytest
 
 from systolica.boards.board import Resources, load_board
-from systolica.boards.fit import (ResourceModel, bram_tiles, candidate_shapes, fit_check, largest_fit)
+from systolica.boards.fit import ResourceModel, bram_tiles, candidate_shapes, fit_check, largest_fit
 from systolica.boards.yosys import resources_from_cells, synth_script
 
 

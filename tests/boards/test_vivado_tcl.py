@@ -42,7 +42,7 @@ def test_tcl_runs_and_names_exist(name, tmp_path, fake_top, run_tcl):
             pin = c[1].split("/", 1)[1]
             assert pin in (ports if c[0] == "get_bd_pins" else intfs), c
         if c[0] == "ipx::associate_bus_interfaces":
-            opts = dict(zip(c[1::2], c[2::2]))
+            opts = dict(zip(c[1::2], c[2::2], strict=False))
             assert opts.get("-busif", next(iter(intfs))) in intfs
             assert opts["-clock"] in ports and opts.get("-reset", "ap_rst_n") in ports
     if b.flow == "alveo":
