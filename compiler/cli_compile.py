@@ -29,28 +29,33 @@ def _human(n: int) -> str:
 class Compile:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
+        from systolica.cli_core import add_config_arg
+
         p.add_argument("model", help="a .gguf file, a safetensors directory, 'default' (the cached default model), "
                                       "or random:ARCH[:k=v,...]")
         g = p.add_mutually_exclusive_group()
-        g.add_argument("--config", help="accelerator preset name or TOML file (default: the 'default' preset)")
-        g.add_argument("--board", help="a board preset (its accelerator configuration)")
-        p.add_argument("-o", "--output", required=True, help="artifact file to write (.systolica)")
-        p.add_argument("--page", type=int, default=16, help="KV-cache page size in tokens (power of two)")
-        p.add_argument("--max-seq", type=int, default=None, help="longest context (default: the model's)")
-        p.add_argument("--prefill-chunk", type=int, default=16, help="rows of the prefill program (upper bound)")
+        add_config_arg(g)
+        g.add_argument("--board", help="a board (e.g. kv260): the accelerator configuration sized for it")
+        p.add_argument("-o", "--output", required=True, metavar="FILE", help="artifact file to write (.systolica)")
+        p.add_argument("--page", type=int, default=16, metavar="N",
+                       help="KV-cache page size in tokens, a power of two (default 16)")
+        p.add_argument("--max-seq", type=int, default=None, metavar="N", help="longest context (default: the model's)")
+        p.add_argument("--prefill-chunk", type=int, default=16, metavar="N",
+                       help="rows of the prefill program, an upper bound: reduced until it fits on chip (default 16)")
         p.add_argument("--act-split", action="store_true",
-                       help="~15-bit activations: every linear input as an int8 part plus an int8 residual")
+                       help="~15-bit activations: every linear input as an int8 part plus an int8 residual "
+                            "(off unless given here; 'systolica run' compiles with it)")
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
         from rich.console import Console
         from rich.table import Table
 
+        from systolica.cli_run import resolve_config  # --board / --config exactly as 'systolica run' reads them
         from systolica.compiler.compile import compile_model
-        from systolica.config import load_config, preset
 
         con = Console(stderr=True)
-        cfg = preset(args.board) if args.board else load_config(args.config)
+        cfg = resolve_config(args.board, args.config)
         t0 = time.perf_counter()
         with con.status("reading model") as status:
             model = load_model(args.model)

@@ -19,9 +19,12 @@ class UsageError(ValueError):
     """Command-line input that cannot be used (printed as one red line by the CLI)."""
 
 
-def _config_arg(p: argparse.ArgumentParser) -> None:
+def add_config_arg(p) -> None:
+    """``--config PRESET|FILE.toml`` on a parser or an argument group (every command reads it alike)."""
+    from systolica.config import PRESETS
+
     p.add_argument("--config", metavar="PRESET|FILE.toml", default=None,
-                   help="accelerator config: a preset (tiny, default, large) or a TOML file (default: default)")
+                   help=f"accelerator config: a preset ({', '.join(PRESETS)}) or a TOML file (default: default)")
 
 
 def _console():
@@ -33,7 +36,7 @@ def _console():
 class Info:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
-        _config_arg(p)
+        add_config_arg(p)
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
@@ -73,7 +76,7 @@ class Asm:
     def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument("input", type=Path, help="assembly text (one instruction per line)")
         p.add_argument("-o", "--output", type=Path, default=None, help="program binary (default: INPUT with .bin)")
-        _config_arg(p)
+        add_config_arg(p)
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
@@ -118,7 +121,7 @@ class Sim:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument("program", type=Path, help="program binary")
-        _config_arg(p)
+        add_config_arg(p)
         p.add_argument("--dram", type=Path, default=None, help="raw bytes loaded at offset 0 of the DRAM window")
         p.add_argument("--dram-out", type=Path, default=None,
                        help="write the DRAM window back after the run (as many bytes as --dram had, else all)")

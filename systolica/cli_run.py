@@ -32,6 +32,7 @@ def _fingerprint(path: Path) -> str:
 
 
 def resolve_config(board: str | None, config: str | None):
+    """The accelerator of ``--board`` (its sized configuration) or ``--config`` (preset or TOML; default preset)."""
     from systolica.config import load_config
 
     if board:
@@ -96,6 +97,8 @@ def _fmt(v, unit="", scale=1.0, digits=2):
 class Run:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
+        from systolica.cli_core import add_config_arg
+
         p.add_argument("prompt", help="the text to continue")
         p.add_argument("--model", default="default",
                        help="a .gguf file, a safetensors directory, or 'default' (SmolLM2-135M-Instruct)")
@@ -103,19 +106,26 @@ class Run:
                        help="golden simulator (default), RTL under Verilator, or a PYNQ board")
         g = p.add_mutually_exclusive_group()
         g.add_argument("--board", help="board whose accelerator configuration to use (e.g. kv260)")
-        g.add_argument("--config", help="accelerator preset or TOML file (default: 'default')")
-        p.add_argument("--bitstream", help="pynq backend: the .bit (its .hwh beside it)")
-        p.add_argument("-n", "--max-tokens", type=_at_least_one, default=32, help="tokens to generate (default 32)")
-        p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-        p.add_argument("--top-k", type=int, default=0)
-        p.add_argument("--top-p", type=float, default=1.0)
-        p.add_argument("--seed", type=int, default=None)
-        p.add_argument("--max-seq", type=int, default=256, help="context the programs are compiled for")
-        p.add_argument("--page", type=int, default=16, help="KV-cache page size in tokens")
-        p.add_argument("--prefill-chunk", type=int, default=16, help="rows of the prefill program")
+        add_config_arg(g)
+        p.add_argument("--bitstream", metavar="FILE.bit", help="pynq backend: the .bit (its .hwh beside it)")
+        p.add_argument("-n", "--max-tokens", type=_at_least_one, default=32, metavar="N",
+                       help="tokens to generate (default 32)")
+        p.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                       help="sampling temperature; 0 = greedy (default)")
+        p.add_argument("--top-k", type=int, default=0, metavar="K", help="sample among the K likeliest (default 0: all)")
+        p.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                       help="sample within probability mass P, in (0, 1] (default 1: all)")
+        p.add_argument("--seed", type=int, default=None, help="random seed of the sampler (default: unseeded)")
+        p.add_argument("--max-seq", type=int, default=256, metavar="N",
+                       help="context the programs are compiled for (default 256, at most the model's)")
+        p.add_argument("--page", type=int, default=16, metavar="N",
+                       help="KV-cache page size in tokens, a power of two (default 16)")
+        p.add_argument("--prefill-chunk", type=int, default=16, metavar="N",
+                       help="rows of the prefill program (default 16)")
         p.add_argument("--no-act-split", dest="act_split", action="store_false",
                        help="plain int8 activations (default: int8 + int8 residual, ~15-bit; see docs/quantization.md)")
-        p.add_argument("--timeout", type=float, default=300.0, help="seconds before a run counts as hung")
+        p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                       help="seconds before a run counts as hung (default 300)")
         p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
 
     @staticmethod

@@ -42,6 +42,19 @@ def test_cli_compile_random_model(tmp_path, capsys):
     assert f"{art.manifest['stats']['decode']['instructions']:,}" in text
 
 
+def test_cli_compile_for_a_board(tmp_path, capsys):
+    """--board takes a board's accelerator configuration (as 'systolica run' does), not only presets."""
+    from systolica.boards.board import board_config
+    from systolica.cli import main
+
+    out = tmp_path / "b.systolica"
+    spec = "random:llama:dim=32,n_layers=1,n_heads=2,vocab=64,max_seq=32"
+    assert main(["compile", spec, "--board", "kv260", "-o", str(out)]) == 0
+    assert Artifact.load(out).manifest["config_hash"] == board_config("kv260").hash_hex()
+    assert main(["compile", spec, "--board", "no-such-board", "-o", str(out)]) == 2
+    assert "known boards:" in capsys.readouterr().err
+
+
 def test_cli_compile_reports_too_large(tmp_path, capsys):
     from systolica.cli import main
 
