@@ -74,7 +74,7 @@ def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray, g
     T, H, hd = q.shape
     S, Hkv, _ = k.shape
     qg = q.reshape(T, Hkv, group, hd)  # (T, Hkv, group, hd): the heads sharing one KV head, side by side
-    scores = np.einsum("tkgd,skd->kgts", qg, k) / np.sqrt(hd)  # (Hkv, group, T, S)
+    scores = np.einsum("tkgd,skd->kgts", qg, k) * q.dtype.type(1.0 / np.sqrt(hd))  # (Hkv, group, T, S); a scalar of q's dtype keeps float32 float32
     future = np.arange(S)[None, :] > q_pos[:, None]  # (T, S): keys after the query
     scores = np.where(future, -np.inf, scores)
     scores = scores - scores.max(axis=-1, keepdims=True)
