@@ -68,8 +68,8 @@ def test_quant_unit_rtl(units):
 def test_softmax_unit_rtl(units):
     runs = [{"seed": 21, "rows": 40, "max_n": 40, "idle": 0.3, "stall": 0.3},
             {"seed": 22, "rows": 40, "max_n": 9, "idle": 0.1, "stall": 0.6},
-            # volume: an error of one exp rounding shows in ~1 of 10**4 elements
-            {"seed": 23, "rows": 400, "max_n": 64, "idle": 0.0, "stall": 0.0}]
+            # volume at full rate: ~2e4 elements (a wrong rounding deep in exp_fx flips few outputs)
+            {"seed": 23, "rows": 600, "max_n": 64, "idle": 0.0, "stall": 0.0}]
     res = units.run("cocotb_quant_softmax", HERE, testcase="softmax",
                     params={"runs": runs, "lines": ROW_LINES}).check()
     met = res.metrics
