@@ -32,6 +32,8 @@ class DeployError(ValueError):
 def deploy_files(board: Board) -> dict[str, str]:
     """Role -> file name inside the deploy folder."""
     bit = f"{board.name}.xclbin" if board.flow == "alveo" else f"{board.name}.bit"
+    if board.flow == "ecp5":  # no processor to run the driver on: a measurement bitstream only
+        return {"bitstream": bit, "config": "config.toml", "regmap": "regmap.md", "readme": "README.md"}
     files = {"bitstream": bit, "config": "config.toml", "regmap": "regmap.md", "run": "run.sh",
              "readme": "README.md", "model": "model"}
     if board.flow != "alveo":
@@ -58,6 +60,18 @@ def _run_sh(board: Board, files: dict[str, str]) -> str:
         '--model "${MODEL:-default}" "$@"',
         "",
     ])
+
+
+def _readme_ecp5(board: Board, cfg: AccelConfig, files: dict[str, str]) -> str:
+    return "\n".join([
+        f"# systolica on {board.title}", "",
+        f"Accelerator `{cfg.name}`: {cfg.rows}x{cfg.cols} int8 array, config hash `{cfg.hash32():08x}`.", "",
+        f"`systolica build --board {board.name} --pnr` places and routes the accelerator with the open-source "
+        f"ECP5 flow and writes `{files['bitstream']}` with its Fmax. That bitstream wraps the accelerator's AXI "
+        "ports in shift registers to measure timing and resources; it is not a working board design. The board "
+        "has no processor for the systolica driver: running models on it needs a host bridge (e.g. USB-UART to "
+        "AXI-Lite) and a DRAM controller, which systolica does not provide. Use a Zynq or Kria board to run models.",
+        ""])
 
 
 def _readme(board: Board, cfg: AccelConfig, files: dict[str, str]) -> str:
@@ -107,6 +121,9 @@ def write_deploy(board: Board, cfg: AccelConfig, out_dir: str | Path, *, regmap_
     cfg.save(out / files["config"])
     if regmap_md is not None:
         shutil.copyfile(regmap_md, out / files["regmap"])
+    if board.flow == "ecp5":
+        (out / files["readme"]).write_text(_readme_ecp5(board, cfg, files))
+        return {role: out / name for role, name in files.items()}
     (out / files["model"]).mkdir(exist_ok=True)
     (out / files["model"] / "README.txt").write_text(
         "Put one model here: a llama-family .gguf file or a safetensors folder (config.json + *.safetensors).\n")

@@ -22,8 +22,12 @@ from dataclasses import dataclass
 from systolica.boards.board import Board, Resources
 from systolica.config import AccelConfig, ConfigError
 
-__all__ = ["DEFAULT_MARGIN", "FitRow", "FitReport", "fit_check", "ResourceModel", "bram_tiles",
+__all__ = ["FitError", "DEFAULT_MARGIN", "FitRow", "FitReport", "fit_check", "ResourceModel", "bram_tiles",
            "candidate_shapes", "hardware_problem", "largest_fit"]
+
+class FitError(ValueError):
+    """A fit check that cannot be made as asked (bad margin, nothing to calibrate on)."""
+
 
 #: Use at most this share of any resource (the rest is for routing and the block design).
 DEFAULT_MARGIN = 0.8
@@ -72,7 +76,7 @@ def fit_check(board: Board, used: Resources, *, config: str = "", margin: float 
               source: str = "yosys") -> FitReport:
     """Compare ``used`` with ``board``'s resources; a resource fits when used <= available x margin."""
     if not 0 < margin <= 1:
-        raise ValueError(f"margin={margin} must be in (0, 1]")
+        raise FitError(f"margin={margin} must be in (0, 1]")
     avail = board.resources
     rows = []
     for kind in Resources.KINDS:
@@ -118,7 +122,7 @@ class ResourceModel:
         (over-estimates growth, so a suggestion errs small); two or more with different
         sizes: least squares for the fixed and per-PE parts."""
         if not points:
-            raise ValueError("calibrate needs at least one synthesized configuration")
+            raise FitError("calibrate needs at least one synthesized configuration")
         sizes = {c.rows * c.cols for c, _ in points}
         fixed, per = {}, {}
         for k in ("lut", "ff", "dsp"):

@@ -18,8 +18,14 @@ from systolica import csr
 from systolica.boards.ports import CLOCK, CONTROL, IRQ, RESET, gmem_name
 from systolica.config import AccelConfig
 
-__all__ = ["IP_VENDOR", "IP_LIBRARY", "IP_NAME", "IP_VERSION", "IP_VLNV", "REG_BLOCK", "REG_RANGE",
+__all__ = ["VivadoError", "IP_VENDOR", "IP_LIBRARY", "IP_NAME", "IP_VERSION", "IP_VLNV", "REG_BLOCK", "REG_RANGE",
            "ACCESS", "register_fields", "tcl_str", "package_ip_tcl", "kernel_xml"]
+
+
+
+class VivadoError(ValueError):
+    """A board / configuration pair the Vivado flow cannot build, with the reason."""
+
 
 IP_VENDOR = "systolica.dev"
 IP_LIBRARY = "accel"
@@ -50,7 +56,7 @@ def _mask_bits(mask: int) -> tuple[int, int]:
     low = (mask & -mask).bit_length() - 1
     width = (mask >> low).bit_length()
     if (mask >> low) != (1 << width) - 1:
-        raise ValueError(f"mask {mask:#x} is not contiguous")
+        raise VivadoError(f"mask {mask:#x} is not contiguous")
     return low, width
 
 
@@ -171,7 +177,7 @@ def kernel_xml(cfg: AccelConfig) -> str:
     a memory bank; Vitis needs one pointer argument per master port.
     """
     if cfg.dma_ports != 1:
-        raise ValueError(f"the Alveo kernel supports dma_ports=1 (one window pointer), got {cfg.dma_ports}")
+        raise VivadoError(f"the Alveo kernel supports dma_ports=1 (one window pointer), got {cfg.dma_ports}")
     ports = [f'      <port name="{CONTROL}" mode="slave" range="0x{REG_RANGE:X}" dataWidth="32" '
              'portType="addressable" base="0x0"/>',
              f'      <port name="{gmem_name(0)}" mode="master" range="0xFFFFFFFFFFFFFFFF" '

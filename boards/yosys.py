@@ -78,7 +78,7 @@ def resources_from_cells(cells: dict[str, int], family: str) -> Resources:
         return Resources(lut=sum(n * _ECP5_LUTS.get(t, 0) for t, n in cells.items()),
                          ff=sum(cells.get(t, 0) for t in _ECP5_FFS),
                          dsp=cells.get("MULT18X18D", 0), bram=cells.get("DP16KD", 0) + cells.get("PDPW16KD", 0))
-    raise ValueError(f"unknown synthesis family {family!r}; use xc7, xcup or ecp5")
+    raise YosysError(f"unknown synthesis family {family!r}; use xc7, xcup or ecp5")
 
 
 def synth_script(verilog: Sequence[str], top: str, family: str, *, uram: bool = False,
@@ -91,7 +91,7 @@ def synth_script(verilog: Sequence[str], top: str, family: str, *, uram: bool = 
     elif family == "ecp5":
         synth = f"synth_ecp5 -top {top}" + (f" -json {json_out}" if json_out else "")
     else:
-        raise ValueError(f"unknown synthesis family {family!r}; use xc7, xcup or ecp5")
+        raise YosysError(f"unknown synthesis family {family!r}; use xc7, xcup or ecp5")
     return f"{reads}\n{synth}\ntee -q -o stat.json stat -json\n"
 
 

@@ -55,6 +55,13 @@ def test_alveo_deploy_has_xclbin_and_no_hwh(tmp_path):
     assert "PYNQ <= 3.0" in (tmp_path / "README.md").read_text()
 
 
+def test_ecp5_deploy_has_no_pynq_run_script(tmp_path):
+    b = load_board("ulx3s")
+    write_deploy(b, b.config, tmp_path)
+    assert not (tmp_path / "run.sh").exists() and "not a working board design" in (tmp_path / "README.md").read_text()
+    assert check_deploy(b, tmp_path, b.config) == ["ulx3s.bit", "regmap.md"]
+
+
 def test_timing_wrapper_covers_every_port(fake_top):
     cfg = load_board("ulx3s").config
     ports = parse_ports(fake_top(cfg, top="acc"))

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from systolica.boards.board import Resources, load_board
-from systolica.boards.fit import ResourceModel, bram_tiles, candidate_shapes, fit_check, largest_fit
-from systolica.boards.yosys import resources_from_cells, synth_script
+from systolica.boards.fit import FitError, ResourceModel, bram_tiles, candidate_shapes, fit_check, largest_fit
+from systolica.boards.yosys import YosysError, resources_from_cells, synth_script
 
 
 def test_fit_check_margin_and_verdict():
@@ -20,7 +20,7 @@ def test_fit_check_margin_and_verdict():
     assert fit_check(b, Resources(dsp=200), margin=1.0).fits and not fit_check(b, Resources(dsp=200)).fits
     uram = fit_check(b, Resources(uram=1))
     assert not uram.fits and uram.worst.kind == "uram"  # any URAM on a part without it cannot fit
-    with pytest.raises(ValueError, match="margin=0"):
+    with pytest.raises(FitError, match="margin=0"):
         fit_check(b, Resources(), margin=0)
 
 
@@ -78,7 +78,7 @@ def test_resource_model_calibration():
     assert p.lut == pytest.approx(5000 + 1024 * 50) and p.dsp == 1024
     one = ResourceModel.calibrate("xcup", [(c2, r2)])  # proportional: over-estimates growth
     assert one.predict(b.config).lut > p.lut
-    with pytest.raises(ValueError, match="at least one"):
+    with pytest.raises(FitError, match="at least one"):
         ResourceModel.calibrate("xcup", [])
 
 
@@ -100,7 +100,7 @@ def test_resources_from_yosys_cells():
     e = resources_from_cells({"LUT4": 7, "CCU2C": 2, "TRELLIS_FF": 9, "MULT18X18D": 3, "DP16KD": 4}, "ecp5")
     assert (e.lut, e.ff, e.dsp, e.bram) == (11, 9, 3, 4)
     assert resources_from_cells({"URAM288": 2}, "xcup").uram == 2
-    with pytest.raises(ValueError, match="unknown synthesis family 'ice40'"):
+    with pytest.raises(YosysError, match="unknown synthesis family 'ice40'"):
         resources_from_cells({}, "ice40")
     s = synth_script(["a.v"], "top", "xcup", uram=True)
     assert "synth_xilinx -family xcup -top top -flatten -noiopad -uram" in s and "stat -json" in s
@@ -134,3 +134,4 @@ def test_build_command_estimate(tmp_path, monkeypatch, fake_top):
     assert main(["build", "--board", "ultra96v2", "--config", str(big), "--estimate", "-o", str(out)]) == 1
     assert not json.loads((out / "fit.json").read_text())["fits"]
     assert main(["build", "--board", "nosuchboard", "--estimate", "-o", str(out)]) == 2
+    assert main(["build", "--board", "ultra96v2", "--estimate", "--margin", "0", "-o", str(out)]) == 2
