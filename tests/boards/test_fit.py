@@ -135,3 +135,25 @@ def test_build_command_estimate(tmp_path, monkeypatch, fake_top):
     assert not json.loads((out / "fit.json").read_text())["fits"]
     assert main(["build", "--board", "nosuchboard", "--estimate", "-o", str(out)]) == 2
     assert main(["build", "--board", "ultra96v2", "--estimate", "--margin", "0", "-o", str(out)]) == 2
+
+
+def test_build_falls_back_to_the_model_when_yosys_fails(tmp_path, monkeypatch, fake_top):
+    from systolica.boards import cli_build, hdl
+    from systolica.boards.ports import parse_ports
+    from systolica.boards.yosys import YosysError
+    from systolica.cli import main
+
+    def fake_write(cfg, out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        v = out_dir / "systolica_accel.v"
+        v.write_text(fake_top(cfg, top="systolica_accel"))
+        return {"verilog": v, "markdown": v}, parse_ports(v.read_text())
+
+    def slow(*a, **k):
+        raise YosysError("Yosys did not finish in 1 s")
+
+    monkeypatch.setattr(hdl, "write_verilog", fake_write)
+    monkeypatch.setattr(cli_build, "estimate_resources", slow)
+    out = tmp_path / "b"
+    assert main(["build", "--board", "pynq-z2", "-o", str(out)]) == 0
+    assert json.loads((out / "fit.json").read_text())["source"] == "estimate (Yosys failed)"
