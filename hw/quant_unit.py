@@ -52,6 +52,14 @@ HDR, ROW = 0, 1  # beat kinds
 MAX_LEFT = 7  # s >= bitlen(0) - 7: q = x << 7 at most (then |x| < 1, q exact)
 
 
+def _tree(xs, op):
+    """Reduce ``xs`` pairwise with ``op``: a balanced tree, log2 deep rather than a chain across the lanes."""
+    xs = list(xs)
+    while len(xs) > 1:
+        xs = [op(xs[k], xs[k + 1]) for k in range(0, len(xs) - 1, 2)] + xs[len(xs) - len(xs) % 2:]
+    return xs[0]
+
+
 class QuantUnit(wiring.Component):
     """``cols``-lane QUANT (see the module docstring for the passes and the sequencer contract).
 
@@ -120,12 +128,9 @@ class QuantUnit(wiring.Component):
             res.append(r)
 
         def extremes(vals, hi0, lo0):
-            """Max and min of the values and the running ``hi0`` / ``lo0`` (a comparator tree)."""
-            mx, mn = hi0, lo0
-            for v in vals:
-                mx = Mux(v > mx, v, mx)
-                mn = Mux(v < mn, v, mn)
-            return mx, mn
+            """Max and min of the values and the running ``hi0`` / ``lo0``."""
+            return (_tree([hi0, *vals], lambda a, b: Mux(a > b, a, b)),
+                    _tree([lo0, *vals], lambda a, b: Mux(a < b, a, b)))
 
         wrong = Signal()
         with m.If(fire & wrong):

@@ -44,6 +44,14 @@ HDR, ROW = 0, 1  # beat kinds
 SUM_BITS = 48  # S <= 65535 * 2**30 < 2**47, signed
 
 
+def _tree(xs, op):
+    """Reduce ``xs`` pairwise with ``op``: a balanced tree, log2 deep rather than a chain across the lanes."""
+    xs = list(xs)
+    while len(xs) > 1:
+        xs = [op(xs[k], xs[k + 1]) for k in range(0, len(xs) - 1, 2)] + xs[len(xs) - len(xs) % 2:]
+    return xs[0]
+
+
 class SoftmaxUnit(wiring.Component):
     """``cols``-lane SOFTMAX (see the module docstring for the passes and the sequencer contract).
 
@@ -140,16 +148,17 @@ class SoftmaxUnit(wiring.Component):
                         m.next = "MAX"
             with m.State("MAX"):
                 m.d.comb += i.ready.eq(1)
-                best = mx
-                for c in range(C):
-                    best = Mux(lane_ok[c] & (p.data[c] > best), p.data[c], best)
+                # a balanced tree of comparators; lanes past n count as INT32_MIN
+                best = _tree([mx] + [Mux(lane_ok[c], p.data[c], INT32_MIN) for c in range(C)],
+                             lambda a, b: Mux(a > b, a, b))
                 with m.If(fire & ~wrong):
                     m.d.sync += mx.eq(best)
                 row_pass("SUM")
             with m.State("SUM"):
                 m.d.comb += i.ready.eq(1)
                 with m.If(fire & ~wrong):
-                    m.d.sync += ssum.eq(ssum + sum(Mux(lane_ok[c], e[c], 0) for c in range(C)))
+                    m.d.sync += ssum.eq(_tree([ssum] + [Mux(lane_ok[c], e[c], 0) for c in range(C)],
+                                              lambda a, b: a + b))
                 row_pass("RECIP")
             with m.State("RECIP"):
                 m.d.comb += recip.i_stream.valid.eq(1)
