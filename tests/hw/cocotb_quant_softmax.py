@@ -14,7 +14,7 @@ import cocotb
 import numpy as np
 from test_quant_unit import quant_cases, quant_row, quant_row_beats
 from test_rtl_quant_softmax import UNIT_CFG
-from test_softmax_unit import softmax_cases, softmax_row, softmax_row_beats
+from test_softmax_unit import expected_lasts, softmax_cases, softmax_row, softmax_row_beats
 
 from systolica.hw.quant_unit import QuantUnit
 from systolica.hw.softmax_unit import SoftmaxUnit
@@ -47,8 +47,8 @@ def _quant_plain(b) -> dict:
     return {"data": [int(v) for v in b.data], "exp": int(b.exp), "blk": int(b.blk), "last": int(b.last)}
 
 
-def _soft_plain(b) -> dict:
-    return {"data": [int(v) for v in b.data], "last": int(b.last)}
+def _soft_plain(b) -> list[int]:
+    return [int(v) for v in b.data]
 
 
 def _per_row(src: Source, snk: Sink, rows: int) -> float:
@@ -95,7 +95,8 @@ async def softmax(dut):
     elements = 0
     for run in p["runs"]:
         beats, want = softmax_cases(C, run["seed"], rows=run["rows"], max_n=run["max_n"])
-        await _stream(dut, "softmax", su, beats, want, run["idle"], run["stall"], run["seed"], _soft_plain)
+        _, snk = await _stream(dut, "softmax", su, beats, want, run["idle"], run["stall"], run["seed"], _soft_plain)
+        assert [int(b.last) for b in snk.beats] == expected_lasts(beats, C), f"softmax seed {run['seed']}: last flags"
         elements += sum(b["n"] for b in beats if b["kind"] == 0)
     L, rows = p["lines"], 8
     rng = np.random.default_rng(98)

@@ -47,11 +47,22 @@ def softmax_row_beats(x: np.ndarray, C: int):
     beats = [{"kind": 0, "data": [0] * C, "last": 0, "n": n}]
     beats += [{"kind": 1, "data": [int(v) for v in xp[j * C:(j + 1) * C]], "last": int(j == L - 1), "n": 0}
               for _ in range(3) for j in range(L)]
-    return beats, [{"data": [int(v) for v in yp[j * C:(j + 1) * C]], "last": int(j == L - 1)} for j in range(L)]
+    return beats, [[int(v) for v in yp[j * C:(j + 1) * C]] for j in range(L)]
+
+
+def expected_lasts(beats, C: int) -> list[int]:
+    """The ``last`` flag of every output line the headers in ``beats`` call for (1 on each row's final line)."""
+    out = []
+    for b in beats:
+        if b["kind"] == 0 and b["n"]:
+            L = -(-b["n"] // C)
+            out += [0] * (L - 1) + [1]
+    return out
 
 
 def softmax_cases(C: int, seed: int, rows: int = 12, max_n: int = 13):
-    """Beats and expected lines (lanes past ``n`` written as 0) for ``rows`` random rows of 1..max_n elements.
+    """Beats and expected output lines (lane values; lanes past ``n`` are written as 0) for ``rows`` random rows
+    of 1..max_n elements (the hardware core's RtlUnits test uses this too).
 
     A one-element row and every flavour of :data:`KINDS` occur in every call.
     """
@@ -67,8 +78,11 @@ def softmax_cases(C: int, seed: int, rows: int = 12, max_n: int = 13):
     return beats, want
 
 
-def _plain(beat) -> dict:
-    return {"data": [int(v) for v in beat.data], "last": int(beat.last)}
+def check_lines(got, want, lasts, what: str = "output line") -> None:
+    """Compare output beats with the expected lane values and ``last`` flags."""
+    assert len(got) == len(want) == len(lasts), (len(got), len(want), len(lasts))
+    for k, (g, w, last) in enumerate(zip(got, want, lasts, strict=True)):
+        assert ([int(v) for v in g.data], int(g.last)) == (w, last), f"{what} {k}"
 
 
 @pytest.mark.parametrize("cols,seed", [(4, 1), (2, 2), (8, 3)])
@@ -78,8 +92,7 @@ def test_softmax_bit_exact(cols, seed):
     got = []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(seed), 0.3),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(seed + 1), 0.3, out=got)])
-    for k, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert _plain(g) == w, f"output line {k}"
+    check_lines(got, want, expected_lasts(beats, cols))
 
 
 def test_softmax_zero_n_writes_nothing():
@@ -95,7 +108,7 @@ def test_softmax_zero_n_writes_nothing():
         err.append(ctx.get(dut.error))
 
     run(dut, [lambda ctx: send(ctx, dut.i_stream, [empty] + beats + [empty], random.Random(2), 0.2), check])
-    assert [_plain(g) for g in got] == want
+    check_lines(got, want, expected_lasts(beats, C))
     assert err == [0]
 
 
@@ -112,7 +125,7 @@ def test_softmax_full_rate_cycles():
     got, cycles = [], []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(0), 0.0),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(0), 0.0, out=got, cycles=cycles)])
-    assert [_plain(g) for g in got] == want
+    check_lines(got, want, expected_lasts(beats, C))
     assert cycles[3 * L - 1] - cycles[2 * L - 1] == 3 * L + 34, cycles
 
 
