@@ -17,11 +17,13 @@ from hw_rtl_units import ATTN_PARAMS, SHAPES, UNIT_CFG
 from test_activation import activation_cases
 from test_attention_unit import attention_cases
 from test_norm_unit import norm_cases
+from test_softmax_unit import softmax_cases
 from test_vector_unit import vector_cases
 
 from systolica.hw.activation import ActivationUnit
 from systolica.hw.attention_unit import AttentionUnit
 from systolica.hw.norm_unit import NormUnit
+from systolica.hw.softmax_unit import SoftmaxUnit
 from systolica.hw.systolic_array import SystolicArray
 from systolica.hw.vector_unit import VectorUnit
 from systolica.numerics import matmul
@@ -165,6 +167,19 @@ async def norms(dut):
         beats, want = norm_cases(UNIT_CFG.cols, seed)
         await _lines(dut, "norm", nu.i_layout, nu.o_layout, beats, want, idle, stall, seed)
         assert int(dut.norm_error.value) == 0, "norm unit flagged a beat of the wrong kind"
+    _write_metrics({})
+
+
+@cocotb.test()
+async def softmax(dut):
+    """SoftmaxUnit: rows of scores (three passes), bit-exact with numerics.softmax."""
+    p = _params()
+    su = SoftmaxUnit(UNIT_CFG)
+    await reset(dut)
+    for seed, idle, stall in p["runs"]:
+        beats, want = softmax_cases(UNIT_CFG.cols, seed)
+        await _lines(dut, "smax", su.i_layout, su.o_layout, beats, want, idle, stall, seed)
+        assert int(dut.smax_error.value) == 0, "softmax unit flagged a beat of the wrong kind"
     _write_metrics({})
 
 

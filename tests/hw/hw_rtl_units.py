@@ -16,6 +16,7 @@ from systolica.hw.activation import ActivationUnit
 from systolica.hw.attention_unit import AttentionUnit
 from systolica.hw.gemm_core import GemmCore
 from systolica.hw.norm_unit import NormUnit
+from systolica.hw.softmax_unit import SoftmaxUnit
 from systolica.hw.systolic_array import SystolicArray
 from systolica.hw.vector_unit import VectorUnit
 
@@ -26,7 +27,7 @@ SHAPES: dict[str, AccelConfig] = {
     "8x8": preset("default"),
     "4x8": AccelConfig(name="r4c8", rows=4, cols=8, dma_bits=64),
 }
-UNIT_CFG = preset("tiny")  # the vector, activation, attention and norm units: 4 lanes
+UNIT_CFG = preset("tiny")  # the line units (vector, activation, attention, norm, softmax): 4 lanes
 ATTN_PARAMS = {"max_tokens": 32, "max_lines": 8}
 
 
@@ -37,6 +38,7 @@ def unit_factories() -> dict:
     units["attn"] = lambda: AttentionUnit(UNIT_CFG, **ATTN_PARAMS)
     units["norm"] = lambda: NormUnit(UNIT_CFG)
     units["gemm"] = lambda: GemmCore(UNIT_CFG)
+    units["smax"] = lambda: SoftmaxUnit(UNIT_CFG)
     return units
 
 

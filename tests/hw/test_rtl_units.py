@@ -9,7 +9,7 @@ import pytest
 from hw_rtl_units import SHAPES, RtlUnits, build_key
 
 from systolica.hw import (accumulator, activation, attention_unit, fixed, gemm_core, norm_unit, recip, scratchpad,
-                          systolic_array, vector_unit)
+                          softmax_unit, systolic_array, vector_unit)
 from systolica.sim.rtl_build import build
 
 pytestmark = pytest.mark.rtl
@@ -19,7 +19,7 @@ HERE = Path(__file__).parent
 @pytest.fixture(scope="module")
 def units(build_dir):
     return build("rtl_units", RtlUnits, build_key(), build_dir, deps=(systolic_array, vector_unit, activation, attention_unit, fixed, recip, norm_unit,
-                                                           accumulator, scratchpad, gemm_core))
+                                                           accumulator, scratchpad, gemm_core, softmax_unit))
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
@@ -72,6 +72,10 @@ def test_attention_unit_rtl(units):
 
 def test_norm_unit_rtl(units):
     units.run("cocotb_units", HERE, testcase="norms", params={"runs": [[1, 0.3, 0.3], [2, 0.0, 0.0]]}).check()
+
+
+def test_softmax_unit_rtl(units):
+    units.run("cocotb_units", HERE, testcase="softmax", params={"runs": [[1, 0.3, 0.3], [2, 0.0, 0.0]]}).check()
 
 
 def test_gemm_core_rtl(units):
