@@ -144,8 +144,9 @@ class Run:
                                                prefill_chunk=args.prefill_chunk, act_split=args.act_split,
                                                say=lambda s: err.print(f"[dim]{s}[/dim]"))
         kw = {}
+        if args.backend in ("golden", "rtl"):
+            kw["dram_bytes"] = -(-art.dram_bytes // 4096) * 4096 + 4096  # simulated DRAM: what the artifact uses
         if args.backend == "golden":
-            kw["dram_bytes"] = -(-art.dram_bytes // 4096) * 4096 + 4096
             from systolica.sim.perf import cycle_model
 
             kw["cycle_model"] = cycle_model(cfg)  # time at the board clock from the performance model
