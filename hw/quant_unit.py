@@ -37,7 +37,7 @@ output beat.  An empty row (``lines = 0``) gives only the exponent line(s).
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -50,6 +50,23 @@ __all__ = ["QuantUnit"]
 
 HDR, ROW = 0, 1  # beat kinds
 MAX_LEFT = 7  # s >= bitlen(0) - 7: q = x << 7 at most (then |x| < 1, q exact)
+
+
+def _round_shift8(m: Module, x, s, name: str):
+    """Low 8 bits of ``numerics.rshift_round(x, s)`` for int32 ``x`` and ``-7 <= s <= 26``.
+
+    ``rshift_round(x, s) = ((x << 7) + 2**(s + 6)) >> (s + 7)`` for every such ``s`` (for ``s <= 0``
+    the added half is below the bits shifted out): one adder and one right shifter whose 8 output
+    bits see 34 positions, instead of two 40-bit shifters and a left shifter.  Callers use it
+    where the result is known to fit int8.
+    """
+    sh = Signal(range(MAX_LEFT + 27), name=f"{name}_sh")  # s + 7: 0..33
+    m.d.comb += sh.eq(s + MAX_LEFT)
+    t = Signal(signed(41), name=f"{name}_t")
+    m.d.comb += t.eq((x << MAX_LEFT) + ((Const(1, 1) << sh) >> 1))
+    out = Signal(signed(8), name=name)
+    m.d.comb += out.eq(t >> sh)
+    return out
 
 
 def _tree(xs, op):
@@ -116,15 +133,14 @@ class QuantUnit(wiring.Component):
         q_hi, q_lo, res = [], [], []
         for c in range(C):
             x = p.data[c]
-            qh = rshift_round_var(m, x, sq, 40, f"qh_{c}", max_left=MAX_LEFT)
-            sl = Signal(range(32), name=f"dq_sh_{c}")
+            qh = _round_shift8(m, x, sq, f"qh_{c}")
+            sl = Signal(range(27), name=f"dq_sh_{c}")
             m.d.comb += sl.eq(Mux(sq > 0, sq, 0))
-            dq = sat32(m, qh[:9].as_signed() << sl, f"dq_{c}")
+            dq = sat32(m, qh << sl, f"dq_{c}")
             r = Signal(signed(32), name=f"res_{c}")
             m.d.comb += r.eq(Mux(sq > 0, sat32(m, x - dq, f"rsat_{c}"), 0))
-            ql = rshift_round_var(m, r, sr, 40, f"ql_{c}", max_left=MAX_LEFT)
-            q_hi.append(qh[:8])
-            q_lo.append(ql[:8])
+            q_hi.append(qh)
+            q_lo.append(_round_shift8(m, r, sr, f"ql_{c}"))
             res.append(r)
 
         def extremes(vals, hi0, lo0):

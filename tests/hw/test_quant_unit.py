@@ -152,3 +152,48 @@ def test_quant_flags_wrong_kind():
 
     run(dut, [lambda ctx: send(ctx, dut.i_stream, [stray] + beats, random.Random(4), 0.0), check])
     assert flagged == [1]
+
+
+def test_round_shift8_every_shift():
+    """The unit's one-shifter rshift_round equals numerics for every shift QUANT uses (-7..26), at the
+    rounding edges, wherever the result fits int8."""
+    from amaranth import Elaboratable, Module, Signal, signed
+    from amaranth.sim import Simulator
+
+    from systolica.hw.quant_unit import _round_shift8
+
+    class Wrap(Elaboratable):
+        def __init__(self):
+            self.x, self.s = Signal(signed(32)), Signal(signed(7))
+            self.y = None
+
+        def elaborate(self, platform):
+            m = Module()
+            self.y = _round_shift8(m, self.x, self.s, "y")
+            return m
+
+    dut = Wrap()
+    rng = np.random.default_rng(0)
+    cases = []
+    for s in range(-7, 27):
+        lim = (127 << s) + (1 << s) // 2 - 1 if s > 0 else 127 >> -s  # |rshift_round(x, s)| <= 127
+        lo, hi = max(I32_MIN, -lim - 1 if s > 0 else -lim), min(I32_MAX, lim)
+        xs = [lo, hi, 0, -1, 1] + [int(v) for v in rng.integers(lo, hi + 1, size=24)]
+        if s > 0:  # exact halves round up
+            xs += [(k << s) + (1 << (s - 1)) for k in (-100, -1, 0, 5, 126)] + [(k << s) + (1 << (s - 1)) - 1 for k in (-3, 7)]
+        # only where the result fits int8, as in QUANT (x = 1, s = -7 would give 128)
+        cases += [(x, s) for x in xs if lo <= x <= hi]
+    got = []
+
+    async def bench(ctx):
+        for x, s in cases:
+            ctx.set(dut.x, x)
+            ctx.set(dut.s, s)
+            got.append(ctx.get(dut.y))
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    want = [int(numerics.rshift_round(np.array([x]), s)[0]) for x, s in cases]
+    bad = [(c, g, w) for c, g, w in zip(cases, got, want, strict=True) if g != w]
+    assert not bad, bad[:5]
