@@ -236,6 +236,8 @@ class Accelerator(wiring.Component):
         m.d.comb += [rp.addr.eq(comp.acc_addr), rp.en.eq(comp.acc_en), comp.acc_rdata.eq(rp.data)]
         wp = mems["vbuf"].write_port()
         m.d.comb += [wp.addr.eq(comp.out_addr), wp.en.eq(comp.out_en), wp.data.eq(comp.out_data)]
+        wp = mems["spad"].write_port()  # QUANT writes int8 lines and exponent lines
+        m.d.comb += [wp.addr.eq(comp.spad_waddr), wp.en.eq(comp.spad_wen), wp.data.eq(comp.spad_wdata)]
 
     def _counters(self, m, csr, run, engines, comp):
         cfg = self.cfg

@@ -3,13 +3,14 @@
 GEMM is handed to :class:`~systolica.hw.gemm_sequencer.GemmSequencer`, which
 streams the operand lines of the instruction from the scratchpad into the
 systolic array and lets its accumulator write the result lines; ADD, MUL,
-REQUANT, ARGMAX, SILU, GELU and ROPE to :class:`~systolica.hw.vector_sequencer.VectorSequencer`.
+REQUANT, ARGMAX, SILU, GELU and ROPE to :class:`~systolica.hw.vector_sequencer.VectorSequencer`;
+QUANT, SOFTMAX, RMSNORM and LAYERNORM to :class:`~systolica.hw.rowpass_sequencer.RowPassSequencer`.
 The engine retires an instruction once its last result line is written.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -18,6 +19,7 @@ from systolica.isa import OP_BY_NAME
 
 from .engines import buffer_ports, engine_members, token_fsm
 from .gemm_sequencer import GemmSequencer
+from .rowpass_sequencer import ROWPASS_OPS, RowPassSequencer
 from .vector_sequencer import VECTOR_OPS, VectorSequencer
 
 __all__ = ["ComputeEngine"]
@@ -30,6 +32,7 @@ class ComputeEngine(wiring.Component):
         self.cfg = cfg
         self.gemm = GemmSequencer(cfg)
         self.vseq = VectorSequencer(cfg)
+        self.rseq = RowPassSequencer(cfg)
         p = buffer_ports(cfg)
         line = self.gemm.accum.line
         abits = self.gemm.accum.abits
@@ -44,6 +47,7 @@ class ComputeEngine(wiring.Component):
             "vc_addr": Out(p["vbuf"][0]), "vc_en": Out(1), "vc_rdata": In(p["vbuf"][1]),
             "acc_addr": Out(p["acc"][0]), "acc_en": Out(1), "acc_rdata": In(p["acc"][1]),
             "out_addr": Out(p["vbuf"][0]), "out_en": Out(1), "out_data": Out(p["vbuf"][1]),
+            "spad_waddr": Out(p["spad"][0]), "spad_wen": Out(1), "spad_wdata": Out(p["spad"][1]),
             "mac_active": Out(1),
         }
         super().__init__(members)
@@ -61,13 +65,24 @@ class ComputeEngine(wiring.Component):
         is_vec = 0
         for name in VECTOR_OPS:
             is_vec = is_vec | (ins.nop.h.opcode == OP_BY_NAME[name].code)
+        m.submodules.rseq = rs = self.rseq
+        is_row = 0
+        for name in ROWPASS_OPS:
+            is_row = is_row | (ins.nop.h.opcode == OP_BY_NAME[name].code)
         m.d.comb += [vs.start.eq(exec_start & is_vec), vs.word.eq(ins.as_value()),
-                     self.va_addr.eq(vs.va_addr), self.va_en.eq(vs.va_en), vs.va_rdata.eq(self.va_rdata),
-                     self.vb_addr.eq(vs.vb_addr), self.vb_en.eq(vs.vb_en), vs.vb_rdata.eq(self.vb_rdata),
-                     self.vc_addr.eq(vs.vc_addr), self.vc_en.eq(vs.vc_en), vs.vc_rdata.eq(self.vc_rdata),
+                     rs.start.eq(exec_start & is_row), rs.word.eq(ins.as_value()),
                      self.acc_addr.eq(vs.acc_addr), self.acc_en.eq(vs.acc_en), vs.acc_rdata.eq(self.acc_rdata),
                      vs.exp_rdata.eq(self.a_rdata),
-                     self.out_addr.eq(vs.out_addr), self.out_en.eq(vs.out_en), self.out_data.eq(vs.out_data)]
+                     self.spad_waddr.eq(rs.spad_addr), self.spad_wen.eq(rs.spad_en), self.spad_wdata.eq(rs.spad_data)]
+        # the vector-buffer ports belong to whichever line sequencer runs the instruction
+        for port in ("va", "vb", "vc"):
+            for seq_ in (vs, rs):
+                m.d.comb += getattr(seq_, f"{port}_rdata").eq(getattr(self, f"{port}_rdata"))
+            m.d.comb += [getattr(self, f"{port}_addr").eq(Mux(is_row, getattr(rs, f"{port}_addr"),
+                                                              getattr(vs, f"{port}_addr"))),
+                         getattr(self, f"{port}_en").eq(getattr(vs, f"{port}_en") | getattr(rs, f"{port}_en"))]
+        m.d.comb += [self.out_addr.eq(Mux(is_row, rs.out_addr, vs.out_addr)), self.out_en.eq(vs.out_en | rs.out_en),
+                     self.out_data.eq(Mux(is_row, rs.out_data, vs.out_data))]
         # the scratchpad's "a" read port serves GEMM's activations and REQUANT's exponent lines
         with m.If(is_vec):
             m.d.comb += [self.a_addr.eq(vs.exp_addr), self.a_en.eq(vs.exp_en)]
@@ -79,5 +94,5 @@ class ComputeEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.accum_rd), seq.acc_rd)
         wiring.connect(m, wiring.flipped(self.accum_wr), seq.acc_wr)
         # NOP and FINISH finish at once; GEMM when the sequencer has written its last line
-        m.d.comb += exec_done.eq(self.executing & ~seq.busy & ~vs.busy)
+        m.d.comb += exec_done.eq(self.executing & ~seq.busy & ~vs.busy & ~rs.busy)
         return m

@@ -31,7 +31,8 @@ __all__ = ["instr_layout", "HEADER_LAYOUT", "InstructionDecoder", "RTL_OPS", "EX
 HEADER_LAYOUT = data.StructLayout({f.name: unsigned(f.bits) for f in HEADER_FIELDS})
 
 #: Ops the RTL executes; any other opcode of the table is reported as ILLEGAL_OPCODE.
-RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "FINISH", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE")
+RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "FINISH", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE",
+           "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM")
 
 #: On-chip operands of each compute op: (address field, buffer, lines as a function of fields and config).
 #: The same expressions serve Python ints and Amaranth values.
@@ -55,6 +56,18 @@ EXTENTS = {
 EXTENTS["ROPE"] = (("src", "vbuf", lambda f, c: f["rows"] * f["heads"] * f["hd"]),
                    ("table", "vbuf", lambda f, c: f["rows"] * f["hd"]),
                    ("dst", "vbuf", lambda f, c: f["rows"] * f["heads"] * f["hd"]))
+def _padded(f, c):
+    return f["rows"] * ((f["n"] + c.cols - 1) // c.cols)
+
+
+EXTENTS["QUANT"] = (("src", "vbuf", _rl), ("dst", "spad", lambda f, c: (1 + f["split"]) * f["rows"] * f["lines"]),
+                    ("exps", "spad", lambda f, c: (1 + f["split"]) * f["rows"]))
+EXTENTS["SOFTMAX"] = (("src", "vbuf", _padded), ("dst", "vbuf", _padded))
+EXTENTS["RMSNORM"] = (("src", "vbuf", _padded), ("gamma", "vbuf", lambda f, c: (f["n"] + c.cols - 1) // c.cols),
+                      ("dst", "vbuf", _padded))
+EXTENTS["LAYERNORM"] = (("src", "vbuf", _padded),
+                        ("gamma", "vbuf", lambda f, c: 2 * ((f["n"] + c.cols - 1) // c.cols)),
+                        ("dst", "vbuf", _padded))
 EXTENTS["MUL"] = EXTENTS["ADD"]
 EXTENTS["GELU"] = EXTENTS["SILU"]
 

@@ -22,11 +22,13 @@ import numpy as np
 from systolica.config import AccelConfig
 from systolica.isa import OP_BY_CODE, OPCODE_BITS, WORD_BITS, Engine, Instr, encode, make
 
-__all__ = ["RandomProgram", "random_program", "FAULT_KINDS", "weight_stream_program", "RTL_RANDOM_OPS"]
+__all__ = ["RandomProgram", "random_program", "dump_stores", "dump_bytes", "FAULT_KINDS", "weight_stream_program", "RTL_RANDOM_OPS"]
 
 #: Ops the random generator draws (those the RTL executes; see hw.decode.RTL_OPS).
-RTL_RANDOM_OPS = ("LOAD", "STORE", "GEMM", "NOP", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE")
-_OP_WEIGHTS = (0.3, 0.2, 0.2, 0.05, 0.04, 0.04, 0.05, 0.04, 0.03, 0.03, 0.02)
+RTL_RANDOM_OPS = ("LOAD", "STORE", "GEMM", "NOP", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE",
+                  "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM")
+_OP_WEIGHTS = (0.28,  # relative weights
+                0.18, 0.18, 0.04, 0.03, 0.03, 0.04, 0.03, 0.03, 0.03, 0.02, 0.04, 0.03, 0.03, 0.03)
 
 _EXEC_FAULTS = ("window", "align", "sram", "gemm_sram")
 FAULT_KINDS = ("opcode", "reserved", "buf", "nop_engine", "flags", "window", "align", "sram", "gemm_sram",
@@ -92,6 +94,20 @@ class _Gen:
 
         def at(lo: int, n: int) -> int:
             return lo + self.r(0, half - n)
+        if name == "QUANT":
+            split = self.r(0, 1)
+            k = 1 + split
+            lines = self.r(0, 3)
+            sp = self.region[0] // 2  # q lines and exponent lines in different halves of the scratchpad region
+            return dict(dst=self.r(0, sp - k * rows * lines), src=at(src_lo, rows * lines),
+                        exps=sp + self.r(0, sp - k * rows), rows=rows, lines=lines, split=split)
+        if name in ("SOFTMAX", "RMSNORM", "LAYERNORM"):
+            n = self.r(0, 3 * cols)
+            lpr = -(-n // cols)
+            d = dict(dst=at(dst_lo, rows * lpr), src=at(src_lo, rows * lpr), rows=rows, n=n)
+            if name != "SOFTMAX":
+                d |= dict(gamma=at(src_lo, (2 if name == "LAYERNORM" else 1) * lpr), eps=self.r(0, (1 << 24) - 1))
+            return d
         if name == "ROPE":
             heads, hd = self.r(1, 2), self.r(1, 3)
             return dict(dst=at(dst_lo, rows * heads * hd), src=at(src_lo, rows * heads * hd),
@@ -115,7 +131,8 @@ class _Gen:
         return d
 
     def op(self) -> Instr:
-        name = RTL_RANDOM_OPS[int(self.rng.choice(len(RTL_RANDOM_OPS), p=_OP_WEIGHTS))]
+        w = np.asarray(_OP_WEIGHTS, dtype=np.float64)
+        name = RTL_RANDOM_OPS[int(self.rng.choice(len(RTL_RANDOM_OPS), p=w / w.sum()))]
         if name in ("LOAD", "STORE"):
             return make(name, **self.dma(name))
         if name == "GEMM":
@@ -201,12 +218,29 @@ def _inject(g: _Gen, kind: str) -> tuple[Instr | int, bool]:
     raise ValueError(f"unknown fault kind {kind!r}; kinds: {', '.join(FAULT_KINDS)}")
 
 
+def dump_stores(cfg: AccelConfig, at: int) -> list[Instr]:
+    """STOREs of the buffer regions random programs use, to DRAM from ``at`` (``DUMP_BYTES`` bytes)."""
+    g = _Gen(cfg, np.random.default_rng(0), 0, 0, 0)
+    out, addr = [], at
+    for buf in (0, 1, 2):
+        lb, n = g.lb(buf), g.region[buf]
+        out.append(make("STORE", buf=buf, sram=0, dram=addr, rows=1, lines=n, stride=n * lb))
+        addr += n * lb
+    return out
+
+
+def dump_bytes(cfg: AccelConfig) -> int:
+    g = _Gen(cfg, np.random.default_rng(0), 0, 0, 0)
+    return sum(g.lb(b) * g.region[b] for b in (0, 1, 2))
+
+
 def random_program(cfg: AccelConfig, rng: np.random.Generator, *, n_ops: int, data_lo: int, data_hi: int,
-                   win_size: int, fault: str | None = None) -> RandomProgram:
+                   win_size: int, fault: str | None = None, dump_at: int | None = None) -> RandomProgram:
     """A serialized random program of about ``n_ops`` operations, optionally with one injected fault.
 
     DMA addresses stay in ``[data_lo, data_hi)`` of the window (the program lives below ``data_lo``),
-    except for the injected ``window`` fault.
+    except for the injected ``window`` fault.  ``dump_at``: end with STOREs of every buffer region the
+    program may have touched (:func:`dump_stores`), so that all of its results reach DRAM and are compared.
     """
     g = _Gen(cfg, rng, data_lo, data_hi, win_size)
     ops = [g.op() for _ in range(n_ops)]
@@ -217,6 +251,8 @@ def random_program(cfg: AccelConfig, rng: np.random.Generator, *, n_ops: int, da
         bad, _ = _inject(g, fault)
         fault_index = int(rng.integers(0, len(ops) + 1))
         ops.insert(fault_index, bad)
+    if dump_at is not None:
+        ops += dump_stores(cfg, dump_at)
     instrs = _serialize(ops)
     if fault == "deadlock":
         # a pop no push will ever match: on a compute instruction waiting for the store engine,

@@ -126,7 +126,7 @@ async def random_vs_golden(dut):
         tb.set_pauses(p.get("pause", 0.2) if i % 2 else 0.0, seed=i)
         kind = None if rng.random() < 0.4 else str(rng.choice(FAULT_KINDS))
         prog = random_program(cfg, rng, n_ops=int(rng.integers(3, p.get("max_ops", 14))), data_lo=DATA_LO,
-                              data_hi=DATA_HI, win_size=WIN_SIZE, fault=kind)
+                              data_hi=DATA_HI, win_size=WIN_SIZE, fault=kind, dump_at=DATA_HI)
         mirror.write(DATA_LO, rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8).tobytes())
         res, gold = await mirror.run(prog.words)
         programs += 1

@@ -1,0 +1,182 @@
+"""Multi-pass row ops on the hardware core's units: QUANT, SOFTMAX, RMSNORM, LAYERNORM.
+
+These ops need statistics of a whole row before they can write any of it, so
+the units take each row as a header beat followed by several passes over the
+row's lines (the units' "sequencer contract", in their module docstrings):
+
+============  ========================  ==========================================
+op            passes per row            outputs
+============  ========================  ==========================================
+QUANT         2, or 3 with ``split``    exponent line, ``L`` int8 lines (x2 with split) -> scratchpad
+SOFTMAX       3                         ``L`` lines -> vector buffer ``dst``
+RMSNORM       3 (last with gamma)       ``L`` lines -> vector buffer ``dst``
+LAYERNORM     4 (last with gamma, beta) ``L`` lines -> vector buffer ``dst``
+============  ========================  ==========================================
+
+``L`` is ``lines`` (QUANT) or ``ceil(n / cols)``.  The units hold ``ready`` low
+between passes, so operand lines are read ahead into a small FIFO (synchronous
+read ports answer a cycle later) and handed over when the unit takes them;
+header beats go through the same FIFO to keep their place in the order.
+Outputs are always taken and written at once.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+from systolica.isa import OP_BY_NAME, WORD_BITS
+
+from .decode import instr_layout
+from .norm_unit import NormUnit
+from .quant_unit import QuantUnit
+from .softmax_unit import SoftmaxUnit
+
+__all__ = ["RowPassSequencer", "ROWPASS_OPS"]
+
+ROWPASS_OPS = ("QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM")
+_HDR, _ROW = 0, 1
+_DEPTH = 4
+
+
+class RowPassSequencer(wiring.Component):
+    """Runs one QUANT / SOFTMAX / RMSNORM / LAYERNORM instruction (``word``) from ``start`` until ``busy`` falls."""
+
+    def __init__(self, cfg: AccelConfig):
+        self.cfg = cfg
+        self.quant, self.softmax, self.norm = QuantUnit(cfg), SoftmaxUnit(cfg), NormUnit(cfg)
+        C = cfg.cols
+        vb = (cfg.vbuf_lines - 1).bit_length()
+        sb = (cfg.spad_lines - 1).bit_length()
+        super().__init__({
+            "start": In(1), "word": In(WORD_BITS), "busy": Out(1),
+            "va_addr": Out(vb), "va_en": Out(1), "va_rdata": In(C * 32),
+            "vb_addr": Out(vb), "vb_en": Out(1), "vb_rdata": In(C * 32),
+            "vc_addr": Out(vb), "vc_en": Out(1), "vc_rdata": In(C * 32),
+            "out_addr": Out(vb), "out_en": Out(1), "out_data": Out(C * 32),
+            "spad_addr": Out(sb), "spad_en": Out(1), "spad_data": Out(C * 8),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self.cfg.cols
+        m.submodules.quant, m.submodules.softmax, m.submodules.norm = qu, sm, nu = self.quant, self.softmax, self.norm
+        ins = data.View(instr_layout(), self.word)
+        op = ins.nop.h.opcode
+        is_q = op == OP_BY_NAME["QUANT"].code
+        is_s = op == OP_BY_NAME["SOFTMAX"].code
+        is_ln = op == OP_BY_NAME["LAYERNORM"].code
+        is_n = (op == OP_BY_NAME["RMSNORM"].code) | is_ln
+        nrm = ins.rmsnorm  # RMSNORM and LAYERNORM share their layout
+        rows = Mux(is_q, ins.quant.rows, Mux(is_s, ins.softmax.rows, nrm.rows))
+        n = Mux(is_s, ins.softmax.n, nrm.n)
+        src = Mux(is_q, ins.quant.src, Mux(is_s, ins.softmax.src, nrm.src))
+        dst = Mux(is_s, ins.softmax.dst, nrm.dst)
+        split = ins.quant.split
+        L = Signal(17)
+        P = Signal(3)  # passes per row
+        m.d.comb += [L.eq(Mux(is_q, ins.quant.lines, (n + C - 1) // C)),
+                     P.eq(Mux(is_q, 2 + split, Mux(is_ln, 4, 3)))]
+        # rows that are sent at all: SOFTMAX and the norms send nothing for n = 0 (nothing is written)
+        send_rows = Signal(16)
+        m.d.comb += send_rows.eq(Mux(is_q | (n != 0), rows, 0))
+
+        # ---- walk: per row a header, then P passes of L lines
+        r = Signal(16)
+        p = Signal(3)
+        ln = Signal(17)
+        hdr = Signal()  # next beat is the row's header
+        active = Signal()
+        row_base = Signal(32)  # src + r*L
+        with m.If(self.start):
+            m.d.sync += [r.eq(0), p.eq(0), ln.eq(0), hdr.eq(1), row_base.eq(src), active.eq(send_rows != 0)]
+        m.submodules.q = q = fifo.SyncFIFO(width=2 + 3 * C * 32, depth=_DEPTH)
+        pending = Signal()
+        pend_last = Signal()
+        room = (q.level + pending) < _DEPTH
+        want = active & ~self.start & room
+        read = Signal()
+        push_hdr = Signal()
+        m.d.comb += [push_hdr.eq(want & hdr & ~pending), read.eq(want & ~hdr)]
+        final = p == P - 1
+        gamma = nrm.gamma
+        m.d.comb += [self.va_addr.eq(row_base + ln), self.va_en.eq(read),
+                     self.vb_addr.eq(gamma + ln), self.vb_en.eq(read),
+                     self.vc_addr.eq(gamma + L + ln), self.vc_en.eq(read)]
+        m.d.sync += [pending.eq(read), pend_last.eq(ln == L - 1)]
+        with m.If(push_hdr):
+            with m.If((L == 0) | (P == 0)):  # an empty row: the header is all (QUANT lines = 0)
+                m.d.sync += r.eq(r + 1)
+                with m.If(r == send_rows - 1):
+                    m.d.sync += active.eq(0)
+            with m.Else():
+                m.d.sync += hdr.eq(0)
+        with m.If(read):
+            with m.If(ln == L - 1):
+                m.d.sync += ln.eq(0)
+                with m.If(final):
+                    m.d.sync += [p.eq(0), hdr.eq(1), r.eq(r + 1), row_base.eq(row_base + L)]
+                    with m.If(r == send_rows - 1):
+                        m.d.sync += active.eq(0)
+                with m.Else():
+                    m.d.sync += p.eq(p + 1)
+            with m.Else():
+                m.d.sync += ln.eq(ln + 1)
+        # FIFO entry: kind, last, a, b, c (a header is kind 0 with no data)
+        m.d.comb += [q.w_en.eq(pending | push_hdr),
+                     q.w_data.eq(Mux(pending, Cat(_ROW, pend_last, self.va_rdata, self.vb_rdata, self.vc_rdata),
+                                     Cat(_HDR, 0)))]
+        kind, last = q.r_data[0], q.r_data[1]
+        a = q.r_data[2:2 + C * 32]
+        b = q.r_data[2 + C * 32:2 + 2 * C * 32]
+        c = q.r_data[2 + 2 * C * 32:]
+        for unit, sel in ((qu, is_q), (sm, is_s), (nu, is_n)):
+            m.d.comb += [unit.i_stream.valid.eq(q.r_rdy & sel), unit.i_stream.payload.kind.eq(kind),
+                         unit.i_stream.payload.last.eq(last), unit.o_stream.ready.eq(1)]
+            with m.If(sel):
+                m.d.comb += q.r_en.eq(unit.i_stream.ready)
+        m.d.comb += [qu.i_stream.payload.data.eq(a), qu.i_stream.payload.split.eq(split),
+                     qu.i_stream.payload.empty.eq(ins.quant.lines == 0),
+                     sm.i_stream.payload.data.eq(a), sm.i_stream.payload.n.eq(ins.softmax.n),
+                     nu.i_stream.payload.a.eq(a), nu.i_stream.payload.b.eq(b), nu.i_stream.payload.c.eq(c),
+                     nu.i_stream.payload.n.eq(nrm.n), nu.i_stream.payload.eps.eq(nrm.eps),
+                     nu.i_stream.payload.center.eq(is_ln)]
+
+        # ---- outputs: vector buffer (SOFTMAX, norms) in order; scratchpad (QUANT) by block and kind
+        outs = Signal(48)  # output lines still expected
+        vptr = Signal(32)
+        q_r = Signal(16)  # QUANT: row of the next output, line within it, block
+        q_l = Signal(17)
+        with m.If(self.start):
+            m.d.sync += [vptr.eq(dst), q_r.eq(0), q_l.eq(0),
+                         outs.eq(Mux(is_q, ins.quant.rows * (1 + ins.quant.lines) * (1 + split),
+                                     send_rows * L))]
+        vout = Mux(is_s, sm.o_stream.valid, nu.o_stream.valid)
+        # lanes past n in a row's last line are written as 0 (the golden simulator's padded rows);
+        # the norm unit leaves them as computed, so they are masked here
+        lanes_left = Signal(17)
+        with m.If(self.start):
+            m.d.sync += lanes_left.eq(n)
+        vdata = Mux(is_s, sm.o_stream.payload.data.as_value(), nu.o_stream.payload.data.as_value())
+        masked = Cat(*[Mux(lanes_left > c, vdata[32 * c:32 * c + 32], 0) for c in range(C)])
+        m.d.comb += [self.out_addr.eq(vptr), self.out_en.eq(vout & ~is_q), self.out_data.eq(masked)]
+        with m.If(vout & ~is_q):
+            m.d.sync += [vptr.eq(vptr + 1), outs.eq(outs - 1),
+                         lanes_left.eq(Mux(lanes_left > C, lanes_left - C, n))]
+        qo = qu.o_stream.payload
+        blk_row = q_r + Mux(qo.blk, ins.quant.rows, 0)
+        m.d.comb += [self.spad_en.eq(qu.o_stream.valid & is_q), self.spad_data.eq(qo.data.as_value()),
+                     self.spad_addr.eq(Mux(qo.exp, ins.quant.exps + blk_row,
+                                           ins.quant.dst + blk_row * ins.quant.lines + q_l))]
+        with m.If(qu.o_stream.valid & is_q):
+            m.d.sync += outs.eq(outs - 1)
+            with m.If(qo.exp):
+                m.d.sync += q_l.eq(0)
+            with m.Else():
+                m.d.sync += q_l.eq(q_l + 1)
+            with m.If(qo.last):
+                m.d.sync += [q_r.eq(q_r + 1), q_l.eq(0)]
+        m.d.comb += self.busy.eq(active | pending | q.r_rdy | (outs != 0))
+        return m
