@@ -16,8 +16,14 @@ the :class:`~systolica.hw.norm_unit.NormUnit` (rows reach 65535 elements, too lo
    ``p = sat32(rsr(e * y, k - 16))``; lanes past ``n`` are written as 0 (the golden
    simulator's padded rows).
 
+The SUM and OUT passes run through a 3-stage pipeline with one multiply per stage
+(``d * LOG2E_Q30``; the table interpolation; ``e * y`` into the output register), which
+stalls as a whole on output back-pressure.  The SUM pass waits for its last line to leave
+the pipeline (2 cycles) before the reciprocal starts; the OUT pass hands over to the next
+row's header at once, its last lines drain while the next max pass streams in.
+
 Each pass ends with ``last``.  ``rsr`` is ``numerics.rshift_round``.  Cycles per row of
-``L`` lines at full rate: ``3L + 34`` (the reciprocal's 33 + 1 of framing).
+``L`` lines at full rate: ``3L + 36`` (the reciprocal's 33, the SUM drain 2, the header 1).
 
 Sequencer contract (SOFTMAX ``dst``, ``src``, ``rows``, ``n``): per row ``r``, one header beat,
 then the ``L = ceil(n / cols)`` lines of ``src + r*L`` three times, ``last`` on line ``L - 1`` of
@@ -108,27 +114,44 @@ class SoftmaxUnit(wiring.Component):
 
         lane_ok = [Signal(name=f"lane_ok_{c}") for c in range(C)]
         m.d.comb += [lane_ok[c].eq(li * C + c < n) for c in range(C)]
-        # per lane: e = exp_fx(sat32(x - mx), 30) and p = sat32(rsr(e * y, k - 16))
-        e, prob = [], []
+
+        # ---- the exp pipeline of the SUM and OUT passes: one multiply per stage
+        # stage 1: u = rsr(min(sat32(x - mx), 0) * LOG2E_Q30, 22); stage 2: e = exp2(u) (tables, Q30);
+        # then SUM adds e into S, OUT registers p = sat32(rsr(e * y, k - 16)) as the output.
+        # The whole pipeline advances with the output register (`adv`).
+        adv = en
+        into_pipe = Signal()
+        v1, last1, v2, last2 = Signal(), Signal(), Signal(), Signal()
+        out1, out2 = Signal(), Signal()  # the beat belongs to an OUT pass (else to a SUM pass)
+        in_out = Signal()
+        ok1 = [Signal(name=f"ok1_{c}") for c in range(C)]
+        ok2 = [Signal(name=f"ok2_{c}") for c in range(C)]
+        u1 = [Signal(signed(42), name=f"u1_{c}") for c in range(C)]
+        e2 = [Signal(unsigned(31), name=f"e2_{c}") for c in range(C)]  # <= 2**30
         osh = Signal(signed(8))
         m.d.comb += osh.eq(rk - FX_FRAC)
+        prob = []
+        with m.If(adv):
+            m.d.sync += [v1.eq(into_pipe), last1.eq(p.last), v2.eq(v1), last2.eq(last1), out1.eq(in_out),
+                         out2.eq(out1)]
         for c in range(C):
             dsat = sat32(m, p.data[c] - mx, f"d_{c}")
             dneg = Signal(signed(32), name=f"dneg_{c}")
             m.d.comb += dneg.eq(Mux(dsat > 0, 0, dsat))  # exp_fx: positive inputs count as 0
             prod = Signal(signed(64), name=f"lprod_{c}")
             m.d.comb += prod.eq(dneg * LOG2E_Q30)
-            u = Signal(signed(42), name=f"u_{c}")
-            m.d.comb += u.eq((prod >> 22) + ((prod >> 21) & 1))
-            ec = exp2_lookup(m, u, 24, 30 - EXP_FRAC, base.read_port(domain="comb"),
+            ec = exp2_lookup(m, u1[c], 24, 30 - EXP_FRAC, base.read_port(domain="comb"),
                              delta.read_port(domain="comb"), f"exp_{c}")
-            e.append(ec)
-            pr = rshift_round_var(m, ec * ry, osh, 64, f"pr_{c}")
+            with m.If(adv):
+                m.d.sync += [u1[c].eq((prod >> 22) + ((prod >> 21) & 1)), ok1[c].eq(lane_ok[c]),
+                             e2[c].eq(ec), ok2[c].eq(ok1[c])]
+            pr = rshift_round_var(m, e2[c] * ry, osh, 64, f"pr_{c}")
             prob.append(sat32(m, pr, f"p_{c}"))
 
         wrong = Signal()
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
+        took_last = Signal()  # the pass's last line is in the pipeline: take no more until it is through
 
         def row_pass(next_state):
             """Common framing of a pass over the row: the line counter and the hand-over at ``last``."""
@@ -137,7 +160,23 @@ class SoftmaxUnit(wiring.Component):
                 m.d.sync += li.eq(li + 1)
                 with m.If(p.last):
                     m.d.sync += li.eq(0)
-                    m.next = next_state
+                    if next_state is None:
+                        m.d.sync += took_last.eq(1)
+                    else:
+                        m.next = next_state
+
+        def pipe_pass():
+            """Lines of a SUM / OUT pass enter the pipeline while it advances."""
+            # while a SUM pass drains, even the next beat waits (it is no stray beat)
+            m.d.comb += [i.ready.eq(~took_last & (adv | wrong)), into_pipe.eq(fire & ~wrong)]
+
+        # stage 2's beats: a SUM beat adds into S; an OUT beat becomes an output line (even after the
+        # FSM has moved on to the next row's header and max pass, which do not touch the pipeline)
+        with m.If(adv & v2 & ~out2):
+            m.d.sync += ssum.eq(_tree([ssum] + [Mux(ok2[c], e2[c], 0) for c in range(C)], lambda a, b: a + b))
+        with m.If(adv & v2 & out2):
+            m.d.sync += [o.valid.eq(1), o.payload.last.eq(last2)]
+            m.d.sync += [o.payload.data[c].eq(Mux(ok2[c], prob[c], 0)) for c in range(C)]
 
         with m.FSM(name="softmax"):
             with m.State("HDR"):
@@ -155,11 +194,11 @@ class SoftmaxUnit(wiring.Component):
                     m.d.sync += mx.eq(best)
                 row_pass("SUM")
             with m.State("SUM"):
-                m.d.comb += i.ready.eq(1)
-                with m.If(fire & ~wrong):
-                    m.d.sync += ssum.eq(_tree([ssum] + [Mux(lane_ok[c], e[c], 0) for c in range(C)],
-                                              lambda a, b: a + b))
-                row_pass("RECIP")
+                pipe_pass()
+                row_pass(None)
+                with m.If(adv & v2 & ~out2 & last2):  # S is complete once its last line is through
+                    m.d.sync += took_last.eq(0)
+                    m.next = "RECIP"
             with m.State("RECIP"):
                 m.d.comb += recip.i_stream.valid.eq(1)
                 with m.If(recip.i_stream.ready):
@@ -170,9 +209,7 @@ class SoftmaxUnit(wiring.Component):
                     m.d.sync += [ry.eq(recip.o_stream.payload.y), rk.eq(recip.o_stream.payload.k)]
                     m.next = "OUT"
             with m.State("OUT"):
-                m.d.comb += i.ready.eq(en | wrong)
-                with m.If(fire & ~wrong):
-                    m.d.sync += [o.valid.eq(1), o.payload.last.eq(p.last)]
-                    m.d.sync += [o.payload.data[c].eq(Mux(lane_ok[c], prob[c], 0)) for c in range(C)]
+                m.d.comb += in_out.eq(1)
+                pipe_pass()
                 row_pass("HDR")
         return m
