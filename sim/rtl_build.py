@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RtlBuild", "RtlResult", "build", "verilator_env", "VERILATOR_ARGS"]
+__all__ = ["RtlBuild", "RtlResult", "build", "verilator_env", "VERILATOR_ARGS", "FAST_BUILD"]
 
 # -Wno-fatal: Amaranth's Verilog trips Verilator's WIDTH* lint warnings.
 # --no-public-flat-rw --public-depth 1: cocotb's runner makes every signal public, which
 # blocks Verilator's optimizations; only the top-level ports need to be reachable (~2.6x faster).
 VERILATOR_ARGS = ("-Wno-fatal", "--no-public-flat-rw", "--public-depth", "1", "-O2")
+#: make variables that compile the Verilated model without C++ optimization (see :func:`build`)
+FAST_BUILD = ("OPT_FAST=-O0", "OPT_SLOW=-O0", "OPT_GLOBAL=-O0")
 
 _HW_DIR = Path(__file__).resolve().parents[1] / "hw"
 
@@ -108,15 +110,22 @@ class RtlBuild:
         metrics_path = test_dir / "metrics.json"
         metrics_path.unlink(missing_ok=True)
         env = verilator_env()
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(module_dir).resolve()), *sys.path])
         env["SYSTOLICA_TB"] = json.dumps(dict(params or {}))
         env["SYSTOLICA_TB_METRICS"] = str(metrics_path)
         runner = get_runner("verilator")
-        with _patched_environ(env):
-            xml = runner.test(test_module=test_module, hdl_toplevel=self.toplevel, hdl_toplevel_lang="verilog",
-                              build_dir=self.build_dir,
-                              test_dir=test_dir, testcase=testcase, seed=seed, extra_env=env,
-                              results_xml=str(test_dir / "results.xml"))
+        # the runner hands the simulator this process's sys.path as PYTHONPATH (overriding extra_env)
+        mdir = str(Path(module_dir).resolve())
+        added = mdir not in sys.path
+        if added:
+            sys.path.insert(0, mdir)
+        try:
+            with _patched_environ(env):
+                xml = runner.test(test_module=test_module, hdl_toplevel=self.toplevel, hdl_toplevel_lang="verilog",
+                                  build_dir=self.build_dir, test_dir=test_dir, testcase=testcase, seed=seed,
+                                  extra_env=env, results_xml=str(test_dir / "results.xml"))
+        finally:
+            if added:
+                sys.path.remove(mdir)
         tests, failed = get_results(xml)
         metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
         return RtlResult(tests, failed, Path(xml), metrics)
@@ -142,7 +151,8 @@ class _patched_environ:
 
 
 def build(name: str, make: Callable[[], Any], key: Mapping[str, Any], build_root: str | Path,
-          *, deps: tuple | None = None, extra_args: tuple[str, ...] = ()) -> RtlBuild:
+          *, deps: tuple | None = None, extra_args: tuple[str, ...] = (),
+          make_flags: tuple[str, ...] = ()) -> RtlBuild:
     """Build (or reuse) the Verilator model of the component ``make()`` returns.
 
     Parameters
@@ -159,10 +169,17 @@ def build(name: str, make: Callable[[], Any], key: Mapping[str, Any], build_root
     deps : tuple of modules, optional
         The ``systolica.hw`` modules the component is built from; their source is part of
         the cache key (default: every module of ``hw/``, which rebuilds on any hw change).
+    extra_args : tuple of str
+        More Verilator arguments.
+    make_flags : tuple of str
+        Variables for the C++ build, e.g. ``FAST_BUILD`` (below): short cocotb runs are
+        bound by Python, not by the model's speed, so compiling it at ``-O0`` costs
+        nothing at run time and saves ~40 % of the build.
     """
     if not name.isidentifier():
         raise ValueError(f"component name {name!r} must be a Verilog identifier")
-    desc = json.dumps({"key": key, "args": list(VERILATOR_ARGS + extra_args)}, sort_keys=True, default=str)
+    desc = json.dumps({"key": key, "args": list(VERILATOR_ARGS + extra_args), "make": list(make_flags)},
+                      sort_keys=True, default=str)
     digest = hashlib.sha256((desc + _source_digest(deps)).encode()).hexdigest()[:12]
     bdir = Path(build_root).resolve() / f"{name}-{digest}"
     bdir.mkdir(parents=True, exist_ok=True)
@@ -178,7 +195,10 @@ def build(name: str, make: Callable[[], Any], key: Mapping[str, Any], build_root
             vfile.write_text(text)
             (bdir / "key.json").write_text(desc)
             runner = get_runner("verilator")
-            with _patched_environ(verilator_env()):
+            env = verilator_env()
+            if make_flags:
+                env["MAKEFLAGS"] = " ".join([env.get("MAKEFLAGS", ""), *make_flags]).strip()
+            with _patched_environ(env):
                 runner.build(sources=[vfile], hdl_toplevel=name, build_dir=bdir,
                              build_args=list(VERILATOR_ARGS + extra_args), always=True,
                              log_file=bdir / "build.log")

@@ -10,7 +10,7 @@ from hw_rtl_units import SHAPES, RtlUnits, build_key
 
 from systolica.hw import (accumulator, activation, attention_unit, fixed, gemm_core, norm_unit, recip, scratchpad,
                           softmax_unit, systolic_array, vector_unit)
-from systolica.sim.rtl_build import build
+from systolica.sim.rtl_build import FAST_BUILD, build
 
 pytestmark = pytest.mark.rtl
 HERE = Path(__file__).parent
@@ -19,7 +19,8 @@ HERE = Path(__file__).parent
 @pytest.fixture(scope="module")
 def units(build_dir):
     return build("rtl_units", RtlUnits, build_key(), build_dir, deps=(systolic_array, vector_unit, activation, attention_unit, fixed, recip, norm_unit,
-                                                           accumulator, scratchpad, gemm_core, softmax_unit))
+                                                           accumulator, scratchpad, gemm_core, softmax_unit),
+                 make_flags=FAST_BUILD)
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
