@@ -13,8 +13,8 @@ the :class:`~systolica.hw.norm_unit.NormUnit` (rows reach 65535 elements, too lo
    (``< 2**47``).  Then ``y, k = recip(S)``
    (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles): one reciprocal per row.
 4. OUT pass: ``e`` again, and one output line per input line,
-   ``p = sat32(rsr(e * y, k - 16))``; lanes past ``n`` are written as 0 (the golden
-   simulator's padded rows).
+   ``p = sat32(rsr(e * y, k - 16))`` (``<= 2**16 + 1``: the shift is 44..60, see ``OSH_MIN``);
+   lanes past ``n`` are written as 0 (the golden simulator's padded rows).
 
 The SUM and OUT passes run through a 3-stage pipeline with one multiply per stage
 (``d * LOG2E_Q30``; the table interpolation; ``e * y`` into the output register), which
@@ -34,20 +34,27 @@ marks the row's final line.  ``n = 0``: send no rows at all (SOFTMAX then writes
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
 from systolica.numerics import EXP_FRAC, FX_FRAC
 
-from .fixed import INT32_MIN, exp2_lookup, rshift_round_var, sat32
+from .fixed import INT32_MIN, exp2_lookup, sat32
 from .recip import Reciprocal
 
 __all__ = ["SoftmaxUnit"]
 
 HDR, ROW = 0, 1  # beat kinds
 SUM_BITS = 48  # S <= 65535 * 2**30 < 2**47, signed
+# exp_fx(d) = 0 for every d <= -32.0: u <= -46 * 2**24, so the final shift is its cap of 40 and
+# (p + 2**39) >> 40 = 0 for p < 2**31.  Clamping d there keeps the bits and narrows the d * log2(e)
+# product to 22 x 31 bits (two DSP48s instead of four).
+D_MIN = -(32 << FX_FRAC)
+# the output shift k - 16: S >= 2**30 (the maximum contributes exactly 2**30) and S < 2**47 give
+# 60 <= k <= 76, so p = rsr(e * y, k - 16) shifts by 44..60 and p <= 2**16 + 1 (no saturation)
+OSH_MIN, OSH_MAX = 44, 60
 
 
 def _tree(xs, op):
@@ -128,25 +135,31 @@ class SoftmaxUnit(wiring.Component):
         ok2 = [Signal(name=f"ok2_{c}") for c in range(C)]
         u1 = [Signal(signed(42), name=f"u1_{c}") for c in range(C)]
         e2 = [Signal(unsigned(31), name=f"e2_{c}") for c in range(C)]  # <= 2**30
-        osh = Signal(signed(8))
-        m.d.comb += osh.eq(rk - FX_FRAC)
+        osh = Signal(range(OSH_MIN, OSH_MAX + 1))
+        osh_rel = Signal(range(OSH_MAX - OSH_MIN + 1))
+        m.d.comb += [osh.eq(rk - FX_FRAC), osh_rel.eq(osh - OSH_MIN)]
         prob = []
         with m.If(adv):
             m.d.sync += [v1.eq(into_pipe), last1.eq(p.last), v2.eq(v1), last2.eq(last1), out1.eq(in_out),
                          out2.eq(out1)]
         for c in range(C):
             dsat = sat32(m, p.data[c] - mx, f"d_{c}")
-            dneg = Signal(signed(32), name=f"dneg_{c}")
-            m.d.comb += dneg.eq(Mux(dsat > 0, 0, dsat))  # exp_fx: positive inputs count as 0
-            prod = Signal(signed(64), name=f"lprod_{c}")
+            dneg = Signal(signed(23), name=f"dneg_{c}")
+            # exp_fx: positive inputs count as 0; below D_MIN every input gives 0
+            m.d.comb += dneg.eq(Mux(dsat > 0, 0, Mux(dsat < D_MIN, D_MIN, dsat)))
+            prod = Signal(signed(54), name=f"lprod_{c}")
             m.d.comb += prod.eq(dneg * LOG2E_Q30)
             ec = exp2_lookup(m, u1[c], 24, 30 - EXP_FRAC, base.read_port(domain="comb"),
                              delta.read_port(domain="comb"), f"exp_{c}")
             with m.If(adv):
                 m.d.sync += [u1[c].eq((prod >> 22) + ((prod >> 21) & 1)), ok1[c].eq(lane_ok[c]),
                              e2[c].eq(ec), ok2[c].eq(ok1[c])]
-            pr = rshift_round_var(m, e2[c] * ry, osh, 64, f"pr_{c}")
-            prob.append(sat32(m, pr, f"p_{c}"))
+            # rshift_round by 44..60: add the half, then a 17-position shifter of the 18 result bits
+            t = Signal(unsigned(62), name=f"pt_{c}")
+            m.d.comb += t.eq(e2[c] * ry + ((Const(1, 1) << osh) >> 1))
+            pc = Signal(unsigned(18), name=f"p_{c}")
+            m.d.comb += pc.eq((t >> OSH_MIN) >> osh_rel)
+            prob.append(pc)
 
         wrong = Signal()
         with m.If(fire & wrong):

@@ -16,7 +16,7 @@ from systolica.hw.softmax_unit import SoftmaxUnit
 pytestmark = [pytest.mark.amaranth, pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")]
 
 I32_MIN, I32_MAX = numerics.INT32_MIN, numerics.INT32_MAX
-KINDS = ("scores", "extremes", "equal", "negative", "peaked", "wide")
+KINDS = ("scores", "extremes", "equal", "negative", "peaked", "wide", "tail")
 PAD = 987654321  # junk in the lanes past n: must be ignored
 
 
@@ -33,6 +33,13 @@ def softmax_row(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
     if kind == "peaked":  # one element dominates, the rest underflow to ~0
         x = rng.integers(-(64 << 16), -(30 << 16), size=n)
         x[int(rng.integers(0, n))] = int(rng.integers(0, 1 << 16))
+        return x
+    if kind == "tail":  # 19..34 below the maximum: where exp_fx reaches 0, and the unit's clamp at -32
+        top = int(rng.integers(-(1 << 20), 1 << 20))
+        x = top - rng.integers(19 << 16, 34 << 16, size=n)
+        x[0] = top
+        if n > 2:
+            x[1:3] = [top - (32 << 16), top - (32 << 16) + 1]
         return x
     return rng.integers(I32_MIN, I32_MAX, size=n, endpoint=True)
 
