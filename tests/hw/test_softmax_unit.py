@@ -141,3 +141,14 @@ def test_softmax_rejects_bad_config():
     with pytest.raises(TypeError, match="AccelConfig"):
         SoftmaxUnit(None)
     gc.collect()  # the half-built component warns when collected: inside this test's warning filter
+
+
+def test_exp_clamp_keeps_the_bits():
+    """The unit clamps x - max at D_MIN before exp_fx: numerics gives 0 at and below it (outputs alone
+    cannot show this: an e of 0 or 1 moves no probability by an lsb)."""
+    from systolica.hw.softmax_unit import D_MIN
+
+    rng = np.random.default_rng(0)
+    d = np.concatenate([np.arange(D_MIN - 4096, D_MIN + 1), rng.integers(I32_MIN, D_MIN, size=4096), [I32_MIN]])
+    assert not numerics.exp_fx(d).any()
+    assert numerics.exp_fx(np.array([D_MIN // 2])).any()  # the clamp is not vacuous: e > 0 at half of it
