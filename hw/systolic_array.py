@@ -91,7 +91,8 @@ class SystolicArray(wiring.Component):
         ``C / P`` beats make a tile.
     a_stream : In(stream)
         ``data``: ``a[m, k0:k0+R]`` (R int8); ``last``: the tile's last row — after it
-        the tile's bank is free for the tile after next; ``tag``: passed through.
+        the tile's bank is free for the tile after next (so every tile needs at least one
+        activation beat, the one with ``last``); ``tag``: passed through.
     o_stream : Out(stream)
         ``data``: ``sum_r a[m, k0+r] * W[n0+c, k0+r]`` for ``c < C`` (C int32, wrapping);
         ``last`` and ``tag`` of the activation beat.
