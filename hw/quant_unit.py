@@ -37,7 +37,7 @@ output beat.  An empty row (``lines = 0``) gives only the exponent line(s).
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -55,17 +55,17 @@ MAX_LEFT = 7  # s >= bitlen(0) - 7: q = x << 7 at most (then |x| < 1, q exact)
 def _round_shift8(m: Module, x, s, name: str):
     """Low 8 bits of ``numerics.rshift_round(x, s)`` for int32 ``x`` and ``-7 <= s <= 26``.
 
-    ``rshift_round(x, s) = ((x << 7) + 2**(s + 6)) >> (s + 7)`` for every such ``s`` (for ``s <= 0``
-    the added half is below the bits shifted out): one adder and one right shifter whose 8 output
-    bits see 34 positions, instead of two 40-bit shifters and a left shifter.  Callers use it
+    With ``t = x << 8`` and ``sh = s + 7``, the 9 bits of ``t >> sh`` are ``x >> s`` above the
+    rounding bit ``(x >> (s - 1)) & 1`` (0 for ``s <= 0``, where ``x << -s`` is exact): one
+    34-position shifter of 9 output bits and an 8-bit increment per lane.  Callers use it
     where the result is known to fit int8.
     """
     sh = Signal(range(MAX_LEFT + 27), name=f"{name}_sh")  # s + 7: 0..33
     m.d.comb += sh.eq(s + MAX_LEFT)
-    t = Signal(signed(41), name=f"{name}_t")
-    m.d.comb += t.eq((x << MAX_LEFT) + ((Const(1, 1) << sh) >> 1))
+    w = Signal(9, name=f"{name}_w")
+    m.d.comb += w.eq((x << (MAX_LEFT + 1)) >> sh)
     out = Signal(signed(8), name=name)
-    m.d.comb += out.eq(t >> sh)
+    m.d.comb += out.eq(w[1:9] + w[0])
     return out
 
 
