@@ -33,9 +33,11 @@ scratchpad).  Throughput: one K or V line per cycle, so ``2 * hd / C`` cycles pe
 token and query row, plus ``hd/C + 3`` cycles per tile.  A beat of the wrong kind for
 the current phase sets the sticky ``error`` output and is dropped.
 
-Timing note: the per-line datapaths (a C-lane dot product, the exp table lookups) are
-single-cycle here, with combinational memory reads; an FPGA build at speed wants them
-pipelined.
+Pipelining: K runs in three stages (the line's C-lane products; the dot-product
+accumulation; the score, its table-free scaling and the running maximum), V in two (the
+score lookup and ``exp2`` table; the ``p * v`` products and the PV read-modify-write), so
+no stage holds more than one wide multiply chain; the small memories are read
+combinationally (LUT-RAM on an FPGA).
 """
 
 from __future__ import annotations
@@ -137,7 +139,6 @@ class AttentionUnit(wiring.Component):
         exp_off = Signal(range(3))
         e2 = exp2_lookup(m, exp_in, 20, exp_off, b_r, d_r, "exp2")
 
-        m.d.comb += [q_r.addr.eq(li), pv_r.addr.eq(li), u_r.addr.eq(tok)]
         wrong = Signal()
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
@@ -148,6 +149,46 @@ class AttentionUnit(wiring.Component):
 
         r_s = Signal(signed(8))  # r as a signed shift amount
         m.d.comb += r_s.eq(r)
+
+        # ---- K pipeline: K1 line products (in state K), K2 dot accumulate, K3 score ---------
+        k1 = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1),
+                                       "ok": 1, "part": signed(32)}))
+        k2 = Signal(data.StructLayout({"v": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
+                                       "dot": signed(32)}))
+        m.d.sync += [k1.v.eq(0), k2.v.eq(0)]  # the stages below set them when they hold a line
+        with m.If(k1.v):
+            full = Signal(signed(32))
+            m.d.comb += full.eq(dot + k1.part)
+            with m.If(k1.eot):
+                m.d.sync += [dot.eq(0), k2.v.eq(1), k2.exp.eq(k1.exp), k2.tok.eq(k1.tok), k2.ok.eq(k1.ok),
+                             k2.dot.eq(full)]
+            with m.Else():
+                m.d.sync += dot.eq(full)
+        shift = Signal(signed(10))
+        m.d.comb += shift.eq(10 - qexp - k2.exp)
+        u = rshift_round_sat32(m, k2.dot * LOG2E_Q30, shift, "score")  # log2 units, Q20
+        m.d.comb += [u_w.addr.eq(k2.tok), u_w.data.eq(u), u_w.en.eq(k2.v & k2.ok)]
+        with m.If(k2.v & k2.ok):
+            m.d.sync += anyv.eq(1)
+            with m.If(u > m1):
+                m.d.sync += m1.eq(u)
+
+        # ---- V pipeline: V1 p_j (in state V), V2 PV += rsr(p_j * v, -min(vexp, 3)) ----------
+        v1 = Signal(data.StructLayout({"v": 1, "p": unsigned(33), "exp": signed(8), "li": range(self.max_lines + 1),
+                                       "first": 1, "eot": 1, "data": data.ArrayLayout(signed(8), C)}))
+        m.d.sync += v1.v.eq(0)
+        vsh = Signal(signed(10))
+        m.d.comb += vsh.eq(-Mux(v1.exp > 3, 3, v1.exp))
+        m.d.comb += [pv_w.addr.eq(v1.li), pv_w.en.eq(v1.v)]
+        for c in range(C):
+            prod = Signal(signed(44), name=f"pv_prod_{c}")
+            m.d.comb += prod.eq(v1.p.as_signed() * v1.data[c])
+            term = rshift_round_var(m, prod, vsh, PV_BITS, f"pv_term_{c}", max_left=3)
+            m.d.comb += pv_w.data[c].eq(Mux(v1.first, 0, pv_r.data[c]) + term)
+        with m.If(v1.v & v1.eot):
+            m.d.sync += sum_p.eq(sum_p + v1.p)
+        # the p.V read-modify-write (stage V2) and the O pass share the PV read port
+        m.d.comb += [q_r.addr.eq(li), pv_r.addr.eq(Mux(v1.v, v1.li, li)), u_r.addr.eq(tok)]
 
         with m.FSM(name="attn"):
             with m.State("HDR"):
@@ -190,27 +231,21 @@ class AttentionUnit(wiring.Component):
                         m.next = "K"
             with m.State("K"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.K)]
-                # q . k_j, one line per cycle
-                part = Signal(signed(32))
-                m.d.comb += part.eq(sum(q_r.data[c] * p.data[c][0:8].as_signed() for c in range(C)))
-                full = Signal(signed(32))
-                m.d.comb += full.eq(dot + part)
-                shift = Signal(signed(10))
-                m.d.comb += shift.eq(10 - qexp - p.exp)
-                u = rshift_round_sat32(m, full * LOG2E_Q30, shift, "score")
-                m.d.comb += [u_w.addr.eq(tok), u_w.data.eq(u), u_w.en.eq(fire & ~wrong & p.eot & valid_tok)]
+                # stage K1: q . (this line of k_j), registered with the token's framing
                 with m.If(fire & ~wrong):
+                    m.d.sync += [k1.v.eq(1), k1.eot.eq(p.eot), k1.exp.eq(p.exp), k1.tok.eq(tok),
+                                 k1.ok.eq(valid_tok),
+                                 k1.part.eq(sum(q_r.data[c] * p.data[c][0:8].as_signed() for c in range(C)))]
                     with m.If(p.eot):
-                        m.d.sync += [dot.eq(0), li.eq(0), tok.eq(tok + 1)]
-                        with m.If(valid_tok):
-                            m.d.sync += anyv.eq(1)
-                            with m.If(u > m1):
-                                m.d.sync += m1.eq(u)
+                        m.d.sync += [li.eq(0), tok.eq(tok + 1)]
                     with m.Else():
-                        m.d.sync += [dot.eq(full), li.eq(li + 1)]
+                        m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
                         m.d.sync += [tok.eq(0), li.eq(0)]
-                        m.next = "A"
+                        m.next = "KDRAIN"
+            with m.State("KDRAIN"):  # the last token's score is still in stages K2 / K3
+                with m.If(~k1.v & ~k2.v):
+                    m.next = "A"
             with m.State("A"):
                 diff = Signal(signed(34))
                 m.d.comb += [diff.eq(m_old - m1), exp_off.eq(0)]
@@ -219,25 +254,22 @@ class AttentionUnit(wiring.Component):
                 m.next = "V"
             with m.State("V"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V)]
+                # stage V1: p_j from the token's score (table lookup), registered with the V line
                 m.d.comb += [exp_in.eq(u_r.data - m1), exp_off.eq(2)]
-                pe = Signal(unsigned(33))
-                m.d.comb += pe.eq(Mux(valid_tok, e2, 0))
-                vsh = Signal(signed(10))
-                m.d.comb += vsh.eq(-Mux(p.exp > 3, 3, p.exp))
-                m.d.comb += [pv_w.addr.eq(li), pv_w.en.eq(fire & ~wrong)]
-                for c in range(C):
-                    prod = Signal(signed(44), name=f"pv_prod_{c}")
-                    m.d.comb += prod.eq(pe.as_signed() * p.data[c][0:8].as_signed())
-                    term = rshift_round_var(m, prod, vsh, PV_BITS, f"pv_term_{c}", max_left=3)
-                    m.d.comb += pv_w.data[c].eq(Mux(tok == 0, 0, pv_r.data[c]) + term)
                 with m.If(fire & ~wrong):
+                    m.d.sync += [v1.v.eq(1), v1.p.eq(Mux(valid_tok, e2, 0)), v1.exp.eq(p.exp), v1.li.eq(li),
+                                 v1.first.eq(tok == 0), v1.eot.eq(p.eot)]
+                    m.d.sync += [v1.data[c].eq(p.data[c][0:8]) for c in range(C)]
                     with m.If(p.eot):
-                        m.d.sync += [sum_p.eq(sum_p + pe), li.eq(0), tok.eq(tok + 1)]
+                        m.d.sync += [li.eq(0), tok.eq(tok + 1)]
                     with m.Else():
                         m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
                         m.d.sync += li.eq(0)
-                        m.next = "L"
+                        m.next = "VDRAIN"
+            with m.State("VDRAIN"):  # the last V line is still in stage V2
+                with m.If(~v1.v):
+                    m.next = "L"
             with m.State("L"):
                 la = Signal(signed(66))
                 m.d.comb += la.eq(l_old * a.as_signed())
