@@ -170,6 +170,8 @@ class Build:
         shutil.copyfile(r.bitstream, out / "deploy" / r.bitstream.name)
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
         say(f"ECP5 Fmax [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}); {util}; bitstream {r.bitstream}")
+        if r.critical_path:
+            say(f"  slowest path: {r.critical_path}")
         return 0 if r.meets_target else 1
 
     @staticmethod

@@ -10,7 +10,7 @@ import pytest
 
 from systolica.boards.board import load_board
 from systolica.boards.deploy import DeployError, check_deploy, deploy_files, write_deploy
-from systolica.boards.ecp5 import Ecp5Error, lpf_text, parse_report, timing_wrapper, tools_available
+from systolica.boards.ecp5 import Ecp5Error, critical_path, lpf_text, parse_report, timing_wrapper, tools_available
 from systolica.boards.ports import parse_ports
 from systolica.config import AccelConfig
 
@@ -86,6 +86,12 @@ def test_lpf_and_report_parsing():
     assert (fmax, constraint, util["TRELLIS_COMB"]) == (81.5, 50.0, (900, 24288))
     with pytest.raises(Ecp5Error, match="no fmax"):
         parse_report({"utilization": {}})
+    path = [{"type": "clk-to-q", "from": {"cell": "a"}, "to": {"cell": "a"}},
+            {"type": "routing", "from": {"cell": "a"}, "to": {"cell": "m"}},
+            {"type": "logic", "from": {"cell": "m"}, "to": {"cell": "m"}},
+            {"type": "setup", "from": {"cell": "z"}, "to": {"cell": "z"}}]
+    assert critical_path({"critical_paths": [{"path": path}]}) == "a -> z (1 logic stages)"
+    assert critical_path({}) == ""
 
 
 @pytest.mark.slow
