@@ -243,9 +243,8 @@ class AttentionUnit(wiring.Component):
                     with m.If(p.last):
                         m.d.sync += [tok.eq(0), li.eq(0)]
                         m.next = "KDRAIN"
-            with m.State("KDRAIN"):  # the last token's score is still in stages K2 / K3
-                with m.If(~k1.v & ~k2.v):
-                    m.next = "A"
+            with m.State("KDRAIN"), m.If(~k1.v & ~k2.v):  # the last token's score is in stage K2 / K3
+                m.next = "A"
             with m.State("A"):
                 diff = Signal(signed(34))
                 m.d.comb += [diff.eq(m_old - m1), exp_off.eq(0)]
@@ -267,9 +266,8 @@ class AttentionUnit(wiring.Component):
                     with m.If(p.last):
                         m.d.sync += li.eq(0)
                         m.next = "VDRAIN"
-            with m.State("VDRAIN"):  # the last V line is still in stage V2
-                with m.If(~v1.v):
-                    m.next = "L"
+            with m.State("VDRAIN"), m.If(~v1.v):  # the last V line is still in stage V2
+                m.next = "L"
             with m.State("L"):
                 la = Signal(signed(66))
                 m.d.comb += la.eq(l_old * a.as_signed())
