@@ -14,11 +14,11 @@ vector buffer, one line of ``cols`` int32 per cycle — instead of being held he
 4. Q pass: the row -> one int8 line per input line, ``q = rsr(x, s)``.  With ``split = 1``
    the same pass also tracks ``max`` / ``min`` of the residual
    ``r = sat32(x - dequant(q, e))`` (``dequant = sat32(q << s)`` for ``s > 0``; ``r = 0``
-   for ``s <= 0``, where ``q = x << -s`` is exact).
+   for ``s <= 0``, where ``q = x << -s`` is exact) — which is the low ``s`` bits of ``x`` read
+   as a signed number (plus one where ``q << s`` saturates), a bit-select rather than arithmetic.
 5. ``split = 1`` only: steps 3 and 4 again for the residual — its exponent line (block 1),
    then an R pass where the row streams a third time and ``q_lo = rsr(r, s_lo)`` goes out,
-   ``r`` recomputed from ``x`` and the stored ``s`` of block 0 (two shifters per lane, no
-   row buffer).
+   ``r`` recomputed from ``x`` and the stored ``s`` of block 0 (no row buffer).
 
 Input passes per row: 2 (``split = 0``) or 3 (``split = 1``); each ends with ``last``.
 ``rsr`` is ``numerics.rshift_round``.  Cycles per row of ``L`` lines at full rate:
@@ -37,14 +37,14 @@ output beat.  An empty row (``lines = 0``) gives only the exponent line(s).
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
 from systolica.numerics import FX_FRAC
 
-from .fixed import bitlen_u, rshift_round_var, sat32
+from .fixed import bitlen_u
 
 __all__ = ["QuantUnit"]
 
@@ -129,16 +129,25 @@ class QuantUnit(wiring.Component):
         s0 = Signal(signed(7))
         sq, sr = Signal(signed(7)), Signal(signed(7))  # s of block 0 (int8 part) and block 1 (residual)
 
-        # ---- per lane: q = rsr(x, sq); r = sat32(x - sat32(q << sq)) (0 for sq <= 0); lo = rsr(r, sr)
+        # ---- per lane: q = rsr(x, sq); r = sat32(x - sat32(q << sq)) (0 for sq <= 0); lo = rsr(r, sr).
+        # x - (q << s) with q = rsr(x, s) is the low s bits of x read as a signed s-bit number, so r
+        # needs no shifter or subtractor: bit j is x[j] below s and x[s - 1] from s up.  The inner
+        # sat32 bites only when q << s = 2**31 exactly (q = 64, s = 25 or q = 32, s = 26; q << s
+        # never rounds below -2**31), and then makes r one larger.
+        spos = Signal(range(26), name="sq_m1")
+        m.d.comb += spos.eq(Mux(sq > 0, sq - 1, 0))
+        keep = [Signal(name=f"keep_{j}") for j in range(32)]  # thermometer code of sq: bit j < sq
+        m.d.comb += [keep[j].eq(sq > j) for j in range(32)]
         q_hi, q_lo, res = [], [], []
         for c in range(C):
             x = p.data[c]
             qh = _round_shift8(m, x, sq, f"qh_{c}")
-            sl = Signal(range(27), name=f"dq_sh_{c}")
-            m.d.comb += sl.eq(Mux(sq > 0, sq, 0))
-            dq = sat32(m, qh << sl, f"dq_{c}")
+            sign = x.bit_select(spos, 1)
+            low = Signal(signed(32), name=f"low_{c}")
+            m.d.comb += low.eq(Cat(*[Mux(keep[j], x[j], sign) for j in range(32)]))
+            sat_fix = ((sq == 25) & (qh == 64)) | ((sq == 26) & (qh == 32))
             r = Signal(signed(32), name=f"res_{c}")
-            m.d.comb += r.eq(Mux(sq > 0, sat32(m, x - dq, f"rsat_{c}"), 0))
+            m.d.comb += r.eq(Mux(sq > 0, low + sat_fix, 0))
             q_hi.append(qh)
             q_lo.append(_round_shift8(m, r, sr, f"ql_{c}"))
             res.append(r)
@@ -175,8 +184,9 @@ class QuantUnit(wiring.Component):
                 m.next = "EXP"
             with m.State("EXP"):
                 # rounding at s0 may carry the maximum to 128 (or the minimum to -128): one more bit
-                over = ((rshift_round_var(m, hi, s0, 34, "hi_r") > 127)
-                        | (rshift_round_var(m, lo, s0, 34, "lo_r") < -127))
+                # |x| < 2**(s0 + 7) keeps rsr(x, s0) within -128..128, so the 8-bit shifter's
+                # -128 (0x80) flags exactly a 128 from hi or a -128 from lo
+                over = ((_round_shift8(m, hi, s0, "hi_r") == -128) | (_round_shift8(m, lo, s0, "lo_r") == -128))
                 s = Signal(signed(7))
                 m.d.comb += s.eq(s0 + over)
                 m.d.comb += [ob.exp.eq(1), ob.blk.eq(blk), ob.data[0].eq(s - FX_FRAC),
