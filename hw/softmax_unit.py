@@ -108,8 +108,10 @@ class SoftmaxUnit(wiring.Component):
 
         m.submodules.recip = recip = Reciprocal(SUM_BITS)
         # one table pair, a combinational read port per lane (LUT ROM; the tables are 256 entries)
-        m.submodules.exp_base = base = memory.Memory(shape=unsigned(32), depth=256, init=[int(v) for v in EXP_BASE])
-        m.submodules.exp_delta = delta = memory.Memory(shape=unsigned(32), depth=256,
+        # as wide as their largest entry (2**31 > base, 2**23 > delta): smaller ROMs, a 23 x 16-bit interpolation
+        m.submodules.exp_base = base = memory.Memory(shape=unsigned(int(EXP_BASE.max()).bit_length()), depth=256,
+                                                     init=[int(v) for v in EXP_BASE])
+        m.submodules.exp_delta = delta = memory.Memory(shape=unsigned(int(EXP_DELTA.max()).bit_length()), depth=256,
                                                        init=[int(v) for v in EXP_DELTA])
 
         n = Signal(unsigned(16))
