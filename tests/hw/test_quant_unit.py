@@ -8,6 +8,8 @@ import random
 import numpy as np
 import pytest
 from hw_streams_tb import collect, run, send
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from systolica import numerics
 from systolica.config import AccelConfig
@@ -197,3 +199,26 @@ def test_round_shift8_every_shift():
     want = [int(numerics.rshift_round(np.array([x]), s)[0]) for x, s in cases]
     bad = [(c, g, w) for c, g, w in zip(cases, got, want, strict=True) if g != w]
     assert not bad, bad[:5]
+
+
+_edge = st.sampled_from([I32_MIN, I32_MIN + 1, I32_MAX, -1, 0, 1, 63, 64, -64, -65, 127, 128, 255, 256, -255, -256,
+                         (127 << 20) + (1 << 19), -(127 << 20) - (1 << 19) - 1])
+_value = st.one_of(_edge, st.integers(-(1 << 12), 1 << 12), st.integers(I32_MIN, I32_MAX))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.data()), min_size=1, max_size=3))
+def test_quant_property(rows):
+    """Hypothesis rows (edge values mixed in, 0..3 lines, split or not), back to back: bit-exact."""
+    C = 2
+    dut = QuantUnit(AccelConfig(rows=4, cols=C))
+    beats, want = [], []
+    for L, split, draw in rows:
+        x = np.array(draw.draw(st.lists(_value, min_size=L * C, max_size=L * C)), np.int64).reshape(1, L * C)
+        b, w = quant_row_beats(x, C, int(split))
+        beats += b
+        want += w
+    got = []
+    run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(0), 0.2),
+              lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(1), 0.2, out=got)])
+    assert [_plain(g) for g in got] == want
