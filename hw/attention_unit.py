@@ -2,7 +2,7 @@
 
 Bit-exact with :func:`systolica.numerics.attn_tile` for one row of ``q``.  The unit sees the
 tile as a stream of lines and keeps only what one row needs: the query (``hd`` bytes), the
-tile's scores (one int32 per token: ``max_tokens`` words) and the ``p . V`` sums (``hd``
+tile's scores (one int32 per token: ``max_tokens`` words, a block RAM) and the ``p . V`` sums (``hd``
 lanes of 56 bits).  The full score matrix never exists; across tiles the running state
 ``(m, l, o)`` goes in and out through the streams (it lives in the vector buffer).
 
@@ -116,7 +116,9 @@ class AttentionUnit(wiring.Component):
         m.submodules.exp_delta = delta = memory.Memory(shape=unsigned(32), depth=256,
                                                        init=[int(v) for v in EXP_DELTA])
         q_w, q_r = qmem.write_port(), qmem.read_port(domain="comb")
-        u_w, u_r = umem.write_port(), umem.read_port(domain="comb")
+        # the score buffer (max_tokens words) is read synchronously so that it maps to block RAM:
+        # the address runs one beat ahead (the token the next V line belongs to)
+        u_w, u_r = umem.write_port(), umem.read_port(domain="sync")
         pv_w, pv_r = pvmem.write_port(), pvmem.read_port(domain="comb")
         b_r, d_r = base.read_port(domain="comb"), delta.read_port(domain="comb")
 
@@ -188,7 +190,8 @@ class AttentionUnit(wiring.Component):
         with m.If(v1.v & v1.eot):
             m.d.sync += sum_p.eq(sum_p + v1.p)
         # the p.V read-modify-write (stage V2) and the O pass share the PV read port
-        m.d.comb += [q_r.addr.eq(li), pv_r.addr.eq(Mux(v1.v, v1.li, li)), u_r.addr.eq(tok)]
+        m.d.comb += [q_r.addr.eq(li), pv_r.addr.eq(Mux(v1.v, v1.li, li)),
+                     u_r.addr.eq(Mux(fire & ~wrong & p.eot, tok + 1, tok))]
 
         with m.FSM(name="attn"):
             with m.State("HDR"):

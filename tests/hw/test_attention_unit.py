@@ -72,11 +72,12 @@ def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), ca
     return beats, want
 
 
-@pytest.mark.parametrize("cols,hd,causal", [(4, 8, True), (4, 12, False), (8, 16, True)])
-def test_attention_bit_exact(cols, hd, causal):
+@pytest.mark.parametrize("cols,hd,causal,tiles", [(4, 8, True, (5, 8, 3)), (4, 12, False, (5, 8, 3)),
+                                                  (8, 16, True, (5, 8, 3)), (4, 4, False, (1, 2, 1))])
+def test_attention_bit_exact(cols, hd, causal, tiles):
     cfg = AccelConfig(rows=4, cols=cols)
     dut = AttentionUnit(cfg, max_tokens=16, max_lines=8)
-    beats, want = attention_cases(cols, seed=cols + hd, hd=hd, causal=causal)
+    beats, want = attention_cases(cols, seed=cols + hd, hd=hd, causal=causal, tiles=tiles)
     got = []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.3),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.3, out=got)])
