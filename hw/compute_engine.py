@@ -4,7 +4,8 @@ GEMM is handed to :class:`~systolica.hw.gemm_sequencer.GemmSequencer`, which
 streams the operand lines of the instruction from the scratchpad into the
 systolic array and lets its accumulator write the result lines; ADD, MUL,
 REQUANT, ARGMAX, SILU, GELU and ROPE to :class:`~systolica.hw.vector_sequencer.VectorSequencer`;
-QUANT, SOFTMAX, RMSNORM and LAYERNORM to :class:`~systolica.hw.rowpass_sequencer.RowPassSequencer`.
+QUANT, SOFTMAX, RMSNORM and LAYERNORM to :class:`~systolica.hw.rowpass_sequencer.RowPassSequencer`;
+ATTN and ATTN_OUT to :class:`~systolica.hw.attn_sequencer.AttnSequencer`.
 The engine retires an instruction once its last result line is written.
 """
 
@@ -18,6 +19,7 @@ from systolica.config import AccelConfig
 from systolica.isa import OP_BY_NAME
 
 from .engines import buffer_ports, engine_members, token_fsm
+from .attn_sequencer import ATTN_OPS, AttnSequencer
 from .gemm_sequencer import GemmSequencer
 from .rowpass_sequencer import ROWPASS_OPS, RowPassSequencer
 from .vector_sequencer import VECTOR_OPS, VectorSequencer
@@ -33,6 +35,7 @@ class ComputeEngine(wiring.Component):
         self.gemm = GemmSequencer(cfg)
         self.vseq = VectorSequencer(cfg)
         self.rseq = RowPassSequencer(cfg)
+        self.aseq = AttnSequencer(cfg)
         p = buffer_ports(cfg)
         line = self.gemm.accum.line
         abits = self.gemm.accum.abits
@@ -74,6 +77,12 @@ class ComputeEngine(wiring.Component):
                      self.acc_addr.eq(vs.acc_addr), self.acc_en.eq(vs.acc_en), vs.acc_rdata.eq(self.acc_rdata),
                      vs.exp_rdata.eq(self.a_rdata),
                      self.spad_waddr.eq(rs.spad_addr), self.spad_wen.eq(rs.spad_en), self.spad_wdata.eq(rs.spad_data)]
+        m.submodules.aseq = at = self.aseq
+        is_attn = 0
+        for name in ATTN_OPS:
+            is_attn = is_attn | (ins.nop.h.opcode == OP_BY_NAME[name].code)
+        m.d.comb += [at.start.eq(exec_start & is_attn), at.word.eq(ins.as_value()),
+                     at.sa_rdata.eq(self.a_rdata), at.sb_rdata.eq(self.w_rdata)]
         # the vector-buffer ports belong to whichever line sequencer runs the instruction
         for port in ("va", "vb", "vc"):
             for seq_ in (vs, rs):
@@ -81,18 +90,25 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [getattr(self, f"{port}_addr").eq(Mux(is_row, getattr(rs, f"{port}_addr"),
                                                               getattr(vs, f"{port}_addr"))),
                          getattr(self, f"{port}_en").eq(getattr(vs, f"{port}_en") | getattr(rs, f"{port}_en"))]
-        m.d.comb += [self.out_addr.eq(Mux(is_row, rs.out_addr, vs.out_addr)), self.out_en.eq(vs.out_en | rs.out_en),
-                     self.out_data.eq(Mux(is_row, rs.out_data, vs.out_data))]
-        # the scratchpad's "a" read port serves GEMM's activations and REQUANT's exponent lines
+        m.d.comb += at.va_rdata.eq(self.va_rdata)
+        with m.If(is_attn):
+            m.d.comb += [self.va_addr.eq(at.va_addr), self.va_en.eq(at.va_en)]
+        m.d.comb += [self.out_addr.eq(Mux(is_attn, at.out_addr, Mux(is_row, rs.out_addr, vs.out_addr))),
+                     self.out_en.eq(vs.out_en | rs.out_en | at.out_en),
+                     self.out_data.eq(Mux(is_attn, at.out_data, Mux(is_row, rs.out_data, vs.out_data)))]
+        # the scratchpad's "a" read port serves GEMM's activations, REQUANT's exponent lines and ATTN's
+        # data lines; the "w" port GEMM's weights and ATTN's exponent lines
         with m.If(is_vec):
             m.d.comb += [self.a_addr.eq(vs.exp_addr), self.a_en.eq(vs.exp_en)]
+        with m.Elif(is_attn):
+            m.d.comb += [self.a_addr.eq(at.sa_addr), self.a_en.eq(at.sa_en)]
         with m.Else():
             m.d.comb += [self.a_addr.eq(seq.a_addr), self.a_en.eq(seq.a_en)]
-        m.d.comb += [seq.a_rdata.eq(self.a_rdata),
-                     self.w_addr.eq(seq.w_addr), self.w_en.eq(seq.w_en), seq.w_rdata.eq(self.w_rdata),
+        m.d.comb += [self.w_addr.eq(Mux(is_attn, at.sb_addr, seq.w_addr)), self.w_en.eq(seq.w_en | at.sb_en)]
+        m.d.comb += [seq.a_rdata.eq(self.a_rdata), seq.w_rdata.eq(self.w_rdata),
                      self.zero_addr.eq(seq.zero_addr), self.zero_en.eq(seq.zero_en), self.mac_active.eq(seq.fire)]
         wiring.connect(m, wiring.flipped(self.accum_rd), seq.acc_rd)
         wiring.connect(m, wiring.flipped(self.accum_wr), seq.acc_wr)
         # NOP and FINISH finish at once; GEMM when the sequencer has written its last line
-        m.d.comb += exec_done.eq(self.executing & ~seq.busy & ~vs.busy & ~rs.busy)
+        m.d.comb += exec_done.eq(self.executing & ~seq.busy & ~vs.busy & ~rs.busy & ~at.busy)
         return m

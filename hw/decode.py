@@ -32,7 +32,7 @@ HEADER_LAYOUT = data.StructLayout({f.name: unsigned(f.bits) for f in HEADER_FIEL
 
 #: Ops the RTL executes; any other opcode of the table is reported as ILLEGAL_OPCODE.
 RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "FINISH", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE",
-           "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM")
+           "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM", "ATTN", "ATTN_OUT")
 
 #: On-chip operands of each compute op: (address field, buffer, lines as a function of fields and config).
 #: The same expressions serve Python ints and Amaranth values.
@@ -68,6 +68,11 @@ EXTENTS["RMSNORM"] = (("src", "vbuf", _padded), ("gamma", "vbuf", lambda f, c: (
 EXTENTS["LAYERNORM"] = (("src", "vbuf", _padded),
                         ("gamma", "vbuf", lambda f, c: 2 * ((f["n"] + c.cols - 1) // c.cols)),
                         ("dst", "vbuf", _padded))
+EXTENTS["ATTN"] = (("q", "spad", lambda f, c: f["nq"] * f["hd"]), ("qexp", "spad", lambda f, c: f["nq"]),
+                   ("kv", "spad", lambda f, c: (2 * f["hd"] + 2) << f["page_log2"]),  # layout.kv_tile
+                   ("state", "vbuf", lambda f, c: f["nq"] + f["nq"] * f["hd"]))  # layout.attn_state_lines
+EXTENTS["ATTN_OUT"] = (("state", "vbuf", lambda f, c: f["nq"] + f["nq"] * f["hd"]),
+                       ("dst", "vbuf", lambda f, c: f["nq"] * f["hd"]))
 EXTENTS["MUL"] = EXTENTS["ADD"]
 EXTENTS["GELU"] = EXTENTS["SILU"]
 
@@ -150,6 +155,8 @@ class InstructionDecoder(wiring.Component):
                     bad_flags = ((eng == Engine.LOAD) & (h.pop_prev | h.push_prev)) | \
                                 ((eng == Engine.STORE) & (h.pop_next | h.push_next)) | (eng == 3)
                     checks.append((bad_flags, Fault.ILLEGAL_FIELD))
+                    if op.name == "ATTN":  # more valid tokens than the tile has slots
+                        checks.append((v.t > (1 << v.page_log2), Fault.ILLEGAL_FIELD))
                     if op.name in ("LOAD", "STORE"):
                         checks.append((v.buf == 3, Fault.ILLEGAL_FIELD))
                     if op.used_bits < WORD_BITS:

@@ -26,9 +26,9 @@ __all__ = ["RandomProgram", "random_program", "dump_stores", "dump_bytes", "FAUL
 
 #: Ops the random generator draws (those the RTL executes; see hw.decode.RTL_OPS).
 RTL_RANDOM_OPS = ("LOAD", "STORE", "GEMM", "NOP", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE",
-                  "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM")
+                  "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM", "ATTN", "ATTN_OUT")
 _OP_WEIGHTS = (0.28,  # relative weights
-                0.18, 0.18, 0.04, 0.03, 0.03, 0.04, 0.03, 0.03, 0.03, 0.02, 0.04, 0.03, 0.03, 0.03)
+                0.18, 0.18, 0.04, 0.03, 0.03, 0.04, 0.03, 0.03, 0.03, 0.02, 0.04, 0.03, 0.03, 0.03, 0.04, 0.02)
 
 _EXEC_FAULTS = ("window", "align", "sram", "gemm_sram")
 FAULT_KINDS = ("opcode", "reserved", "buf", "nop_engine", "flags", "window", "align", "sram", "gemm_sram",
@@ -94,6 +94,17 @@ class _Gen:
 
         def at(lo: int, n: int) -> int:
             return lo + self.r(0, half - n)
+        if name in ("ATTN", "ATTN_OUT"):
+            nq, hd = self.r(1, 3), self.r(1, 2)
+            state = at(src_lo, nq + nq * hd)
+            if name == "ATTN_OUT":
+                return dict(dst=at(dst_lo, nq * hd), state=state, nq=nq, hd=hd)
+            page_log2 = self.r(0, 3)
+            p = 1 << page_log2
+            sp = self.region[0]
+            return dict(q=sp // 2 + self.r(0, sp // 4 - nq * hd), qexp=3 * sp // 4 + self.r(0, sp // 4 - nq),
+                        kv=self.r(0, sp // 2 - (2 * hd + 2) * p), state=state, nq=nq, hd=hd, t=self.r(0, p),
+                        page_log2=page_log2, offset=self.r(-2, p + 2), causal=self.r(0, 1), init=self.r(0, 1))
         if name == "QUANT":
             split = self.r(0, 1)
             k = 1 + split

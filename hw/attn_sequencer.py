@@ -1,0 +1,183 @@
+"""ATTN and ATTN_OUT on the hardware core's :class:`~systolica.hw.attention_unit.AttentionUnit`.
+
+One job per query row ``r`` (the rows of a GQA group share the tile, which stays
+in the scratchpad).  Beats of an ATTN job, in the unit's contract order:
+
+- ``HDR``: the row's state line ``state + r`` (``m`` lane 0, ``l`` lane 1; ``init``:
+  the empty state ``m = INT32_MIN, l = 0``), ``offset``, ``causal``;
+- ``Q``: ``hd`` lines ``q + r*hd + li`` (int8 lanes), ``exp`` = lane 0 of ``qexp + r``;
+- ``K``/``V``: ``t*hd`` lines of the tile (``layout.kv_tile``), ``exp`` = lane 0 of the
+  token's exponent line, ``eot`` on each token's last line, ``last`` on the tile's;
+- ``STATE_O``: the ``hd`` lines of the row's running output (``init``: zeros).
+
+The unit answers with the new state line, then ``hd`` output lines, written back
+in place.  A tile with ``t = 0`` has no K/V beats for the unit to frame, and
+its result is the old state unchanged, so those jobs bypass the unit: the state
+line (with lanes 2.. cleared) and the ``o`` lines are written back as read.
+ATTN_OUT jobs: a ``FIN`` beat (``l``), then the ``hd`` lines of ``o`` -> ``hd`` lines at
+``dst + r*hd``.  Beats are read ahead into a FIFO (the unit pauses between phases).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum as aenum, fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+from systolica.isa import OP_BY_NAME, WORD_BITS
+
+from .attention_unit import AttentionUnit, AttnBeat
+from .decode import instr_layout
+
+__all__ = ["AttnSequencer", "ATTN_OPS"]
+
+ATTN_OPS = ("ATTN", "ATTN_OUT")
+_DEPTH = 4
+INT32_MIN = -(1 << 31)
+
+
+class _Ph(aenum.Enum, shape=3):
+    HDR = 0
+    Q = 1
+    K = 2
+    V = 3
+    O = 4
+
+
+class AttnSequencer(wiring.Component):
+    """Runs one ATTN / ATTN_OUT instruction (``word``) from ``start`` until ``busy`` falls."""
+
+    def __init__(self, cfg: AccelConfig):
+        self.cfg = cfg
+        self.unit = AttentionUnit(cfg, max_tokens=4096)
+        C = cfg.cols
+        vb = (cfg.vbuf_lines - 1).bit_length()
+        sb = (cfg.spad_lines - 1).bit_length()
+        super().__init__({
+            "start": In(1), "word": In(WORD_BITS), "busy": Out(1),
+            "sa_addr": Out(sb), "sa_en": Out(1), "sa_rdata": In(C * 8),  # data lines (q, K, V)
+            "sb_addr": Out(sb), "sb_en": Out(1), "sb_rdata": In(C * 8),  # exponent lines
+            "va_addr": Out(vb), "va_en": Out(1), "va_rdata": In(C * 32),  # state lines
+            "out_addr": Out(vb), "out_en": Out(1), "out_data": Out(C * 32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self.cfg.cols
+        m.submodules.unit = u = self.unit
+        ins = data.View(instr_layout(), self.word)
+        is_out = ins.nop.h.opcode == OP_BY_NAME["ATTN_OUT"].code
+        at, ao = ins.attn, ins.attn_out
+        nq = Mux(is_out, ao.nq, at.nq)
+        hd = Mux(is_out, ao.hd, at.hd)
+        state = Mux(is_out, ao.state, at.state)
+        P = Signal(17)
+        m.d.comb += P.eq(Const(1, 17) << at.page_log2)
+        bypass = ~is_out & (at.t == 0)
+        init = ~is_out & at.init
+        tl = Signal(32)  # lines of K (or V): t * hd
+        m.d.comb += tl.eq(at.t * hd)
+
+        # ---- walk: job r, phase, line li (and token j / its last line for K, V)
+        active = Signal()
+        r = Signal(6)
+        ph = Signal(_Ph)
+        li = Signal(32)  # line within the phase
+        tli = Signal(8)  # line within the token
+        tok = Signal(13)
+        with m.If(self.start):
+            m.d.sync += [active.eq((nq != 0) & (hd != 0)), r.eq(0), ph.eq(_Ph.HDR), li.eq(0), tli.eq(0), tok.eq(0)]
+        m.submodules.q = q = fifo.SyncFIFO(width=3 + C * 32 + 8 + 2, depth=_DEPTH)
+        pending = Signal()
+        room = (q.level + pending) < _DEPTH
+        read = Signal()
+        m.d.comb += read.eq(active & ~self.start & room)
+        phase_len = Mux(ph == _Ph.HDR, 1, Mux((ph == _Ph.K) | (ph == _Ph.V), tl, hd))
+        last_line = li == phase_len - 1
+        eot = tli == hd - 1
+        kv = at.kv
+        m.d.comb += [
+            self.va_addr.eq(Mux(ph == _Ph.HDR, state + r, state + nq + r * hd + li)),
+            self.va_en.eq(read),
+            self.sa_addr.eq(Mux(ph == _Ph.Q, at.q + r * hd + li, Mux(ph == _Ph.K, kv + li, kv + P * hd + li))),
+            self.sa_en.eq(read),
+            self.sb_addr.eq(Mux(ph == _Ph.Q, at.qexp + r, Mux(ph == _Ph.K, kv + 2 * P * hd + tok,
+                                                               kv + 2 * P * hd + P + tok))),
+            self.sb_en.eq(read),
+        ]
+        with m.If(read):
+            m.d.sync += [li.eq(li + 1), tli.eq(Mux(eot, 0, tli + 1)), tok.eq(tok + eot)]
+            with m.If(last_line):
+                m.d.sync += [li.eq(0), tli.eq(0), tok.eq(0)]
+                with m.Switch(ph):
+                    with m.Case(_Ph.HDR):
+                        m.d.sync += ph.eq(Mux(is_out | bypass, _Ph.O, _Ph.Q))
+                    with m.Case(_Ph.Q):
+                        m.d.sync += ph.eq(_Ph.K)
+                    with m.Case(_Ph.K):
+                        m.d.sync += ph.eq(_Ph.V)
+                    with m.Case(_Ph.V):
+                        m.d.sync += ph.eq(_Ph.O)
+                    with m.Case(_Ph.O):
+                        m.d.sync += [ph.eq(_Ph.HDR), r.eq(r + 1)]
+                        with m.If(r == nq - 1):
+                            m.d.sync += active.eq(0)
+        # the beat, one cycle later with its data
+        p_ph, p_last, p_eot = Signal(_Ph), Signal(), Signal()
+        m.d.sync += [pending.eq(read), p_ph.eq(ph), p_last.eq(last_line), p_eot.eq(eot)]
+        kind = Signal(3)
+        with m.Switch(p_ph):
+            with m.Case(_Ph.HDR):
+                m.d.comb += kind.eq(Mux(is_out, AttnBeat.FIN, AttnBeat.HDR))
+            with m.Case(_Ph.Q):
+                m.d.comb += kind.eq(AttnBeat.Q)
+            with m.Case(_Ph.K):
+                m.d.comb += kind.eq(AttnBeat.K)
+            with m.Case(_Ph.V):
+                m.d.comb += kind.eq(AttnBeat.V)
+            with m.Case(_Ph.O):
+                m.d.comb += kind.eq(AttnBeat.STATE_O)
+        ext = Cat(*[Cat(self.sa_rdata[8 * c:8 * c + 8], self.sa_rdata[8 * c + 7].replicate(24)) for c in range(C)])
+        empty_hdr = Cat(Const(INT32_MIN & 0xFFFF_FFFF, 32), Const(0, 32 * (C - 1)))
+        vline = self.va_rdata
+        line = Mux((p_ph == _Ph.Q) | (p_ph == _Ph.K) | (p_ph == _Ph.V), ext,
+                   Mux(init, Mux(p_ph == _Ph.HDR, empty_hdr, 0), vline))
+        m.d.comb += [q.w_en.eq(pending), q.w_data.eq(Cat(kind, line, self.sb_rdata[:8], p_eot, p_last))]
+
+        # ---- to the unit, or around it (t = 0)
+        f_kind = q.r_data[:3]
+        f_line = q.r_data[3:3 + C * 32]
+        f_exp = q.r_data[3 + C * 32:3 + C * 32 + 8]
+        f_eot = q.r_data[3 + C * 32 + 8]
+        f_last = q.r_data[3 + C * 32 + 9]
+        ip = u.i_stream.payload
+        m.d.comb += [u.i_stream.valid.eq(q.r_rdy & ~bypass), ip.kind.eq(f_kind), ip.data.eq(f_line),
+                     ip.exp.eq(f_exp), ip.eot.eq(f_eot), ip.last.eq(f_last), ip.offset.eq(at.offset),
+                     ip.causal.eq(at.causal), u.o_stream.ready.eq(1)]
+        m.d.comb += q.r_en.eq(Mux(bypass, 1, u.i_stream.ready))
+
+        # ---- outputs: ATTN: state line r, then o lines of row r, in place; ATTN_OUT: dst + r*hd + ...
+        o_r = Signal(6)
+        o_l = Signal(8)
+        o_hdr = Signal()  # next ATTN output is a state line
+        outs = Signal(16)  # output lines still expected (a register: the word may be any op when idle)
+        with m.If(self.start):
+            m.d.sync += [o_r.eq(0), o_l.eq(0), o_hdr.eq(~is_out),
+                         outs.eq(Mux((nq != 0) & (hd != 0), nq * (hd + ~is_out), 0))]
+        byp_hdr = f_kind == AttnBeat.HDR
+        got = Mux(bypass, q.r_rdy, u.o_stream.valid)
+        gdata = Mux(bypass, Mux(byp_hdr, f_line[:64], f_line), u.o_stream.payload.data.as_value())
+        o_base = Mux(is_out, ao.dst + o_r * hd, state + nq + o_r * hd)
+        m.d.comb += [self.out_en.eq(got), self.out_data.eq(gdata),
+                     self.out_addr.eq(Mux(o_hdr, state + o_r, o_base + o_l))]
+        with m.If(got):
+            m.d.sync += outs.eq(outs - 1)
+            with m.If(o_hdr):
+                m.d.sync += o_hdr.eq(0)
+            with m.Elif(o_l == hd - 1):
+                m.d.sync += [o_l.eq(0), o_r.eq(o_r + 1), o_hdr.eq(~is_out)]
+            with m.Else():
+                m.d.sync += o_l.eq(o_l + 1)
+        m.d.comb += self.busy.eq(active | pending | q.r_rdy | (outs != 0))
+        return m
