@@ -21,7 +21,8 @@ ATTN_OUT jobs: a ``FIN`` beat (``l``), then the ``hd`` lines of ``o`` -> ``hd`` 
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, enum as aenum, fifo, wiring
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib import enum as aenum
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
@@ -42,7 +43,7 @@ class _Ph(aenum.Enum, shape=3):
     Q = 1
     K = 2
     V = 3
-    O = 4
+    OUT = 4
 
 
 class AttnSequencer(wiring.Component):
@@ -112,14 +113,14 @@ class AttnSequencer(wiring.Component):
                 m.d.sync += [li.eq(0), tli.eq(0), tok.eq(0)]
                 with m.Switch(ph):
                     with m.Case(_Ph.HDR):
-                        m.d.sync += ph.eq(Mux(is_out | bypass, _Ph.O, _Ph.Q))
+                        m.d.sync += ph.eq(Mux(is_out | bypass, _Ph.OUT, _Ph.Q))
                     with m.Case(_Ph.Q):
                         m.d.sync += ph.eq(_Ph.K)
                     with m.Case(_Ph.K):
                         m.d.sync += ph.eq(_Ph.V)
                     with m.Case(_Ph.V):
-                        m.d.sync += ph.eq(_Ph.O)
-                    with m.Case(_Ph.O):
+                        m.d.sync += ph.eq(_Ph.OUT)
+                    with m.Case(_Ph.OUT):
                         m.d.sync += [ph.eq(_Ph.HDR), r.eq(r + 1)]
                         with m.If(r == nq - 1):
                             m.d.sync += active.eq(0)
@@ -136,7 +137,7 @@ class AttnSequencer(wiring.Component):
                 m.d.comb += kind.eq(AttnBeat.K)
             with m.Case(_Ph.V):
                 m.d.comb += kind.eq(AttnBeat.V)
-            with m.Case(_Ph.O):
+            with m.Case(_Ph.OUT):
                 m.d.comb += kind.eq(AttnBeat.STATE_O)
         ext = Cat(*[Cat(self.sa_rdata[8 * c:8 * c + 8], self.sa_rdata[8 * c + 7].replicate(24)) for c in range(C)])
         empty_hdr = Cat(Const(INT32_MIN & 0xFFFF_FFFF, 32), Const(0, 32 * (C - 1)))

@@ -18,8 +18,8 @@ from amaranth.lib.wiring import In, Out
 from systolica.config import AccelConfig
 from systolica.isa import OP_BY_NAME
 
-from .engines import buffer_ports, engine_members, token_fsm
 from .attn_sequencer import ATTN_OPS, AttnSequencer
+from .engines import buffer_ports, engine_members, token_fsm
 from .gemm_sequencer import GemmSequencer
 from .rowpass_sequencer import ROWPASS_OPS, RowPassSequencer
 from .vector_sequencer import VECTOR_OPS, VectorSequencer
