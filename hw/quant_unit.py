@@ -152,10 +152,12 @@ class QuantUnit(wiring.Component):
             q_lo.append(_round_shift8(m, r, sr, f"ql_{c}"))
             res.append(r)
 
-        def extremes(vals, hi0, lo0):
-            """Max and min of the values and the running ``hi0`` / ``lo0``."""
-            return (_tree([hi0, *vals], lambda a, b: Mux(a > b, a, b)),
-                    _tree([lo0, *vals], lambda a, b: Mux(a < b, a, b)))
+        # one pair of comparator trees serves both the max pass (over x, into hi / lo) and the Q
+        # pass (over the residuals, into rhi / rlo): the two never run at once
+        in_q = Signal()
+        vals = [Mux(in_q, res[c], p.data[c]) for c in range(C)]
+        mx = _tree([Mux(in_q, rhi, hi), *vals], lambda a, b: Mux(a > b, a, b))
+        mn = _tree([Mux(in_q, rlo, lo), *vals], lambda a, b: Mux(a < b, a, b))
 
         wrong = Signal()
         with m.If(fire & wrong):
@@ -172,7 +174,6 @@ class QuantUnit(wiring.Component):
                         m.next = "SCALE"
             with m.State("MAX"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != ROW)]
-                mx, mn = extremes([p.data[c] for c in range(C)], hi, lo)
                 with m.If(fire & ~wrong):
                     m.d.sync += [hi.eq(mx), lo.eq(mn)]
                     with m.If(p.last):
@@ -210,14 +211,14 @@ class QuantUnit(wiring.Component):
                 m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW)]
                 m.d.comb += [ob.data[c].eq(q_hi[c]) for c in range(C)]
                 m.d.comb += [ob.blk.eq(0), ob.last.eq(p.last & ~split)]
-                rmx, rmn = extremes(res, rhi, rlo)
+                m.d.comb += in_q.eq(1)
                 with m.If(fire & ~wrong):
                     m.d.comb += load.eq(1)
-                    m.d.sync += [rhi.eq(rmx), rlo.eq(rmn)]
+                    m.d.sync += [rhi.eq(mx), rlo.eq(mn)]
                     with m.If(p.last):
                         m.next = "HDR"
                         with m.If(split):
-                            m.d.sync += [blk.eq(1), hi.eq(rmx), lo.eq(rmn)]
+                            m.d.sync += [blk.eq(1), hi.eq(mx), lo.eq(mn)]
                             m.next = "SCALE"
             with m.State("RPASS"):
                 m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW)]
