@@ -94,7 +94,9 @@ class NormUnit(wiring.Component):
         ds = []
         for c in range(C):
             m.d.comb += d[c].eq((p.a[c] << GUARD) - mean)
-            ds.append(rshift_round_var(m, d[c], s, 50, f"ds_{c}"))
+            # |ds| <= 2**23 by the choice of s (numerics): 26 bits hold it, and keep the squares
+            # and the ds * y product of the output pass narrow (fewer DSP48s)
+            ds.append(rshift_round_var(m, d[c], s, 26, f"ds_{c}"))
 
         wrong = Signal()
         with m.If(fire & wrong):
@@ -214,7 +216,8 @@ class NormUnit(wiring.Component):
                 tsh = Signal(signed(10))
                 m.d.comb += tsh.eq(k + 16 + GUARD - 20 - s)
                 for c in range(C):
-                    t_ = rshift_round_var(m, ds[c] * y, tsh, 64, f"t_{c}", max_left=8)
+                    # t = (x - mu) / rms in Q20: |t| <= sqrt(n) * 2**20 < 2**29, so 36 bits are ample
+                    t_ = rshift_round_var(m, ds[c] * y, tsh, 36, f"t_{c}", max_left=8)
                     g = Signal(signed(96), name=f"tg_{c}")
                     m.d.comb += g.eq(t_ * p.b[c])
                     yv = Signal(signed(80), name=f"yv_{c}")
