@@ -25,10 +25,10 @@ Input passes per row: 2 (``split = 0``) or 3 (``split = 1``); each ends with ``l
 ``2L + 3`` (``split = 0``), ``3L + 5`` (``split = 1``); the output register overlaps the next row.
 
 Sequencer contract (QUANT ``dst``, ``src``, ``exps``, ``rows``, ``lines``, ``split``), per row
-``r`` in order: one header beat, then the ``L = lines`` lines of ``src + r*L`` (pass 2), the same
-lines again (pass 4) and, with ``split``, a third time (pass 5), ``last`` on each pass's line
-``L - 1``; ``i_stream.ready`` is low between passes (steps 3 and 5), so a line read ahead must be
-held until it is taken.  Outputs per row, in order: exponent line of block 0 (``exp = 1``,
+``r`` in order: one header beat, then the ``L = lines`` lines of ``src + r*L`` (the max pass), the
+same lines again (the Q pass) and, with ``split``, a third time (the R pass), ``last`` on each
+pass's line ``L - 1`` (``lines = 0``: the header alone); ``i_stream.ready`` is low between passes
+(step 3), so a line read ahead must be held until it is taken.  Outputs per row, in order: exponent line of block 0 (``exp = 1``,
 ``blk = 0``) -> spad ``exps + r``; ``L`` q lines (``exp = 0``, ``blk = 0``) -> spad
 ``dst + r*L + l``; with ``split``: exponent line (``blk = 1``) -> spad ``exps + rows + r``, then
 ``L`` lo lines (``blk = 1``) -> spad ``dst + (rows + r)*L + l``.  ``last`` marks the row's final
