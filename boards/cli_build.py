@@ -43,13 +43,14 @@ def estimate_resources(cfg: AccelConfig, board: Board, verilog: Path, synth_dir:
     from systolica.hw.generate import TOP_NAME
 
     synth_dir.mkdir(parents=True, exist_ok=True)
-    cache = synth_dir / f"{board.family}-{cfg.hash_hex()[:12]}.json"
+    uram = board.resources.uram > 0
+    cache = synth_dir / f"{board.family}{'-uram' if uram else ''}-{cfg.hash_hex()[:12]}.json"
     if cache.exists():
         d = json.loads(cache.read_text())
         return Resources(**d["resources"]), f"yosys (cached {cache.name})"
     say(f"Yosys {'synth_ecp5' if board.family == 'ecp5' else 'synth_xilinx -family ' + board.family} on "
         f"{verilog.name}: this takes minutes (WebAssembly Yosys); --estimate skips it")
-    r = synth_resources([verilog], TOP_NAME, board.family, uram=board.resources.uram > 0,
+    r = synth_resources([verilog], TOP_NAME, board.family, uram=uram,
                         workdir=synth_dir / f"{board.family}-work", timeout=timeout)
     cache.write_text(json.dumps({"config": cfg.to_dict(), "family": board.family, "resources": r.resources.as_dict(),
                                  "cells": r.cells, "seconds": round(r.seconds, 1)}, indent=1))
