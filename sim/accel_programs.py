@@ -60,6 +60,7 @@ class _Gen:
         self.data_lo, self.data_hi, self.win_size = data_lo, data_hi, win_size
         # small buffer regions, so that loads, GEMMs and stores meet each other's data
         self.region = {0: min(cfg.spad_lines, 256), 1: min(cfg.acc_lines, 64), 2: min(cfg.vbuf_lines, 64)}
+        self.pending: list[Instr] = []
 
     def lb(self, buf: int) -> int:
         return self.cfg.cols * (1 if buf == 0 else 4)
@@ -99,12 +100,17 @@ class _Gen:
             state = at(src_lo, nq + nq * hd)
             if name == "ATTN_OUT":
                 return dict(dst=at(dst_lo, nq * hd), state=state, nq=nq, hd=hd)
-            page_log2 = self.r(0, 3)
-            p = 1 << page_log2
             sp = self.region[0]
-            return dict(q=sp // 2 + self.r(0, sp // 4 - nq * hd), qexp=3 * sp // 4 + self.r(0, sp // 4 - nq),
-                        kv=self.r(0, sp // 2 - (2 * hd + 2) * p), state=state, nq=nq, hd=hd, t=self.r(0, p),
-                        page_log2=page_log2, offset=self.r(-2, p + 2), causal=self.r(0, 1), init=self.r(0, 1))
+
+            def tile(init: int) -> dict:
+                page_log2 = self.r(0, 3)
+                p = 1 << page_log2
+                return dict(q=sp // 2 + self.r(0, sp // 4 - nq * hd), qexp=3 * sp // 4 + self.r(0, sp // 4 - nq),
+                            kv=self.r(0, sp // 2 - (2 * hd + 2) * p), state=state, nq=nq, hd=hd, t=self.r(0, p),
+                            page_log2=page_log2, offset=self.r(-2, p + 2), causal=self.r(0, 1), init=init)
+            # a running state only ever comes from init=1 (its l >= 0); the next tiles continue it
+            self.pending += [make("ATTN", **tile(0)) for _ in range(self.r(0, 2))]
+            return tile(1)
         if name == "QUANT":
             split = self.r(0, 1)
             k = 1 + split
@@ -142,6 +148,8 @@ class _Gen:
         return d
 
     def op(self) -> Instr:
+        if self.pending:  # the continuation tiles of an ATTN chain
+            return self.pending.pop(0)
         w = np.asarray(_OP_WEIGHTS, dtype=np.float64)
         name = RTL_RANDOM_OPS[int(self.rng.choice(len(RTL_RANDOM_OPS), p=w / w.sum()))]
         if name in ("LOAD", "STORE"):
