@@ -151,16 +151,13 @@ def candidate_shapes(sizes: Sequence[int] = (2, 4, 8, 16, 32, 64), max_aspect: i
 def hardware_problem(cfg: AccelConfig) -> str | None:
     """Why the hardware generator would refuse ``cfg`` beyond AccelConfig's own checks, or None.
 
-    The rule (a scratchpad line is a whole number of DMA beats) lives in
-    ``systolica.hw.engines``; it is asked, not restated here.
+    The rules (square array, a scratchpad line is a whole number of DMA beats, fetch width) live in
+    ``systolica.hw.accelerator.config_problems``; they are asked, not restated here.
     """
-    from systolica.hw import engines
+    from systolica.hw.accelerator import config_problems
 
-    try:
-        engines._beats_per_line(cfg)  # private in hw: the one place the rule is written
-    except ValueError as e:
-        return str(e)
-    return None
+    problems = config_problems(cfg)
+    return "; ".join(problems) if problems else None
 
 
 def largest_fit(board: Board, base: AccelConfig, estimate: Callable[[AccelConfig], Resources], *,
@@ -169,8 +166,8 @@ def largest_fit(board: Board, base: AccelConfig, estimate: Callable[[AccelConfig
     """The largest ``rows x cols`` variant of ``base`` whose estimate fits ``board``.
 
     Buffers keep ``base``'s sizes; a shape for which they are invalid (fewer than
-    4 x rows lines, more than 65536) or that the hardware generator refuses (a
-    scratchpad line narrower than a DMA beat) is skipped.  Returns ``None`` if
+    4 x rows lines, more than 65536) or that the hardware generator refuses (not
+    square, a scratchpad line narrower than a DMA beat) is skipped.  Returns ``None`` if
     nothing fits.
     """
     for r, c in shapes if shapes is not None else candidate_shapes():

@@ -58,6 +58,34 @@ def top_port_names(cfg: AccelConfig) -> list[str]:
     return list(Accelerator.signature_members(cfg))
 
 
+class HardwareConfigError(ValueError):
+    """An :class:`AccelConfig` that is valid but that this top level cannot build, with every reason."""
+
+
+def config_problems(cfg: AccelConfig) -> list[str]:
+    """Why this top level cannot be built for ``cfg`` (beyond AccelConfig's own checks); empty if it can.
+
+    The rules are the ones the units enforce when they are built; they are collected here so that a
+    board sweep or ``systolica build`` can ask before elaborating anything.
+    """
+    from .engines import _beats_per_line
+    from .fetch import WORD_BITS
+
+    problems = []
+    if cfg.rows != cfg.cols:
+        problems.append(f"the GEMM sequencer needs a square array (a K tile is one scratchpad line): "
+                        f"rows={cfg.rows}, cols={cfg.cols}")
+    if cfg.dma_bits > WORD_BITS:
+        problems.append(f"instruction fetch needs dma_bits <= {WORD_BITS}, config has {cfg.dma_bits}")
+    try:
+        _beats_per_line(cfg)
+    except ValueError as e:
+        problems.append(str(e))
+    if cfg.cols % 2:
+        problems.append(f"cols={cfg.cols} must be even: ROPE rotates pairs of lanes")
+    return problems
+
+
 class Accelerator(wiring.Component):
     """The whole accelerator for one :class:`~systolica.config.AccelConfig`."""
 
@@ -73,6 +101,9 @@ class Accelerator(wiring.Component):
         return members
 
     def __init__(self, cfg: AccelConfig):
+        problems = config_problems(cfg)
+        if problems:
+            raise HardwareConfigError(f"cannot build the accelerator for config {cfg.name!r}: " + "; ".join(problems))
         self.cfg = cfg
         buffer_ports(cfg)
         super().__init__(self.signature_members(cfg))

@@ -40,7 +40,7 @@ def test_largest_fit_follows_the_resource_model():
         return Resources(dsp=cfg.rows * cfg.cols)
 
     cfg, rep = largest_fit(b, base, dsp_only)
-    assert (cfg.rows, cfg.cols) == (16, 32) and rep.fits  # 32x32 = 1024 > 998
+    assert (cfg.rows, cfg.cols) == (16, 16) and rep.fits  # 32x32 = 1024 > 998; the top level needs square
     cfg, _ = largest_fit(b, base, dsp_only, margin=0.9)  # limit 1123: 32x32 fits
     assert (cfg.rows, cfg.cols) == (32, 32)
 
@@ -60,11 +60,12 @@ def test_largest_fit_skips_shapes_the_buffers_cannot_hold():
     assert cfg.acc_lines >= 4 * cfg.rows and (cfg.rows, cfg.cols) == (16, 16)
 
 
-def test_largest_fit_respects_the_dma_beat_rule():
-    b = load_board("u250")  # 512-bit DMA: a line of cols int8 must be a multiple of 64 bytes
-    base = b.config.replace(rows=8, cols=64, spad_kib=256, acc_kib=512, vbuf_kib=512)
-    cfg, _ = largest_fit(b, base, lambda c: Resources(dsp=c.rows * c.cols), shapes=[(64, 32), (16, 64)])
-    assert (cfg.rows, cfg.cols) == (16, 64)  # 64x32 would be larger but 32-byte lines < one 64-byte beat
+def test_largest_fit_respects_the_hardware_rules():
+    b = load_board("u250")  # 128-bit DMA: a line of cols int8 must be a multiple of 16 bytes
+    base = b.config.replace(rows=8, cols=8, spad_kib=256, acc_kib=512, vbuf_kib=512)
+    shapes = [(64, 32), (8, 8), (16, 16)]
+    cfg, _ = largest_fit(b, base, lambda c: Resources(dsp=c.rows * c.cols), shapes=shapes)
+    assert (cfg.rows, cfg.cols) == (16, 16)  # 64x32 is not square, 8-byte lines of 8x8 are < one 16-byte beat
 
 
 def test_resource_model_calibration():
