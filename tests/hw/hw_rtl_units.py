@@ -42,14 +42,12 @@ def unit_factories() -> dict:
     return units
 
 
-class RtlUnits(wiring.Component):
-    def __init__(self):
-        self.units = {name: make() for name, make in unit_factories().items()}
-        members = {}
-        for uname, u in self.units.items():
-            for mname, member in u.signature.members.items():
-                members[f"{uname}_{mname}"] = member
-        super().__init__(members)
+class UnitsTop(wiring.Component):
+    """One Verilog top for several units: each unit's members become ports ``<unit>_<member>``."""
+
+    def __init__(self, units: dict):
+        self.units = units
+        super().__init__({f"{u}_{k}": v for u, c in units.items() for k, v in c.signature.members.items()})
 
     def elaborate(self, platform):
         m = Module()
@@ -64,6 +62,11 @@ class RtlUnits(wiring.Component):
                 else:
                     m.d.comb += inner.eq(outer)
         return m
+
+
+class RtlUnits(UnitsTop):
+    def __init__(self):
+        super().__init__({name: make() for name, make in unit_factories().items()})
 
 
 def build_key() -> dict:

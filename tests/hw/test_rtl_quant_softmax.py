@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from amaranth import Module
-from amaranth.lib import wiring
+from hw_rtl_units import UnitsTop
 
 from systolica.config import preset
 from systolica.hw import fixed, quant_unit, recip, softmax_unit
@@ -21,26 +20,11 @@ UNIT_CFG = preset("tiny")  # 4 lanes, as the hardware core's unit tests
 ROW_LINES = 16  # lines per row of the full-rate (cycle count) runs
 
 
-class QuantSoftmaxUnits(wiring.Component):
+class QuantSoftmaxUnits(UnitsTop):
     """One Verilog top with both units; ports ``quant_<member>`` and ``softmax_<member>``."""
 
     def __init__(self):
-        self.units = {"quant": QuantUnit(UNIT_CFG), "softmax": SoftmaxUnit(UNIT_CFG)}
-        super().__init__({f"{u}_{k}": v for u, c in self.units.items() for k, v in c.signature.members.items()})
-
-    def elaborate(self, platform):
-        m = Module()
-        for uname, u in self.units.items():
-            m.submodules[uname] = u
-            for mname, member in u.signature.members.items():
-                outer, inner = getattr(self, f"{uname}_{mname}"), getattr(u, mname)
-                if member.is_signature:
-                    wiring.connect(m, wiring.flipped(outer), inner)
-                elif member.flow == wiring.Out:
-                    m.d.comb += outer.eq(inner)
-                else:
-                    m.d.comb += inner.eq(outer)
-        return m
+        super().__init__({"quant": QuantUnit(UNIT_CFG), "softmax": SoftmaxUnit(UNIT_CFG)})
 
 
 @pytest.fixture(scope="module")
