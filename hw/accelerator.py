@@ -23,9 +23,9 @@ the engines reset and STATUS clears.
 
 from __future__ import annotations
 
-from amaranth.hdl import ClockDomain, Module, Mux, ResetInserter, Signal, unsigned
+from amaranth.hdl import ClockDomain, Module, Mux, ResetInserter, Signal
 from amaranth.lib import enum as aenum
-from amaranth.lib import memory, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
@@ -33,6 +33,7 @@ from systolica.csr import CTRL_SOFT_RESET, CTRL_START, IRQ_DONE, STATUS_BUSY, ST
 from systolica.faults import Fault
 
 from .axi import axi4_lite_signature, axi4_signature, connect_flat
+from .buffers import build_buffers
 from .compute_engine import ComputeEngine
 from .csr_file import CSR_ADDR_BITS, CsrFile
 from .decode import InstructionDecoder
@@ -168,7 +169,7 @@ class Accelerator(wiring.Component):
             m.d.comb += [tq.push.eq(getattr(src, f"push_{src_side}")), getattr(src, f"{src_side}_space").eq(tq.space),
                          tq.pop.eq(getattr(dst, f"pop_{dst_side}")), getattr(dst, f"{dst_side}_avail").eq(tq.available)]
 
-        self._buffers(m, load, comp, store)
+        build_buffers(m, cfg, load, comp, store)  # block-RAM buffers: one write and one read port each
 
         # ---- run control
         run = Signal(_Run)
@@ -229,46 +230,6 @@ class Accelerator(wiring.Component):
 
         self._counters(m, csr, run, engines, comp)
         return m
-
-    def _buffers(self, m, load, comp, store):
-        """Scratchpad, accumulator and vector buffer; one write and read port per engine that uses them."""
-        cfg = self.cfg
-        ports = buffer_ports(cfg)
-        depth = {"spad": cfg.spad_lines, "acc": cfg.acc_lines, "vbuf": cfg.vbuf_lines}
-        mems = {}
-        for name, (_, db) in ports.items():
-            mems[name] = mem = memory.Memory(shape=unsigned(db), depth=depth[name], init=[])
-            m.submodules[f"{name}_mem"] = mem
-            wp = mem.write_port()
-            m.d.comb += [wp.addr.eq(getattr(load, f"{name}_addr")), wp.data.eq(getattr(load, f"{name}_data")),
-                         wp.en.eq(getattr(load, f"{name}_en"))]
-            rp = mem.read_port(transparent_for=())
-            m.d.comb += [rp.addr.eq(getattr(store, f"{name}_addr")), rp.en.eq(getattr(store, f"{name}_en")),
-                         getattr(store, f"{name}_rdata").eq(rp.data)]
-        for pfx in ("a", "w"):
-            rp = mems["spad"].read_port()
-            m.d.comb += [rp.addr.eq(getattr(comp, f"{pfx}_addr")), rp.en.eq(getattr(comp, f"{pfx}_en")),
-                         getattr(comp, f"{pfx}_rdata").eq(rp.data)]
-        # the array's accumulator: read-modify-write through a read port transparent to its write port
-        accw = mems["acc"].write_port()
-        m.d.comb += [accw.addr.eq(comp.accum_wr.addr), accw.en.eq(comp.accum_wr.en),
-                     accw.data.eq(comp.accum_wr.data.as_value())]
-        accr = mems["acc"].read_port(transparent_for=(accw,))
-        m.d.comb += [accr.addr.eq(comp.accum_rd.addr), accr.en.eq(comp.accum_rd.en),
-                     comp.accum_rd.data.eq(accr.data)]
-        zw = mems["acc"].write_port()  # GEMM with k = 0 writes zero lines
-        m.d.comb += [zw.addr.eq(comp.zero_addr), zw.en.eq(comp.zero_en), zw.data.eq(0)]
-        # line ops: two vector-buffer operands, the accumulator (REQUANT), results into the vector buffer
-        for pfx in ("va", "vb", "vc"):
-            rp = mems["vbuf"].read_port()
-            m.d.comb += [rp.addr.eq(getattr(comp, f"{pfx}_addr")), rp.en.eq(getattr(comp, f"{pfx}_en")),
-                         getattr(comp, f"{pfx}_rdata").eq(rp.data)]
-        rp = mems["acc"].read_port()
-        m.d.comb += [rp.addr.eq(comp.acc_addr), rp.en.eq(comp.acc_en), comp.acc_rdata.eq(rp.data)]
-        wp = mems["vbuf"].write_port()
-        m.d.comb += [wp.addr.eq(comp.out_addr), wp.en.eq(comp.out_en), wp.data.eq(comp.out_data)]
-        wp = mems["spad"].write_port()  # QUANT writes int8 lines and exponent lines
-        m.d.comb += [wp.addr.eq(comp.spad_waddr), wp.en.eq(comp.spad_wen), wp.data.eq(comp.spad_wdata)]
 
     def _counters(self, m, csr, run, engines, comp):
         cfg = self.cfg

@@ -69,7 +69,7 @@ class _Walker:
 
 
 class DmaReader(wiring.Component):
-    """Reads ``rows`` x ``beats`` beats from DRAM and streams them out in order (always accepted)."""
+    """Reads ``rows`` x ``beats`` beats from DRAM and streams them out in order; ``beat_ready`` holds the R channel."""
 
     def __init__(self, cfg: AccelConfig, outstanding: int = 4):
         self.cfg, self.outstanding = cfg, outstanding
@@ -77,7 +77,7 @@ class DmaReader(wiring.Component):
             "axi": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)),
             "start": In(1), "addr": In(ADDR_BITS), "stride": In(32), "rows": In(16), "beats": In(32),
             "abort": In(1),
-            "beat_valid": Out(1), "beat_data": Out(cfg.dma_bits),
+            "beat_valid": Out(1), "beat_ready": In(1), "beat_data": Out(cfg.dma_bits),
             "busy": Out(1), "quiet": Out(1),
         })
 
@@ -90,7 +90,7 @@ class DmaReader(wiring.Component):
         r_last = axi.rvalid & axi.rready & axi.rlast
         m.d.sync += inflight.eq(inflight + ar_hs - r_last)
         m.d.comb += [axi.arsize.eq(Const((cfg.dma_bytes).bit_length() - 1, 3)), axi.arburst.eq(BURST_INCR),
-                     axi.rready.eq(1)]
+                     axi.rready.eq(self.beat_ready | self.abort)]  # an abort drains what is in flight
         # AR is a register: once valid it stays until accepted, whatever happens to abort (AXI rule)
         with m.If(ar_hs):
             m.d.sync += axi.arvalid.eq(0)

@@ -23,6 +23,7 @@ from systolica.config import AccelConfig
 from systolica.isa import WORD_BITS
 
 from .axi import axi4_read_signature, axi4_write_signature
+from .buffers import buffer_ports
 from .decode import CMD_BITS, instr_layout
 from .dma import ADDR_BITS, DmaReader, DmaWriter
 
@@ -87,13 +88,6 @@ def token_fsm(m, eng, cfg: AccelConfig):
     return ins, exec_start, exec_done, state
 
 
-def buffer_ports(cfg: AccelConfig) -> dict[str, tuple[int, int]]:
-    """(address bits, data bits) of each on-chip buffer."""
-    return {"spad": ((cfg.spad_lines - 1).bit_length(), cfg.cols * 8),
-            "acc": ((cfg.acc_lines - 1).bit_length(), cfg.cols * 32),
-            "vbuf": ((cfg.vbuf_lines - 1).bit_length(), cfg.cols * 32)}
-
-
 def _beats_per_line(cfg: AccelConfig) -> tuple[int, int]:
     """DMA beats of a scratchpad line and of an accumulator / vector-buffer line."""
     spad, wide = cfg.cols, 4 * cfg.cols
@@ -111,7 +105,8 @@ class LoadEngine(wiring.Component):
         members = engine_members(cfg)
         members |= {"win_base": In(ADDR_BITS), "abort": In(1), "dma_busy": Out(1), "dma_quiet": Out(1)}
         for name, (ab, db) in buffer_ports(cfg).items():
-            members |= {f"{name}_addr": Out(ab), f"{name}_data": Out(db), f"{name}_en": Out(1)}
+            members |= {f"{name}_addr": Out(ab), f"{name}_data": Out(db), f"{name}_en": Out(1),
+                        f"{name}_ready": In(1)}
         members["rd"] = Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits))
         super().__init__(members)
 
@@ -129,7 +124,6 @@ class LoadEngine(wiring.Component):
                      self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet)]
         started = Signal()
         m.d.sync += started.eq(exec_start)
-        m.d.comb += exec_done.eq(self.executing & ~started & ~dma.busy)
 
         # assemble lines from beats: the newest beat enters at the top of a shift register
         wide = cfg.cols * 32
@@ -139,17 +133,29 @@ class LoadEngine(wiring.Component):
         m.d.comb += nxt.eq(Cat(asm[db:], dma.beat_data)) if wide > db else nxt.eq(dma.beat_data)
         count = Signal(8)
         line = Signal(32)
-        last = dma.beat_valid & (count == bpl - 1)
+        # a whole line waits here until its buffer's write port is free (compute writes first); while it
+        # waits, no beat is taken, so the R channel is held (rready low) instead of dropping data
+        pend = Signal()
+        pend_addr = Signal(32)
+        pend_data = Signal(wide)
+        ready = Mux(v.buf == 0, self.spad_ready, Mux(v.buf == 1, self.acc_ready, self.vbuf_ready))
+        written = pend & ready
+        take = dma.beat_valid & (~pend | written)
+        m.d.comb += dma.beat_ready.eq(~pend | written)
+        last = take & (count == bpl - 1)
+        with m.If(written):
+            m.d.sync += pend.eq(0)
         with m.If(exec_start):
             m.d.sync += [count.eq(0), line.eq(0)]
-        with m.Elif(dma.beat_valid):
+        with m.Elif(take):
             m.d.sync += [asm.eq(nxt), count.eq(Mux(last, 0, count + 1))]
             with m.If(last):
-                m.d.sync += line.eq(line + 1)
+                m.d.sync += [line.eq(line + 1), pend.eq(1), pend_addr.eq(v.sram + line), pend_data.eq(nxt)]
         for i, (name, (_, dbits)) in enumerate(buffer_ports(cfg).items()):
-            m.d.comb += [getattr(self, f"{name}_addr").eq(v.sram + line),
-                         getattr(self, f"{name}_data").eq(nxt[wide - dbits:]),
-                         getattr(self, f"{name}_en").eq(last & (v.buf == i))]
+            m.d.comb += [getattr(self, f"{name}_addr").eq(pend_addr),
+                         getattr(self, f"{name}_data").eq(pend_data[wide - dbits:]),
+                         getattr(self, f"{name}_en").eq(pend & (v.buf == i))]
+        m.d.comb += exec_done.eq(self.executing & ~started & ~dma.busy & ~pend)
         return m
 
 
@@ -163,7 +169,8 @@ class StoreEngine(wiring.Component):
         members = engine_members(cfg)
         members |= {"win_base": In(ADDR_BITS), "abort": In(1), "dma_busy": Out(1), "dma_quiet": Out(1)}
         for name, (ab, db) in buffer_ports(cfg).items():
-            members |= {f"{name}_addr": Out(ab), f"{name}_rdata": In(db), f"{name}_en": Out(1)}
+            members |= {f"{name}_addr": Out(ab), f"{name}_rdata": In(db), f"{name}_en": Out(1),
+                        f"{name}_ready": In(1)}
         members["wr"] = Out(axi4_write_signature(ADDR_BITS, cfg.dma_bits))
         super().__init__(members)
 
@@ -191,7 +198,9 @@ class StoreEngine(wiring.Component):
         pending = Signal()
         with m.If(exec_start):
             m.d.sync += [to_read.eq(v.rows * v.lines), rd_line.eq(0)]
-        issue = self.executing & ~started & (to_read != 0) & (lq.level + pending < self.LINE_FIFO)
+        # the buffer's read port is free unless compute reads it this cycle (compute first)
+        free = Mux(v.buf == 0, self.spad_ready, Mux(v.buf == 1, self.acc_ready, self.vbuf_ready))
+        issue = self.executing & ~started & (to_read != 0) & (lq.level + pending < self.LINE_FIFO) & free
         m.d.sync += pending.eq(issue)
         with m.If(issue):
             m.d.sync += [to_read.eq(to_read - 1), rd_line.eq(rd_line + 1)]

@@ -331,3 +331,37 @@ def weight_stream_program(cfg: AccelConfig, *, k_lines: int, n_tiles: int, n_lin
                     stride=n_tiles * n_lines * cols * 4, pop_prev=True))
     out.append(make("FINISH"))
     return out
+
+
+def concurrent_program(cfg: AccelConfig, *, data_lo: int, out_at: int, rounds: int = 4) -> list[Instr]:
+    """LOAD, compute and STORE at once on disjoint regions of every buffer: the buffer ports' arbitration.
+
+    Compute writes the scratchpad (QUANT), the accumulator (GEMM read-modify-write) and the vector buffer
+    (ADD) while LOAD writes other lines of the same buffers (its lines wait for the write port) and STORE
+    reads lines that compute reads too (its reads wait for the read port).  The regions are disjoint, so the
+    result does not depend on the interleaving and the golden simulator gives it.  Needs ``cols >= 4`` and
+    buffers of at least 384 / 128 / 192 lines; ``data_lo`` holds 7 KiB of input, ``out_at`` takes 8 KiB.
+    """
+    cols = cfg.cols
+    lb = {0: cols, 1: 4 * cols, 2: 4 * cols}
+    if cfg.spad_lines < 384 or cfg.acc_lines < 128 or cfg.vbuf_lines < 192:
+        raise ValueError(f"config {cfg.name!r} has too small buffers for the concurrent program")
+
+    def dma(op, buf, sram, lines, dram, **flags):
+        return make(op, buf=buf, sram=sram, dram=dram, rows=1, lines=lines, stride=lines * lb[buf], **flags)
+
+    setup = [dma("LOAD", 0, 0, 64, data_lo), dma("LOAD", 1, 0, 16, data_lo + 0x400),
+             dma("LOAD", 2, 0, 32, data_lo + 0x800, push_next=True)]
+    prog = setup + [make("NOP", engine=int(Engine.COMPUTE), pop_prev=True, push_next=True)]
+    prog += [dma("LOAD", 2, 128, 64, data_lo + 0xC00), dma("LOAD", 1, 64, 64, data_lo + 0x1000),
+             dma("LOAD", 0, 128, 256, data_lo + 0x1400, push_next=True)]
+    prog += [dma("STORE", 0, 0, 64, out_at, pop_prev=True), dma("STORE", 2, 0, 32, out_at + 0x100),
+             dma("STORE", 1, 0, 16, out_at + 0x300)]
+    for _ in range(rounds):
+        prog += [make("GEMM", dst=16, a=0, w=8, m=2, k=2, n=2, acc=1),
+                 make("QUANT", dst=64, src=0, exps=96, rows=2, lines=4, split=0),
+                 make("ADD", dst=64, a=0, b=16, rows=2, lines=8, bcast=0)]
+    prog.append(make("NOP", engine=int(Engine.COMPUTE), pop_prev=True, push_next=True))
+    prog += [dma("STORE", 0, 0, 384, out_at + 0x400, pop_prev=True), dma("STORE", 1, 0, 128, out_at + 0xA00),
+             dma("STORE", 2, 0, 192, out_at + 0x1200)]
+    return prog + [make("FINISH")]

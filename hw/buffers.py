@@ -1,0 +1,135 @@
+"""The on-chip buffers as block RAM: every memory has one write port and one read port.
+
+A block RAM (RAMB36 / RAMB18 / URAM288 / DP16KD) has two ports; a memory with
+more gets copied per read port or, with a second write port, built from
+flip-flops (docs/boards.md measured that: no board fitted).  So each buffer
+here is one or more *simple dual-port* memories (1 write + 1 read), and the
+engines share the ports by priority, as Gemmini's scratchpad does:
+
+- **Writes**: one write port per buffer, written to every copy of it.  The
+  compute engine has priority (its pipelines never stall); a LOAD line waits
+  in the load engine's line register, which holds the AXI R channel
+  (``rready`` low) until the line is written.
+- **Reads**: the compute engine reads operands that must arrive together
+  (GEMM's activation and weight lines, ATTN's data and exponent lines, the
+  two or three vector-buffer operands of ADD / MUL / ROPE / LAYERNORM), so the
+  scratchpad is kept as two copies (``a``, ``w``) and the vector buffer as
+  three (``a``, ``b``, ``c``), each with its own read port.  STORE reads
+  through copy ``a`` (and the accumulator's one read port) when compute does
+  not: compute has priority, the store engine's read-ahead waits.
+- The accumulator is one memory: GEMM's read-modify-write (read transparent to
+  the write port, as before) and REQUANT's read share its read port; its write
+  port serves the accumulator adder, GEMM's zero fill and LOAD.
+
+Compute readers and writers of one port never overlap (the compute engine runs
+one instruction at a time), so the compute side never waits.  Copies cost
+block RAM, not correctness or cycles; fewer copies need a banked placement
+rule in the operand-layout contract (a later step).
+
+:func:`memory_port_census` lists every memory of an elaborated design with its
+port counts, so a test can hold the whole top level to the block-RAM rule.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Fragment, Module, Mux, unsigned
+from amaranth.hdl._mem import MemoryInstance
+from amaranth.lib import memory
+
+from systolica.config import AccelConfig
+
+__all__ = ["BUFFER_COPIES", "build_buffers", "buffer_ports", "memory_port_census"]
+
+#: copies of each buffer, one per read port that compute needs at once
+BUFFER_COPIES = {"spad": ("a", "w"), "acc": ("",), "vbuf": ("a", "b", "c")}
+
+
+def buffer_ports(cfg: AccelConfig) -> dict[str, tuple[int, int]]:
+    """(address bits, data bits) of each on-chip buffer."""
+    return {"spad": ((cfg.spad_lines - 1).bit_length(), cfg.cols * 8),
+            "acc": ((cfg.acc_lines - 1).bit_length(), cfg.cols * 32),
+            "vbuf": ((cfg.vbuf_lines - 1).bit_length(), cfg.cols * 32)}
+
+
+def _first(writers):
+    """(addr, data, en) of whichever of mutually exclusive requests is enabled."""
+    addr, data, en = writers[-1]
+    for a, d, e in reversed(writers[:-1]):
+        addr, data, en = Mux(e, a, addr), Mux(e, d, data), e | en
+    return addr, data, en
+
+
+def build_buffers(m: Module, cfg: AccelConfig, load, comp, store) -> dict[str, list[memory.Memory]]:
+    """Instantiate the buffers in ``m`` and wire them to the three engines; returns the memories by buffer."""
+    ports = buffer_ports(cfg)
+    depth = {"spad": cfg.spad_lines, "acc": cfg.acc_lines, "vbuf": cfg.vbuf_lines}
+    # compute-side writers of each buffer (mutually exclusive: one instruction at a time)
+    cw = {
+        "spad": [(comp.spad_waddr, comp.spad_wdata, comp.spad_wen)],  # QUANT
+        "acc": [(comp.accum_wr.addr, comp.accum_wr.data.as_value(), comp.accum_wr.en),
+                (comp.zero_addr, 0, comp.zero_en)],  # GEMM's adder, k = 0 zero fill
+        "vbuf": [(comp.out_addr, comp.out_data, comp.out_en)],  # line-op results
+    }
+    # compute-side readers of each copy: (addr, en, rdata targets); STORE shares the first copy
+    cr = {
+        ("spad", "a"): ([(comp.a_addr, comp.a_en)], [comp.a_rdata]),
+        ("spad", "w"): ([(comp.w_addr, comp.w_en)], [comp.w_rdata]),
+        ("acc", ""): ([(comp.accum_rd.addr, comp.accum_rd.en), (comp.acc_addr, comp.acc_en)],
+                      [comp.accum_rd.data, comp.acc_rdata]),
+        ("vbuf", "a"): ([(comp.va_addr, comp.va_en)], [comp.va_rdata]),
+        ("vbuf", "b"): ([(comp.vb_addr, comp.vb_en)], [comp.vb_rdata]),
+        ("vbuf", "c"): ([(comp.vc_addr, comp.vc_en)], [comp.vc_rdata]),
+    }
+    mems: dict[str, list[memory.Memory]] = {}
+    for name, (_, db) in ports.items():
+        # the one write port: compute first, then the load engine's waiting line
+        c_addr, c_data, c_en = _first(cw[name])
+        l_en = getattr(load, f"{name}_en")
+        m.d.comb += getattr(load, f"{name}_ready").eq(~c_en)
+        w_addr = Mux(c_en, c_addr, getattr(load, f"{name}_addr"))
+        w_data = Mux(c_en, c_data, getattr(load, f"{name}_data"))
+        w_en = c_en | l_en
+        mems[name] = []
+        for i, copy in enumerate(BUFFER_COPIES[name]):
+            mem = memory.Memory(shape=unsigned(db), depth=depth[name], init=[])
+            m.submodules[f"{name}_{copy}_mem" if copy else f"{name}_mem"] = mem
+            mems[name].append(mem)
+            wp = mem.write_port()
+            m.d.comb += [wp.addr.eq(w_addr), wp.data.eq(w_data), wp.en.eq(w_en)]
+            # the read port: compute first; STORE reads the first copy when compute does not
+            readers, targets = cr[(name, copy)]
+            r_addr, _, r_en = _first([(a, 0, e) for a, e in readers])
+            rp = mem.read_port(transparent_for=(wp,) if name == "acc" else ())
+            if i == 0:
+                s_en = getattr(store, f"{name}_en")
+                m.d.comb += [getattr(store, f"{name}_ready").eq(~r_en),
+                             rp.addr.eq(Mux(r_en, r_addr, getattr(store, f"{name}_addr"))), rp.en.eq(r_en | s_en),
+                             getattr(store, f"{name}_rdata").eq(rp.data)]
+            else:
+                m.d.comb += [rp.addr.eq(r_addr), rp.en.eq(r_en)]
+            m.d.comb += [t.eq(rp.data) for t in targets]
+    return mems
+
+
+def memory_port_census(top, platform=None) -> list[tuple[str, int, int, int, int]]:
+    """Every memory of ``top`` after elaboration: (hierarchical name, depth, width, write ports, read ports).
+
+    Elaborates the whole design (no Verilog), so it is cheap enough for the default test run.
+    """
+    out = []
+
+    def walk(frag, path):
+        if isinstance(frag, MemoryInstance):
+            out.append((".".join(path), frag._data.depth, _width(frag), len(frag._write_ports),
+                        len(frag._read_ports)))
+        for sub, name, _ in frag.subfragments:
+            walk(sub, path + [name if isinstance(name, str) else "?"])
+
+    walk(Fragment.get(top, platform), ["top"])
+    return out
+
+
+def _width(frag) -> int:
+    from amaranth.hdl import Shape
+
+    return Shape.cast(frag._data.shape).width
