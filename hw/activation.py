@@ -1,4 +1,4 @@
-"""Activation unit: SILU and GELU over fixed-point lines, one line per cycle, bit-exact with numerics.
+"""Activation unit: SILU and GELU over fixed-point beats of ``L`` lanes, one a cycle, bit-exact with numerics.
 
 Both are ``x * sigmoid(z)`` (``numerics.silu``: ``z = x``; ``numerics.gelu``, GPT-2's tanh
 form: ``z = u2``, a cubic of the clipped ``x``), so one deep pipeline per lane serves both:
@@ -21,10 +21,11 @@ from __future__ import annotations
 import enum
 
 from amaranth import Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, memory, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import data, memory
 
 from systolica.config import AccelConfig
+
+from .line_unit import LineUnit
 
 __all__ = ["ActivationUnit", "ActOp", "DIV_STEPS"]
 
@@ -42,31 +43,23 @@ def _rsr(x, s: int):
     return (x >> s) + ((x >> (s - 1)) & 1)
 
 
-class ActivationUnit(wiring.Component):
-    """``cols``-lane SILU / GELU.
+class ActivationUnit(LineUnit):
+    """``L``-lane SILU / GELU (``L = cfg.line_width``).
 
     Attributes
     ----------
     i_stream : In(stream)
-        ``op`` (:class:`ActOp`), ``data`` (C int32, fx), ``last`` (passed through).
+        ``op`` (:class:`ActOp`), ``data`` (L int32, fx), ``last`` (passed through).
     o_stream : Out(stream)
-        ``data`` (C int32, fx) and ``last``; one line per input line, in order.
+        ``data`` (L int32, fx) and ``last``; one beat per input beat, in order.
     latency : int
         Pipeline depth in enabled cycles.
     """
 
     def __init__(self, cfg: AccelConfig):
-        if not isinstance(cfg, AccelConfig):
-            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
-        self.cfg = cfg
-        line = data.ArrayLayout(signed(32), cfg.cols)
-        self.i_layout = data.StructLayout({"op": 1, "data": line, "last": 1})
-        self.o_layout = data.StructLayout({"data": line, "last": 1})
+        line = LineUnit.line(cfg)
         self.latency = 1 + 5 + 4 + -(-31 // DIV_STEPS) + 2
-        super().__init__({
-            "i_stream": In(stream.Signature(self.i_layout)),
-            "o_stream": Out(stream.Signature(self.o_layout)),
-        })
+        super().__init__(cfg, {"op": 1, "data": line, "last": 1}, {"data": line, "last": 1})
 
     def elaborate(self, platform):
         # the numerics module defines the constants; the hardware reads them at generation time
@@ -93,7 +86,7 @@ class ActivationUnit(wiring.Component):
         m.d.comb += [o.valid.eq(sv.valid), o.payload.last.eq(sv.last)]
         gelu0 = reg(i.payload.op == ActOp.GELU, 1, "gelu0")
 
-        for c in range(self.cfg.cols):
+        for c in range(self.lanes):
             x = reg(i.payload.data[c], signed(32), f"x0_{c}")
             xs = [x]  # x delayed stage by stage: the final product needs it
 

@@ -3,8 +3,8 @@
 A norm needs statistics of the whole row before it can scale any element, and the
 integer algorithm of :func:`systolica.numerics.rmsnorm` needs them in sequence (the mean,
 then the largest centred magnitude, then the sum of squares), so the row streams in
-several times — from the vector buffer, one line per cycle — instead of being held
-here (a row may be 65535 elements):
+several times — from the vector buffer, one beat of ``L = cfg.line_width`` lanes per cycle
+(:mod:`~systolica.hw.line_unit`) — instead of being held here (a row may be 65535 elements):
 
 1. ``HDR``: ``n`` (elements), ``eps`` (``eps_q32``), ``center`` (1: LayerNorm).
    ``recip(n)`` starts (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles).
@@ -12,61 +12,54 @@ here (a row may be 65535 elements):
 3. the row -> ``max |d|`` with ``d = (x << 8) - mean`` (Q24); ``s = max(0, bitlen - 23)``.
 4. the row -> ``ss = sum(rsr(d, s)**2) + rsr(n * eps, 2s - 16)``; then
    ``rsqrt_fx(trunc31(ss) * ry, c + 2s - 48 - rk)`` (seed table + two Newton steps, 3 cycles).
-5. the row with ``gamma`` (``b``) and, for LayerNorm, ``beta`` (``c``) -> one output line per
-   input line: ``sat32(rsr(rsr(ds * y, k + 4 - s) * gamma, 20) [+ beta])``.
+5. the row with ``gamma`` (``b``) and, for LayerNorm, ``beta`` (``c``) -> one output beat per
+   input beat: ``sat32(rsr(rsr(ds * y, k + 4 - s) * gamma, 20) [+ beta])``.
 
-Every pass ends with ``last``; lanes past ``n`` in the last line are ignored (rows are
+Every pass ends with ``last``; lanes past ``n`` (in the row's last beats) are ignored (rows are
 padded to whole lines).  ``rsr`` is ``numerics.rshift_round``.
 """
 
 from __future__ import annotations
 
 from amaranth import Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, memory, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import memory
 
 from systolica.config import AccelConfig
 
 from .fixed import bitlen_u, rshift_round_var, sat32
+from .line_unit import HDR, ROW, LineUnit, lane_mask
 from .recip import Reciprocal
 
 __all__ = ["NormUnit"]
 
 GUARD = 8  # numerics.NORM_GUARD
-HDR, ROW = 0, 1  # beat kinds
 
 
-class NormUnit(wiring.Component):
-    """``cols``-lane RMSNorm / LayerNorm (see the module docstring for the beat sequence).
+class NormUnit(LineUnit):
+    """``L``-lane RMSNorm / LayerNorm (``L = cfg.line_width``; see the module docstring for the beat sequence).
 
     Attributes
     ----------
     i_stream : In(stream)
-        ``kind`` (0 header, 1 row line), ``a`` (x), ``b`` (gamma), ``c`` (beta): C int32 each;
+        ``kind`` (0 header, 1 row beat), ``a`` (x), ``b`` (gamma), ``c`` (beta): L int32 each;
         ``last``; header fields ``n``, ``eps``, ``center``.
     o_stream : Out(stream)
-        ``data`` (C int32) and ``last``: the normalized row, during the final pass.
+        ``data`` (L int32) and ``last``: the normalized row, during the final pass.
+    error : Out(1)
+        Sticky: a beat of the wrong kind arrived.
     """
 
     def __init__(self, cfg: AccelConfig):
-        if not isinstance(cfg, AccelConfig):
-            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
-        self.cfg = cfg
-        line = data.ArrayLayout(signed(32), cfg.cols)
-        self.i_layout = data.StructLayout({"kind": 1, "a": line, "b": line, "c": line, "last": 1,
-                                           "n": unsigned(16), "eps": unsigned(24), "center": 1})
-        self.o_layout = data.StructLayout({"data": line, "last": 1})
-        super().__init__({
-            "i_stream": In(stream.Signature(self.i_layout)),
-            "o_stream": Out(stream.Signature(self.o_layout)),
-            "error": Out(1),
-        })
+        line = LineUnit.line(cfg)
+        super().__init__(cfg, {"kind": 1, "a": line, "b": line, "c": line, "last": 1, "n": unsigned(16),
+                               "eps": unsigned(24), "center": 1},
+                         {"data": line, "last": 1}, error=True)
 
     def elaborate(self, platform):
         from systolica.numerics import RSQRT_SEED
 
         m = Module()
-        C = self.cfg.cols
+        C = self.lanes
         i, o = self.i_stream, self.o_stream
         p = i.payload
         fire = i.valid & i.ready
@@ -78,7 +71,7 @@ class NormUnit(wiring.Component):
 
         n, eps, center = Signal(unsigned(16)), Signal(unsigned(24)), Signal()
         ry, rk = Signal(unsigned(31)), Signal(unsigned(7))
-        li = Signal(16)  # line within the row
+        li = Signal(16)  # beat within the row
         acc = Signal(signed(64))  # sum(x), then sum(ds**2)
         mean = Signal(signed(48))  # Q24
         maxd = Signal(unsigned(42))
@@ -87,8 +80,7 @@ class NormUnit(wiring.Component):
         mant = Signal(unsigned(32))  # rsqrt_fx's m
         m.d.comb += recip.i_stream.payload.eq(n)
 
-        lane_ok = [Signal(name=f"lane_ok_{c}") for c in range(C)]
-        m.d.comb += [lane_ok[c].eq(li * C + c < n) for c in range(C)]
+        lane_ok = lane_mask(m, li, n, C)
         # per-lane d = (x << 8) - mean and ds = rsr(d, s), shared by passes 3..5
         d = [Signal(signed(50), name=f"d_{c}") for c in range(C)]
         ds = []

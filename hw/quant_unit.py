@@ -2,7 +2,7 @@
 
 A row's power-of-two scale depends on its largest magnitude, so, like the
 :class:`~systolica.hw.norm_unit.NormUnit`, the row streams in more than once — from the
-vector buffer, one line of ``cols`` int32 per cycle — instead of being held here:
+vector buffer, one beat of ``L`` int32 lanes per cycle (:mod:`~systolica.hw.line_unit`) — instead of being held here:
 
 1. ``HDR``: ``split``; ``empty`` = 1 when the row has no lines (QUANT ``lines = 0``: no
    pass follows, the unit still writes the zero-row exponent(s)).
@@ -38,17 +38,14 @@ output beat.  An empty row (``lines = 0``) gives only the exponent line(s).
 from __future__ import annotations
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
-
 from systolica.config import AccelConfig
 from systolica.numerics import FX_FRAC
 
 from .fixed import bitlen_u
+from .line_unit import HDR, ROW, LineUnit, registered_output, tree
 
 __all__ = ["QuantUnit"]
 
-HDR, ROW = 0, 1  # beat kinds
 MAX_LEFT = 7  # s >= bitlen(0) - 7: q = x << 7 at most (then |x| < 1, q exact)
 
 
@@ -69,55 +66,33 @@ def _round_shift8(m: Module, x, s, name: str):
     return out
 
 
-def _tree(xs, op):
-    """Reduce ``xs`` pairwise with ``op``: a balanced tree, log2 deep rather than a chain across the lanes."""
-    xs = list(xs)
-    while len(xs) > 1:
-        xs = [op(xs[k], xs[k + 1]) for k in range(0, len(xs) - 1, 2)] + xs[len(xs) - len(xs) % 2:]
-    return xs[0]
-
-
-class QuantUnit(wiring.Component):
-    """``cols``-lane QUANT (see the module docstring for the passes and the sequencer contract).
+class QuantUnit(LineUnit):
+    """``L``-lane QUANT (``L = cfg.line_width``; see the module docstring for the passes and the contract).
 
     Attributes
     ----------
     i_stream : In(stream)
-        ``kind`` (0 header, 1 row line), ``data`` (C int32, fx), ``last``; header fields
+        ``kind`` (0 header, 1 row beat), ``data`` (L int32, fx), ``last``; header fields
         ``split`` and ``empty``.
     o_stream : Out(stream)
-        ``data`` (C int8), ``exp`` (1: an exponent line), ``blk`` (0: the int8 part, 1: the
+        ``data`` (L int8), ``exp`` (1: an exponent line), ``blk`` (0: the int8 part, 1: the
         residual), ``last`` (the row's final output).
     error : Out(1)
         Sticky: a beat of the wrong kind arrived (it is consumed and ignored).
     """
 
     def __init__(self, cfg: AccelConfig):
-        if not isinstance(cfg, AccelConfig):
-            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
-        self.cfg = cfg
-        self.i_layout = data.StructLayout({"kind": 1, "data": data.ArrayLayout(signed(32), cfg.cols), "last": 1,
-                                           "split": 1, "empty": 1})
-        self.o_layout = data.StructLayout({"data": data.ArrayLayout(signed(8), cfg.cols), "exp": 1, "blk": 1,
-                                           "last": 1})
-        super().__init__({
-            "i_stream": In(stream.Signature(self.i_layout)),
-            "o_stream": Out(stream.Signature(self.o_layout)),
-            "error": Out(1),
-        })
+        super().__init__(cfg, {"kind": 1, "data": LineUnit.line(cfg), "last": 1, "split": 1, "empty": 1},
+                         {"data": LineUnit.line(cfg, signed(8)), "exp": 1, "blk": 1, "last": 1}, error=True)
 
     def elaborate(self, platform):
         m = Module()
-        C = self.cfg.cols
+        C = self.lanes
         i, o = self.i_stream, self.o_stream
         p = i.payload
         fire = i.valid & i.ready
 
-        # output register: the sink's write port sees no combinational path from the input
-        en = Signal()
-        m.d.comb += en.eq(~o.valid | o.ready)
-        with m.If(o.ready):
-            m.d.sync += o.valid.eq(0)
+        en = registered_output(m, o)
         load = Signal()
         ob = Signal(self.o_layout)
         with m.If(load):
@@ -156,8 +131,8 @@ class QuantUnit(wiring.Component):
         # pass (over the residuals, into rhi / rlo): the two never run at once
         in_q = Signal()
         vals = [Mux(in_q, res[c], p.data[c]) for c in range(C)]
-        mx = _tree([Mux(in_q, rhi, hi), *vals], lambda a, b: Mux(a > b, a, b))
-        mn = _tree([Mux(in_q, rlo, lo), *vals], lambda a, b: Mux(a < b, a, b))
+        mx = tree([Mux(in_q, rhi, hi), *vals], lambda a, b: Mux(a > b, a, b))
+        mn = tree([Mux(in_q, rlo, lo), *vals], lambda a, b: Mux(a < b, a, b))
 
         wrong = Signal()
         with m.If(fire & wrong):

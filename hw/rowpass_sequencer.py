@@ -30,6 +30,7 @@ from systolica.config import AccelConfig
 from systolica.isa import OP_BY_NAME, WORD_BITS
 
 from .decode import instr_layout
+from .line_serial import gather
 from .norm_unit import NormUnit
 from .quant_unit import QuantUnit
 from .softmax_unit import SoftmaxUnit
@@ -128,15 +129,29 @@ class RowPassSequencer(wiring.Component):
         m.d.comb += [q.w_en.eq(pending | push_hdr),
                      q.w_data.eq(Mux(pending, Cat(_ROW, pend_last, self.va_rdata, self.vb_rdata, self.vc_rdata),
                                      Cat(_HDR, 0)))]
-        kind, last = q.r_data[0], q.r_data[1]
+        kind, lline = q.r_data[0], q.r_data[1]
         a = q.r_data[2:2 + C * 32]
         b = q.r_data[2 + C * 32:2 + 2 * C * 32]
         c = q.r_data[2 + 2 * C * 32:]
+        # the FIFO's head line goes to the unit in B beats of W lanes (beat bk: lanes bk*W ..); a header is one
+        # beat.  The head leaves the FIFO with its last beat.
+        B, W = self.cfg.line_beats, self.cfg.line_width
+        bk = Signal(range(B))
+        took = Signal()  # the unit took the head's current beat
+        end = (kind == _HDR) | (bk == B - 1)
+        last = lline & (bk == B - 1)
+        a, b, c = (x.word_select(bk, W * 32) if B > 1 else x for x in (a, b, c))
         for unit, sel in ((qu, is_q), (sm, is_s), (nu, is_n)):
             m.d.comb += [unit.i_stream.valid.eq(q.r_rdy & sel), unit.i_stream.payload.kind.eq(kind),
                          unit.i_stream.payload.last.eq(last), unit.o_stream.ready.eq(1)]
             with m.If(sel):
-                m.d.comb += q.r_en.eq(unit.i_stream.ready)
+                m.d.comb += took.eq(q.r_rdy & unit.i_stream.ready)
+        m.d.comb += q.r_en.eq(took & end)
+        if B > 1:
+            with m.If(took & (kind == _ROW)):
+                m.d.sync += bk.eq(Mux(bk == B - 1, 0, bk + 1))
+            with m.If(self.start):
+                m.d.sync += bk.eq(0)
         m.d.comb += [qu.i_stream.payload.data.eq(a), qu.i_stream.payload.split.eq(split),
                      qu.i_stream.payload.empty.eq(ins.quant.lines == 0),
                      sm.i_stream.payload.data.eq(a), sm.i_stream.payload.n.eq(ins.softmax.n),
@@ -153,24 +168,30 @@ class RowPassSequencer(wiring.Component):
             m.d.sync += [vptr.eq(dst), q_r.eq(0), q_l.eq(0),
                          outs.eq(Mux(is_q, ins.quant.rows * (1 + ins.quant.lines) * (1 + split),
                                      send_rows * L))]
-        vout = Mux(is_s, sm.o_stream.valid, nu.o_stream.valid)
+        # output beats are gathered into lines (hw/line_serial.py); QUANT's exponent beats are lines of their own
+        vbeat = Mux(is_s, sm.o_stream.payload.data.as_value(), nu.o_stream.payload.data.as_value())
+        vdata, vout = gather(m, Mux(is_s, sm.o_stream.valid, nu.o_stream.valid) & ~is_q, vbeat, B, "vgat",
+                             clear=self.start)
         # lanes past n in a row's last line are written as 0 (the golden simulator's padded rows);
         # the norm unit leaves them as computed, so they are masked here
         lanes_left = Signal(17)
         with m.If(self.start):
             m.d.sync += lanes_left.eq(n)
-        vdata = Mux(is_s, sm.o_stream.payload.data.as_value(), nu.o_stream.payload.data.as_value())
         masked = Cat(*[Mux(lanes_left > c, vdata[32 * c:32 * c + 32], 0) for c in range(C)])
-        m.d.comb += [self.out_addr.eq(vptr), self.out_en.eq(vout & ~is_q), self.out_data.eq(masked)]
-        with m.If(vout & ~is_q):
+        m.d.comb += [self.out_addr.eq(vptr), self.out_en.eq(vout), self.out_data.eq(masked)]
+        with m.If(vout):
             m.d.sync += [vptr.eq(vptr + 1), outs.eq(outs - 1),
                          lanes_left.eq(Mux(lanes_left > C, lanes_left - C, n))]
         qo = qu.o_stream.payload
+        qv = qu.o_stream.valid & is_q
+        qline, qdone = gather(m, qv & ~qo.exp, qo.data.as_value(), B, "qgat", clear=self.start)
+        qw = Signal()  # a scratchpad line is written: an exponent line, or a line's last beat
+        m.d.comb += qw.eq((qv & qo.exp) | qdone)
         blk_row = q_r + Mux(qo.blk, ins.quant.rows, 0)
-        m.d.comb += [self.spad_en.eq(qu.o_stream.valid & is_q), self.spad_data.eq(qo.data.as_value()),
+        m.d.comb += [self.spad_en.eq(qw), self.spad_data.eq(Mux(qo.exp, qo.data.as_value(), qline)),
                      self.spad_addr.eq(Mux(qo.exp, ins.quant.exps + blk_row,
                                            ins.quant.dst + blk_row * ins.quant.lines + q_l))]
-        with m.If(qu.o_stream.valid & is_q):
+        with m.If(qw):
             m.d.sync += outs.eq(outs - 1)
             with m.If(qo.exp):
                 m.d.sync += q_l.eq(0)

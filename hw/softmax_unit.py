@@ -1,7 +1,7 @@
 """Softmax unit: SOFTMAX over fixed-point score rows, bit-exact with numerics.softmax.
 
 Every output of a row needs the row's maximum and the sum of its exponentials, so the row
-streams in three times — from the vector buffer, one line of ``cols`` int32 per cycle — like
+streams in three times — from the vector buffer, one beat of ``L`` int32 lanes per cycle (:mod:`~systolica.hw.line_unit`) — like
 the :class:`~systolica.hw.norm_unit.NormUnit` (rows reach 65535 elements, too long to hold):
 
 1. ``HDR``: ``n`` (elements of the row; the row is ``ceil(n / cols)`` lines, lanes past
@@ -35,18 +35,17 @@ marks the row's final line.  ``n = 0``: send no rows at all (SOFTMAX then writes
 from __future__ import annotations
 
 from amaranth import Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, memory, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import memory
 
 from systolica.config import AccelConfig
 from systolica.numerics import EXP_FRAC, FX_FRAC
 
 from .fixed import INT32_MIN, exp2_lookup, sat32
+from .line_unit import HDR, ROW, LineUnit, lane_mask, registered_output, tree
 from .recip import Reciprocal
 
 __all__ = ["SoftmaxUnit"]
 
-HDR, ROW = 0, 1  # beat kinds
 SUM_BITS = 48  # S <= 65535 * 2**30 < 2**47, signed
 # exp_fx(d) = 0 for every d <= -32.0: u <= -46 * 2**24, so the final shift is its cap of 40 and
 # (p + 2**39) >> 40 = 0 for p < 2**31.  Clamping d there keeps the bits and narrows the d * log2(e)
@@ -57,54 +56,34 @@ D_MIN = -(32 << FX_FRAC)
 OSH_MIN, OSH_MAX = 44, 60
 
 
-def _tree(xs, op):
-    """Reduce ``xs`` pairwise with ``op``: a balanced tree, log2 deep rather than a chain across the lanes."""
-    xs = list(xs)
-    while len(xs) > 1:
-        xs = [op(xs[k], xs[k + 1]) for k in range(0, len(xs) - 1, 2)] + xs[len(xs) - len(xs) % 2:]
-    return xs[0]
-
-
-class SoftmaxUnit(wiring.Component):
-    """``cols``-lane SOFTMAX (see the module docstring for the passes and the sequencer contract).
+class SoftmaxUnit(LineUnit):
+    """``L``-lane SOFTMAX (``L = cfg.line_width``; see the module docstring for the passes and the contract).
 
     Attributes
     ----------
     i_stream : In(stream)
-        ``kind`` (0 header, 1 row line), ``data`` (C int32, fx scores), ``last``; header field ``n``.
+        ``kind`` (0 header, 1 row beat), ``data`` (L int32, fx scores), ``last``; header field ``n``.
     o_stream : Out(stream)
-        ``data`` (C int32, fx probabilities) and ``last``: the row, during the OUT pass.
+        ``data`` (L int32, fx probabilities) and ``last``: the row, during the OUT pass.
     error : Out(1)
         Sticky: a beat of the wrong kind arrived (it is consumed and ignored).
     """
 
     def __init__(self, cfg: AccelConfig):
-        if not isinstance(cfg, AccelConfig):
-            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
-        self.cfg = cfg
-        line = data.ArrayLayout(signed(32), cfg.cols)
-        self.i_layout = data.StructLayout({"kind": 1, "data": line, "last": 1, "n": unsigned(16)})
-        self.o_layout = data.StructLayout({"data": line, "last": 1})
-        super().__init__({
-            "i_stream": In(stream.Signature(self.i_layout)),
-            "o_stream": Out(stream.Signature(self.o_layout)),
-            "error": Out(1),
-        })
+        line = LineUnit.line(cfg)
+        super().__init__(cfg, {"kind": 1, "data": line, "last": 1, "n": unsigned(16)}, {"data": line, "last": 1},
+                         error=True)
 
     def elaborate(self, platform):
         from systolica.numerics import EXP_BASE, EXP_DELTA, LOG2E_Q30
 
         m = Module()
-        C = self.cfg.cols
+        C = self.lanes
         i, o = self.i_stream, self.o_stream
         p = i.payload
         fire = i.valid & i.ready
 
-        # output register: the sink's write port sees no combinational path from the input
-        en = Signal()
-        m.d.comb += en.eq(~o.valid | o.ready)
-        with m.If(o.ready):
-            m.d.sync += o.valid.eq(0)
+        en = registered_output(m, o)
 
         m.submodules.recip = recip = Reciprocal(SUM_BITS)
         # one table pair, a combinational read port per lane (LUT ROM; the tables are 256 entries)
@@ -115,14 +94,13 @@ class SoftmaxUnit(wiring.Component):
                                                        init=[int(v) for v in EXP_DELTA])
 
         n = Signal(unsigned(16))
-        li = Signal(16)  # line within the row
+        li = Signal(16)  # beat within the row
         mx = Signal(signed(32))
         ssum = Signal(signed(SUM_BITS))
         ry, rk = Signal(unsigned(31)), Signal(unsigned(7))
         m.d.comb += recip.i_stream.payload.eq(ssum)
 
-        lane_ok = [Signal(name=f"lane_ok_{c}") for c in range(C)]
-        m.d.comb += [lane_ok[c].eq(li * C + c < n) for c in range(C)]
+        lane_ok = lane_mask(m, li, n, C)
 
         # ---- the exp pipeline of the SUM and OUT passes: one multiply per stage
         # stage 1: u = rsr(min(sat32(x - mx), 0) * LOG2E_Q30, 22); stage 2: e = exp2(u) (tables, Q30);
@@ -188,7 +166,7 @@ class SoftmaxUnit(wiring.Component):
         # stage 2's beats: a SUM beat adds into S; an OUT beat becomes an output line (even after the
         # FSM has moved on to the next row's header and max pass, which do not touch the pipeline)
         with m.If(adv & v2 & ~out2):
-            m.d.sync += ssum.eq(_tree([ssum] + [Mux(ok2[c], e2[c], 0) for c in range(C)], lambda a, b: a + b))
+            m.d.sync += ssum.eq(tree([ssum] + [Mux(ok2[c], e2[c], 0) for c in range(C)], lambda a, b: a + b))
         with m.If(adv & v2 & out2):
             m.d.sync += [o.valid.eq(1), o.payload.last.eq(last2)]
             m.d.sync += [o.payload.data[c].eq(Mux(ok2[c], prob[c], 0)) for c in range(C)]
@@ -203,7 +181,7 @@ class SoftmaxUnit(wiring.Component):
             with m.State("MAX"):
                 m.d.comb += i.ready.eq(1)
                 # a balanced tree of comparators; lanes past n count as INT32_MIN
-                best = _tree([mx] + [Mux(lane_ok[c], p.data[c], INT32_MIN) for c in range(C)],
+                best = tree([mx] + [Mux(lane_ok[c], p.data[c], INT32_MIN) for c in range(C)],
                              lambda a, b: Mux(a > b, a, b))
                 with m.If(fire & ~wrong):
                     m.d.sync += mx.eq(best)

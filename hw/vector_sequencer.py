@@ -24,7 +24,7 @@ supported (the golden simulator reads every operand before writing).
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -33,6 +33,7 @@ from systolica.isa import OP_BY_NAME, WORD_BITS
 
 from .activation import ActivationUnit, ActOp
 from .decode import instr_layout
+from .line_serial import gather, hold, serialize
 from .vector_unit import VecOp, VectorUnit
 
 __all__ = ["VectorSequencer", "VECTOR_OPS"]
@@ -107,8 +108,18 @@ class VectorSequencer(wiring.Component):
                          n_left.eq(n_am), optr.eq(dst),
                          outs.eq(Mux(is_["ARGMAX"], Mux(n_am == 0, 0, rows), total)),
                          zeros.eq(Mux(is_["ARGMAX"] & (n_am == 0), rows, 0))]
+        # a line takes B cycles in the unit: one read every B cycles (ph counts them down)
+        B, W = self.cfg.line_beats, self.cfg.line_width
+        ph = Signal(range(B))
         issue = Signal()
-        m.d.comb += issue.eq((left != 0) & ~self.start)
+        m.d.comb += issue.eq((left != 0) & ~self.start & (ph == 0))
+        if B > 1:
+            with m.If(issue):
+                m.d.sync += ph.eq(B - 1)
+            with m.Elif(ph != 0):
+                m.d.sync += ph.eq(ph - 1)
+            with m.If(self.start):
+                m.d.sync += ph.eq(0)
         with m.If(issue):
             m.d.sync += [left.eq(left - 1), idx.eq(idx + 1)]
             with m.If(ln == L - 1):
@@ -126,42 +137,60 @@ class VectorSequencer(wiring.Component):
             self.acc_addr.eq(ins.requant.src + idx), self.acc_en.eq(issue),
             self.exp_addr.eq(ins.requant.exps + r), self.exp_en.eq(issue),
         ]
-        # ---- the beat enters its unit the next cycle, with the data
+        # ---- the line's data arrive the next cycle: beat 0 enters its unit at once, the other B - 1
+        # beats follow from the serializer's register, one a cycle (hw/line_serial.py)
         valid = Signal()
         first, last = Signal(), Signal()
-        nl = Signal(range(C + 1))
+        nline = Signal(17)  # ARGMAX: lanes of the row from this line on
         cos_hi, sin_hi = Signal(), Signal()  # ROPE: which half of each table line holds this line's pairs
         m.d.sync += [valid.eq(issue), first.eq(ln == 0), last.eq(ln == L - 1),
-                     nl.eq(Mux(n_left > C, C, n_left)), cos_hi.eq(ln[0]), sin_hi.eq((hd + ln)[0])]
+                     nline.eq(n_left), cos_hi.eq(ln[0]), sin_hi.eq((hd + ln)[0])]
         half = C // 2 * 32
-        rope_b = Cat(Mux(cos_hi, self.vb_rdata[half:], self.vb_rdata[:half]),
-                     Mux(sin_hi, self.vc_rdata[half:], self.vc_rdata[:half]))
-        exp = self.exp_rdata[:8].as_signed()
+        cos = Mux(cos_hi, self.vb_rdata[half:], self.vb_rdata[:half])
+        sin = Mux(sin_hi, self.vc_rdata[half:], self.vc_rdata[:half])
+        # beat k rotates pairs k*W/2 .. of the line: its b is their W/2 cos, then their W/2 sin elements
+        hb = W // 2 * 32
+        rope_b = Cat(*[Cat(cos[k * hb:(k + 1) * hb], sin[k * hb:(k + 1) * hb]) for k in range(B)])
+        a_line = Mux(is_["REQUANT"], self.acc_rdata, self.va_rdata)
+        b_line = Mux(is_["ROPE"], rope_b, self.vb_rdata)
+        (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, valid, [a_line, b_line], [W * 32, W * 32], B, "ser",
+                                                            clear=self.start)
+        exp = hold(m, valid, self.exp_rdata[:8], "exp_line").as_signed()
+        lfirst, llast = hold(m, valid, first, "first_line"), hold(m, valid, last, "last_line")
+        # ARGMAX: valid lanes of this beat, clamp(lanes left in the row - k*W, 0, W)
+        nb = Signal(signed(18))
+        nreg = Signal(signed(18), reset_less=True)
+        m.d.comb += nb.eq(Mux(valid, nline, nreg))
+        m.d.sync += nreg.eq(nb - W)
+        nl = Mux(nb >= W, W, Mux(nb > 0, nb, 0))
         vp = vec.i_stream.payload
         m.d.comb += [
-            vec.i_stream.valid.eq(valid & ~to_act),
+            vec.i_stream.valid.eq(bvalid & ~to_act),
             vp.op.eq(Mux(is_["ADD"], VecOp.ADD, Mux(is_["MUL"], VecOp.MUL,
                                                      Mux(is_["REQUANT"], VecOp.REQUANT,
                                                          Mux(is_["ROPE"], VecOp.ROPE, VecOp.ARGMAX))))),
-            vp.a.eq(Mux(is_["REQUANT"], self.acc_rdata, self.va_rdata)),
-            vp.b.eq(Mux(is_["ROPE"], rope_b, self.vb_rdata)),
+            vp.a.eq(a_beat), vp.b.eq(b_beat),
             vp.shift.eq(Mux(is_["REQUANT"], ins.requant.shift - exp, ins.mul.shift)),
-            vp.first.eq(first), vp.last.eq(last), vp.n.eq(nl),
-            act.i_stream.valid.eq(valid & to_act),
+            vp.first.eq(lfirst & bfirst), vp.last.eq(llast & blast), vp.n.eq(nl),
+            act.i_stream.valid.eq(bvalid & to_act),
             act.i_stream.payload.op.eq(Mux(is_["SILU"], ActOp.SILU, ActOp.GELU)),
-            act.i_stream.payload.data.eq(self.va_rdata), act.i_stream.payload.last.eq(last),
+            act.i_stream.payload.data.eq(a_beat), act.i_stream.payload.last.eq(llast & blast),
             vec.o_stream.ready.eq(1), act.o_stream.ready.eq(1),
         ]
-        # ---- outputs, in order, to dst
-        got = vec.o_stream.valid | act.o_stream.valid
+        # ---- outputs, in order, to dst: B beats gathered into a line; ARGMAX's one beat per row is a line
+        obeat = Mux(act.o_stream.valid, act.o_stream.payload.data.as_value(), vec.o_stream.payload.data.as_value())
+        is_am = is_["ARGMAX"]
+        oline, complete = gather(m, (vec.o_stream.valid | act.o_stream.valid) & ~is_am, obeat, B, "gat",
+                                 clear=self.start)
+        got = Signal()
+        m.d.comb += got.eq(complete | (vec.o_stream.valid & is_am))
         m.d.comb += [self.out_addr.eq(optr), self.out_en.eq(got | (zeros != 0)),
-                     self.out_data.eq(Mux(zeros != 0, 0, Mux(act.o_stream.valid, act.o_stream.payload.data,
-                                                              vec.o_stream.payload.data)))]
+                     self.out_data.eq(Mux(zeros != 0, 0, Mux(is_am, vec.o_stream.payload.data.as_value(), oline)))]
         with m.If(got | (zeros != 0)):
             m.d.sync += optr.eq(optr + 1)
         with m.If(got):
             m.d.sync += outs.eq(outs - 1)
         with m.If(zeros != 0):
             m.d.sync += zeros.eq(zeros - 1)
-        m.d.comb += self.busy.eq((left != 0) | (outs != 0) | (zeros != 0) | valid)
+        m.d.comb += self.busy.eq((left != 0) | (outs != 0) | (zeros != 0) | bvalid)
         return m

@@ -1,4 +1,8 @@
-"""Vector unit: the element-wise and row-reduction ops of numerics, one line per cycle.
+"""Vector unit: the element-wise and row-reduction ops of numerics, one beat of ``L`` lanes per cycle.
+
+``L = cfg.line_width`` (:mod:`~systolica.hw.line_unit`); "line" below is one such beat, and
+``C`` is ``L`` (the sequencer re-packs ROPE's cos/sin per beat, see
+:mod:`~systolica.hw.vector_sequencer`).
 
 Implemented ops (bit-exact with :mod:`systolica.numerics`):
 
@@ -23,7 +27,7 @@ scalar form of ``numerics.rshift_round`` followed by ``sat32``.  Two pipeline st
 
 SILU / GELU live in :mod:`~systolica.hw.activation` (a deeper pipeline), RMSNorm /
 LayerNorm in :mod:`~systolica.hw.norm_unit` (several passes over a row); SOFTMAX (the
-ISA op; attention does its own online softmax) is not implemented in hardware yet.
+ISA op) in :mod:`~systolica.hw.softmax_unit`.
 """
 
 from __future__ import annotations
@@ -31,13 +35,11 @@ from __future__ import annotations
 import enum
 
 from amaranth import Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
-
 from systolica.config import AccelConfig
 from systolica.numerics import TRIG_FRAC
 
 from .fixed import rshift_round_sat32
+from .line_unit import LineUnit
 
 __all__ = ["VectorUnit", "VecOp"]
 
@@ -49,39 +51,33 @@ class VecOp(enum.IntEnum):
     ROPE = 4
 
 
-class VectorUnit(wiring.Component):
-    """``cols``-lane fixed-point vector unit (see the module docstring for the ops).
+class VectorUnit(LineUnit):
+    """``L``-lane fixed-point vector unit (``L = cfg.line_width``; see the module docstring for the ops).
 
     Attributes
     ----------
     i_stream : In(stream)
-        ``op`` (:class:`VecOp`), ``a`` and ``b`` (C int32 each), ``shift`` (signed 10
+        ``op`` (:class:`VecOp`), ``a`` and ``b`` (L int32 each), ``shift`` (signed 10
         bits), ``first`` / ``last`` (row framing, used by ARGMAX), ``n`` (valid lanes of
-        this line for ARGMAX, 1..C).
+        this beat for ARGMAX, 0..L; 0 only after the row's first beat).
     o_stream : Out(stream)
-        ``data`` (C int32) and ``last``; one line per input line, except ARGMAX: one
-        line per row (at its ``last`` beat) with the row's index in lane 0.
+        ``data`` (L int32) and ``last``; one beat per input beat, except ARGMAX: one
+        beat per row (at its ``last`` beat) with the row's index in lane 0.
     """
 
     def __init__(self, cfg: AccelConfig):
-        if not isinstance(cfg, AccelConfig):
-            raise TypeError(f"cfg must be an AccelConfig, not {type(cfg).__name__}")
-        if cfg.cols % 2:
-            raise ValueError(f"cols={cfg.cols} must be even: ROPE rotates pairs of lanes")
-        self.cfg = cfg
-        C = cfg.cols
-        line = data.ArrayLayout(signed(32), C)
-        self.i_layout = data.StructLayout({
-            "op": 3, "a": line, "b": line, "shift": signed(10), "first": 1, "last": 1, "n": range(C + 1)})
-        self.o_layout = data.StructLayout({"data": line, "last": 1})
-        super().__init__({
-            "i_stream": In(stream.Signature(self.i_layout)),
-            "o_stream": Out(stream.Signature(self.o_layout)),
-        })
+        L = LineUnit.lanes_of(cfg)
+        if L % 2:
+            raise ValueError(f"line width {L} (cols={cfg.cols}, line_lanes={cfg.line_lanes}) must be even: "
+                             f"ROPE rotates pairs of lanes")
+        line = LineUnit.line(cfg)
+        super().__init__(cfg, {"op": 3, "a": line, "b": line, "shift": signed(10), "first": 1, "last": 1,
+                               "n": range(L + 1)},
+                         {"data": line, "last": 1})
 
     def elaborate(self, platform):
         m = Module()
-        C = self.cfg.cols
+        C = self.lanes
         i, o = self.i_stream, self.o_stream
         en = Signal()
         m.d.comb += [en.eq(~o.valid | o.ready), i.ready.eq(en)]
@@ -109,18 +105,19 @@ class VectorUnit(wiring.Component):
             nb, nl = Signal(signed(32), name=f"amax_v{c}"), Signal(range(C), name=f"amax_l{c}")
             m.d.comb += [nb.eq(Mux(take, p.a[c], best)), nl.eq(Mux(take, c, lane))]
             best, lane = nb, nl
-        lmax1, llane1 = Signal(signed(32)), Signal(range(C))
+        lmax1, llane1, any1 = Signal(signed(32)), Signal(range(C)), Signal()
         with m.If(en):
-            m.d.sync += [lmax1.eq(best), llane1.eq(lane)]
+            m.d.sync += [lmax1.eq(best), llane1.eq(lane), any1.eq(p.n != 0)]
 
         # ---- stage 2: shift / saturate; ARGMAX running maximum over the row's lines ----
         outs = [rshift_round_sat32(m, x1[c], s1, f"sat_{c}") for c in range(C)]
         run_max = Signal(signed(32))
         run_idx = Signal(16)
-        line_no = Signal(16)  # lines seen in this row before the current one
+        line_no = Signal(16)  # beats seen in this row before the current one
         idx = Signal(32)
         m.d.comb += idx.eq(llane1 + Mux(first1, 0, line_no) * C)
-        better = first1 | (lmax1 > run_max)  # strict: an equal later maximum keeps the first index
+        # strict: an equal later maximum keeps the first index; a beat wholly past n (L < cols) counts not
+        better = first1 | (any1 & (lmax1 > run_max))
         new_max = Mux(better, lmax1, run_max)
         new_idx = Mux(better, idx, run_idx)
         is_amax = op1 == VecOp.ARGMAX

@@ -60,12 +60,24 @@ class AccelConfig:
     cmd_depth: int = 16  # depth of each engine's instruction queue
     clock_mhz: float = 100.0  # target clock of the accelerator
     dram_bytes: int = 1 << 29  # DRAM window the accelerator may address (bytes)
+    line_lanes: int = 0  # lanes L of the line datapath (vector/activation/norm/quant/softmax units): a
+    # cols-wide buffer line goes through it in cols / L beats; 0 means cols (one line a cycle)
 
     # ----------------------------------------------------------------- sizes
     @property
     def lanes(self) -> int:
         """Elements per buffer line (one array row's worth)."""
         return self.cols
+
+    @property
+    def line_width(self) -> int:
+        """Lanes of the line units' datapath: ``line_lanes``, or ``cols`` when that is 0."""
+        return self.line_lanes or self.cols
+
+    @property
+    def line_beats(self) -> int:
+        """Beats (cycles at full rate) the line units take per ``cols``-wide buffer line."""
+        return self.cols // self.line_width
 
     @property
     def spad_lines(self) -> int:
@@ -113,6 +125,10 @@ class AccelConfig:
             v = getattr(self, k)
             if not 2 <= v <= 64:
                 yield f"{k}={v} must be in 2..64 (an array edge below 2 is not systolic; above 64 no FPGA has the DSPs)"
+        if self.line_lanes and not (self.line_lanes >= 2 and self.line_lanes % 2 == 0
+                                    and self.cols % self.line_lanes == 0):
+            yield (f"line_lanes={self.line_lanes} must be 0 (= cols) or an even number >= 2 that divides "
+                   f"cols={self.cols} (ROPE rotates pairs of lanes; a line is cut into cols / line_lanes beats)")
         if self.in_bits != 8:
             yield f"in_bits={self.in_bits}: only int8 operands are implemented"
         if self.acc_bits != 32:
@@ -149,6 +165,8 @@ class AccelConfig:
     def _canonical(self) -> bytes:
         d = self.to_dict()
         d.pop("name")  # the name is a label; two configs of equal shape are the same hardware
+        if d["line_lanes"] in (0, d["cols"]):  # full-width line units: the hardware (and hash) of before the field
+            d.pop("line_lanes")
         d["clock_mhz"] = float(d["clock_mhz"])
         return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 

@@ -21,16 +21,23 @@ MEM, WIN_BASE, WIN_SIZE = 1 << 18, 0x1_0000, 0x2_0000
 DATA_LO, DATA_HI = 0x1000, 0x5000
 
 
-@pytest.fixture(scope="module")
-def fast(build_dir):
-    return FastRtl(preset("tiny"), build_dir)
+#: the tiny preset, and the same with 2-lane line units (each 4-lane buffer line in 2 beats:
+#: hw/line_serial.py), whose programs must give the same bytes
+CONFIGS = {"tiny": (preset("tiny"), 500), "tiny_l2": (preset("tiny").replace(name="tiny_l2", line_lanes=2), 250)}
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def fast(request, build_dir):
+    cfg, n = CONFIGS[request.param]
+    return FastRtl(cfg, build_dir), n
 
 
 def test_fast_path_random_programs_match_golden(fast):
+    fast, n = fast
     cfg = fast.cfg
     rng = np.random.default_rng(2024)
     dram = np.zeros(MEM, np.uint8)
-    n, words, retired, mismatches, outcomes, per_op = 500, 0, 0, [], {}, {}
+    words, retired, mismatches, outcomes, per_op = 0, 0, [], {}, {}
     for i in range(n):
         kind = None if rng.random() < 0.4 else str(rng.choice(FAULT_KINDS))
         prog = random_program(cfg, rng, n_ops=int(rng.integers(3, 20)), data_lo=DATA_LO, data_hi=DATA_HI,
@@ -65,7 +72,7 @@ def test_fast_path_random_programs_match_golden(fast):
         if bad:
             mismatches.append((i, kind, bad))
             dram[:] = gold_dram  # keep going from the reference state
-    print(f"\nfast path: {n} random programs, {words} words, {retired} instructions retired (golden), "
+    print(f"\nfast path ({cfg.name}): {n} random programs, {words} words, {retired} instructions retired (golden), "
           f"{len(mismatches)} mismatches; outcomes {outcomes}; executed {per_op}")
     assert not mismatches, mismatches[:3]
     assert len(outcomes) >= 7, outcomes

@@ -35,14 +35,14 @@ def activation_cases(C: int, seed: int, lines: int = 24):
     return beats, want
 
 
-@pytest.mark.parametrize("cols", [2, 4])
-def test_activation_bit_exact(cols):
-    cfg = AccelConfig(rows=4, cols=cols)
+@pytest.mark.parametrize("cols,lanes", [(2, 2), (4, 4), (8, 2)])
+def test_activation_bit_exact(cols, lanes):
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes)
     dut = ActivationUnit(cfg)
-    beats, want = activation_cases(cols, seed=cols)
+    beats, want = activation_cases(lanes, seed=cols + lanes)
     got = []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.3),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.3, out=got)])
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert [g.data[c] for c in range(cols)] == w, f"line {k} ({'GELU' if beats[k]['op'] else 'SILU'}) " \
+        assert [g.data[c] for c in range(lanes)] == w, f"line {k} ({'GELU' if beats[k]['op'] else 'SILU'}) " \
                                                       f"of {beats[k]['data']}"

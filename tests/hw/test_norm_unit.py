@@ -17,8 +17,10 @@ pytestmark = [pytest.mark.amaranth, pytest.mark.filterwarnings("ignore::amaranth
 
 
 def norm_cases(C: int, seed: int, rows=((13, True), (8, False), (5, True), (16, False), (1, False), (64, False),
-                                       (33, True))):
-    """Beats and expected lines for rows of (n elements, LayerNorm?), padded to whole lines."""
+                                       (33, True)), row_lanes: int | None = None):
+    """Beats (of ``C`` lanes) and expected lines for rows of (n elements, LayerNorm?), padded to whole
+    buffer lines of ``row_lanes`` (default ``C``) elements."""
+    RC = row_lanes or C
     rng = np.random.default_rng(seed)
     beats, want = [], []
     for r, (n, center) in enumerate(rows):
@@ -31,7 +33,7 @@ def norm_cases(C: int, seed: int, rows=((13, True), (8, False), (5, True), (16, 
         beta = rng.integers(-(1 << 16), 1 << 16, size=n)
         eps = int(rng.integers(0, 1 << 24)) if r % 2 else 43  # 1e-8 in units of 2**-32
         y = numerics.layernorm(x, gamma, beta, eps) if center else numerics.rmsnorm(x, gamma, eps)
-        nl = -(-n // C)
+        nl = -(-n // RC) * RC // C
 
         def pad(v, n=n, nl=nl):
             return np.concatenate([np.asarray(v).reshape(-1), np.full(nl * C - n, 123456)])  # junk must be ignored
@@ -52,13 +54,13 @@ def norm_cases(C: int, seed: int, rows=((13, True), (8, False), (5, True), (16, 
     return beats, want
 
 
-@pytest.mark.parametrize("cols", [4, 8])
-def test_norms_bit_exact(cols):
-    cfg = AccelConfig(rows=4, cols=cols)
+@pytest.mark.parametrize("cols,lanes", [(4, 4), (8, 8), (8, 2), (8, 4)])
+def test_norms_bit_exact(cols, lanes):
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes)
     dut = NormUnit(cfg)
-    beats, want = norm_cases(cols, seed=cols)
+    beats, want = norm_cases(lanes, seed=cols + lanes, row_lanes=cols)
     got = []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.3),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.3, out=got)])
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert [g.data[c] if w[c] is not None else None for c in range(cols)] == w, f"output line {k}"
+        assert [g.data[c] if w[c] is not None else None for c in range(lanes)] == w, f"output line {k}"

@@ -94,9 +94,9 @@ def _plain(beat) -> dict:
     return {"data": [int(v) for v in beat.data], "exp": int(beat.exp), "blk": int(beat.blk), "last": int(beat.last)}
 
 
-def run_quant(cols: int, seed: int, idle: float, stall: float, **kw):
-    dut = QuantUnit(AccelConfig(rows=4, cols=cols))
-    beats, want, stats = quant_cases(cols, seed, **kw)
+def run_quant(cols: int, seed: int, idle: float, stall: float, lanes: int = 0, **kw):
+    dut = QuantUnit(AccelConfig(rows=4, cols=cols, line_lanes=lanes))
+    beats, want, stats = quant_cases(lanes or cols, seed, **kw)  # a row of L lines of cols: L * cols / lanes beats
     got, cycles = [], []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(seed), idle),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(seed + 1), stall, out=got,
@@ -104,9 +104,9 @@ def run_quant(cols: int, seed: int, idle: float, stall: float, **kw):
     return [_plain(g) for g in got], want, stats, cycles
 
 
-@pytest.mark.parametrize("cols,seed", [(4, 1), (2, 2), (8, 3)])
-def test_quant_bit_exact(cols, seed):
-    got, want, stats, _ = run_quant(cols, seed, 0.3, 0.3)
+@pytest.mark.parametrize("cols,lanes,seed", [(4, 0, 1), (2, 0, 2), (8, 0, 3), (8, 2, 4), (8, 4, 5)])
+def test_quant_bit_exact(cols, lanes, seed):
+    got, want, stats, _ = run_quant(cols, seed, 0.3, 0.3, lanes)
     assert stats["carry_rows"] > 0, "no row exercised the s0 + 1 case"
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g == w, f"output beat {k}: {g} != {w}"

@@ -44,11 +44,12 @@ def softmax_row(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
     return rng.integers(I32_MIN, I32_MAX, size=n, endpoint=True)
 
 
-def softmax_row_beats(x: np.ndarray, C: int):
-    """The input beats of one row ``x`` (``1 x n``, padded with junk to whole lines) and the expected lines."""
+def softmax_row_beats(x: np.ndarray, C: int, row_lanes: int | None = None):
+    """The input beats (``C`` lanes) of one row ``x`` (``1 x n``, padded with junk to whole buffer lines of
+    ``row_lanes``, default ``C``, elements) and the expected output beats."""
     n = x.shape[1]
     y = numerics.softmax(x)[0]
-    L = -(-n // C)
+    L = -(-n // (row_lanes or C)) * (row_lanes or C) // C
     xp = np.concatenate([x[0], np.full(L * C - n, PAD)])
     yp = np.concatenate([y, np.zeros(L * C - n, np.int64)])
     beats = [{"kind": 0, "data": [0] * C, "last": 0, "n": n}]
@@ -57,17 +58,18 @@ def softmax_row_beats(x: np.ndarray, C: int):
     return beats, [[int(v) for v in yp[j * C:(j + 1) * C]] for j in range(L)]
 
 
-def expected_lasts(beats, C: int) -> list[int]:
-    """The ``last`` flag of every output line the headers in ``beats`` call for (1 on each row's final line)."""
+def expected_lasts(beats, C: int, row_lanes: int | None = None) -> list[int]:
+    """The ``last`` flag of every output beat the headers in ``beats`` call for (1 on each row's final beat)."""
     out = []
+    RC = row_lanes or C
     for b in beats:
         if b["kind"] == 0 and b["n"]:
-            L = -(-b["n"] // C)
+            L = -(-b["n"] // RC) * RC // C
             out += [0] * (L - 1) + [1]
     return out
 
 
-def softmax_cases(C: int, seed: int, rows: int = 12, max_n: int = 13):
+def softmax_cases(C: int, seed: int, rows: int = 12, max_n: int = 13, row_lanes: int | None = None):
     """Beats and expected output lines (lane values; lanes past ``n`` are written as 0) for ``rows`` random rows
     of 1..max_n elements (the hardware core's RtlUnits test uses this too).
 
@@ -79,7 +81,7 @@ def softmax_cases(C: int, seed: int, rows: int = 12, max_n: int = 13):
         n = 1 if r == 0 else int(rng.integers(1, max_n + 1))
         kind = KINDS[r % len(KINDS)]
         x = softmax_row(rng, kind, n).reshape(1, n)
-        b, w = softmax_row_beats(x, C)
+        b, w = softmax_row_beats(x, C, row_lanes)
         beats += b
         want += w
     return beats, want
@@ -92,15 +94,16 @@ def check_lines(got, want, lasts, what: str = "output line") -> None:
         assert ([int(v) for v in g.data], int(g.last)) == (w, last), f"{what} {k}"
 
 
-@pytest.mark.parametrize("cols,seed,idle,stall", [(4, 1, 0.3, 0.3), (2, 2, 0.3, 0.3), (8, 3, 0.3, 0.3),
-                                                  (4, 4, 0.0, 0.8)])  # a slow sink: rows overlap the drain
-def test_softmax_bit_exact(cols, seed, idle, stall):
-    dut = SoftmaxUnit(AccelConfig(rows=4, cols=cols))
-    beats, want = softmax_cases(cols, seed)
+@pytest.mark.parametrize("cols,lanes,seed,idle,stall", [(4, 4, 1, 0.3, 0.3), (2, 2, 2, 0.3, 0.3), (8, 8, 3, 0.3, 0.3),
+                                                        (4, 4, 4, 0.0, 0.8),  # a slow sink: rows overlap the drain
+                                                        (8, 2, 5, 0.3, 0.3), (8, 4, 6, 0.2, 0.4)])
+def test_softmax_bit_exact(cols, lanes, seed, idle, stall):
+    dut = SoftmaxUnit(AccelConfig(rows=4, cols=cols, line_lanes=lanes))
+    beats, want = softmax_cases(lanes, seed, row_lanes=cols)
     got = []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(seed), idle),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(seed + 1), stall, out=got)])
-    check_lines(got, want, expected_lasts(beats, cols))
+    check_lines(got, want, expected_lasts(beats, lanes, cols))
 
 
 def test_softmax_zero_n_writes_nothing():

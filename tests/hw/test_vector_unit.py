@@ -26,8 +26,13 @@ def rand_i32(rng, shape, big: bool):
     return rng.integers(-(1 << 20), 1 << 20, size=shape, dtype=np.int64)
 
 
-def vector_cases(C: int, seed: int):
-    """Input beats and the expected output lines of a mixed batch of ops (shared with the RTL test)."""
+def vector_cases(C: int, seed: int, row_lanes: int | None = None):
+    """Input beats and the expected output lines of a mixed batch of ops (shared with the RTL test).
+
+    ``C`` is the unit's lanes; ARGMAX rows are padded to whole buffer lines of ``row_lanes``
+    (default ``C``) elements and cut into beats of ``C``, as the sequencer sends them (beats wholly
+    past ``n`` carry ``n = 0``)."""
+    RC = row_lanes or C
     rng = np.random.default_rng(seed)
     beats, want = [], []
 
@@ -61,22 +66,22 @@ def vector_cases(C: int, seed: int):
         x = rng.integers(-50, 50, size=(1, n))
         if r == 0:
             x[0, [2, C + 1]] = 99  # two equal maxima in different lines: the first wins
-        nl = -(-n // C)
+        nl = -(-n // RC) * RC // C  # beats
         pad = np.concatenate([x[0], np.full(nl * C - n, I32.max)])  # padding must be ignored
         for j in range(nl):
             line(VecOp.ARGMAX, pad[j * C:(j + 1) * C], np.zeros(C), 0, int(j == 0), int(j == nl - 1),
-                 min(C, n - j * C))
+                 max(0, min(C, n - j * C)))
         want.append(np.array([numerics.argmax(x)[0]] + [0] * (C - 1)))
     return beats, want
 
 
-@pytest.mark.parametrize("cols", [4, 8])
-def test_vector_ops_bit_exact(cols):
-    cfg = AccelConfig(rows=4, cols=cols)
+@pytest.mark.parametrize("cols,lanes", [(4, 4), (8, 8), (8, 2), (8, 4)])
+def test_vector_ops_bit_exact(cols, lanes):
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes)
     dut = VectorUnit(cfg)
-    beats, want = vector_cases(cols, seed=cols)
+    beats, want = vector_cases(lanes, seed=cols + lanes, row_lanes=cols)
     got = []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.3),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.3, out=got)])
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert [g.data[c] for c in range(cols)] == [int(v) for v in w], f"output line {k}"
+        assert [g.data[c] for c in range(lanes)] == [int(v) for v in w], f"output line {k}"
