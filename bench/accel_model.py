@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from systolica.artifact import Artifact, StepState
 from systolica.bench.baselines import BaselineResult
 from systolica.bench.costs import CostInputs, board_usd_per_hour, load_costs
+from systolica.config import AccelConfig
 from systolica.sim.perf import PerfModel
 from systolica.sim.perf_costs import PerfParams
 from systolica.sim.roofline import Roofline, board_params, model_work
-
-from systolica.artifact import Artifact, StepState
-from systolica.config import AccelConfig
 
 __all__ = ["BoardSpec", "board_spec", "AccelTimer", "model_on_board"]
 

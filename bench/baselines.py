@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
 from systolica.bench.costs import CostInputs, load_costs, tokens_per_joule, usd_per_mtok
 from systolica.bench.errors import BenchError
 from systolica.bench.power import PowerMeter, cpu_meter, gpu_meter
-
 from systolica.model import Model
 
 __all__ = ["BaselineResult", "run_numpy", "run_torch", "run_llamacpp", "run_baselines", "BASELINES"]

@@ -3,8 +3,11 @@
     systolica bench --model default --boards kv260,zcu104,pynq-z2 --tokens 8 --json out.json --plots plots/
 
 The model is compiled once per board configuration; its programs are timed by the performance
-model (:mod:`systolica.bench.accel_model`).  The baselines run the same model on the same prompt on
-this machine.  Output: a terminal table, optionally JSON and plots (roofline, tokens/s vs prompt
+model (:mod:`systolica.bench.accel_model`).  Each board row states its fit (from a measured synthesis
+in the shared cache, :mod:`systolica.boards.fit_status`: yes / no / not measured), its clock (the board's
+target, assumed) and its power basis (measured / datasheet / assumed); a row that does not fit, or whose
+fit was never measured, is flagged as hypothetical.  ``--synth`` runs Yosys first for a board
+configuration the cache lacks.  The baselines run the same model on the same prompt on this machine.  Output: a terminal table, optionally JSON and plots (roofline, tokens/s vs prompt
 length and batch, energy per token).  RTL simulation of whole models is not offered: the RTL top
 level executes LOAD/STORE/GEMM/NOP only (``hw/decode.py`` ``RTL_OPS``).
 """
@@ -49,9 +52,12 @@ def _csv(s: str) -> list[str]:
 
 def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, baselines: list[str],
               gemm: str = "systolic", prompt_sweep: list[int] = (), batches: list[int] = (),
-              gguf_path: str | None = None, threads: int | None = None,
-              progress=lambda s: None) -> tuple[list, dict]:
-    """Rows of the comparison and the sweeps behind the plots."""
+              gguf_path: str | None = None, threads: int | None = None, synth: bool = False,
+              synth_timeout: float = 3600.0, progress=lambda s: None) -> tuple[list, dict]:
+    """Rows of the comparison and the sweeps behind the plots.
+
+    ``synth``: run Yosys for a board configuration without a current cached synthesis (slow);
+    otherwise such a row's fit is "not measured"."""
     from systolica.bench.accel_model import AccelTimer, board_spec, model_on_board
     from systolica.bench.baselines import run_baselines, run_torch
     from systolica.compiler.compile import compile_model
@@ -69,6 +75,7 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
         progress(f"timing {name}")
         row = model_on_board(art, spec, prompt, n_tokens, gemm=gemm)
         row.extra["prefill_rows"] = art.rows("prefill") if "prefill" in art.programs else 1
+        _attach_fit(row, name, spec.config, synth=synth, timeout=synth_timeout, progress=progress)
         rows.append(row)
         timer = AccelTimer(art, board_params(spec.config, dram_gbps=spec.dram_gbps, base=PerfParams(gemm=gemm)))
         f = spec.config.clock_mhz * 1e6
@@ -101,6 +108,28 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
     return rows, sweeps
 
 
+def _attach_fit(row, board_name: str, cfg, *, synth: bool, timeout: float, progress) -> None:
+    """Fit (measured or not), clock and power basis of a board row, in ``row.extra`` and its sources."""
+    from systolica.boards.board import load_board
+    from systolica.boards.fit_status import NOT_MEASURED, clock_basis, fit_status, power_basis
+
+    board = load_board(board_name)
+    st = fit_status(cfg, board)
+    if synth and st.state == NOT_MEASURED:
+        from systolica.boards.synth_cache import cache_dir, synthesize
+
+        progress(f"Yosys synthesis of {cfg.name} for {board.name} (slow)")
+        rec = synthesize(cfg, board, workdir=cache_dir() / "work" / f"{board.family}-{cfg.hash_hex()[:12]}",
+                         timeout=timeout)
+        st = fit_status(cfg, board, record=rec)
+    power = power_basis(board)
+    row.extra["fit"] = st.to_dict()
+    row.extra["fit_label"] = st.label()
+    row.extra["clock"] = clock_basis(cfg, st.record if st.measured else None)
+    row.extra["power"] = power
+    row.power_source = f"{power['basis']}: {power['source']}"
+
+
 class Bench:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -120,12 +149,17 @@ class Bench:
         p.add_argument("--batches", default="", help="batch sizes for the tokens/s-vs-batch plot, e.g. 1,2,4")
         p.add_argument("--threads", type=int, default=None,
                        help="CPU threads of the PyTorch and llama.cpp baselines (default: one per core)")
+        p.add_argument("--synth", action="store_true",
+                       help="run Yosys for a board configuration without a cached synthesis (minutes to hours); "
+                            "without it the row says 'fit: not measured'")
+        p.add_argument("--synth-timeout", type=float, default=3600.0, help="seconds per Yosys run (default 3600)")
         p.add_argument("--json", help="write the comparison as JSON here")
         p.add_argument("--plots", help="write the plots (PNG) into this folder")
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
         from rich.console import Console
+
         from systolica.bench.report import render_table, write_json
 
         con = Console(emoji=False)  # model specs like random:llama:... are not emoji codes
@@ -148,9 +182,14 @@ class Bench:
                                      baselines=_csv(args.baselines), gemm=args.gemm,
                                      prompt_sweep=[int(x) for x in _csv(args.sweep_prompts)],
                                      batches=[int(x) for x in _csv(args.batches)], gguf_path=gguf, threads=args.threads,
+                                     synth=args.synth, synth_timeout=args.synth_timeout,
                                      progress=lambda s: st.update(s))
         title = f"{model.config.name}: prompt {len(prompt)} tokens, {args.tokens} generated"
         con.print(render_table(rows, title))
+        hypothetical = [r.name for r in rows if r.extra.get("fit") and r.extra["fit"]["state"] != "yes"]
+        if hypothetical:
+            con.print(f"[yellow]hypothetical (no measured fit): {', '.join(hypothetical)} -- their figures are what "
+                      "the design would do IF it fit its board at the assumed clock")
         meta = {"model": args.model, "model_name": model.config.name, "prompt": args.prompt,
                 "prompt_tokens": len(prompt), "tokens": args.tokens, "gemm": args.gemm, "threads": args.threads,
                 "seconds": round(time.perf_counter() - t0, 1)}

@@ -4,8 +4,10 @@
         --dma-bits 64,128 --json dse.json --plot dse.png
 
 Prints the Pareto front (decode tokens/s up; DSPs, BRAM, energy per token down) per model among the
-points that fit their board, and marks which points do not fit; runs on all local cores by default, on a Ray cluster with
-``--ray ADDRESS`` (``--ray local`` starts Ray here).
+points whose fit a synthesis measured (:mod:`systolica.boards.fit_status`); points that do not fit or
+were never synthesized are listed, flagged and greyed, never ranked.  ``--synth`` runs Yosys first for
+configurations the shared synthesis cache lacks (minutes to hours each).  Runs on all local cores by
+default, on a Ray cluster with ``--ray ADDRESS`` (``--ray local`` starts Ray here).
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 
 
 def plot_pareto(points: list[dict], front: set[int], path: str | Path) -> Path:
-    """Tokens/s vs DSPs and energy per token vs tokens/s; filled = fits its board, ringed = Pareto."""
+    """Tokens/s vs array MACs and energy per token vs tokens/s.  Filled: fits (measured); hollow:
+    does not fit; grey x: fit not measured; ringed: Pareto front (among measured fits only)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -58,22 +61,28 @@ def plot_pareto(points: list[dict], front: set[int], path: str | Path) -> Path:
         for i, p in enumerate(points):
             if p["board"] != b:
                 continue
-            kw = {"color": f"C{bi}", "marker": "o", "linestyle": "none",
-                  "markerfacecolor": f"C{bi}" if p["fits"] else "none"}
-            a1.plot(p["dsp"], p["decode_tokens_per_s"], **kw)
+            if p.get("fit") == "yes":
+                kw = {"color": f"C{bi}", "marker": "o", "markerfacecolor": f"C{bi}"}
+            elif p.get("fit") == "no":
+                kw = {"color": f"C{bi}", "marker": "o", "markerfacecolor": "none", "alpha": 0.6}
+            else:
+                kw = {"color": "0.6", "marker": "x"}
+            kw["linestyle"] = "none"
+            a1.plot(p["macs"], p["decode_tokens_per_s"], **kw)
             a2.plot(p["decode_tokens_per_s"], p["joules_per_token"], **kw)
             if i in front:
-                for ax, xy in ((a1, (p["dsp"], p["decode_tokens_per_s"])),
+                for ax, xy in ((a1, (p["macs"], p["decode_tokens_per_s"])),
                                (a2, (p["decode_tokens_per_s"], p["joules_per_token"]))):
                     ax.plot(*xy, marker="o", markersize=13, markerfacecolor="none", color="k", linestyle="none")
-        a1.plot([], [], "o", color=f"C{bi}", label=b)
-    a1.plot([], [], "o", color="k", markerfacecolor="none", markersize=13, label="Pareto front")
-    a1.plot([], [], "o", color="gray", markerfacecolor="none", label="does not fit")
+        a1.plot([], [], "o", color=f"C{bi}", label=f"{b} (fits, measured)")
+    a1.plot([], [], "o", color="k", markerfacecolor="none", markersize=13, label="Pareto front (measured fits)")
+    a1.plot([], [], "o", color="gray", markerfacecolor="none", label="does NOT fit (synthesis)")
+    a1.plot([], [], "x", color="0.6", label="fit not measured")
     a1.set_xscale("log")
-    a1.set_xlabel("DSPs (one per int8 MAC)")
-    a1.set_ylabel("decode tokens/s")
-    a2.set_xlabel("decode tokens/s")
-    a2.set_ylabel("energy per token (J)")
+    a1.set_xlabel("array MACs (rows x cols)")
+    a1.set_ylabel("decode tokens/s (modelled, assumed clock)")
+    a2.set_xlabel("decode tokens/s (modelled, assumed clock)")
+    a2.set_ylabel("energy per token (J, board power figure)")
     a2.set_yscale("log")
     for a in (a1, a2):
         a.grid(True, alpha=0.3)
@@ -82,6 +91,10 @@ def plot_pareto(points: list[dict], front: set[int], path: str | Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
+
+
+def _num(v, fmt: str = "g") -> str:
+    return "-" if v is None else format(v, fmt)
 
 
 class Dse:
@@ -97,6 +110,10 @@ class Dse:
                        help="GEMM datapath to model: the RTL's systolic array (default) or the earlier line-dot one")
         p.add_argument("--workers", type=int, default=None, help="local processes (default: one per core)")
         p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster ('local' starts one here)")
+        p.add_argument("--synth", action="store_true",
+                       help="run Yosys for configurations without a cached synthesis (minutes to hours each); "
+                            "without it they are reported as 'fit: not measured'")
+        p.add_argument("--synth-timeout", type=float, default=3600.0, help="seconds per Yosys run (default 3600)")
         p.add_argument("--json", help="write every point (and the front) as JSON")
         p.add_argument("--plot", help="write the Pareto plot (PNG)")
 
@@ -105,7 +122,8 @@ class Dse:
         from rich.console import Console
         from rich.progress import Progress
         from rich.table import Table
-        from systolica.bench.dse import make_tasks, pareto_front, run_tasks
+
+        from systolica.bench.dse import front_of, make_tasks, run_tasks
 
         con = Console(emoji=False)  # model specs like random:llama:... are not emoji codes
         if not con.is_terminal:
@@ -117,28 +135,44 @@ class Dse:
                            args.prompt_len, args.gemm)
         if not tasks:
             raise BenchError("no valid configuration: check --shapes and --dma-bits against the boards")
+        if args.synth:
+            from systolica.bench.dse import synthesize_missing
+
+            for r in synthesize_missing(tasks, timeout=args.synth_timeout, say=con.print):
+                con.print(f"synthesized {r['config']} for {r['board']} in {r['seconds']:.0f} s -> {r['cache']}")
         with Progress(console=con, transient=True) as prog:
             job = prog.add_task(f"{len(tasks)} design points", total=len(tasks))
             points = run_tasks(tasks, workers=args.workers, ray_address=args.ray,
                                progress=lambda d, n: prog.update(job, completed=d))
         ok = [p for p in points if "error" not in p]
-        front: set[int] = set()
-        for m in models:  # a front per model among the points that fit their board: what one can build
-            idx = [i for i, p in enumerate(ok) if p["model"] == m and p["fits"]]
-            front |= {idx[j] for j in pareto_front([ok[i] for i in idx])} if idx else set()
-        t = Table(title=f"design space: {len(ok)} points, {len(front)} on the Pareto front")
-        for col in ("model", "board", "config", "decode tok/s", "TTFT ms", "DSP", "BRAM", "J/token", "fits", "Pareto"):
-            t.add_column(col, justify="right" if col not in ("model", "board", "config") else "left")
-        for i, p in sorted(enumerate(ok), key=lambda x: -x[1]["decode_tokens_per_s"]):
+        front = front_of(ok)
+        n_fit = sum(p["fit"] == "yes" for p in ok)
+        n_unmeasured = sum(p["fit"] == "not measured" for p in ok)
+        t = Table(title=f"design space: {len(ok)} points; {n_fit} fit (measured synthesis), "
+                        f"{n_unmeasured} not measured; {len(front)} on the Pareto front of measured fits")
+        for col in ("model", "board", "config", "decode tok/s", "TTFT ms", "DSP", "BRAM", "J/token", "fit",
+                    "clock MHz", "power W", "Pareto"):
+            t.add_column(col, justify="right" if col not in ("model", "board", "config", "fit") else "left")
+        order = {"yes": 0, "no": 1, "not measured": 2}  # measured fits first: the others are not ranked
+        for i, p in sorted(enumerate(ok), key=lambda x: (order[x[1]["fit"]], -x[1]["decode_tokens_per_s"])):
+            fit = p["fit"] + (f" ({p['fit_tightest']})" if p["fit_tightest"] else "")
+            if p["buffers_in_ff"]:
+                fit += ", buffers in FFs"
             t.add_row(p["model"], p["board"], p["config"], f"{p['decode_tokens_per_s']:.1f}", f"{p['ttft_s'] * 1e3:.1f}",
-                      str(p["dsp"]), str(p["bram"]), f"{p['joules_per_token']:.4f}", "yes" if p["fits"] else "NO",
-                      "*" if i in front else "")
+                      _num(p["dsp"]), _num(p["bram"]), f"{p['joules_per_token']:.4f}",
+                      fit if p["fit"] == "yes" else f"[red]{fit}[/red]",
+                      f"{p['clock']['mhz']:g} {p['clock']['basis']}", f"{p['power_w']:g} {p['power']['basis']}",
+                      "*" if i in front else "", style=None if p["fit"] == "yes" else "dim")
         con.print(t)
+        if n_unmeasured:
+            con.print(f"[yellow]{n_unmeasured} point(s) have no measured synthesis: their speed is what the design "
+                      "would do IF it fit (systolica build --board B --config C, or dse --synth, measures it)")
         for p in points:
             if "error" in p:
                 con.print(f"[yellow]{p['board']} {p['config']}: {p['error']}[/yellow]")
         if args.json:
             Path(args.json).write_text(json.dumps({"points": ok, "pareto": sorted(front),
+                                                   "pareto_basis": "measured fits only (fit == 'yes')",
                                                    "failed": [p for p in points if "error" in p]}, indent=1))
             con.print(f"JSON: {args.json}")
         if args.plot:

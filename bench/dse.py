@@ -9,14 +9,16 @@ the cycles of an ``L``-layer model are ``c(1) + (L - 1) * (c(2) - c(1))``, from 
 one and two layers (the embedding and output projection are in both).  That keeps a point of a
 30-layer model at a few seconds.
 
-Resources (documented estimate, used when the boards part has no calibrated model): one DSP48 per
-int8 MAC of the array (``rows x cols``; DSP packing of two int8 MACs is not assumed), block RAM from
-:func:`systolica.boards.fit.bram_tiles` (the three buffers by bits and by line width), LUTs
-``8000 + 60 x PEs``.  A point fits a board when every resource is at most 80 % of the board's.
-Power: the board's stated power scaled by ``0.6 + 0.4 x`` the largest resource utilization
-(an assumption: ~60 % of a board's power is static -- PS, DRAM, regulators).
+Fit comes only from measured synthesis (:func:`systolica.boards.fit_status.fit_status`): a point is
+``yes`` / ``no`` when the shared synthesis cache holds a Yosys run of its configuration for the board's
+family (``systolica build``, or ``systolica dse --synth``), ``no`` when the hardware generator refuses the
+configuration, and ``not measured`` otherwise.  Its DSP / BRAM / LUT counts are the measured ones
+(``None`` when not measured).  The clock is the board's target, labelled assumed (a measured Fmax
+replaces it once a record carries one); power is the board file's figure with the basis its
+comment gives (measured / datasheet / assumed).
 
-:func:`pareto_front` keeps the points no other point beats on every objective.
+:func:`pareto_front` keeps the points no other point beats on every objective; :func:`front_of` applies it
+per model among the points whose fit was measured and is ``yes`` only.
 """
 
 from __future__ import annotations
@@ -27,13 +29,12 @@ import math
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-__all__ = ["pareto_front", "variants", "evaluate", "estimate_resources", "make_tasks", "run_tasks",
+__all__ = ["pareto_front", "front_of", "variants", "evaluate", "make_tasks", "run_tasks", "synthesize_missing",
            "OBJECTIVES", "truncate_layers"]
 
 #: (key, sense) of the Pareto objectives: decode speed up; DSPs, BRAM and energy per token down.
 OBJECTIVES: tuple[tuple[str, str], ...] = (("decode_tokens_per_s", "max"), ("dsp", "min"), ("bram", "min"),
                                            ("joules_per_token", "min"))
-FIT_MARGIN = 0.8
 
 
 def _dominates(a: dict, b: dict, objectives) -> bool:
@@ -81,14 +82,6 @@ def variants(base, shapes: Sequence[tuple[int, int]], dma_bits: Sequence[int]) -
     return out
 
 
-def estimate_resources(cfg, family: str) -> dict:
-    """DSP, BRAM and LUT estimate of a configuration (see the module docstring)."""
-    from systolica.boards.fit import bram_tiles
-
-    pes = cfg.rows * cfg.cols
-    return {"dsp": pes, "bram": bram_tiles(cfg, family), "lut": 8000 + 60 * pes}
-
-
 def truncate_layers(model, n: int):
     """The model's first ``n`` blocks with its embedding, final norm and output (same shapes)."""
     from systolica.model import Model
@@ -123,7 +116,6 @@ def evaluate(task: dict) -> dict:
     """One design point: ``task`` = {model, board, config (dict), prompt_len, gemm}; picklable both ways."""
     from systolica.bench.accel_model import board_spec
     from systolica.boards.board import load_board
-
     from systolica.config import AccelConfig
 
     cfg = AccelConfig.from_dict(dict(task["config"]))
@@ -143,15 +135,58 @@ def evaluate(task: dict) -> dict:
     except Exception as e:  # noqa: BLE001 - a config the model does not fit is a result, not a crash
         out["error"] = f"{type(e).__name__}: {e}"
         return out
-    res = estimate_resources(cfg, board.family)
-    avail = board.resources.as_dict()
-    util = {k: res[k] / avail[k] for k in res if avail.get(k)}
-    power = spec.power_w * (0.6 + 0.4 * min(1.0, max(util.values())))
-    f = cfg.clock_mhz * 1e6
+    from systolica.boards.fit_status import clock_basis, fit_status, power_basis
+
+    st = fit_status(cfg, board)
+    rec = st.record if st.measured else None
+    measured = rec.resources.as_dict() if rec is not None else {}
+    clock = clock_basis(cfg, rec)
+    power = power_basis(board)
+    f = clock["mhz"] * 1e6
     tps = f / dec
-    out.update(res, decode_cycles=dec, prefill_cycles=pre, prefill_rows=rows, decode_tokens_per_s=tps,
-               ttft_s=pre / f, utilization=util, fits=all(u <= FIT_MARGIN for u in util.values()),
-               power_w=power, joules_per_token=power / tps)
+    out.update({k: measured.get(k) for k in ("lut", "ff", "dsp", "bram", "uram")},
+               macs=cfg.rows * cfg.cols, decode_cycles=dec, prefill_cycles=pre, prefill_rows=rows,
+               decode_tokens_per_s=tps, ttft_s=pre / f,
+               fit=st.state, fits=st.fits, fit_tightest=st.tightest, fit_reason=st.reason,
+               buffers_in_ff=list(st.buffers_in_ff),
+               utilization={r.kind: r.utilization for r in st.report.rows} if st.report else None,
+               clock=clock, power=power, power_w=power["watts"], joules_per_token=power["watts"] / tps)
+    return out
+
+
+def front_of(points: Sequence[dict], objectives: Sequence[tuple[str, str]] = OBJECTIVES) -> set[int]:
+    """Indices of ``points`` on a Pareto front per model, chosen among measured fits only (``fit == "yes"``):
+    a design that does not fit, or whose fit was never measured, is never ranked."""
+    front: set[int] = set()
+    for m in dict.fromkeys(p.get("model") for p in points):
+        idx = [i for i, p in enumerate(points) if p.get("model") == m and p.get("fit") == "yes" and "error" not in p]
+        if idx:
+            front |= {idx[j] for j in pareto_front([points[i] for i in idx], objectives)}
+    return front
+
+
+def synthesize_missing(tasks: Sequence[dict], *, timeout: float = 3600.0, say=lambda s: None) -> list[dict]:
+    """Run Yosys (one configuration at a time) for every task's configuration that has no current
+    synthesis in the shared cache and that the hardware generator accepts; returns a record per run."""
+    from systolica.boards.board import load_board
+    from systolica.boards.fit import hardware_problem
+    from systolica.boards.synth_cache import cache_dir, lookup, synthesize
+    from systolica.config import AccelConfig
+
+    done, out = set(), []
+    for t in tasks:
+        board = load_board(t["board"])
+        cfg = AccelConfig.from_dict(dict(t["config"]))
+        key = (board.family, board.resources.uram > 0, cfg.hash_hex())
+        if key in done or hardware_problem(cfg):
+            continue
+        done.add(key)
+        rec = lookup(cfg, board)
+        if rec is not None and not rec.stale:
+            continue
+        work = cache_dir() / "work" / f"{board.family}-{cfg.hash_hex()[:12]}"
+        rec = synthesize(cfg, board, workdir=work, timeout=timeout, say=say)
+        out.append({"board": board.name, "config": cfg.name, "seconds": rec.seconds, "cache": str(rec.path)})
     return out
 
 

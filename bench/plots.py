@@ -21,6 +21,18 @@ def _plt():
     return plt
 
 
+def _hypothetical(row: dict) -> str:
+    """'' for a row that fits its board (or is no board row); else why its figures are hypothetical."""
+    fit = row["extra"].get("fit")
+    if fit is None or fit["state"] == "yes":
+        return ""
+    return "does not fit" if fit["state"] == "no" else "fit not measured"
+
+
+def _hypothetical_names(doc: dict) -> dict[str, str]:
+    return {r["name"]: _hypothetical(r) for r in doc["rows"]}
+
+
 def plot_roofline(doc: dict, path: Path) -> Path:
     """Attainable MAC/s vs arithmetic intensity per board, with the decode and prefill points reached."""
     plt = _plt()
@@ -28,16 +40,19 @@ def plot_roofline(doc: dict, path: Path) -> Path:
     for i, r in enumerate(x for x in doc["rows"] if x["extra"].get("roofline") and not x["skipped"]):
         roof, work, ex = r["extra"]["roofline"], r["extra"]["work"], r["extra"]
         color = f"C{i}"
+        hyp = _hypothetical(r)
+        tag = f" ({hyp})" if hyp else ""
+        face = "none" if hyp else color  # hollow markers: the board cannot hold this design (or nobody measured)
         ridge = roof["ridge_macs_per_byte"]
         xs = [ridge / 100, ridge, ridge * 100]
         ax.loglog(xs, [min(roof["peak_macs_per_s"], x * roof["dram_bytes_per_s"]) for x in xs], color=color,
                   label=f"{r['device']} roof")
         dec_i = work["matmul_macs"] / work["weight_bytes"]
         ax.loglog([dec_i], [r["decode_tokens_per_s"] * work["matmul_macs"]], "o", color=color,
-                  label=f"{r['device']} decode")
+                  markerfacecolor=face, label=f"{r['device']} decode{tag}")
         chunk = max(1, int(ex.get("prefill_rows", 1)))
         ax.loglog([dec_i * chunk], [ex["prefill_tokens_per_s"] * work["matmul_macs"]], "s", color=color,
-                  label=f"{r['device']} prefill")
+                  markerfacecolor=face, label=f"{r['device']} prefill{tag}")
     ax.set_xlabel("arithmetic intensity (MACs per DRAM byte)")
     ax.set_ylabel("MAC/s")
     ax.set_title("Roofline (modelled at board clock)")
@@ -53,11 +68,13 @@ def plot_prompt_sweep(doc: dict, path: Path) -> Path:
     """Decode tokens/s and time to first token vs prompt length."""
     plt = _plt()
     sw = doc["sweeps"].get("prompt", {})
+    hyp = _hypothetical_names(doc)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     for name, pts in sw.items():
         lens = [p["prompt_tokens"] for p in pts]
-        a1.plot(lens, [p["decode_tokens_per_s"] for p in pts], "o-", label=name)
-        a2.plot(lens, [p["ttft_s"] * 1e3 for p in pts], "o-", label=name)
+        style, label = ("o--", f"{name} ({hyp[name]})") if hyp.get(name) else ("o-", name)
+        a1.plot(lens, [p["decode_tokens_per_s"] for p in pts], style, label=label, mfc="none" if hyp.get(name) else None)
+        a2.plot(lens, [p["ttft_s"] * 1e3 for p in pts], style, label=label, mfc="none" if hyp.get(name) else None)
     a1.set_xlabel("prompt tokens")
     a1.set_ylabel("decode tokens/s")
     a2.set_xlabel("prompt tokens")
@@ -76,9 +93,11 @@ def plot_batch_sweep(doc: dict, path: Path) -> Path:
     """Aggregate decode tokens/s vs batch (systolica's programs decode one sequence: flat)."""
     plt = _plt()
     sw = doc["sweeps"].get("batch", {})
+    hyp = _hypothetical_names(doc)
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, pts in sw.items():
-        ax.plot([p["batch"] for p in pts], [p["decode_tokens_per_s"] for p in pts], "o-", label=name)
+        style, label = ("o--", f"{name} ({hyp[name]})") if hyp.get(name) else ("o-", name)
+        ax.plot([p["batch"] for p in pts], [p["decode_tokens_per_s"] for p in pts], style, label=label)
     ax.set_xlabel("batch (sequences decoded together)")
     ax.set_ylabel("decode tokens/s (all sequences)")
     ax.grid(True, alpha=0.3)
@@ -94,8 +113,14 @@ def plot_energy(doc: dict, path: Path) -> Path:
     plt = _plt()
     rows = [r for r in doc["rows"] if not r["skipped"] and r["tokens_per_joule"]]
     fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * max(len(rows), 1)))
-    ax.barh([r["name"] for r in rows], [1 / r["tokens_per_joule"] for r in rows],
-            color=["C0" if r["extra"].get("roofline") else "C1" for r in rows])
+    bars = ax.barh([r["name"] + (f" [{_hypothetical(r)}]" if _hypothetical(r) else "") for r in rows],
+                   [1 / r["tokens_per_joule"] for r in rows],
+                   color=["C0" if r["extra"].get("roofline") else "C1" for r in rows])
+    for bar, r in zip(bars, rows, strict=True):
+        if _hypothetical(r):  # greyed and hatched: the board cannot be shown to hold this design
+            bar.set_color("0.8")
+            bar.set_hatch("//")
+            bar.set_edgecolor("0.4")
     ax.set_xscale("log")
     ax.set_xlabel("energy per token (J), stated or measured power / decode tokens/s")
     ax.invert_yaxis()

@@ -53,20 +53,34 @@ def render_table(rows: Sequence[BaselineResult], title: str = "systolica bench")
 
     t = Table(title=title, show_lines=False)
     t.add_column("system", justify="left", no_wrap=True)
-    for col, just in ( ("TTFT ms", "right"), ("decode tok/s", "right"), ("x ref", "right"),
+    for col, just in (("TTFT ms", "right"), ("decode tok/s", "right"), ("x ref", "right"),
                       ("% of bound", "right"), ("power W", "right"), ("tok/J", "right"), ("$/Mtok", "right"),
-                      ("note", "left")):
+                      ("fits board", "left"), ("note", "left")):
         t.add_column(col, justify=just)
     for d in comparison(rows):
         frac = d["extra"].get("decode_fraction_of_bound")
         if d["skipped"]:
-            t.add_row(d["name"], "-", "-", "-", "-", "-", "-", "-", f"skipped: {d['skipped']}")
+            t.add_row(d["name"], "-", "-", "-", "-", "-", "-", "-", "-", f"skipped: {d['skipped']}")
             continue
-        note = "modelled" if d["extra"].get("roofline") else "measured"
-        note += ", power measured" if "measured" in (d["power_source"] or "") else ", power stated"
+        fit = d["extra"].get("fit")
+        if d["extra"].get("roofline"):
+            clock = d["extra"].get("clock") or {}
+            note = f"modelled at {clock.get('mhz', d['extra'].get('clock_mhz', 0)):g} MHz ({clock.get('basis', 'assumed')})"
+        else:
+            note = "measured"
+        power = d["extra"].get("power")
+        if power:
+            note += f", power {power['basis']}"
+        else:
+            note += ", power measured" if "measured" in (d["power_source"] or "") else ", power stated"
+        hypothetical = fit is not None and fit["state"] != "yes"
+        if hypothetical:
+            note += ", HYPOTHETICAL: " + ("does not fit" if fit["state"] == "no" else "fit not measured")
+        fits = "-" if fit is None else d["extra"].get("fit_label", fit["state"])
         t.add_row(d["name"], _f(d["ttft_s"] and d["ttft_s"] * 1e3, ".1f"), _f(d["decode_tokens_per_s"], ".1f"),
                   _f(d["decode_speedup_vs_ref"], ".2f"), _f(frac and 100 * frac, ".0f"), _f(d["power_w"], ".1f"),
-                  _f(d["tokens_per_joule"], ".2f"), _f(d["usd_per_mtok"], ".3f"), note)
+                  _f(d["tokens_per_joule"], ".2f"), _f(d["usd_per_mtok"], ".3f"),
+                  fits if not hypothetical else f"[red]{fits}[/red]", note, style="dim" if hypothetical else None)
     return t
 
 

@@ -6,8 +6,10 @@ Writes into the output folder (default ``build/<board>``)::
     build.tcl     Vivado batch script (Zynq / Kria / Alveo boards)
     kernel.xml, link.sh   (Alveo: Vitis RTL kernel)
     ecp5/         (ECP5 boards, with --pnr) bitstream, nextpnr report and logs
-    synth/        Yosys resource counts, cached per config hash and family
-    fit.json      resources vs available, the verdict and the suggested largest array
+    synth/        the Yosys run (``<family>-work/yosys.log``); its counts go to the shared cache
+                  ($SYSTOLICA_CACHE/synth, systolica.boards.synth_cache) that bench and dse read
+    fit.json      measured counts vs available, utilization, the verdict and tightest resource,
+                  synthesis wall time, which memories became BRAM/URAM/flip-flops, warnings
     deploy/       what goes onto the board (see systolica.boards.deploy)
 
 Vivado runs only with ``--vivado`` and ``vivado`` on PATH; the open-source ECP5
@@ -24,44 +26,79 @@ from pathlib import Path
 
 from systolica.boards.board import Board, Resources, list_boards, load_board
 from systolica.boards.fit import DEFAULT_MARGIN, FitReport, ResourceModel, fit_check, largest_fit
+from systolica.boards.synth_cache import SynthRecord
 from systolica.config import AccelConfig, load_config
 
-__all__ = ["Build", "estimate_resources", "analytic_model"]
+__all__ = ["Build", "estimate_resources", "estimate_model", "analytic_model", "FIT_SCHEMA"]
+
+FIT_SCHEMA = "systolica-fit/1"
 
 
 def analytic_model(family: str) -> ResourceModel:
-    """A prior for when Yosys is not run (``--estimate``): one int8 MAC per DSP, ~40 LUT and
+    """A prior for when no synthesis is cached (``--estimate``): one int8 MAC per DSP, ~40 LUT and
     ~80 FF per processing element (operand and partial-sum registers, accumulate adder),
-    ~10k LUT / 12k FF of control, DMA and AXI logic.  Rough; Yosys numbers replace it."""
+    ~10k LUT / 12k FF of control, DMA and AXI logic, buffers in block RAM.  Uncalibrated: the
+    synthesized top level has been far larger (docs/boards.md)."""
     return ResourceModel(family, fixed=Resources(lut=10000, ff=12000), per_pe=Resources(lut=40, ff=80, dsp=1))
 
 
+def estimate_model(family: str, *, root: Path | None = None) -> tuple[ResourceModel, str]:
+    """The ``--estimate`` model for ``family``: calibrated on the cached measured syntheses of that
+    family (current ``hw/`` sources first, older ones if there are no current ones), else the
+    uncalibrated :func:`analytic_model`.  Returns the model and a sentence saying which."""
+    from systolica.boards.synth_cache import records
+    from systolica.config import ConfigError
+
+    recs = records(family, root=root)
+    current = [r for r in recs if not r.stale]
+    use, note = (current, "") if current else (recs, ", of older hw/ sources")
+    points = []
+    for r in use:
+        try:
+            points.append((r.accel_config(), r.resources))
+        except (ConfigError, TypeError):
+            continue  # a record from an older AccelConfig schema
+    if not points:
+        return analytic_model(family), "uncalibrated per-PE model (no measured synthesis cached)"
+    names = ", ".join(sorted({f"{c.rows}x{c.cols}" for c, _ in points}))
+    return (ResourceModel.calibrate(family, points),
+            f"per-PE model calibrated on {len(points)} measured synthesis(es) ({names}{note})")
+
+
 def estimate_resources(cfg: AccelConfig, board: Board, verilog: Path, synth_dir: Path, *, timeout: float,
-                       say=print) -> tuple[Resources, str]:
-    """Yosys resource counts of ``verilog`` for ``board``'s family, cached in ``synth_dir``."""
-    from systolica.boards.yosys import synth_resources
-    from systolica.hw.generate import TOP_NAME
+                       say=print) -> tuple[SynthRecord, str]:
+    """The measured synthesis of ``verilog`` for ``board``: the shared cache's record if it is of the
+    current ``hw/`` sources, else a Yosys run (stored in the cache)."""
+    from systolica.boards.synth_cache import lookup, synthesize
 
-    synth_dir.mkdir(parents=True, exist_ok=True)
-    uram = board.resources.uram > 0
-    cache = synth_dir / f"{board.family}{'-uram' if uram else ''}-{cfg.hash_hex()[:12]}.json"
-    if cache.exists():
-        d = json.loads(cache.read_text())
-        return Resources(**d["resources"]), f"yosys (cached {cache.name})"
-    say(f"Yosys {'synth_ecp5' if board.family == 'ecp5' else 'synth_xilinx -family ' + board.family} on "
-        f"{verilog.name}: this takes minutes (WebAssembly Yosys); --estimate skips it")
-    r = synth_resources([verilog], TOP_NAME, board.family, uram=uram,
-                        workdir=synth_dir / f"{board.family}-work", timeout=timeout)
-    cache.write_text(json.dumps({"config": cfg.to_dict(), "family": board.family, "resources": r.resources.as_dict(),
-                                 "cells": r.cells, "seconds": round(r.seconds, 1)}, indent=1))
-    return r.resources, f"yosys ({r.seconds:.0f} s)"
+    rec = lookup(cfg, board)
+    if rec is not None and not rec.stale:
+        return rec, f"yosys, measured (cached {rec.when}, {rec.seconds or 0:.0f} s)"
+    if rec is not None:
+        say(f"[yellow]the cached synthesis ({rec.when}) is of older hw/ sources: synthesizing again")
+    rec = synthesize(cfg, board, workdir=synth_dir, verilog=verilog, timeout=timeout, say=say)
+    return rec, f"yosys, measured ({rec.seconds or 0:.0f} s)"
 
 
-def _fit_table(report: FitReport, title: str):
+def _memory_lines(rec: SynthRecord) -> list[str]:
+    from systolica.boards.yosys_log import MemoryMapping
+
+    mems = [MemoryMapping(**m) for m in rec.memories]
+    out = []
+    for kind, label in (("bram", "block RAM"), ("uram", "UltraRAM"), ("lutram", "LUT-RAM"), ("ff", "flip-flops"),
+                        ("other", "other cells")):
+        names = [m.name + (f" ({m.bits:,} bits)" if m.bits else "") for m in mems if m.kind == kind]
+        if names:
+            out.append(f"  memories in {label}: {', '.join(names)}")
+    return out
+
+
+def _fit_table(report: FitReport, title: str, *, estimate: bool = False):
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("resource", "used", "available", f"limit ({report.margin:.0%})", "use", "fits"):
+    verdict = "within limit (estimate)" if estimate else "fits"
+    for col in ("resource", "used", "available", f"limit ({report.margin:.0%})", "use", verdict):
         t.add_column(col, justify="left" if col == "resource" else "right")
     for r in report.rows:
         t.add_row(r.kind.upper(), f"{r.used:,.1f}".rstrip("0").rstrip("."), f"{r.available:,.0f}",
@@ -80,12 +117,13 @@ class Build:
         p.add_argument("--vivado", action="store_true", help="run Vivado in batch mode (needs vivado on PATH)")
         p.add_argument("--pnr", action="store_true", help="ECP5 boards: place and route with nextpnr, report Fmax")
         p.add_argument("--estimate", action="store_true",
-                       help="skip Yosys; estimate resources from a rough per-PE model")
+                       help="skip Yosys: an ESTIMATE from a per-PE model (calibrated on cached syntheses when there are "
+                            "any), not a fit")
         p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                        help=f"largest share of each resource to use (default {DEFAULT_MARGIN})")
         p.add_argument("--jobs", type=int, default=4, help="Vivado parallel jobs (default 4)")
         p.add_argument("--synth-timeout", type=float, default=1800.0,
-                       help="seconds Yosys may take before the model estimate is used instead (default 1800)")
+                       help="seconds Yosys may take before the (labelled) estimate is used instead (default 1800)")
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
@@ -122,37 +160,77 @@ class Build:
         later = sorted(p.name for p in files.values() if not p.exists())
         say(f"  deploy       {out / 'deploy'} ({', '.join(have)}" + (f"; {', '.join(later)} after Vivado)" if later else ")"))
 
-        # Fit check and the largest array the board holds
-        if args.estimate:
-            used, source = analytic_model(board.family).predict(cfg), "estimate (--estimate)"
-        else:
+        # Fit check (measured synthesis, or a labelled estimate) and the largest array the board holds
+        rec, est_note = None, ""
+        if not args.estimate:
             from systolica.boards.yosys import YosysError
 
             try:
                 with console.status("Yosys synthesis for the fit check"):
-                    used, source = estimate_resources(cfg, board, paths["verilog"], out / "synth",
-                                                      timeout=args.synth_timeout, say=say)
-            except YosysError as e:  # missing or too slow: say so and fall back to the model
-                say(f"[yellow]Yosys gave no counts ({str(e).splitlines()[0]}); using the rough per-PE model")
-                used, source = analytic_model(board.family).predict(cfg), "estimate (Yosys failed)"
-                args.estimate = True
+                    rec, source = estimate_resources(cfg, board, paths["verilog"], out / "synth",
+                                                     timeout=args.synth_timeout, say=say)
+            except YosysError as e:  # missing or too slow: say so and fall back to the estimate
+                say(f"[yellow]Yosys gave no counts ({str(e).splitlines()[0]}); falling back to an ESTIMATE")
+                args.estimate, est_why = True, "Yosys failed"
+        else:
+            est_why = "--estimate"
+        if args.estimate:
+            model, est_note = estimate_model(board.family)
+            used, source = model.predict(cfg), f"estimate ({est_why}; {est_note})"
+        else:
+            used = rec.resources
         report = fit_check(board, used, config=cfg.name, margin=args.margin, source=source)
-        say(_fit_table(report, f"{cfg.name} on {board.name} ({board.part}), resources from {source}"))
-        say(("[green]" if report.fits else "[red]") + report.summary())
-        model = (analytic_model(board.family) if args.estimate
+        say(_fit_table(report, f"{cfg.name} on {board.name} ({board.part}), resources from {source}",
+                       estimate=bool(args.estimate)))
+        if args.estimate:
+            say(("[yellow]" if report.fits else "[red]") + report.summary())
+        else:
+            say(("[green]" if report.fits else "[red]") + report.summary())
+            say(f"  synthesis wall time {rec.seconds or 0:.0f} s; counts cached in {rec.path}")
+            for line in _memory_lines(rec):
+                say(line)
+        warnings = []
+        if rec is not None and rec.buffers_in_ff:
+            warnings.append(f"buffer memories mapped to flip-flops: {', '.join(rec.buffers_in_ff)}; a block RAM "
+                            "has at most one write and one read port (or two read/write ports), so these "
+                            "cost depth x width flip-flops each")
+        for w in warnings:
+            say(f"[bold yellow]warning:[/] {w}")
+        model = (estimate_model(board.family)[0] if args.estimate
                  else ResourceModel.calibrate(board.family, [(cfg, used)]))
         best = largest_fit(board, cfg, model.predict, margin=args.margin)
         if best is None:
-            say("[red]no array shape fits this board with the model's estimate")
+            say("[red]no array shape is within the board's limits by the model's estimate")
         else:
-            basis = "rough per-PE model" if args.estimate else "model calibrated on this synthesis"
-            say(f"largest array that fits ({basis}): [bold]{best[0].rows}x{best[0].cols}[/] "
+            basis = est_note if args.estimate else "model calibrated on this synthesis"
+            say(f"largest array within limits (estimate, {basis}): [bold]{best[0].rows}x{best[0].cols}[/] "
                 f"({best[1].summary().split('(', 1)[1].rstrip(')')})")
+        from systolica.boards.fit_status import clock_basis
+
+        w = report.worst
+        measured = not args.estimate
         (out / "fit.json").write_text(json.dumps({
-            "board": board.name, "config": cfg.to_dict(), "source": source, "margin": args.margin,
-            "fits": report.fits, "rows": [{"kind": r.kind, "used": r.used, "available": r.available,
-                                           "utilization": r.utilization, "fits": r.fits} for r in report.rows],
-            "largest_fit": None if best is None else {"rows": best[0].rows, "cols": best[0].cols}}, indent=1))
+            "schema": FIT_SCHEMA, "board": board.name, "part": board.part, "family": board.family,
+            "config": cfg.to_dict(), "config_hash": cfg.hash_hex(), "source": source, "measured": measured,
+            "margin": args.margin,
+            # a fit is only known from synthesis; an estimate says whether it is within limits
+            "fits": report.fits if measured else None,
+            "estimate_within_limits": None if measured else report.fits,
+            "verdict": (("fits" if report.fits else "does not fit") if measured
+                        else "estimate only: " + ("within limits" if report.fits else "over limits")),
+            "tightest": {"kind": w.kind, "used": w.used, "available": w.available, "utilization": w.utilization},
+            "resources": {r.kind: {"used": r.used, "available": r.available, "limit": r.limit,
+                                   "utilization": r.utilization, "fits": r.fits} for r in report.rows},
+            "rows": [{"kind": r.kind, "used": r.used, "available": r.available,
+                      "utilization": r.utilization, "fits": r.fits} for r in report.rows],
+            "synth_seconds": rec.seconds if rec else None, "synth_cache": str(rec.path) if rec else None,
+            "synth_when": rec.when if rec else None, "cells": rec.cells if rec else None,
+            "memories": rec.memories if rec else None,
+            "buffers_in_ff": rec.buffers_in_ff if rec else None,
+            "estimate_model": est_note or None,
+            "clock": clock_basis(cfg, rec), "warnings": warnings,
+            "largest_fit": None if best is None else {"rows": best[0].rows, "cols": best[0].cols, "estimate": True}},
+            indent=1))
 
         rc = 0 if report.fits else 1
         if board.flow == "ecp5" and args.pnr:

@@ -55,7 +55,7 @@ class FitReport:
     config: str
     rows: tuple[FitRow, ...]
     margin: float
-    source: str  # "yosys" or "model"
+    source: str  # "yosys ..." (measured), "estimate ..." or "model"
 
     @property
     def fits(self) -> bool:
@@ -67,7 +67,10 @@ class FitReport:
 
     def summary(self) -> str:
         w = self.worst
-        verdict = "fits" if self.fits else "does NOT fit"
+        if self.source.startswith("estimate"):
+            verdict = "is ESTIMATED to be within the limits of" if self.fits else "is ESTIMATED to exceed"
+        else:
+            verdict = "fits" if self.fits else "does NOT fit"
         return (f"config {self.config} {verdict} {self.board} (limit {self.margin:.0%} of each resource; "
                 f"tightest: {w.kind} {w.used:g}/{w.available:g} = {w.utilization:.0%})")
 

