@@ -101,11 +101,12 @@ class Accelerator(wiring.Component):
         members["interrupt"] = Out(1)
         return members
 
-    def __init__(self, cfg: AccelConfig):
+    def __init__(self, cfg: AccelConfig, *, uram: bool = False):
+        """``uram``: map the large buffers to UltraRAM (``ram_style = "ultra"``; UltraScale+ targets)."""
         problems = config_problems(cfg)
         if problems:
             raise HardwareConfigError(f"cannot build the accelerator for config {cfg.name!r}: " + "; ".join(problems))
-        self.cfg = cfg
+        self.cfg, self.uram = cfg, uram
         buffer_ports(cfg)
         super().__init__(self.signature_members(cfg))
 
@@ -169,7 +170,7 @@ class Accelerator(wiring.Component):
             m.d.comb += [tq.push.eq(getattr(src, f"push_{src_side}")), getattr(src, f"{src_side}_space").eq(tq.space),
                          tq.pop.eq(getattr(dst, f"pop_{dst_side}")), getattr(dst, f"{dst_side}_avail").eq(tq.available)]
 
-        build_buffers(m, cfg, load, comp, store)  # block-RAM buffers: one write and one read port each
+        build_buffers(m, cfg, load, comp, store, uram=self.uram)  # block-RAM buffers: one write and one read port each
 
         # ---- run control
         run = Signal(_Run)

@@ -38,7 +38,11 @@ from amaranth.lib import memory
 
 from systolica.config import AccelConfig
 
-__all__ = ["BUFFER_COPIES", "build_buffers", "buffer_ports", "memory_port_census"]
+__all__ = ["BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_ports", "memory_port_census"]
+
+#: on UltraScale+ (``uram=True``) a buffer copy of at least this many bits is marked ``ram_style = "ultra"``:
+#: a URAM288 is 4K x 72, so smaller memories waste most of it and are better in RAMB36 / RAMB18
+URAM_MIN_BITS = 1 << 20
 
 #: copies of each buffer, one per read port that compute needs at once
 BUFFER_COPIES = {"spad": ("a", "w"), "acc": ("",), "vbuf": ("a", "b", "c")}
@@ -59,8 +63,13 @@ def _first(writers):
     return addr, data, en
 
 
-def build_buffers(m: Module, cfg: AccelConfig, load, comp, store) -> dict[str, list[memory.Memory]]:
-    """Instantiate the buffers in ``m`` and wire them to the three engines; returns the memories by buffer."""
+def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool = False
+                  ) -> dict[str, list[memory.Memory]]:
+    """Instantiate the buffers in ``m`` and wire them to the three engines; returns the memories by buffer.
+
+    ``uram``: the target has UltraRAM (Zynq UltraScale+, Alveo); copies of ``URAM_MIN_BITS`` or more carry
+    the ``ram_style = "ultra"`` attribute that Vivado and Yosys (``synth_xilinx``) map to URAM288.
+    """
     ports = buffer_ports(cfg)
     depth = {"spad": cfg.spad_lines, "acc": cfg.acc_lines, "vbuf": cfg.vbuf_lines}
     # compute-side writers of each buffer (mutually exclusive: one instruction at a time)
@@ -91,7 +100,9 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store) -> dict[str, l
         w_en = c_en | l_en
         mems[name] = []
         for i, copy in enumerate(BUFFER_COPIES[name]):
-            mem = memory.Memory(shape=unsigned(db), depth=depth[name], init=[])
+            ultra = uram and db * depth[name] >= URAM_MIN_BITS
+            mem = memory.Memory(shape=unsigned(db), depth=depth[name], init=[],
+                                attrs={"ram_style": "ultra"} if ultra else None)
             m.submodules[f"{name}_{copy}_mem" if copy else f"{name}_mem"] = mem
             mems[name].append(mem)
             wp = mem.write_port()
@@ -111,8 +122,8 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store) -> dict[str, l
     return mems
 
 
-def memory_port_census(top, platform=None) -> list[tuple[str, int, int, int, int]]:
-    """Every memory of ``top`` after elaboration: (hierarchical name, depth, width, write ports, read ports).
+def memory_port_census(top, platform=None) -> list[tuple[str, int, int, int, int, str]]:
+    """Every memory of ``top`` after elaboration: (name, depth, width, write ports, read ports, ram_style).
 
     Elaborates the whole design (no Verilog), so it is cheap enough for the default test run.
     """
@@ -121,7 +132,7 @@ def memory_port_census(top, platform=None) -> list[tuple[str, int, int, int, int
     def walk(frag, path):
         if isinstance(frag, MemoryInstance):
             out.append((".".join(path), frag._data.depth, _width(frag), len(frag._write_ports),
-                        len(frag._read_ports)))
+                        len(frag._read_ports), str(frag._attrs.get("ram_style", ""))))
         for sub, name, _ in frag.subfragments:
             walk(sub, path + [name if isinstance(name, str) else "?"])
 

@@ -63,13 +63,16 @@ def verilog_ports(text: str, module: str = TOP_NAME) -> dict[str, tuple[str, int
     return ports
 
 
-def generate(cfg: AccelConfig, out_dir: str | Path) -> dict[str, Path]:
-    """Write Verilog, register map (JSON, markdown) and config of ``cfg`` into ``out_dir``."""
+def generate(cfg: AccelConfig, out_dir: str | Path, *, uram: bool = False) -> dict[str, Path]:
+    """Write Verilog, register map (JSON, markdown) and config of ``cfg`` into ``out_dir``.
+
+    ``uram``: the target has UltraRAM; the large buffers are marked ``ram_style = "ultra"``.
+    """
     from amaranth.back import verilog
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    text = verilog.convert(Accelerator(cfg), name=TOP_NAME, emit_src=False)
+    text = verilog.convert(Accelerator(cfg, uram=uram), name=TOP_NAME, emit_src=False)
     have = set(verilog_ports(text))
     want = set(top_port_names(cfg))
     if have != want:  # the port names are a contract with the Vivado packaging: never ship others
@@ -90,11 +93,13 @@ def add_arguments(parser) -> None:
     g = sub.add_parser("generate", help="write the top-level Verilog and the register map (JSON, markdown)")
     g.add_argument("--config", default="default", help="preset name or TOML file (default: default)")
     g.add_argument("-o", "--out", required=True, help="output folder")
+    g.add_argument("--uram", action="store_true",
+                   help="mark buffers of >= 1 Mbit ram_style=\"ultra\" (UltraScale+ targets: Kria, ZCU104, Alveo)")
 
 
 def main(args) -> int:
     cfg = load_config(args.config)
-    paths = generate(cfg, args.out)
+    paths = generate(cfg, args.out, uram=args.uram)
     for kind, p in paths.items():
         print(f"{kind:9s} {p}")
     return 0

@@ -12,7 +12,7 @@ import pytest
 from systolica.boards.board import load_board
 from systolica.config import preset
 from systolica.hw.accelerator import Accelerator
-from systolica.hw.buffers import BUFFER_COPIES, memory_port_census
+from systolica.hw.buffers import BUFFER_COPIES, URAM_MIN_BITS, memory_port_census
 
 CONFIGS = {"tiny": lambda: preset("tiny"), "default": lambda: preset("default"),
            "pynq-z2": lambda: load_board("pynq-z2").config, "kv260": lambda: load_board("kv260").config}
@@ -40,4 +40,13 @@ def test_buffers_are_the_expected_copies(census):
     for buf, copies in BUFFER_COPIES.items():
         for copy in copies:
             name = f"top.{buf}_{copy}_mem" if copy else f"top.{buf}_mem"
-            assert by_name[name][1:] == (depth[buf], width[buf], 1, 1), by_name[name]
+            assert by_name[name][1:5] == (depth[buf], width[buf], 1, 1), by_name[name]
+
+
+def test_uram_marks_only_large_buffers():
+    cfg = load_board("kv260").config
+    mems = [m for m in memory_port_census(Accelerator(cfg, uram=True)) if m[3] > 0]
+    ultra = {m[0] for m in mems if m[5] == "ultra"}
+    assert ultra == {m[0] for m in mems if m[1] * m[2] >= URAM_MIN_BITS}
+    assert {"top.spad_a_mem", "top.spad_w_mem"} <= ultra  # 16384 x 128 bits each
+    assert not any(m[5] for m in memory_port_census(Accelerator(cfg)))  # 7-series style: no attribute
