@@ -49,7 +49,7 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 
 def plot_pareto(points: list[dict], front: set[int], path: str | Path) -> Path:
     """Tokens/s vs array MACs and energy per token vs tokens/s.  Filled: fits (measured); hollow:
-    does not fit; grey x: fit not measured; ringed: Pareto front (among measured fits only)."""
+    does not fit; faint x: fit not measured; ringed: Pareto front (among measured fits only)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,7 +66,7 @@ def plot_pareto(points: list[dict], front: set[int], path: str | Path) -> Path:
             elif p.get("fit") == "no":
                 kw = {"color": f"C{bi}", "marker": "o", "markerfacecolor": "none", "alpha": 0.6}
             else:
-                kw = {"color": "0.6", "marker": "x"}
+                kw = {"color": f"C{bi}", "marker": "x", "alpha": 0.45}
             kw["linestyle"] = "none"
             a1.plot(p["macs"], p["decode_tokens_per_s"], **kw)
             a2.plot(p["decode_tokens_per_s"], p["joules_per_token"], **kw)
@@ -77,7 +77,7 @@ def plot_pareto(points: list[dict], front: set[int], path: str | Path) -> Path:
         a1.plot([], [], "o", color=f"C{bi}", label=f"{b} (fits, measured)")
     a1.plot([], [], "o", color="k", markerfacecolor="none", markersize=13, label="Pareto front (measured fits)")
     a1.plot([], [], "o", color="gray", markerfacecolor="none", label="does NOT fit (synthesis)")
-    a1.plot([], [], "x", color="0.6", label="fit not measured")
+    a1.plot([], [], "x", color="gray", alpha=0.45, label="fit not measured")
     a1.set_xscale("log")
     a1.set_xlabel("array MACs (rows x cols)")
     a1.set_ylabel("decode tokens/s (modelled, assumed clock)")

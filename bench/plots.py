@@ -112,7 +112,7 @@ def plot_energy(doc: dict, path: Path) -> Path:
     """Joules per decoded token of every system that ran (lower is better)."""
     plt = _plt()
     rows = [r for r in doc["rows"] if not r["skipped"] and r["tokens_per_joule"]]
-    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * max(len(rows), 1)))
+    fig, ax = plt.subplots(figsize=(9, 1.0 + 0.45 * max(len(rows), 1)))
     bars = ax.barh([r["name"] + (f" [{_hypothetical(r)}]" if _hypothetical(r) else "") for r in rows],
                    [1 / r["tokens_per_joule"] for r in rows],
                    color=["C0" if r["extra"].get("roofline") else "C1" for r in rows])

@@ -184,6 +184,7 @@ class Build:
                        estimate=bool(args.estimate)))
         if args.estimate:
             say(("[yellow]" if report.fits else "[red]") + report.summary())
+            say("[yellow]an ESTIMATE, not a fit: run without --estimate for a measured synthesis")
         else:
             say(("[green]" if report.fits else "[red]") + report.summary())
             say(f"  synthesis wall time {rec.seconds or 0:.0f} s; counts cached in {rec.path}")
