@@ -150,3 +150,25 @@ def test_dse_command_line(tmp_path, monkeypatch):
     assert [doc["points"][i]["config"] for i in doc["pareto"]] == ["pynq-z2-8x8-d64"]
     assert png.stat().st_size > 1000
     assert main(["dse", "--models", MODEL, "--shapes", "8by8"]) == 2
+
+
+def test_synth_runs_yosys_only_for_what_is_missing(tmp_path, monkeypatch):
+    """dse --synth: one (stubbed) Yosys run per uncached configuration the hardware accepts."""
+    from systolica.bench.dse import synthesize_missing
+    from systolica.boards import synth_cache
+    from systolica.boards.board import Resources
+
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    tasks = make_tasks([MODEL, MODEL], ["pynq-z2"], [(8, 16), (8, 8), (16, 16)], [64])
+    _fake_synth(AccelConfig.from_dict(tasks[2]["config"]), "pynq-z2", lut=1, ff=1, dsp=1, bram=1)  # 8x8 cached
+    ran = []
+
+    def fake(cfg, board, **k):
+        ran.append(cfg.name)
+        return synth_cache.store(cfg, board.family, False, Resources(lut=2), seconds=3.0)
+
+    monkeypatch.setattr(synth_cache, "synthesize", fake)
+    out = synthesize_missing(tasks)
+    assert ran == ["pynq-z2-16x16-d64"]  # 8x16 is refused by the hardware rules, 8x8 is cached, one run per config
+    assert out == [{"board": "pynq-z2", "config": "pynq-z2-16x16-d64", "seconds": 3.0,
+                    "cache": str(synth_cache.record_path(AccelConfig.from_dict(tasks[4]["config"]), "xc7", False))}]
