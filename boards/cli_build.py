@@ -161,7 +161,7 @@ class Build:
         say(f"  deploy       {out / 'deploy'} ({', '.join(have)}" + (f"; {', '.join(later)} after Vivado)" if later else ")"))
 
         # Fit check (measured synthesis, or a labelled estimate) and the largest array the board holds
-        rec, est_note = None, ""
+        rec, est_note, warnings = None, "", []
         if not args.estimate:
             from systolica.boards.yosys import YosysError
 
@@ -172,6 +172,7 @@ class Build:
             except YosysError as e:  # missing or too slow: say so and fall back to the estimate
                 say(f"[yellow]Yosys gave no counts ({str(e).splitlines()[0]}); falling back to an ESTIMATE")
                 args.estimate, est_why = True, "Yosys failed"
+                warnings.append(f"no measured synthesis (Yosys: {str(e).splitlines()[0]}): the figures are an estimate")
         else:
             est_why = "--estimate"
         if args.estimate:
@@ -190,7 +191,6 @@ class Build:
             say(f"  synthesis wall time {rec.seconds or 0:.0f} s; counts cached in {rec.path}")
             for line in _memory_lines(rec):
                 say(line)
-        warnings = []
         if rec is not None and rec.buffers_in_ff:
             warnings.append(f"buffer memories mapped to flip-flops: {', '.join(rec.buffers_in_ff)}; a block RAM "
                             "has at most one write and one read port (or two read/write ports), so these "

@@ -116,7 +116,8 @@ def synth_counts(unit: str, cfg: AccelConfig, family: str, *, workdir: str | Pat
         vfile.write_text(verilog.convert(UNITS[unit][0](cfg), name=top, emit_src=False))
         res = synth_resources([vfile], top, family, workdir=wd / family, timeout=timeout)
     return {"unit": unit, "family": family, "config": cfg.name, "rows": cfg.rows, "cols": cfg.cols,
-            **res.resources.as_dict(), "seconds": round(res.seconds, 1), "cells": res.cells}
+            **res.resources.as_dict(), "seconds": round(res.seconds, 1), "cells": res.cells,
+            "memories": [m.to_dict() for m in res.memories]}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -155,6 +156,12 @@ def main(args: argparse.Namespace) -> int:
             if r["dsp"] < cfg.rows * cfg.cols:
                 console.print(f"[yellow]{r['family']}: {r['dsp']:g} DSPs for {cfg.rows * cfg.cols} multipliers: "
                               "some int8 multipliers went to LUTs[/]")
+    from systolica.boards.yosys_log import buffers_in_ff
+
+    for r in results:
+        ff = buffers_in_ff(r["memories"])
+        if ff:
+            console.print(f"[yellow]{r['family']}: buffer memories mapped to flip-flops: {', '.join(ff)}[/]")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
