@@ -19,8 +19,10 @@ SCHEMA = "systolica-bench/1"
 
 
 def reference_row(rows: Sequence[BaselineResult]) -> BaselineResult | None:
-    """The row ratios are taken against: PyTorch CPU if it ran, else the first row with a decode figure."""
-    ok = [r for r in rows if r.skipped is None and r.decode_tokens_per_s]
+    """The row ratios are taken against: PyTorch CPU if it ran, else the first row with a decode figure
+    (never a board row whose fit is not a measured yes: it is hypothetical)."""
+    ok = [r for r in rows if r.skipped is None and r.decode_tokens_per_s
+          and (r.extra.get("fit") is None or r.extra["fit"]["state"] == "yes")]
     for r in ok:
         if r.name.startswith("PyTorch cpu"):
             return r

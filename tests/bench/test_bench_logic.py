@@ -201,3 +201,22 @@ def test_a_measured_misfit_is_labelled(tmp_path, monkeypatch):
     assert fit["synth"]["seconds"] == 1620.0 and row.extra["power"]["basis"] == "datasheet"
     d = {r["name"]: r for r in comparison([row])}
     assert d[row.name]["extra"]["fit_label"] == "no (LUT 213%)"
+
+
+def test_hypothetical_rows_are_never_the_reference_and_synth_fills_the_fit(tmp_path, monkeypatch):
+    from systolica.bench.cli_bench import _attach_fit
+    from systolica.boards import synth_cache
+    from systolica.boards.board import Resources
+
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    acc, ref, _ = _rows()
+    acc.extra["fit"] = {"state": "not measured"}
+    assert reference_row([acc, ref]).name == "PyTorch cpu" and reference_row([acc]) is None
+    monkeypatch.setattr(synth_cache, "synthesize", lambda cfg, board, **k: synth_cache.store(
+        cfg, board.family, False, Resources(lut=1000, ff=2000, dsp=70, bram=50), seconds=9.0))
+    from systolica.boards.board import load_board
+
+    row = BaselineResult("systolica pynq-z2 (modelled)", "pynq-z2", decode_tokens_per_s=5.0, extra={"roofline": {}})
+    _attach_fit(row, "pynq-z2", load_board("pynq-z2").config, synth=True, timeout=1, progress=lambda s: None)
+    assert row.extra["fit"]["state"] == "yes" and row.extra["fit_label"] == "yes (BRAM 36%)"
+    assert reference_row([row]) is row
