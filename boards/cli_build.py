@@ -26,7 +26,7 @@ from pathlib import Path
 
 from systolica.boards.board import Board, Resources, list_boards, load_board
 from systolica.boards.fit import DEFAULT_MARGIN, FitReport, ResourceModel, fit_check, largest_fit
-from systolica.boards.synth_cache import SynthRecord
+from systolica.boards.synth_cache import SynthRecord, uram_target
 from systolica.config import AccelConfig, load_config
 
 __all__ = ["Build", "estimate_resources", "estimate_model", "analytic_model", "FIT_SCHEMA"]
@@ -141,7 +141,7 @@ class Build:
             f"{cfg.dma_ports}x{cfg.dma_bits}-bit AXI, {cfg.clock_mhz:g} MHz, hash {cfg.hash32():08x}) -> {out}")
 
         with console.status("generating Verilog and register map"):
-            paths, _ = hdl.write_verilog(cfg, out / "hdl")
+            paths, _ = hdl.write_verilog(cfg, out / "hdl", uram=uram_target(board))
         say(f"  Verilog      {paths['verilog']}")
         verilog_rel = str(paths["verilog"].relative_to(out))
         if board.flow in ("zynq7", "zynqmp", "alveo"):

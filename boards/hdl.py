@@ -26,8 +26,12 @@ def top_name() -> str:
     return TOP_NAME
 
 
-def write_verilog(cfg: AccelConfig, out_dir: str | Path) -> tuple[dict[str, Path], dict[str, Port]]:
+def write_verilog(cfg: AccelConfig, out_dir: str | Path, *, uram: bool = False
+                  ) -> tuple[dict[str, Path], dict[str, Port]]:
     """Generate (or reuse) the top level of ``cfg`` in ``out_dir``.
+
+    ``uram``: the target part has UltraRAM; the large buffers are marked ``ram_style = "ultra"``
+    (:func:`systolica.hw.generate.generate`).
 
     Returns
     -------
@@ -43,16 +47,17 @@ def write_verilog(cfg: AccelConfig, out_dir: str | Path) -> tuple[dict[str, Path
              "config": out / "config.toml"}
     from systolica.boards.synth_cache import hw_digest
 
-    stamp = out / "hw_digest"  # the hw/ sources the Verilog was generated from: a changed RTL regenerates
-    fresh = all(p.exists() for p in paths.values()) and stamp.exists() and stamp.read_text().strip() == hw_digest()
+    # the hw/ sources the Verilog was generated from, and the URAM flag: either changed regenerates
+    stamp, want = out / "hw_digest", f"{hw_digest()}{' uram' if uram else ''}"
+    fresh = all(p.exists() for p in paths.values()) and stamp.exists() and stamp.read_text().strip() == want
     if fresh:
         try:
             fresh = json.loads(paths["json"].read_text()).get("config_hash") == f"{cfg.hash32():08x}"
         except (OSError, ValueError):
             fresh = False
     if not fresh:
-        paths = generate(cfg, out)
-        stamp.write_text(hw_digest() + "\n")
+        paths = generate(cfg, out, uram=uram)
+        stamp.write_text(want + "\n")
     ports = parse_ports(paths["verilog"].read_text(), TOP_NAME)
     check_top(ports, cfg.dma_ports, cfg.dma_bits)
     return paths, ports

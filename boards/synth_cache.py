@@ -25,7 +25,7 @@ from typing import Any
 from systolica.boards.board import Board, Resources
 from systolica.config import AccelConfig
 
-__all__ = ["SynthRecord", "cache_dir", "hw_digest", "record_path", "lookup", "store", "records", "synthesize",
+__all__ = ["SynthRecord", "cache_dir", "uram_target", "hw_digest", "record_path", "lookup", "store", "records", "synthesize",
            "SCHEMA"]
 
 SCHEMA = "systolica-synth/1"
@@ -101,8 +101,12 @@ class SynthRecord:
                    fmax_mhz=d.get("fmax_mhz"), path=path)
 
 
-def _uram(board: Board) -> bool:
+def uram_target(board: Board) -> bool:
+    """The board's part has UltraRAM: Verilog with ``ram_style = "ultra"`` buffers, ``synth_xilinx -uram``."""
     return board.family == "xcup" and board.resources.uram > 0
+
+
+_uram = uram_target
 
 
 def record_path(cfg: AccelConfig, family: str, uram: bool, root: Path | None = None) -> Path:
@@ -155,17 +159,17 @@ def synthesize(cfg: AccelConfig, board: Board, *, workdir: Path, verilog: Path |
                timeout: float = 3600.0, say=lambda s: None) -> SynthRecord:
     """Synthesize the top level of ``cfg`` for ``board``'s family with Yosys and cache the result.
 
-    ``verilog`` is the generated top level if the caller has it; otherwise it is generated into
-    ``workdir/hdl``.  The Yosys log stays in ``workdir/<family>-work/yosys.log``.
+    ``verilog`` is the generated top level if the caller has it (generated with ``uram`` set as
+    :func:`uram_target` says for the board); otherwise it is generated into ``workdir/hdl``.  The Yosys log stays in ``workdir/<family>-work/yosys.log``.
     """
     from systolica.boards.yosys import synth_resources
     from systolica.hw.generate import TOP_NAME
 
+    uram = _uram(board)
     if verilog is None:
         from systolica.boards.hdl import write_verilog
 
-        verilog = write_verilog(cfg, Path(workdir) / "hdl")[0]["verilog"]
-    uram = _uram(board)
+        verilog = write_verilog(cfg, Path(workdir) / "hdl", uram=uram)[0]["verilog"]
     say(f"Yosys {'synth_ecp5' if board.family == 'ecp5' else 'synth_xilinx -family ' + board.family} of "
         f"{cfg.name} ({cfg.rows}x{cfg.cols}): minutes to hours (WebAssembly Yosys); cached in {cache_dir()}")
     hw = hw_digest()  # the sources the Verilog was generated from, before Yosys runs

@@ -113,7 +113,7 @@ def test_build_command_estimate(tmp_path, monkeypatch, fake_top):
     from systolica.boards.ports import parse_ports
     from systolica.cli import main
 
-    def fake_write(cfg, out_dir):
+    def fake_write(cfg, out_dir, **kw):
         out_dir.mkdir(parents=True, exist_ok=True)
         v = out_dir / "systolica_accel.v"
         v.write_text(fake_top(cfg, top="systolica_accel"))
@@ -146,7 +146,7 @@ def test_build_falls_back_to_the_model_when_yosys_fails(tmp_path, monkeypatch, f
     from systolica.boards.yosys import YosysError
     from systolica.cli import main
 
-    def fake_write(cfg, out_dir):
+    def fake_write(cfg, out_dir, **kw):
         out_dir.mkdir(parents=True, exist_ok=True)
         v = out_dir / "systolica_accel.v"
         v.write_text(fake_top(cfg, top="systolica_accel"))

@@ -51,7 +51,7 @@ def _fake_verilog(monkeypatch, fake_top):
     from systolica.boards import hdl
     from systolica.boards.ports import parse_ports
 
-    def fake_write(cfg, out_dir):
+    def fake_write(cfg, out_dir, **kw):
         out_dir.mkdir(parents=True, exist_ok=True)
         v = out_dir / "systolica_accel.v"
         v.write_text(fake_top(cfg, top="systolica_accel"))
@@ -171,3 +171,27 @@ def test_board_preset_fits_with_headroom(board, tmp_path):
     over = {k: f"{util[k]:.0%} > {lim:.0%}" for k, lim in limits.items() if util.get(k, 0) > lim}
     assert not over, f"{board}: {over}"
     assert rc == 0 and fit["fits"]
+
+
+def test_uram_parts_get_ultra_buffers_and_a_uram_cache_key(tmp_path, monkeypatch, fake_top):
+    from systolica.boards import hdl, synth_cache
+    from systolica.boards.ports import parse_ports
+    from systolica.cli import main
+
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    seen = []
+
+    def fake_write(cfg, out_dir, **kw):
+        seen.append(kw.get("uram"))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        v = out_dir / "systolica_accel.v"
+        v.write_text(fake_top(cfg, top="systolica_accel"))
+        return {"verilog": v, "markdown": v}, parse_ports(v.read_text())
+
+    monkeypatch.setattr(hdl, "write_verilog", fake_write)
+    b = load_board("kv260")
+    rec = synth_cache.store(b.config, "xcup", True, Resources(lut=50000, ff=60000, dsp=300, bram=60, uram=16))
+    assert rec.path.name.startswith("xcup-uram-")
+    assert main(["build", "--board", "kv260", "-o", str(tmp_path / "b")]) == 0
+    fit = json.loads((tmp_path / "b" / "fit.json").read_text())
+    assert seen == [True] and fit["resources"]["uram"]["used"] == 16 and fit["fits"]
