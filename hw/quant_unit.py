@@ -33,6 +33,9 @@ pass's line ``L - 1`` (``lines = 0``: the header alone); ``i_stream.ready`` is l
 ``dst + r*L + l``; with ``split``: exponent line (``blk = 1``) -> spad ``exps + rows + r``, then
 ``L`` lo lines (``blk = 1``) -> spad ``dst + (rows + r)*L + l``.  ``last`` marks the row's final
 output beat.  An empty row (``lines = 0``) gives only the exponent line(s).
+Counted in buffer lines of ``cols`` elements: with ``cfg.line_width < cols`` each line is
+``cols / line_width`` beats (:mod:`~systolica.hw.line_serial`), ``last`` on a pass's final beat,
+and the cycle counts above are in beats.
 """
 
 from __future__ import annotations

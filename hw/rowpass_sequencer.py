@@ -17,7 +17,11 @@ LAYERNORM     4 (last with gamma, beta) ``L`` lines -> vector buffer ``dst``
 between passes, so operand lines are read ahead into a small FIFO (synchronous
 read ports answer a cycle later) and handed over when the unit takes them;
 header beats go through the same FIFO to keep their place in the order.
-Outputs are always taken and written at once.
+The FIFO's head line goes to the unit in ``cols / cfg.line_width`` beats
+(:mod:`~systolica.hw.line_unit`; a header is one beat) and leaves the FIFO with
+its last beat.  Output beats are gathered back into lines
+(:mod:`~systolica.hw.line_serial`; QUANT's exponent beats are lines of their
+own, zero past lane 0), always taken, and written the cycle a line completes.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ then the ``L = ceil(n / cols)`` lines of ``src + r*L`` three times, ``last`` on 
 each pass; ``i_stream.ready`` is low between passes, so a line read ahead must be held until
 taken.  The ``L`` output lines of row ``r`` go to vbuf ``dst + r*L + l`` in order; ``last``
 marks the row's final line.  ``n = 0``: send no rows at all (SOFTMAX then writes nothing).
+Counted in buffer lines of ``cols`` elements: with ``cfg.line_width < cols`` each line is
+``cols / line_width`` beats (:mod:`~systolica.hw.line_serial`), ``last`` on a pass's final beat,
+and the cycle counts above are in beats.
 """
 
 from __future__ import annotations

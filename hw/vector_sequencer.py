@@ -1,10 +1,14 @@
 """Line ops on the hardware core's vector and activation units: ADD, MUL, REQUANT, ARGMAX, SILU, GELU, ROPE.
 
-One instruction is ``rows`` rows of ``L`` lines.  The sequencer reads one line
-of each operand per cycle (synchronous read ports: the data arrive the next
-cycle, when they enter the unit), and writes every output line of the unit to
-the vector buffer at ``dst``, in order.  The units only stall on output
-back-pressure, and outputs are always taken, so nothing here ever waits.
+One instruction is ``rows`` rows of ``L`` lines.  The units have
+``W = cfg.line_width`` lanes, so a ``cols``-wide line goes through them in
+``B = cols / W`` beats (:mod:`~systolica.hw.line_serial`): the sequencer reads
+one line of each operand every ``B`` cycles (synchronous read ports: the data
+arrive the next cycle, when beat 0 enters the unit; the serializer's register
+feeds beats 1 .. B-1), gathers the unit's output beats back into lines and
+writes every output line to the vector buffer at ``dst``, in order.  The units
+only stall on output back-pressure, and outputs are always taken, so nothing
+here ever waits; with ``B = 1`` it reads a line per cycle.
 
 Operands (systolica/layout.py): ADD/MUL ``a`` and ``b`` (``bcast``: the one row
 of ``b`` for every row), REQUANT ``src`` in the accumulator, ``mult`` one
@@ -14,7 +18,9 @@ line per row; SILU/GELU ``src``; ROPE ``heads`` heads of ``hd`` lines per row, w
 line ``l`` rotates its ``C/2`` pairs by cos/sin elements ``l*C/2 ..`` of the row's table
 (``hd`` lines: cos half, then sin half), i.e. half ``l % 2`` of table line ``l // 2`` and
 half ``(hd + l) % 2`` of line ``(hd + l) // 2`` -- two table reads per beat, joined into
-the ``b`` line the vector unit expects (``C/2`` cos, then ``C/2`` sin).
+the ``b`` line, re-packed per beat into what the vector unit expects: beat ``k`` rotates pairs
+``k*W/2 ..`` and gets their ``W/2`` cos, then their ``W/2`` sin elements.  ARGMAX: beat ``k`` of a
+line has ``clamp(n_left - k*W, 0, W)`` valid lanes (a beat wholly past ``n`` has 0).
 ARGMAX with ``n = 0`` writes rows of zeros.
 
 Reads run ahead of writes, so ``dst == src`` (in place) gives the golden

@@ -21,10 +21,11 @@ bank computes one activation row per cycle; ``rows + 1`` cycles of fill/drain an
 the accumulator per instruction); ``"line_dot"`` is the top level's first compute
 engine (one ``cols``-lane dot product per cycle, then 4 cycles to add the output
 line into the accumulator), kept to compare datapaths.
-ADD, MUL, REQUANT, ARGMAX, SILU and GELU follow the RTL's vector sequencer (one
-line a cycle, calibrated latencies); the other vector ops and attention are not in
-the RTL top level yet: their costs are documented estimates (one buffer line of
-``cols`` lanes per cycle per pass).
+The line ops (ADD, MUL, REQUANT, ARGMAX, SILU, GELU, ROPE; QUANT, SOFTMAX, RMSNORM,
+LAYERNORM) follow the RTL's vector and row-pass sequencers: ``cfg.line_beats`` cycles per
+buffer line and pass (the line units have ``cfg.line_width`` lanes), fixed cycles per row
+for the row statistics, calibrated latencies.  ATTN and ATTN_OUT follow the attention
+sequencer (one K or V line a cycle; a reciprocal per ATTN_OUT row), calibrated on the RTL.
 """
 
 from __future__ import annotations
@@ -39,17 +40,25 @@ __all__ = ["PerfParams", "OpCost", "op_cost", "dma_read_cycles", "dma_write_cycl
            "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY"]
 
 GEMM_DATAPATHS = ("line_dot", "systolic")
+RECIP_CYCLES = 33  # hw/recip.py: one reciprocal, request to result
 
-#: Passes over the data of each vector op (one line per cycle per pass) and its fixed latency per row:
-#: norms read the row once for the statistic and once to scale; softmax finds the max, sums exp, scales;
-#: QUANT finds the max magnitude, then scales; the per-row latency covers rsqrt / reciprocal (Newton steps).
+#: Passes over the row of each line op and its fixed cycles per row, as the RTL runs them
+#: (``hw/vector_sequencer.py``, ``hw/rowpass_sequencer.py`` and the units' docstrings).  A pass takes
+#: ``cfg.line_beats`` cycles per buffer line: the line units have ``cfg.line_width`` lanes and see a
+#: ``cols``-wide line as ``cols / line_width`` beats.  Per row: QUANT (split 0) the max pass, the scale
+#: (2 cycles), the q pass, a header; SOFTMAX the max, sum and output passes, the reciprocal (33 cycles),
+#: the sum's drain, a header; the norms the (mean,) max and sum-of-squares passes, the reciprocal of
+#: ``n``, the rsqrt's Newton steps, the output pass.  ``QUANT_SPLIT`` is QUANT with ``split = 1``.
 VECTOR_PASSES: dict[str, tuple[int, int]] = {
-    "REQUANT": (1, 0), "QUANT": (2, 2), "ADD": (1, 0), "MUL": (1, 0), "RMSNORM": (2, 8), "LAYERNORM": (3, 8),
-    "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 6), "ARGMAX": (1, 0),
+    "REQUANT": (1, 0), "QUANT": (2, 3), "QUANT_SPLIT": (3, 5), "ADD": (1, 0), "MUL": (1, 0),
+    "RMSNORM": (3, 39), "LAYERNORM": (4, 40), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 36),
+    "ARGMAX": (1, 0),
 }
 #: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
-#: pipelined divider (``hw/activation.py``), calibrated on the RTL (ADD/MUL/REQUANT/ARGMAX: 0).
-VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 18, "GELU": 18}
+#: pipelined divider (``hw/activation.py``); SOFTMAX's exp pipeline drains after the last beat; the norm
+#: unit's output pass is combinational (its last line is written with its last beat).  Calibrated on
+#: the RTL top level (tiny, line_lanes 0 and 2: every line op within 1 cycle for rows of 16+ lines).
+VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 18, "GELU": 18, "SOFTMAX": 2, "RMSNORM": -2, "LAYERNORM": -2}
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,7 @@ class PerfParams:
     vector_latency : int
         Pipeline depth of the vector unit (fill + drain per instruction).
     attn_latency : int
-        Fixed cycles of one ATTN tile (running-max / rescale pipeline).
+        Fixed cycles per query row of one ATTN tile (header, rescale, the unit's pipeline).
     fetch_latency : int
         Extra cycles of instruction fetch beyond the read latency (prefetch FIFO, registers).
     token_latency : int
@@ -107,8 +116,8 @@ class PerfParams:
     beat_cycles: float = 1.0
     gemm: str = "systolic"
     weight_cols_per_cycle: int = 1
-    vector_latency: int = 3
-    attn_latency: int = 12
+    vector_latency: int = 2
+    attn_latency: int = 9
     fetch_latency: int = 0
     token_latency: int = 1
     fetch_contention: bool = True
@@ -231,8 +240,9 @@ def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0)
 
 
 def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
-    passes, per_row = VECTOR_PASSES[ins.op]
     f = ins.fields
+    key = "QUANT_SPLIT" if ins.op == "QUANT" and f.get("split") else ins.op
+    passes, per_row = VECTOR_PASSES[key]
     cols = cfg.cols
     rows = f.get("rows", 0)
     if ins.op in ("RMSNORM", "LAYERNORM", "SOFTMAX", "ARGMAX"):
@@ -241,9 +251,10 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         lines = f["heads"] * f["hd"]
     else:
         lines = f["lines"]
-    if rows == 0 or lines == 0:
+    if rows == 0 or (lines == 0 and ins.op != "QUANT"):
         return OpCost(1)
-    return OpCost(passes * rows * lines + rows * per_row + p.vector_latency + VECTOR_EXTRA_LATENCY.get(ins.op, 0))
+    beats = passes * rows * lines * cfg.line_beats  # one beat of line_width lanes a cycle
+    return OpCost(beats + rows * per_row + p.vector_latency + VECTOR_EXTRA_LATENCY.get(key, 0))
 
 
 def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
@@ -251,11 +262,16 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     nq, hd, t, cols = f["nq"], f["hd"], f["t"], cfg.cols
     if nq == 0 or hd == 0:
         return OpCost(1)
-    # q.k: one line dot product per cycle (nq*t*hd); softmax update per query: max, exp and sum over t scores
-    # (ceil(t/cols) lines, 2 passes); p.v: one V line scaled and added per cycle (nq*t*hd)
-    score_lines = -(-t // cols)
-    cyc = 2 * nq * t * hd + 2 * nq * score_lines + nq * hd + p.attn_latency
+    # per query row (hw/attn_sequencer.py, hw/attention_unit.py): the header and the hd query lines, then K
+    # and V at one line a cycle (2 * t * hd), the rescale, the hd state lines in and out, the unit's
+    # pipeline (attn_latency); rows follow each other through the same tile (calibrated on the RTL)
+    cyc = nq * (2 * t * hd + 2 * hd + p.attn_latency) + 1
     return OpCost(cyc, array_busy=0, macs=2 * nq * t * hd * cols)
+
+
+def _attn_out(p: PerfParams, nq: int, hd: int) -> OpCost:
+    """ATTN_OUT: per row the ``l`` beat, one reciprocal (33 cycles), then the ``hd`` lines of ``o`` scaled."""
+    return OpCost(nq * (hd + RECIP_CYCLES + 1) + 1) if nq and hd else OpCost(1)
 
 
 def op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
@@ -271,6 +287,5 @@ def op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     if op == "ATTN":
         return _attn(cfg, p, ins)
     if op == "ATTN_OUT":
-        lines = f["nq"] * f["hd"]
-        return OpCost(lines + f["nq"] * 8 + p.vector_latency if lines else 1)  # a reciprocal per row, then scale
+        return _attn_out(p, f["nq"], f["hd"])
     return OpCost(1)  # NOP, FINISH

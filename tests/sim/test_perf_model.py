@@ -124,3 +124,31 @@ def test_busy_counters_add_up():
     assert sum(r.per_op_cycles.values()) == sum(r.engine_busy)
     assert all(0 <= c[k] <= c["CYCLES"] for k in ("LOAD_BUSY", "COMPUTE_BUSY", "STORE_BUSY", "ARRAY_BUSY"))
     assert all(s < e for s, e in zip(r.start, r.end, strict=False))
+
+
+#: RTL exec cycles (fast harness CYCLES minus the 19 of fetch / start / FINISH) of single line ops on the
+#: tiny preset with full-width (line_lanes 0) and 2-lane (2 beats a line) line units
+RTL_LINE_OPS = {
+    0: {"ADD": 66, "SILU": 84, "QUANT": 142, "QUANT_SPLIT": 214, "SOFTMAX": 340, "RMSNORM": 348, "LAYERNORM": 416},
+    2: {"ADD": 130, "SILU": 148, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 532, "RMSNORM": 540, "LAYERNORM": 672},
+}
+
+
+def _line_op(op: str):
+    """The op on 4 rows of 16 lines (n = 16 * cols - 1 where the op counts elements)."""
+    n = 16 * C - 1
+    return {"ADD": make("ADD", dst=0, a=64, b=128, rows=4, lines=16),
+            "SILU": make("SILU", dst=0, src=64, rows=4, lines=16),
+            "QUANT": make("QUANT", dst=0, src=64, exps=600, rows=4, lines=16, split=0),
+            "QUANT_SPLIT": make("QUANT", dst=0, src=64, exps=600, rows=4, lines=16, split=1),
+            "SOFTMAX": make("SOFTMAX", dst=0, src=64, rows=4, n=n),
+            "RMSNORM": make("RMSNORM", dst=0, src=64, gamma=192, rows=4, n=n, eps=43),
+            "LAYERNORM": make("LAYERNORM", dst=0, src=64, gamma=192, rows=4, n=n, eps=43)}[op]
+
+
+@pytest.mark.parametrize("lanes", sorted(RTL_LINE_OPS))
+def test_line_op_costs_match_the_rtl(lanes):
+    """Line ops take line_beats cycles per line and pass (the line units' width), plus per-row statistics."""
+    cfg = CFG.replace(name=f"tiny_l{lanes}", line_lanes=lanes)
+    for op, rtl in RTL_LINE_OPS[lanes].items():
+        assert op_cost(cfg, PerfParams(), _line_op(op)).exec_cycles == rtl, op

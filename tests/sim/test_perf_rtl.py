@@ -14,8 +14,9 @@ from systolica.config import preset
 pytestmark = [pytest.mark.rtl, pytest.mark.slow]
 
 
-def test_model_within_5_percent_of_rtl_cycles(build_dir):
-    cfg = preset("tiny")
+@pytest.mark.parametrize("lanes", [0, 2])  # full-width line units, and 2 lanes (2 beats per 4-lane line)
+def test_model_within_5_percent_of_rtl_cycles(build_dir, lanes):
+    cfg = preset("tiny").replace(name=f"tiny_l{lanes}", line_lanes=lanes) if lanes else preset("tiny")
     progs = suite(cfg, n_random=8, seed=11)
     rows = compare(cfg, progs, run_rtl(cfg, progs, build_dir))
     for r in rows:
