@@ -86,3 +86,16 @@ def test_derived_sizes():
     assert cfg.spad_lines == 64 * 1024 // 8
     assert cfg.acc_lines == 32 * 1024 // 32
     assert cfg.peak_dram_bytes_per_cycle == 32
+
+
+def test_line_lanes_default_keeps_the_hash_and_validates():
+    """line_lanes 0 (and = cols) is the full-width line datapath: the hardware, and the hash, of before the field."""
+    base = AccelConfig(cols=8)
+    assert base.line_width == 8 and base.line_beats == 1
+    assert base.replace(line_lanes=8).hash32() == base.hash32()
+    narrow = base.replace(line_lanes=2)
+    assert narrow.line_width == 2 and narrow.line_beats == 4 and narrow.hash32() != base.hash32()
+    assert AccelConfig.from_toml(narrow.to_toml()) == narrow
+    for bad in (1, 3, 6, 16, -2):
+        with pytest.raises(ConfigError, match=f"line_lanes={bad} must be 0"):
+            base.replace(line_lanes=bad)
