@@ -74,9 +74,9 @@ class LineUnit(wiring.Component):
         return cfg.line_width
 
     @staticmethod
-    def line(cfg: AccelConfig, shape=signed(32)) -> data.ArrayLayout:
-        """One beat: ``cfg.line_width`` elements of ``shape``."""
-        return data.ArrayLayout(shape, LineUnit.lanes_of(cfg))
+    def line(cfg: AccelConfig, shape=None) -> data.ArrayLayout:
+        """One beat: ``cfg.line_width`` elements of ``shape`` (default int32)."""
+        return data.ArrayLayout(signed(32) if shape is None else shape, LineUnit.lanes_of(cfg))
 
     @property
     def lanes(self) -> int:

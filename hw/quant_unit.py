@@ -41,6 +41,7 @@ and the cycle counts above are in beats.
 from __future__ import annotations
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+
 from systolica.config import AccelConfig
 from systolica.numerics import FX_FRAC
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import enum
 
 from amaranth import Const, Module, Mux, Signal, signed
+
 from systolica.config import AccelConfig
 from systolica.numerics import TRIG_FRAC
 
