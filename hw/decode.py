@@ -15,7 +15,7 @@ is what lets the RTL match the golden simulator bit for bit.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib import enum as aenum
 from amaranth.lib.wiring import In, Out
@@ -23,58 +23,17 @@ from amaranth.lib.wiring import In, Out
 from systolica.config import AccelConfig
 from systolica.faults import Fault
 from systolica.isa import HEADER_FIELDS, OP_BY_NAME, OPS, WORD_BITS, Engine
+from systolica.layout import EXTENTS, dma_end, dma_line_bytes, dma_lines
 
-from .dma import transfer_faults
+from .range_check import Lowering, sym_fields
 
-__all__ = ["instr_layout", "HEADER_LAYOUT", "InstructionDecoder", "RTL_OPS", "EXTENTS", "CMD_BITS"]
+__all__ = ["instr_layout", "HEADER_LAYOUT", "InstructionDecoder", "RTL_OPS", "CMD_BITS"]
 
 HEADER_LAYOUT = data.StructLayout({f.name: unsigned(f.bits) for f in HEADER_FIELDS})
 
 #: Ops the RTL executes; any other opcode of the table is reported as ILLEGAL_OPCODE.
 RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "FINISH", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE",
            "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM", "ATTN", "ATTN_OUT")
-
-#: On-chip operands of each compute op: (address field, buffer, lines as a function of fields and config).
-#: The same expressions serve Python ints and Amaranth values.
-def _rl(f, c):
-    return f["rows"] * f["lines"]
-
-
-EXTENTS = {
-    "GEMM": (("a", "spad", lambda f, c: f["m"] * f["k"]),
-             ("w", "spad", lambda f, c: f["n"] * c.cols * f["k"]),
-             ("dst", "acc", lambda f, c: f["m"] * f["n"])),
-    # b: one row when broadcast, else rows rows (written without a Mux so ints work too)
-    "ADD": (("a", "vbuf", _rl), ("b", "vbuf", lambda f, c: f["lines"] * (f["bcast"] + (1 - f["bcast"]) * f["rows"])),
-            ("dst", "vbuf", _rl)),
-    "REQUANT": (("src", "acc", _rl), ("mult", "vbuf", lambda f, c: f["lines"]),
-                ("exps", "spad", lambda f, c: f["rows"]), ("dst", "vbuf", _rl)),
-    "ARGMAX": (("src", "vbuf", lambda f, c: f["rows"] * ((f["n"] + c.cols - 1) // c.cols)),
-               ("dst", "vbuf", lambda f, c: f["rows"])),
-    "SILU": (("src", "vbuf", _rl), ("dst", "vbuf", _rl)),
-}
-EXTENTS["ROPE"] = (("src", "vbuf", lambda f, c: f["rows"] * f["heads"] * f["hd"]),
-                   ("table", "vbuf", lambda f, c: f["rows"] * f["hd"]),
-                   ("dst", "vbuf", lambda f, c: f["rows"] * f["heads"] * f["hd"]))
-def _padded(f, c):
-    return f["rows"] * ((f["n"] + c.cols - 1) // c.cols)
-
-
-EXTENTS["QUANT"] = (("src", "vbuf", _rl), ("dst", "spad", lambda f, c: (1 + f["split"]) * f["rows"] * f["lines"]),
-                    ("exps", "spad", lambda f, c: (1 + f["split"]) * f["rows"]))
-EXTENTS["SOFTMAX"] = (("src", "vbuf", _padded), ("dst", "vbuf", _padded))
-EXTENTS["RMSNORM"] = (("src", "vbuf", _padded), ("gamma", "vbuf", lambda f, c: (f["n"] + c.cols - 1) // c.cols),
-                      ("dst", "vbuf", _padded))
-EXTENTS["LAYERNORM"] = (("src", "vbuf", _padded),
-                        ("gamma", "vbuf", lambda f, c: 2 * ((f["n"] + c.cols - 1) // c.cols)),
-                        ("dst", "vbuf", _padded))
-EXTENTS["ATTN"] = (("q", "spad", lambda f, c: f["nq"] * f["hd"]), ("qexp", "spad", lambda f, c: f["nq"]),
-                   ("kv", "spad", lambda f, c: (2 * f["hd"] + 2) << f["page_log2"]),  # layout.kv_tile
-                   ("state", "vbuf", lambda f, c: f["nq"] + f["nq"] * f["hd"]))  # layout.attn_state_lines
-EXTENTS["ATTN_OUT"] = (("state", "vbuf", lambda f, c: f["nq"] + f["nq"] * f["hd"]),
-                       ("dst", "vbuf", lambda f, c: f["nq"] * f["hd"]))
-EXTENTS["MUL"] = EXTENTS["ADD"]
-EXTENTS["GELU"] = EXTENTS["SILU"]
 
 CMD_BITS = WORD_BITS + 32  # what an engine's command FIFO holds: the word and its pc
 
@@ -103,6 +62,25 @@ def buf_lines(cfg: AccelConfig) -> dict[str, int]:
     return {"spad": cfg.spad_lines, "acc": cfg.acc_lines, "vbuf": cfg.vbuf_lines}
 
 
+def _past_end(addr, n, size: int):
+    """``n != 0 and addr + n > size``, with an adder only as wide as ``size``.
+
+    ``addr`` or ``n`` at or above the next power of two past ``size`` is past the end by itself (a wide OR),
+    so only the low bits need adding: a 12-bit adder for a 4096-line buffer instead of a 33-bit one.
+    """
+    k = size.bit_length()
+    addr, n = Value.cast(addr), Value.cast(n)
+    high = (addr[k:] != 0) if len(addr) > k else 0
+    if len(n) > k:
+        high = high | (n[k:] != 0)
+    return (n != 0) & (high | (addr[:k] + n[:k] > size))
+
+
+def _misaligned(x, lb: int):
+    """``x % lb != 0``; for a power-of-two ``lb`` (the usual ``cols``) a look at the low bits."""
+    return x[:lb.bit_length() - 1] != 0 if lb & (lb - 1) == 0 else x % lb != 0
+
+
 class InstructionDecoder(wiring.Component):
     """Checks each word and dispatches it to the command FIFO of its engine.
 
@@ -121,11 +99,38 @@ class InstructionDecoder(wiring.Component):
             "fault": Out(1), "fault_code": Out(4), "fault_pc": Out(32),
         })
 
+    def _range_checks(self, op, v, slots):
+        """The checks of ``op`` that need products: ``(lowering, [(condition, fault), ...])``, highest priority first.
+
+        The formulas are :mod:`systolica.layout`'s, traced and lowered by :mod:`.range_check`; the products
+        they need are the lowering's slots, filled by the CHECK state before the conditions are read.
+        """
+        cfg = self.cfg
+        lines = buf_lines(cfg)
+        names = [f.name for f in op.fields]
+        low = Lowering({n: getattr(v, n) for n in names}, slots, op.name)
+        sym = sym_fields(names)
+        checks = []
+        if op.name in ("LOAD", "STORE"):  # the golden order: window, then buffer range
+            end = low(dma_end(sym, cfg))
+            n = low(dma_lines(sym, cfg))
+            self.extent_lines[op.name, "dma_end"] = end
+            self.extent_lines[op.name, "sram"] = n
+            past = Mux(v.buf == 0, _past_end(v.sram, n, lines["spad"]),
+                       Mux(v.buf == 1, _past_end(v.sram, n, lines["acc"]), _past_end(v.sram, n, lines["vbuf"])))
+            checks += [((v.rows != 0) & (v.lines != 0) & (end > self.win_size), Fault.DMA_WINDOW),
+                       (past, Fault.SRAM_RANGE)]
+        for ext in EXTENTS.get(op.name, ()):
+            n = low(ext.lines(sym, cfg))
+            self.extent_lines[op.name, ext.field] = n
+            checks.append((_past_end(getattr(v, ext.field), n, lines[ext.buf]), Fault.SRAM_RANGE))
+        return low, checks
+
     def _check(self, m, ins, code_sig, engine_sig):
-        """Drive ``code_sig`` with the fault of word ``ins`` (0 = legal) and ``engine_sig`` with its engine."""
+        """Drive ``code_sig`` with the fault of word ``ins`` found without products (0 = none) and
+        ``engine_sig`` with its engine."""
         cfg = self.cfg
         h = ins.nop.h
-        lines = buf_lines(cfg)
         with m.Switch(h.opcode):
             for op in OPS:
                 with m.Case(op.code):
@@ -137,21 +142,13 @@ class InstructionDecoder(wiring.Component):
                     m.d.comb += eng.eq(v.engine if op.engine is None else int(op.engine))
                     m.d.comb += engine_sig.eq(eng)
                     # the golden simulator's order, lowest priority first (the last If that holds wins):
-                    # reserved bits > buf/engine/token flags > DMA alignment > DMA window > buffer ranges
+                    # reserved bits > buf/engine/token flags > DMA alignment (> DMA window > buffer ranges,
+                    # which need products: see _range_checks)
                     checks = []
                     if op.name in ("LOAD", "STORE"):
-                        mis, out = transfer_faults(cfg, v.buf, v.dram, v.stride, v.rows, v.lines, self.win_size)
-                        total = v.rows * v.lines
-                        blines = [lines["spad"], lines["acc"], lines["vbuf"], 0]
-                        over = (total != 0) & (
-                            ((v.buf == 0) & (v.sram + total > blines[0])) |
-                            ((v.buf == 1) & (v.sram + total > blines[1])) |
-                            ((v.buf == 2) & (v.sram + total > blines[2])))
-                        checks += [(over, Fault.SRAM_RANGE), (out, Fault.DMA_WINDOW), (mis, Fault.DMA_ALIGN)]
-                    for name, buf, fn in reversed(EXTENTS.get(op.name, ())):
-                        fv = {f.name: getattr(v, f.name) for f in op.fields}
-                        n = fn(fv, cfg)
-                        checks.append(((n != 0) & (getattr(v, name) + n > lines[buf]), Fault.SRAM_RANGE))
+                        mis = [_misaligned(v.dram, lb) | _misaligned(v.stride, lb)
+                               for lb in (dma_line_bytes(0, cfg.cols), dma_line_bytes(1, cfg.cols))]
+                        checks.append((Mux(v.buf == 0, mis[0], mis[1]), Fault.DMA_ALIGN))
                     bad_flags = ((eng == Engine.LOAD) & (h.pop_prev | h.push_prev)) | \
                                 ((eng == Engine.STORE) & (h.pop_next | h.push_next)) | (eng == 3)
                     checks.append((bad_flags, Fault.ILLEGAL_FIELD))
@@ -167,6 +164,28 @@ class InstructionDecoder(wiring.Component):
             with m.Default():
                 m.d.comb += code_sig.eq(Fault.ILLEGAL_OPCODE)
 
+    def _products(self, m, ins, plans, step, nprod, range_code):
+        """The shared multiplier's product for step ``step`` of the word's op, how many products the op
+        needs (``nprod``), and the fault of its range checks once they are all in (``range_code``)."""
+        pairs = [ab for low, _ in plans.values() for ab in low.products]
+        mul_a = Signal(max((len(a) for a, _ in pairs), default=1))
+        mul_b = Signal(max((len(b) for _, b in pairs), default=1))
+        with m.Switch(ins.nop.h.opcode):
+            for op in OPS:
+                if op.name not in plans:
+                    continue
+                low, checks = plans[op.name]
+                with m.Case(op.code):
+                    m.d.comb += nprod.eq(len(low.products))
+                    with m.Switch(step):
+                        for j, (a, b) in enumerate(low.products):
+                            with m.Case(j):
+                                m.d.comb += [mul_a.eq(a), mul_b.eq(b)]
+                    for cond, fault in reversed(checks):  # the last If that holds wins
+                        with m.If(cond):
+                            m.d.comb += range_code.eq(fault)
+        return mul_a * mul_b
+
     def elaborate(self, platform):
         m = Module()
         layout = instr_layout()
@@ -180,6 +199,15 @@ class InstructionDecoder(wiring.Component):
         code = Signal(4)
         eng_c = Signal(2)
         self._check(m, ins, code, eng_c)
+        # range checks: the op's products, one per CHECK cycle on one multiplier, then the comparisons
+        self.extent_lines = {}  # (op, operand) -> lines it spans, as the decoder computes them (for tests)
+        slots = []
+        plans = {op.name: self._range_checks(op, getattr(ins, op.name.lower()), slots)
+                 for op in OPS if op.name in RTL_OPS}
+        step = Signal(range(len(slots) + 1))
+        nprod = Signal.like(step)
+        range_code = Signal(4)
+        product = self._products(m, ins, plans, step, nprod, range_code)
 
         m.d.comb += [self.cmd_data.eq(word | (pc << WORD_BITS)), self.stopped.eq(state == DecState.STOP)]
         with m.If(self.start):
@@ -189,11 +217,20 @@ class InstructionDecoder(wiring.Component):
                 m.d.comb += self.in_ready.eq(1)
                 with m.If(self.in_valid):
                     m.d.sync += [word.eq(self.in_word), pc.eq(self.in_pc), end.eq(self.in_end),
-                                 end_code.eq(self.in_end_code), state.eq(DecState.CHECK)]
+                                 end_code.eq(self.in_end_code), step.eq(0), state.eq(DecState.CHECK)]
             with m.Case(DecState.CHECK):
-                with m.If(end | (code != 0)):
+                with m.If(end | (code != 0)):  # found in the first CHECK cycle, as before any product
                     m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
                                  self.fault_code.eq(Mux(end, end_code, code))]
+                with m.Elif(step != nprod):
+                    m.d.sync += step.eq(step + 1)
+                    with m.Switch(step):
+                        for j, slot in enumerate(slots):
+                            with m.Case(j):
+                                m.d.sync += slot.eq(product)
+                with m.Elif(range_code != 0):
+                    m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
+                                 self.fault_code.eq(range_code)]
                 with m.Else():
                     m.d.sync += [engine.eq(eng_c), state.eq(DecState.DISPATCH)]
             with m.Case(DecState.DISPATCH):

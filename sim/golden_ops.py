@@ -17,7 +17,7 @@ import numpy as np
 from systolica import numerics as nx
 from systolica.faults import Fault
 from systolica.isa import Buf, Instr
-from systolica.layout import EXTENTS, attn_state_lines, kv_tile, lines_for
+from systolica.layout import EXTENTS, attn_state_lines, dma_end, dma_line_bytes, dma_lines, kv_tile, lines_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from systolica.sim.golden import GoldenSim
@@ -244,7 +244,7 @@ def _dma_plan(sim: GoldenSim, ins: Instr) -> tuple[np.ndarray, int, int, int]:
     """
     buf = Buf(ins.buf)
     name = _BUF_NAMES[buf]
-    lb = sim.cfg.cols * (1 if buf == Buf.SPAD else 4)
+    lb = dma_line_bytes(buf, sim.cfg.cols)
     rows, lines, dram, stride = ins.rows, ins.lines, ins.dram, ins.stride
     row_bytes = lines * lb
     for field, v in (("dram", dram), ("stride", stride)):
@@ -252,12 +252,12 @@ def _dma_plan(sim: GoldenSim, ins: Instr) -> tuple[np.ndarray, int, int, int]:
             raise OpFault(Fault.DMA_ALIGN, f"{ins.op}.{field}={v:#x} is not a multiple of the {lb}-byte line of "
                                            f"{name} (cols={sim.cfg.cols})")
     if rows and lines:
-        end = dram + (rows - 1) * stride + row_bytes
+        end = dma_end(ins.fields, sim.cfg)
         if end > sim.window.size:
             raise OpFault(Fault.DMA_WINDOW,
                           f"{ins.op}.dram={dram:#x}: {rows} rows of {row_bytes} bytes, stride {stride:#x}, end at "
                           f"{end:#x}, past the {sim.window.size:#x}-byte DRAM window")
-    view = _lines(sim, name, ins, "sram", rows * lines, f"{rows} rows x {lines} lines")
+    view = _lines(sim, name, ins, "sram", dma_lines(ins.fields, sim.cfg), f"{rows} rows x {lines} lines")
     return view, lb, row_bytes, rows
 
 

@@ -15,12 +15,28 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CONVENTIONS", "lines_for", "KvTile", "kv_tile", "attn_state_lines", "EXTENTS", "Extent"]
+__all__ = ["CONVENTIONS", "lines_for", "KvTile", "kv_tile", "attn_state_lines", "EXTENTS", "Extent", "select",
+           "dma_line_bytes", "dma_lines", "dma_end"]
+
+# Every formula below is plain arithmetic (+ - * // <<, ==, and :func:`select`) with no Python ``if`` on
+# a field value, so the same function evaluates to an int in the golden simulator and to a circuit in
+# the hardware decoder (``systolica.hw.decode`` traces them; a formula that branches on a field fails there).
+
+
+def select(cond, a, b):
+    """``a`` if ``cond`` else ``b``: a Python conditional for ints, a multiplexer for hardware values."""
+    if isinstance(cond, int):  # bool is an int
+        return a if cond else b
+    mux = getattr(cond, "mux", None)  # the decoder's symbolic values
+    if mux is not None:
+        return mux(a, b)
+    from amaranth.hdl import Mux  # an Amaranth value (imported only when one is given)
+    return Mux(cond, a, b)
 
 
 def lines_for(n: int, cols: int) -> int:
     """Lines a row of ``n`` elements occupies (rows are padded to whole lines)."""
-    return -(-n // cols)
+    return (n + cols - 1) // cols
 
 
 @dataclass(frozen=True)
@@ -35,9 +51,12 @@ class KvTile:
 
 
 def kv_tile(page_log2: int, hd: int) -> KvTile:
-    """The layout of a KV tile of ``2**page_log2`` slots and ``hd`` lines per head."""
-    p = 1 << page_log2
-    return KvTile(k=0, v=p * hd, kexp=2 * p * hd, vexp=2 * p * hd + p, lines=2 * p * hd + 2 * p)
+    """The layout of a KV tile of ``P = 2**page_log2`` slots and ``hd`` lines per head.
+
+    Written with shifts (``x << page_log2`` is ``x * P``) so that a hardware evaluation needs no multiplier.
+    """
+    return KvTile(k=0, v=hd << page_log2, kexp=(2 * hd) << page_log2, vexp=(2 * hd + 1) << page_log2,
+                  lines=(2 * hd + 2) << page_log2)
 
 
 def attn_state_lines(nq: int, hd: int) -> int:
@@ -51,12 +70,12 @@ class Extent:
 
     field: str
     buf: str  # "spad", "acc" or "vbuf"
-    lines: Callable[[Mapping[str, Any], Any], Any]  # (fields, config) -> lines; only + * // so Amaranth values work
+    lines: Callable[[Mapping[str, Any], Any], Any]  # (fields, config) -> lines; plain arithmetic, see above
     formula: str  # the same, as text for messages and docs
 
 
 def _ceil_lines(n, cfg):
-    return (n + cfg.cols - 1) // cfg.cols
+    return lines_for(n, cfg.cols)
 
 
 def _rows_lines(f, c):
@@ -76,11 +95,11 @@ EXTENTS: dict[str, tuple[Extent, ...]] = {
     "REQUANT": (Extent("src", "acc", _rows_lines, "rows*lines"), Extent("mult", "vbuf", lambda f, c: f["lines"], "lines"),
                 Extent("exps", "spad", lambda f, c: f["rows"], "rows"), Extent("dst", "vbuf", _rows_lines, "rows*lines")),
     "QUANT": (Extent("src", "vbuf", _rows_lines, "rows*lines"),
-              Extent("dst", "spad", lambda f, c: (1 + f.get("split", 0)) * f["rows"] * f["lines"],
+              Extent("dst", "spad", lambda f, c: (1 + f.get("split", 0)) * (f["rows"] * f["lines"]),
                      "rows*lines (x2 with split)"),
               Extent("exps", "spad", lambda f, c: (1 + f.get("split", 0)) * f["rows"], "rows (x2 with split)")),
     **{op: (Extent("a", "vbuf", _rows_lines, "rows*lines"),
-            Extent("b", "vbuf", lambda f, c: f["lines"] if f["bcast"] else f["rows"] * f["lines"],
+            Extent("b", "vbuf", lambda f, c: select(f["bcast"], f["lines"], f["rows"] * f["lines"]),
                    "lines if bcast else rows*lines"),
             Extent("dst", "vbuf", _rows_lines, "rows*lines")) for op in ("ADD", "MUL")},
     "RMSNORM": (Extent("src", "vbuf", _rows_n, "rows*ceil(n/cols)"),
@@ -91,9 +110,9 @@ EXTENTS: dict[str, tuple[Extent, ...]] = {
                   Extent("dst", "vbuf", _rows_n, "rows*ceil(n/cols)")),
     **{op: (Extent("src", "vbuf", _rows_lines, "rows*lines"), Extent("dst", "vbuf", _rows_lines, "rows*lines"))
        for op in ("SILU", "GELU")},
-    "ROPE": (Extent("src", "vbuf", lambda f, c: f["rows"] * f["heads"] * f["hd"], "rows*heads*hd"),
+    "ROPE": (Extent("src", "vbuf", lambda f, c: f["rows"] * f["hd"] * f["heads"], "rows*heads*hd"),
              Extent("table", "vbuf", lambda f, c: f["rows"] * f["hd"], "rows*hd"),
-             Extent("dst", "vbuf", lambda f, c: f["rows"] * f["heads"] * f["hd"], "rows*heads*hd")),
+             Extent("dst", "vbuf", lambda f, c: f["rows"] * f["hd"] * f["heads"], "rows*heads*hd")),
     "SOFTMAX": (Extent("src", "vbuf", _rows_n, "rows*ceil(n/cols)"), Extent("dst", "vbuf", _rows_n, "rows*ceil(n/cols)")),
     "ARGMAX": (Extent("src", "vbuf", _rows_n, "rows*ceil(n/cols)"), Extent("dst", "vbuf", lambda f, c: f["rows"], "rows")),
     "ATTN": (Extent("q", "spad", lambda f, c: f["nq"] * f["hd"], "nq*hd"),
@@ -103,6 +122,25 @@ EXTENTS: dict[str, tuple[Extent, ...]] = {
     "ATTN_OUT": (Extent("state", "vbuf", lambda f, c: attn_state_lines(f["nq"], f["hd"]), "nq + nq*hd"),
                  Extent("dst", "vbuf", lambda f, c: f["nq"] * f["hd"], "nq*hd")),
 }
+
+
+
+def dma_line_bytes(buf, cols: int):
+    """Bytes of one line of buffer ``buf`` (0 = SPAD: ``cols`` int8; ACC, VBUF: ``cols`` int32)."""
+    return select(buf == 0, cols, 4 * cols)
+
+
+def dma_lines(f: Mapping[str, Any], c) -> Any:
+    """Buffer lines a LOAD/STORE moves, from line ``sram`` of the buffer ``buf`` selects."""
+    return f["rows"] * f["lines"]
+
+
+def dma_end(f: Mapping[str, Any], c) -> Any:
+    """One past the last DRAM byte (window offset) a LOAD/STORE of at least one row and line touches.
+
+    ``rows * stride - stride`` is ``(rows - 1) * stride`` with unsigned operands.
+    """
+    return f["dram"] + f["rows"] * f["stride"] - f["stride"] + f["lines"] * dma_line_bytes(f["buf"], c.cols)
 
 
 #: Markdown bullet list of the conventions (printed into docs/isa.md).

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from amaranth.lib import data
 
-from systolica.hw.decode import EXTENTS, RTL_OPS, instr_layout
+from systolica.hw.decode import RTL_OPS, instr_layout
 from systolica.isa import HEADER_FIELDS, OPS, WORD_BITS
+from systolica.layout import EXTENTS
 
 
 @pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
@@ -32,7 +33,7 @@ def test_extents_name_real_fields_and_buffers():
     for name, extents in EXTENTS.items():
         assert name in RTL_OPS
         fields = {f.name: f for f in by_name[name].fields}
-        for addr, buf, _ in extents:
+        for addr, buf in ((e.field, e.buf) for e in extents):
             assert addr in fields and buf in ("spad", "acc", "vbuf"), (name, addr, buf)
             assert fields[addr].buf in (None, buf), (name, addr, fields[addr].buf, buf)
 
