@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import enum
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -88,6 +88,7 @@ class AttentionUnit(wiring.Component):
         if not (isinstance(max_lines, int) and 1 <= max_lines <= 63):
             raise ValueError(f"max_lines={max_lines!r} must be in 1..63 (ATTN's hd field)")
         self.cfg, self.max_tokens, self.max_lines = cfg, max_tokens, max_lines
+        self.lanes = cfg.line_width  # lanes of the state-line datapath (O pass, ATTN_OUT)
         C = cfg.cols
         line = data.ArrayLayout(signed(32), C)
         self.i_layout = data.StructLayout({"kind": 3, "data": line, "exp": signed(8), "eot": 1, "last": 1,
@@ -193,6 +194,52 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [q_r.addr.eq(li), pv_r.addr.eq(Mux(v1.v, v1.li, li)),
                      u_r.addr.eq(Mux(fire & ~wrong & p.eot, tok + 1, tok))]
 
+        # ---- state lines (O pass of ATTN, ATTN_OUT): one datapath of L lanes, shared by both ---------
+        # A state line is hd/C of a row per tile, so it may take C/L cycles: lane group g of the held
+        # input line is computed each cycle and kept, the last group completes the output line.
+        L = self.lanes
+        G = C // L
+        g = Signal(range(G), name="o_group")
+        done_groups = Signal(32 * L * (G - 1), name="o_groups_done", reset_less=True)
+        in_out = Signal()  # the FSM is in O or FOUT
+        is_fout = Signal()  # ... in FOUT (ATTN_OUT: o * y) rather than O (ATTN: rescale and add p.V)
+        y = Signal(unsigned(33))
+        m.d.comb += y.eq(Mux(is_fout, fy, a))
+        xs = p.data.as_value().word_select(g, 32 * L) if G > 1 else p.data.as_value()
+        pvs = pv_r.data.as_value().word_select(g, PV_BITS * L) if G > 1 else pv_r.data.as_value()
+        fsh = Signal(signed(9))
+        m.d.comb += fsh.eq(fk - 16)
+        lanes_out = []
+        for j in range(L):
+            x = xs[32 * j:32 * j + 32].as_signed()
+            prod = Signal(signed(66), name=f"st_prod_{j}")  # o * a (O) or o * y (FOUT): one multiplier
+            m.d.comb += prod.eq(x * y)
+            pv = pvs[PV_BITS * j:PV_BITS * (j + 1)].as_signed()
+            big_o = Signal(signed(64), name=f"big_o_{j}")
+            m.d.comb += big_o.eq(((prod >> 30) + ((prod >> 29) & 1)) + ((pv >> 8) + ((pv >> 7) & 1)))
+            val = Signal(signed(64), name=f"st_val_{j}")
+            sh = Signal(signed(9), name=f"st_sh_{j}")
+            m.d.comb += [val.eq(Mux(is_fout, prod[:64].as_signed(), big_o)), sh.eq(Mux(is_fout, fsh, r_s))]
+            res = rshift_round_sat32(m, val, sh, f"st_new_{j}")
+            out = Signal(signed(32), name=f"st_out_{j}")
+            m.d.comb += out.eq(Mux(is_fout, Mux(l_old > 0, res, 0), Mux(anyv, res, x)))
+            lanes_out.append(out)
+        last_group = Signal(name="o_last_group")
+        m.d.comb += last_group.eq(g == G - 1)
+        if G > 1:
+            with m.If(in_out & i.valid & ~wrong & ~last_group):
+                m.d.sync += [done_groups.word_select(g, 32 * L).eq(Cat(*lanes_out)), g.eq(g + 1)]
+
+        def state_line():
+            """The handshake of a state line: taken (and its output line given) with its last lane group.
+
+            Returns the condition under which the FSM leaves after the row's last state line."""
+            m.d.comb += [i.ready.eq(wrong | (last_group & o.ready)), o.valid.eq(i.valid & ~wrong & last_group),
+                         o.payload.last.eq(p.last), o.payload.data.eq(Cat(done_groups, *lanes_out))]
+            with m.If(fire & ~wrong):
+                m.d.sync += g.eq(0)
+            return fire & ~wrong & p.last
+
         with m.FSM(name="attn"):
             with m.State("HDR"):
                 m.d.comb += [i.ready.eq(1), wrong.eq((p.kind != AttnBeat.HDR) & (p.kind != AttnBeat.FIN))]
@@ -213,16 +260,8 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += [fy.eq(recip.o_stream.payload.y), fk.eq(recip.o_stream.payload.k)]
                     m.next = "FOUT"
             with m.State("FOUT"):
-                m.d.comb += [wrong.eq(p.kind != AttnBeat.STATE_O), i.ready.eq(o.ready | wrong)]
-                m.d.comb += [o.valid.eq(i.valid & ~wrong), o.payload.last.eq(p.last)]
-                fsh = Signal(signed(9))
-                m.d.comb += fsh.eq(fk - 16)
-                for c in range(C):
-                    oy = Signal(signed(64), name=f"oy_{c}")
-                    m.d.comb += oy.eq(p.data[c] * fy)
-                    fin = rshift_round_sat32(m, oy, fsh, f"fin_{c}")
-                    m.d.comb += o.payload.data[c].eq(Mux(l_old > 0, fin, 0))
-                with m.If(fire & ~wrong & p.last):
+                m.d.comb += [wrong.eq(p.kind != AttnBeat.STATE_O), in_out.eq(1), is_fout.eq(1)]
+                with m.If(state_line()):
                     m.next = "HDR"
             with m.State("Q"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.Q)]
@@ -294,20 +333,12 @@ class AttentionUnit(wiring.Component):
                 with m.If(o.ready):
                     m.next = "O"
             with m.State("O"):
-                m.d.comb += [wrong.eq(p.kind != AttnBeat.STATE_O), i.ready.eq(o.ready | wrong)]
-                m.d.comb += [o.valid.eq(i.valid & ~wrong), o.payload.last.eq(p.last)]
-                for c in range(C):
-                    oa = Signal(signed(66), name=f"oa_{c}")
-                    m.d.comb += oa.eq(p.data[c] * a.as_signed())
-                    pv = pv_r.data[c]
-                    big_o = Signal(signed(64), name=f"big_o_{c}")
-                    m.d.comb += big_o.eq(((oa >> 30) + ((oa >> 29) & 1)) + ((pv >> 8) + ((pv >> 7) & 1)))
-                    new = rshift_round_sat32(m, big_o, r_s, f"o_new_{c}")
-                    m.d.comb += o.payload.data[c].eq(Mux(anyv, new, p.data[c]))
+                m.d.comb += [wrong.eq(p.kind != AttnBeat.STATE_O), in_out.eq(1)]
                 with m.If(fire & ~wrong):
                     m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
                         m.d.sync += li.eq(0)
-                        m.next = "HDR"
+                with m.If(state_line()):
+                    m.next = "HDR"
         return m
 

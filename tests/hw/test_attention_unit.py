@@ -72,10 +72,12 @@ def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), ca
     return beats, want
 
 
-@pytest.mark.parametrize("cols,hd,causal,tiles", [(4, 8, True, (5, 8, 3)), (4, 12, False, (5, 8, 3)),
-                                                  (8, 16, True, (5, 8, 3)), (4, 4, False, (1, 2, 1))])
-def test_attention_bit_exact(cols, hd, causal, tiles):
-    cfg = AccelConfig(rows=4, cols=cols)
+@pytest.mark.parametrize("cols,lanes,hd,causal,tiles", [
+    (4, 0, 8, True, (5, 8, 3)), (4, 0, 12, False, (5, 8, 3)), (8, 0, 16, True, (5, 8, 3)), (4, 0, 4, False, (1, 2, 1)),
+    # state lines (O pass, ATTN_OUT) through a datapath of fewer lanes than the line: cols / lanes cycles each
+    (4, 2, 8, True, (5, 8, 3)), (8, 2, 16, False, (3, 4, 2)), (8, 4, 16, True, (5, 8, 3))])
+def test_attention_bit_exact(cols, lanes, hd, causal, tiles):
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes)
     dut = AttentionUnit(cfg, max_tokens=16, max_lines=8)
     beats, want = attention_cases(cols, seed=cols + hd, hd=hd, causal=causal, tiles=tiles)
     got = []
