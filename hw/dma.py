@@ -1,4 +1,4 @@
-"""AXI4 DMA: a 2-D strided burst reader and writer, a read-port arbiter, and the transfer checks.
+"""AXI4 DMA: a 2-D strided burst reader and writer, and a read-port arbiter.
 
 A transfer is ``rows`` rows of ``beats`` data beats; row ``r`` starts at
 ``addr + r * stride`` (physical bytes).  Every row is split into INCR bursts of
@@ -6,9 +6,9 @@ at most ``max_burst`` beats that never cross a 4 KiB boundary (an AXI rule).
 Several bursts are kept in flight (``outstanding``) so the DRAM latency of one
 burst hides behind the data of the previous ones.
 
-Memory protection happens *before* a DMA is started: the decoder calls
-:func:`transfer_faults` on every LOAD/STORE, so an engine never issues an
-address outside the window.  ``abort`` (soft reset) stops issuing new bursts and
+Memory protection happens *before* a DMA is started: the decoder checks every
+LOAD/STORE against the window with the formulas of ``systolica/layout.py``
+(``dma_end``), so an engine never issues an address outside it.  ``abort`` (soft reset) stops issuing new bursts and
 completes those in flight (write bursts with ``wstrb = 0``), so no AXI
 transaction is ever cut in half; ``quiet`` says when nothing is in flight.
 """
@@ -23,7 +23,7 @@ from systolica.config import AccelConfig
 
 from .axi import BURST_INCR, axi4_read_signature, axi4_write_signature
 
-__all__ = ["DmaReader", "DmaWriter", "ReadArbiter", "transfer_faults", "ADDR_BITS"]
+__all__ = ["DmaReader", "DmaWriter", "ReadArbiter", "ADDR_BITS"]
 
 ADDR_BITS = 64  # physical address width of the AXI master ports: WIN_BASE is a 64-bit CSR pair
 
@@ -201,19 +201,3 @@ class ReadArbiter(wiring.Component):
                 m.d.comb += out.rready.eq(r.rready)
         m.d.comb += tags.r_en.eq(out.rvalid & out.rready & out.rlast)
         return m
-
-
-def transfer_faults(cfg: AccelConfig, buf, dram, stride, rows, lines, win_size):
-    """(misaligned, outside_window) of a LOAD/STORE, as Amaranth expressions.
-
-    Line bytes depend on the buffer (``cols`` for the int8 scratchpad, ``4*cols``
-    for the int32 ones).  A transfer of zero rows or zero lines touches no byte
-    and is never outside the window; its addresses must still be aligned.
-    """
-    spad_b, wide_b = cfg.cols, 4 * cfg.cols
-    lb = Mux(buf == 0, spad_b, wide_b)
-    misaligned = Mux(buf == 0, (dram % spad_b != 0) | (stride % spad_b != 0),
-                     (dram % wide_b != 0) | (stride % wide_b != 0))
-    end = dram + (rows - 1) * stride + lines * lb  # one past the last byte touched
-    outside = (rows != 0) & (lines != 0) & (end > win_size)
-    return misaligned, outside
