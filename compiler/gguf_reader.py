@@ -15,6 +15,8 @@ shapes are checked with :meth:`Model.check`.
 
 from __future__ import annotations
 
+import math
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -60,29 +62,43 @@ def _field_value(field: gguf.ReaderField):
 def _open(path: Path) -> gguf.GGUFReader:
     if not path.is_file():
         raise GGUFError(f"{path}: no such file")
-    size = path.stat().st_size
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
         raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+    # The gguf package trusts every count in the file (an array of 2**60 elements loops for hours), so the
+    # layout is walked and bounded by the file size first; only a file that passes is handed to it.
+    why = _check_layout(path)
+    if why is not None:
+        raise GGUFError(f"{path}: {why}")
     try:
         return gguf.GGUFReader(path)
-    except Exception as e:  # the reader fails with whatever numpy says about a short memmap
-        why = _diagnose(path, size)
-        raise GGUFError(f"{path}: {why or 'corrupt GGUF file'} ({type(e).__name__}: {e})") from e
+    except Exception as e:  # noqa: BLE001 - whatever the package says about a file the walk accepted
+        raise GGUFError(f"{path}: corrupt GGUF file ({type(e).__name__}: {e})") from e
 
 
-def _diagnose(path: Path, size: int) -> str | None:
-    """Walk the GGUF layout by hand to name the key or tensor where the file is cut or wrong."""
-    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-    with open(path, "rb") as f:
-        buf = f.read()
+_SCALAR_BYTES = {t: np.dtype(d).itemsize for t, d in gguf.GGUFReader.gguf_scalar_to_np.items()}
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+
+
+def _check_layout(path: Path) -> str | None:
+    """Walk the GGUF layout (types from the ``gguf`` package) and say what is cut or wrong, else None.
+
+    Every count is checked against the bytes left before it is trusted, so the walk does work and
+    allocation proportional to the file size: tensor extents lie inside the file and do not overlap.
+    """
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        return _walk(memoryview(mm))
+
+
+def _walk(buf: memoryview) -> str | None:
+    size = len(buf)
     pos = 0
 
-    def take(n: int, what: str) -> bytes:
+    def take(n: int, what: str) -> memoryview:
         nonlocal pos
-        if pos + n > len(buf):
-            raise EOFError(f"truncated: {what} needs bytes {pos}..{pos + n} but the file has {size} bytes")
+        if n < 0 or pos + n > size:
+            raise _Bad(f"truncated: {what} needs bytes {pos}..{pos + n} but the file has {size} bytes")
         pos += n
         return buf[pos - n:pos]
 
@@ -90,22 +106,34 @@ def _diagnose(path: Path, size: int) -> str | None:
         return struct.unpack("<" + fmt, take(struct.calcsize(fmt), what))[0]
 
     def string(what: str) -> str:
-        return take(u("Q", what), what).decode("utf-8", errors="replace")
+        raw = bytes(take(u("Q", what), what))
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Bad(f"{what} is not valid UTF-8 ({raw[:40]!r})") from None
 
-    def value(t: int, what: str) -> None:
-        if t == 8:
-            string(what)
-        elif t == 9:
-            et, n = u("I", what), u("Q", what)
-            if et in scalar:
-                take(scalar[et] * n, what)
-            else:
+    def vtype(code: int, what: str) -> GGUFValueType:
+        try:
+            return GGUFValueType(code)
+        except ValueError:
+            raise _Bad(f"{what} has unknown value type {code}") from None
+
+    def value(t: GGUFValueType, what: str, depth: int = 0) -> None:
+        if t == GGUFValueType.STRING:
+            take(u("Q", what), what)
+        elif t == GGUFValueType.ARRAY:
+            et, n = vtype(u("I", what), what), u("Q", what)
+            if et in _SCALAR_BYTES:
+                take(_SCALAR_BYTES[et] * n, f"{what} ({n} elements)")
+            elif depth > 0 or et == GGUFValueType.ARRAY:
+                raise _Bad(f"{what} is a nested array; GGUF metadata of llama models has none")
+            else:  # strings: at least their 8-byte length each
+                if n * 8 > size - pos:
+                    raise _Bad(f"truncated: {what} claims {n} strings, the file has {size - pos} bytes left")
                 for _ in range(n):
-                    value(et, what)
-        elif t in scalar:
-            take(scalar[t], what)
+                    value(et, what, depth + 1)
         else:
-            raise ValueError(f"{what} has unknown value type {t}")
+            take(_SCALAR_BYTES[t], what)
 
     try:
         take(4, "magic")
@@ -113,33 +141,73 @@ def _diagnose(path: Path, size: int) -> str | None:
         if version not in (2, 3):
             return f"GGUF version {version} is not supported (2 or 3)"
         n_tensors, n_kv = u("Q", "tensor count"), u("Q", "metadata count")
+        # the loops below are bounded by the file: each key takes >= 12 bytes and each tensor info >= 24,
+        # or the walk stops at the first one cut short
         alignment = 32
+        keys: set[str] = set()
         for i in range(n_kv):
             key = string(f"metadata key #{i}")
-            t = u("I", f"type of metadata key {key!r}")
+            if key in keys:
+                return f"metadata key {key!r} appears twice"
+            keys.add(key)
+            t = vtype(u("I", f"type of metadata key {key!r}"), f"metadata key {key!r}")
             start = pos
             value(t, f"metadata key {key!r}")
-            if key == "general.alignment" and t == 4:
+            if key == "general.alignment":
+                if t != GGUFValueType.UINT32:
+                    return f"general.alignment has type {t.name}, expected UINT32"
                 alignment = struct.unpack("<I", buf[start:start + 4])[0]
+                if alignment == 0 or alignment & (alignment - 1):
+                    return f"general.alignment={alignment} is not a power of two"
         infos = []
+        names: set[str] = set()
         for i in range(n_tensors):
             name = string(f"name of tensor #{i}")
+            if name in names:
+                return f"tensor {name!r} appears twice"
+            names.add(name)
             nd = u("I", f"tensor {name!r} header")
+            if not 1 <= nd <= _MAX_DIMS:
+                return f"tensor {name!r} has {nd} dimensions (1..{_MAX_DIMS} allowed)"
             ne = [u("Q", f"tensor {name!r} header") for _ in range(nd)]
             ttype, off = u("I", f"tensor {name!r} header"), u("Q", f"tensor {name!r} header")
             infos.append((name, ne, ttype, off))
         data_start = -(-pos // alignment) * alignment
+        extents = []
         for name, ne, ttype, off in infos:
             try:
-                block, tsize = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
+                qtype = GGMLQuantizationType(ttype)
+                block, tsize = GGML_QUANT_SIZES[qtype]
             except (ValueError, KeyError):
                 return f"tensor {name!r} has unknown type id {ttype}"
-            end = data_start + off + int(np.prod(ne, dtype=np.int64)) // block * tsize
+            if any(d == 0 for d in ne):
+                return f"tensor {name!r} has a zero dimension {ne}"
+            if ne[0] % block:
+                return f"tensor {name!r}: {ne[0]} elements per row are not whole {qtype.name} blocks of {block}"
+            n_elems = 1
+            for d in ne:  # Python ints: no overflow, and bounded by the file size at each step
+                n_elems *= d
+                if n_elems // block * tsize > size:
+                    return f"tensor {name!r} of shape {ne} needs more bytes than the file has ({size})"
+            if off % alignment:
+                return f"tensor {name!r} data offset {off} is not aligned to {alignment}"
+            begin, end = data_start + off, data_start + off + n_elems // block * tsize
             if end > size:
                 return f"truncated: tensor {name!r} data ends at byte {end} but the file has {size} bytes"
-    except (EOFError, ValueError) as e:
+            extents.append((begin, end, name))
+        extents.sort()
+        for (_b0, e0, n0), (b1, _e1, n1) in zip(extents, extents[1:], strict=False):
+            if b1 < e0:
+                return f"tensors {n0!r} and {n1!r} overlap (bytes {b1}..{e0})"
+    except _Bad as e:
         return str(e)
+    finally:
+        buf.release()
     return None
+
+
+class _Bad(Exception):
+    """Internal: what the layout walk found wrong."""
 
 
 def read_gguf_metadata(path: str | os.PathLike) -> dict:
@@ -207,6 +275,34 @@ def _allowed(name: str, n_layers: int) -> bool:
             and parts[2] in _LLAMA_TENSORS)
 
 
+_MAX_HPARAM = 1 << 24  # no width, head count or context of a real model comes near 16 M
+
+
+def _typed(path: Path, key: str, v, kind, lo, hi):
+    """``v`` as ``kind`` (int or float), finite and within ``[lo, hi]``, or a :class:`GGUFError` naming the key."""
+    ok = (isinstance(v, int) and not isinstance(v, bool)) or (kind is float and isinstance(v, float))
+    if not ok:
+        want = "an integer" if kind is int else "a number"
+        raise GGUFError(f"{path}: metadata key {key!r} is {type(v).__name__} {v!r:.40}, expected {want}")
+    v = kind(v)
+    if not math.isfinite(v) or not lo <= v <= hi:
+        raise GGUFError(f"{path}: metadata key {key!r}={v} is out of range [{lo}, {hi}]")
+    return v
+
+
+def _check_token_ids(path: Path, meta: dict, vocab_size: int) -> None:
+    """Special-token ids must name tokens of the vocabulary (and of the embedding)."""
+    tokens = meta.get("tokenizer.ggml.tokens")
+    n = min(vocab_size, len(tokens)) if isinstance(tokens, list) and tokens else vocab_size
+    for k in ("bos", "eos", "unknown", "padding", "separator", "eot", "eom"):
+        full = f"tokenizer.ggml.{k}_token_id"
+        if full in meta:
+            _typed(path, full, meta[full], int, 0, n - 1)
+    types = meta.get("tokenizer.ggml.token_type")
+    if types is not None and isinstance(tokens, list) and (not isinstance(types, list) or len(types) != len(tokens)):
+        raise GGUFError(f"{path}: tokenizer.ggml.token_type does not have one entry per token ({len(tokens)})")
+
+
 # ------------------------------------------------------------------ the front end
 def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
     """Read a llama-architecture GGUF checkpoint into a checked :class:`Model`.
@@ -241,7 +337,8 @@ def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
         raise GGUFError(f"{path}: unsupported architecture {arch!r} (general.architecture); systolica reads GGUF "
                         f"models of architecture {', '.join(map(repr, ARCHITECTURES))}")
 
-    def key(k: str, default=None, kind=int):
+    def key(k: str, default=None, kind=int, lo=1, hi=_MAX_HPARAM):
+        """A hyper-parameter of the right type, finite and in ``[lo, hi]`` (per-layer lists must agree)."""
         full = f"{arch}.{k}"
         if full not in meta:
             if default is None:
@@ -249,23 +346,31 @@ def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
             return default
         v = meta[full]
         if isinstance(v, list):  # per-layer values: fine when they agree
-            if len(set(v)) != 1:
-                raise GGUFError(f"{path}: metadata key {full!r} differs between layers ({v}); not supported")
+            if not v or len(set(v)) != 1:
+                raise GGUFError(f"{path}: metadata key {full!r} differs between layers ({v[:8]}); not supported")
             v = v[0]
-        return kind(v)
+        return _typed(path, full, v, kind, lo, hi)
 
+    tensors = {t.name: t for t in reader.tensors}
     dim = key("embedding_length")
     n_heads = key("attention.head_count")
     n_kv = key("attention.head_count_kv", n_heads)
-    tensors = {t.name: t for t in reader.tensors}
+    # each block has nine tensors: a block count beyond the tensors is a lie (and would make checks spin)
+    n_layers = key("block_count", hi=max(1, len(tensors)))
     tokens = meta.get("tokenizer.ggml.tokens")
+    if tokens is not None and not isinstance(tokens, list):
+        raise GGUFError(f"{path}: tokenizer.ggml.tokens is {type(tokens).__name__}, expected an array of strings")
     embd = tensors.get("token_embd.weight")
     vocab_default = len(tokens) if tokens else (int(embd.shape[1]) if embd is not None else None)
-    cfg = ModelConfig(arch="llama", dim=dim, n_layers=key("block_count"), n_heads=n_heads, n_kv_heads=n_kv,
+    cfg = ModelConfig(arch="llama", dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv,
                       ffn_dim=key("feed_forward_length"), vocab_size=key("vocab_size", vocab_default),
-                      max_seq=key("context_length", 2048), norm_eps=key("attention.layer_norm_rms_epsilon", 1e-5, float),
-                      rope_base=key("rope.freq_base", 10000.0, float), tied_output="output.weight" not in tensors,
-                      name=str(meta.get("general.name") or path.stem))
+                      max_seq=key("context_length", 2048),
+                      norm_eps=key("attention.layer_norm_rms_epsilon", 1e-5, float, lo=0.0, hi=1.0),
+                      rope_base=key("rope.freq_base", 10000.0, float, lo=1.0, hi=1e12),
+                      tied_output="output.weight" not in tensors, name=str(meta.get("general.name") or path.stem))
+    if cfg.norm_eps <= 0 or cfg.rope_base <= 1:
+        raise GGUFError(f"{path}: {arch}.attention.layer_norm_rms_epsilon={cfg.norm_eps} must be > 0 and "
+                        f"{arch}.rope.freq_base={cfg.rope_base} > 1")
     try:
         cfg.check()
     except ModelError as e:
@@ -276,7 +381,9 @@ def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
         if got != want:
             raise GGUFError(f"{path}: {arch}.{k}={got} but head_dim={want}; partial or uneven heads are not supported")
     scaling = meta.get(f"{arch}.rope.scaling.type", "none")
-    if scaling not in ("none", None) and float(meta.get(f"{arch}.rope.scaling.factor", 1.0)) != 1.0:
+    factor = _typed(path, f"{arch}.rope.scaling.factor", meta.get(f"{arch}.rope.scaling.factor", 1.0), float, 0.0,
+                    1e6)
+    if scaling not in ("none", None) and factor != 1.0:
         raise GGUFError(f"{path}: {arch}.rope.scaling.type={scaling!r} is not supported (plain RoPE only)")
 
     weights: dict[str, np.ndarray] = {}
@@ -288,9 +395,14 @@ def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
                             f"(e.g. rope_freqs or biases are not supported)")
         weights[name] = _dequantize(t, path)
         types[name] = GGMLQuantizationType(t.tensor_type).name
+    _check_token_ids(path, meta, cfg.vocab_size)
     tok = None
     if load_tokenizer and "tokenizer.ggml.model" in meta:
-        tok = Tokenizer.from_gguf({k: v for k, v in meta.items() if k.startswith("tokenizer.ggml.")})
+        try:
+            tok = Tokenizer.from_gguf({k: v for k, v in meta.items() if k.startswith("tokenizer.ggml.")})
+        except Exception as e:  # noqa: BLE001 - the BPE builder raises a bare Exception on a bad token or merge
+            raise GGUFError(f"{path}: the tokenizer in tokenizer.ggml.* cannot be built: "
+                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
     metadata = {"source": str(path), "format": "gguf", "tensor_types": types,
                 "general": {k: v for k, v in meta.items() if k.startswith("general.") and not isinstance(v, list)}}
     model = Model(cfg, weights, tokenizer=tok, metadata=metadata)

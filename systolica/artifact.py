@@ -34,12 +34,14 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from systolica.artifact_check import check_manifest
 from systolica.config import AccelConfig
 from systolica.isa import OP_BY_NAME, OPCODE_BITS
 from systolica.program import Program
@@ -71,6 +73,33 @@ class StepState:
     pos: int
     tokens: Sequence[int]
     block_table: Sequence[int]
+
+
+def _read_zip(data: bytes, source: str) -> tuple[object, dict[str, bytes]]:
+    """The parsed manifest and the other members of the archive, each checked against its CRC.
+
+    Members are read only when the sizes in the archive's directory fit what the file could hold
+    (a stored or deflated member of a 30 kB archive cannot honestly unpack to a terabyte).
+    """
+    try:
+        z = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        raise ArtifactError(f"{source}: not a systolica artifact (not a zip archive)") from None
+    with z:
+        infos = {i.filename: i for i in z.infolist()}
+        if "manifest.json" not in infos:
+            raise ArtifactError(f"{source}: no manifest.json inside: not a systolica artifact")
+        for i in infos.values():
+            # deflate expands at most ~1032x; an artifact's members are never bigger than that
+            if i.file_size > max(1032 * i.compress_size, 1 << 16) or i.compress_size > len(data):
+                raise ArtifactError(f"{source}: member {i.filename} claims {i.file_size} bytes from "
+                                    f"{i.compress_size}: damaged archive; recompile it with `systolica compile`")
+        members = {name: z.read(name) for name in infos}
+    try:
+        man = json.loads(members.pop("manifest.json"))
+    except ValueError as e:
+        raise ArtifactError(f"{source}: manifest.json is not valid JSON ({e})") from None
+    return man, members
 
 
 def _field_bits(op: str, field: str) -> tuple[int, int, bool]:
@@ -180,14 +209,7 @@ class Artifact:
         self.check_step(kind, st)
         rows = self.rows(kind)
         words = list(self.programs[kind].words)
-        ops = self._bits.get(kind)
-        if ops is None:
-            ops = []
-            by_code = {spec.code: spec.name for spec in OP_BY_NAME.values()}
-            for idx, field, pkind, args in self._prog(kind)["patches"]:
-                op = by_code[words[idx] & ((1 << OPCODE_BITS) - 1)]
-                ops.append((idx, *_field_bits(op, field), pkind, args))
-            self._bits[kind] = ops
+        ops = self._patch_ops(kind, words)
         for idx, lo, bits, signed, pkind, args in ops:
             v = self._value(pkind, args, st, rows)
             lim_lo, lim_hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
@@ -196,6 +218,24 @@ class Artifact:
             mask = ((1 << bits) - 1) << lo
             words[idx] = (words[idx] & ~mask) | ((v & ((1 << bits) - 1)) << lo)
         return words
+
+    def _patch_ops(self, kind: str, words: Sequence[int], source: str = "artifact") -> list:
+        """``(index, lo, bits, signed, kind, args)`` of each patch of program ``kind`` (cached)."""
+        ops = self._bits.get(kind)
+        if ops is None:
+            ops = []
+            by_code = {spec.code: spec.name for spec in OP_BY_NAME.values()}
+            for idx, field, pkind, args in self._prog(kind)["patches"]:
+                op = by_code.get(int(words[idx]) & ((1 << OPCODE_BITS) - 1))
+                if op is None:
+                    raise ArtifactError(f"{source}: {kind} patch names instruction {idx}, which is not a valid "
+                                        "instruction: recompile the model with `systolica compile`")
+                try:
+                    ops.append((idx, *_field_bits(op, field), pkind, args))
+                except ArtifactError as e:
+                    raise ArtifactError(f"{source}: {kind} instruction {idx}: {e}") from None
+            self._bits[kind] = ops
+        return ops
 
     def read_logits(self, window: np.ndarray) -> np.ndarray:
         """The fx int32 logits of the last row of the last run, from the DRAM window."""
@@ -230,38 +270,52 @@ class Artifact:
             A program inside is damaged or stamped with another configuration's hash.
         """
         try:
-            z = zipfile.ZipFile(io.BytesIO(data))
-        except zipfile.BadZipFile:
-            raise ArtifactError(f"{source}: not a systolica artifact (not a zip archive)") from None
-        with z:
-            names = set(z.namelist())
-            if "manifest.json" not in names:
-                raise ArtifactError(f"{source}: no manifest.json inside: not a systolica artifact")
-            try:
-                man = json.loads(z.read("manifest.json"))
-            except ValueError as e:
-                raise ArtifactError(f"{source}: manifest.json is not valid JSON ({e})") from None
-            if man.get("format") != FORMAT:
-                raise ArtifactError(f"{source}: manifest format {man.get('format')!r}, expected {FORMAT!r}")
-            if man.get("version") != FORMAT_VERSION:
-                raise ArtifactError(f"{source}: artifact format version {man.get('version')}; this systolica reads "
-                                    f"version {FORMAT_VERSION}: recompile the model with this systolica")
-            if config is not None and man["config_hash"] != config.hash_hex():
-                raise ArtifactError(f"{source}: compiled for config {man['config_hash'][:8]} "
-                                    f"({man['config'].get('name')!r}), this accelerator is {config.hash_hex()[:8]} "
-                                    f"({config.name!r}): recompile with --config {config.name}")
-            progs = {}
-            for kind in man["programs"]:
-                fname = f"programs/{kind}.bin"
-                if fname not in names:
-                    raise ArtifactError(f"{source}: {fname} listed in the manifest is missing")
-                progs[kind] = Program.from_bytes(z.read(fname), config=int(man["config_hash32"]), source=fname)
-            if "image.bin" not in names:
-                raise ArtifactError(f"{source}: image.bin is missing")
-            image = np.frombuffer(z.read("image.bin"), dtype=np.uint8).copy()
+            man, members = _read_zip(data, source)
+        except ArtifactError:
+            raise
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError,
+                RuntimeError, OverflowError) as e:  # whatever zipfile says about a damaged archive
+            raise ArtifactError(f"{source}: damaged archive ({type(e).__name__}: {e}): recompile it with "
+                                "`systolica compile`") from None
+        if not isinstance(man, dict):
+            raise ArtifactError(f"{source}: manifest.json is a {type(man).__name__}, not an object: not a "
+                                "systolica artifact")
+        if man.get("format") != FORMAT:
+            raise ArtifactError(f"{source}: manifest format {man.get('format')!r:.60}, expected {FORMAT!r}")
+        if man.get("version") != FORMAT_VERSION:
+            raise ArtifactError(f"{source}: artifact format version {man.get('version')!r:.20}; this systolica reads "
+                                f"version {FORMAT_VERSION}: recompile the model with this systolica")
+        try:
+            cfg = AccelConfig.from_dict(dict(man["config"]), source=f"{source}: manifest config")
+        except (KeyError, TypeError, ValueError) as e:
+            raise ArtifactError(f"{source}: manifest config is unusable ({e}): recompile it with "
+                                "`systolica compile`") from None
+        if man.get("config_hash") != cfg.hash_hex() or man.get("config_hash32") != cfg.hash32():
+            raise ArtifactError(f"{source}: manifest config hashes do not match its config: the artifact is "
+                                "damaged or was edited; recompile it with `systolica compile`")
+        if config is not None and man["config_hash"] != config.hash_hex():
+            raise ArtifactError(f"{source}: compiled for config {man['config_hash'][:8]} "
+                                f"({cfg.name!r}), this accelerator is {config.hash_hex()[:8]} "
+                                f"({config.name!r}): recompile with --config {config.name}")
+        check_manifest(man, source=source, error=ArtifactError)
+        progs = {}
+        for kind, info in man["programs"].items():
+            fname = f"programs/{kind}.bin"
+            if fname not in members:
+                raise ArtifactError(f"{source}: {fname} listed in the manifest is missing")
+            progs[kind] = Program.from_bytes(members[fname], config=int(man["config_hash32"]), source=fname)
+            if len(progs[kind]) != info["instructions"]:
+                raise ArtifactError(f"{source}: {fname} has {len(progs[kind])} instructions, the manifest says "
+                                    f"{info['instructions']}")
+        if "image.bin" not in members:
+            raise ArtifactError(f"{source}: image.bin is missing")
+        image = np.frombuffer(members["image.bin"], dtype=np.uint8).copy()
         if image.size != man["image_bytes"]:
             raise ArtifactError(f"{source}: image.bin has {image.size} bytes, the manifest says {man['image_bytes']}")
-        return cls(man, progs, image)
+        art = cls(man, progs, image)
+        for kind in progs:  # every patch names a field its instruction has
+            art._patch_ops(kind, progs[kind].words, source)
+        return art
 
     @classmethod
     def load(cls, path: str | Path, *, config: AccelConfig | None = None) -> Artifact:

@@ -153,8 +153,8 @@ class AccelConfig:
                 yield f"{k}={v} gives {n} lines; address fields are 16 bits, so at most 65536 lines"
             if n < 4 * self.rows:
                 yield f"{k}={v} gives only {n} lines; need at least 4 x rows = {4 * self.rows} to double-buffer a tile"
-        if not self.clock_mhz > 0:
-            yield f"clock_mhz={self.clock_mhz} must be positive"
+        if not 0 < self.clock_mhz < 1e5:
+            yield f"clock_mhz={self.clock_mhz} must be a positive number of MHz below 100000"
         if not (_pow2(self.dram_bytes) and (1 << 16) <= self.dram_bytes <= (1 << 32)):
             yield f"dram_bytes={self.dram_bytes} must be a power of two between 64 KiB and 4 GiB (32-bit DMA addresses)"
 
@@ -210,7 +210,9 @@ class AccelConfig:
             raise ConfigError(f"{source}: [accel] must be a table")
         base = table.pop("preset", None)
         if base is not None:
-            return dataclasses.replace(preset(base), **table)
+            if not isinstance(base, str):
+                raise ConfigError(f"{source}: preset = {base!r} must be a preset name ({', '.join(sorted(PRESETS))})")
+            return cls.from_dict({**preset(base).to_dict(), **table}, source=source)
         return cls.from_dict(table, source=source)
 
     @classmethod
@@ -218,7 +220,13 @@ class AccelConfig:
         p = Path(path)
         if not p.exists():
             raise ConfigError(f"config file {p} does not exist")
-        return cls.from_toml(p.read_text(), source=str(p))
+        if not p.is_file():
+            raise ConfigError(f"config {p} is not a file")
+        try:
+            text = p.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason}); a config is a TOML file") from None
+        return cls.from_toml(text, source=str(p))
 
     def replace(self, **changes: Any) -> AccelConfig:
         return dataclasses.replace(self, **changes)
