@@ -13,7 +13,9 @@ board and on a host talking to a board through PYNQ.remote
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,7 @@ from systolica.driver.device import DeviceError
 __all__ = ["PynqDevice", "find_accelerator_ip"]
 
 IP_NAME_HINT = "systolica"
+_log = logging.getLogger(__name__)
 
 
 def _import_pynq():
@@ -102,8 +105,15 @@ class PynqDevice:
             if desc.get("interrupts"):
                 try:
                     self.interrupt = pynq.Interrupt(f"{name}/interrupt")
-                except Exception:  # no interrupt controller wired: fall back to polling
+                except Exception as e:  # noqa: BLE001 - no interrupt controller wired: poll, and say so
                     self.interrupt = None
+                    warnings.warn(f"pynq: the interrupt of {name} cannot be used ({type(e).__name__}: {e}); "
+                                  f"waiting for DONE by polling STATUS every {poll_s * 1e3:g} ms instead",
+                                  RuntimeWarning, stacklevel=2)
+            else:
+                _log.info("pynq: %s has no interrupt in the overlay; waiting for DONE by polling STATUS", name)
+        #: how :meth:`wait_done` waits: "interrupt" or "polling"
+        self.wait_mode = "interrupt" if self.interrupt is not None else "polling"
         if base_addr is None:
             raise DeviceError("PynqDevice needs a bitstream (path to the .bit) or base_addr")
         self.mmio = pynq.MMIO(base_addr, addr_range)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from systolica.artifact import Artifact, StepState
+from systolica.artifact import Artifact, ArtifactError, StepState
 from systolica.driver.accel import Accelerator, RunStats
 from systolica.driver.device import Device
 from systolica.driver.kv_cache import PagePool, SequenceState
@@ -131,7 +131,7 @@ class Runtime:
         region = self.art.region(f"program:{kind}")
         raw = words_to_bytes(words)
         if len(raw) > region["size"]:
-            raise RuntimeError(f"{kind} program ({len(raw)} bytes) does not fit its region ({region['size']} bytes): "
+            raise ArtifactError(f"{kind} program ({len(raw)} bytes) does not fit its region ({region['size']} bytes): "
                                "the artifact is inconsistent; recompile it with `systolica compile`")
         self.window.view[region["offset"]:region["offset"] + len(raw)] = np.frombuffer(raw, np.uint8)
         stats = self.acc.run(self.window, region["offset"], len(words))
@@ -252,4 +252,9 @@ def _artifact_tokenizer(artifact: Artifact):
         return None
     from systolica.tokenizer import Tokenizer
 
-    return Tokenizer.from_dict(data)
+    try:
+        return Tokenizer.from_dict(data)
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises bare Exceptions on bad data
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ArtifactError(f"the tokenizer the artifact carries cannot be built ({msg}): recompile the model "
+                            "with `systolica compile`") from e

@@ -27,8 +27,10 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise SamplingError(f"temperature={self.temperature} must be >= 0 (0 means greedy)")
+        if not 0 <= self.temperature < float("inf"):  # also NaN
+            raise SamplingError(f"temperature={self.temperature} must be >= 0 and finite (0 means greedy)")
+        if self.seed is not None and not 0 <= self.seed < 1 << 64:
+            raise SamplingError(f"seed={self.seed} must be in 0..2**64-1")
         if self.top_k < 0:
             raise SamplingError(f"top_k={self.top_k} must be >= 0 (0 disables it)")
         if not 0.0 < self.top_p <= 1.0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -35,8 +36,13 @@ def resolve_config(board: str | None, config: str | None):
     """The accelerator of ``--board`` (its sized configuration) or ``--config`` (preset or TOML; default preset)."""
     from systolica.config import load_config
 
-    if board:
+    if board is not None:
         from systolica.boards.board import board_config
+
+        if not board.strip():
+            from systolica.cli_core import UsageError
+
+            raise UsageError("--board '' names no board: give a board name such as kv260 (see systolica build --help)")
 
         return board_config(board)
     return load_config(config)
@@ -63,9 +69,14 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
            f"-a{int(act_split)}-v{FORMAT_VERSION}")
     file = cache_dir() / "artifacts" / f"{key}.systolica"
     if file.exists():
+        from systolica.driver.runtime import _artifact_tokenizer
+        from systolica.program import ProgramError
+
         try:
-            return Artifact.load(file, config=cfg), file, 0.0
-        except ArtifactError as e:
+            art = Artifact.load(file, config=cfg)
+            _artifact_tokenizer(art)  # a damaged tokenizer is found now, not after the prompt
+            return art, file, 0.0
+        except (ArtifactError, ProgramError) as e:
             say(f"cached artifact {file} is unusable ({e}); recompiling")
     t0 = time.perf_counter()
     say(f"compiling {path.name} for accelerator {cfg.name!r} ({cfg.rows}x{cfg.cols}, {cfg.hash_hex()[:8]})")
@@ -88,6 +99,41 @@ def _at_least_one(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"{n} must be at least 1")
     return n
+
+
+def _count(lo: int, what: str = "", pow2: bool = False):
+    """argparse type of a whole number >= ``lo`` (and a power of two with ``pow2``)."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < lo or n > 1 << 63:
+            raise argparse.ArgumentTypeError(f"{n} must be at least {lo}{what}")
+        if pow2 and n & (n - 1):
+            raise argparse.ArgumentTypeError(f"{n} is not a power of two")
+        return n
+
+    return parse
+
+
+def _real(lo: float, *, open_lo: bool = False, hi: float = math.inf, open_hi: bool = True):
+    """argparse type of a finite number in the interval ``lo..hi`` (open or closed at each end)."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        below = v <= lo if open_lo else v < lo
+        above = v >= hi if open_hi else v > hi
+        if not math.isfinite(v) or below or above:
+            rng = f"{'(' if open_lo else '['}{lo:g}, {hi:g}{')' if open_hi else ']'}"
+            raise argparse.ArgumentTypeError(f"{text} must be a finite number in {rng}")
+        return v
+
+    return parse
 
 
 def _fmt(v, unit="", scale=1.0, digits=2):
@@ -116,15 +162,15 @@ class Run:
         p.add_argument("--top-p", type=float, default=1.0, metavar="P",
                        help="sample within probability mass P, in (0, 1] (default 1: all)")
         p.add_argument("--seed", type=int, default=None, help="random seed of the sampler (default: unseeded)")
-        p.add_argument("--max-seq", type=int, default=256, metavar="N",
+        p.add_argument("--max-seq", type=_count(1), default=256, metavar="N",
                        help="context the programs are compiled for (default 256, at most the model's)")
-        p.add_argument("--page", type=int, default=16, metavar="N",
+        p.add_argument("--page", type=_count(1, pow2=True), default=16, metavar="N",
                        help="KV-cache page size in tokens, a power of two (default 16)")
-        p.add_argument("--prefill-chunk", type=int, default=16, metavar="N",
+        p.add_argument("--prefill-chunk", type=_count(1), default=16, metavar="N",
                        help="rows of the prefill program (default 16)")
         p.add_argument("--no-act-split", dest="act_split", action="store_false",
                        help="plain int8 activations (default: int8 + int8 residual, ~15-bit; see docs/quantization.md)")
-        p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+        p.add_argument("--timeout", type=_real(0.0, open_lo=True, hi=1e7), default=300.0, metavar="SECONDS",
                        help="seconds before a run counts as hung (default 300)")
         p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
 
@@ -132,12 +178,18 @@ class Run:
     def main(args: argparse.Namespace) -> int:
         from rich.console import Console
 
-        from systolica.driver.device import open_device
+        from systolica.cli_core import UsageError
+        from systolica.driver.device import DeviceTimeout, open_device
         from systolica.driver.runtime import Metrics, Runtime
         from systolica.driver.sampling import SamplingParams
+        from systolica.sim.faults import SimFault
 
         err = Console(stderr=True)
-        # bad sampling options fail here, before a compile that can take a minute
+        try:
+            args.prompt.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError("the prompt is not valid UTF-8 text (undecodable bytes on the command line)") from None
+        # bad sampling options (also NaN, infinite, negative seeds) fail here, before a compile that can take a minute
         sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
         cfg = resolve_config(args.board, args.config)
         art, file, compile_s = cached_artifact(args.model, cfg, page=args.page, max_seq=args.max_seq,
@@ -154,27 +206,40 @@ class Run:
             kw["bitstream"] = args.bitstream
         dev = open_device(args.backend, cfg, **kw)
         rt = Runtime(art, dev, timeout_s=args.timeout)
-        m = Metrics(dev.name, cfg.clock_mhz)
-        out = sys.stdout
+        try:
+            return _generate(args, rt, art, file, compile_s, cfg, Metrics(dev.name, cfg.clock_mhz), sp)
+        except (SimFault, DeviceTimeout) as e:  # the accelerator stopped: exit 1, as `systolica sim` does
+            from rich.text import Text
+
+            sys.stdout.write("\n")
+            err.print(Text(f"accelerator fault: {e}", style="bold red"), soft_wrap=True)
+            return 1
+        finally:
+            rt.close()
+
+
+def _generate(args, rt, art, file, compile_s, cfg, m, sp) -> int:
+    from rich.console import Console
+
+    out = sys.stdout
+    if not args.json:
+        out.write(args.prompt)
+        out.flush()
+    text = []
+    for step in rt.generate(args.prompt, args.max_tokens, sampling=sp, metrics=m):
+        text.append(step.text)
         if not args.json:
-            out.write(args.prompt)
+            out.write(step.text)
             out.flush()
-        text = []
-        for step in rt.generate(args.prompt, args.max_tokens, sampling=sp, metrics=m):
-            text.append(step.text)
-            if not args.json:
-                out.write(step.text)
-                out.flush()
-        if args.json:
-            d = m.to_dict()
-            d.update(prompt=args.prompt, text="".join(text), artifact=str(file), compile_s=compile_s,
-                     config=cfg.name, model=art.manifest["model"].get("name"))
-            print(json.dumps(d, indent=1, default=str))
-        else:
-            out.write("\n\n")
-            _print_metrics(Console(), m, cfg, art)
-        rt.close()
-        return 0
+    if args.json:
+        d = m.to_dict()
+        d.update(prompt=args.prompt, text="".join(text), artifact=str(file), compile_s=compile_s,
+                 config=cfg.name, model=art.manifest["model"].get("name"))
+        print(json.dumps(d, indent=1, default=str))
+    else:
+        out.write("\n\n")
+        _print_metrics(Console(), m, cfg, art)
+    return 0
 
 
 def _print_metrics(con, m, cfg, art) -> None:
@@ -193,7 +258,8 @@ def _print_metrics(con, m, cfg, art) -> None:
     t.add_row("decode tokens/s at board clock" + (timed if m.has_cycles else ""),
               _fmt(m.decode_tokens_per_s, "", 1, 1))
     t.add_row("DMA bytes per decode token", _fmt(m.dma_bytes_per_token, " B", 1, 0))
-    t.add_row("weight bytes per decode token", f"{art.manifest['stats']['decode']['weight_bytes']:,} B")
+    wb = art.manifest.get("stats", {}).get("decode", {}).get("weight_bytes")
+    t.add_row("weight bytes per decode token", f"{wb:,} B" if isinstance(wb, int) else "n/a")
     t.add_row("array utilization", _fmt(m.array_utilization, " %", 100, 1))
     t.add_row("instructions (prefill / decode)", f"{m.prefill.instrs:,} / {m.decode.instrs:,}")
     t.add_row("host wall time", f"{m.host_s:.2f} s")

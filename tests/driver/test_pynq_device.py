@@ -46,15 +46,16 @@ class SimulatedBoard(pynq.Device):
                                       device_address=region.physical_address, coherent=True)
 
 
+def _install(monkeypatch, sim: SimulatedBoard) -> SimulatedBoard:
+    """Make ``sim`` PYNQ's active device for one test; monkeypatch puts back (or removes) what was there."""
+    monkeypatch.setattr(pynq.Device, "_active_device", sim, raising=False)  # what the active_device setter writes
+    assert pynq.Device.active_device is sim
+    return sim
+
+
 @pytest.fixture
-def board():
-    golden = GoldenDevice(CFG, dram_bytes=1 << 20)
-    sim = SimulatedBoard(golden)
-    old = pynq.Device.active_device if hasattr(pynq.Device, "_active_device") else None
-    pynq.Device.active_device = sim
-    yield sim
-    if old is not None:
-        pynq.Device.active_device = old
+def board(monkeypatch):
+    return _install(monkeypatch, SimulatedBoard(GoldenDevice(CFG, dram_bytes=1 << 20)))
 
 
 def test_gemm_through_pynq_mmio_and_allocate(board):
@@ -100,7 +101,7 @@ def test_finding_the_accelerator_in_an_overlay():
         find_accelerator_ip({"axi_dma_0": {"type": "xilinx.com:ip:axi_dma:7.1"}})
 
 
-def test_runtime_through_pynq_generates_what_the_golden_backend_does():
+def test_runtime_through_pynq_generates_what_the_golden_backend_does(monkeypatch):
     from systolica.compiler.compile import compile_model
     from systolica.driver.device import open_device
     from systolica.driver.runtime import Runtime
@@ -112,8 +113,7 @@ def test_runtime_through_pynq_generates_what_the_golden_backend_does():
     golden = Runtime(art, open_device("golden", CFG, dram_bytes=art.dram_bytes + 8192))
     want = [s.token for s in golden.generate([7, 3, 250, 18, 99], 6, stop=[])]
 
-    sim = SimulatedBoard(GoldenDevice(CFG, dram_bytes=art.dram_bytes + (1 << 16)))
-    pynq.Device.active_device = sim
+    _install(monkeypatch, SimulatedBoard(GoldenDevice(CFG, dram_bytes=art.dram_bytes + (1 << 16))))
     rt = Runtime(art, PynqDevice(CFG, base_addr=BASE))
     got = [s.token for s in rt.generate([7, 3, 250, 18, 99], 6, stop=[])]
     assert got == want
