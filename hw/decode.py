@@ -15,6 +15,9 @@ is what lets the RTL match the golden simulator bit for bit.
 
 from __future__ import annotations
 
+import functools
+import types
+
 from amaranth.hdl import Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib import enum as aenum
@@ -27,7 +30,7 @@ from systolica.layout import EXTENTS, dma_end, dma_line_bytes, dma_lines
 
 from .range_check import Lowering, sym_fields
 
-__all__ = ["instr_layout", "HEADER_LAYOUT", "InstructionDecoder", "RTL_OPS", "CMD_BITS"]
+__all__ = ["instr_layout", "HEADER_LAYOUT", "InstructionDecoder", "RTL_OPS", "CMD_BITS", "decode_cycles"]
 
 HEADER_LAYOUT = data.StructLayout({f.name: unsigned(f.bits) for f in HEADER_FIELDS})
 
@@ -242,3 +245,20 @@ class InstructionDecoder(wiring.Component):
                     with m.If(is_finish):
                         m.d.sync += state.eq(DecState.STOP)
         return m
+
+
+@functools.lru_cache(maxsize=16)
+def decode_cycles(cfg: AccelConfig) -> dict[str, int]:
+    """Cycles from TAKE to DISPATCH of each op on the decoder of ``cfg``: TAKE, one CHECK cycle per product
+    its range checks need (one shared multiplier), a CHECK cycle for the comparisons, DISPATCH.
+
+    Traced from the same formulas the decoder lowers (no elaboration), for the performance model.
+    """
+    probe = types.SimpleNamespace(cfg=cfg, win_size=Signal(32), extent_lines={})
+    ins = data.View(instr_layout(), Signal(WORD_BITS))
+    out, slots = {}, []
+    for op in OPS:
+        if op.name in RTL_OPS:
+            low, _ = InstructionDecoder._range_checks(probe, op, getattr(ins, op.name.lower()), slots)
+            out[op.name] = 3 + len(low.products)
+    return out

@@ -29,11 +29,11 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from systolica.sim.perf_costs import PerfParams, op_cost
-
 from systolica.config import AccelConfig
+from systolica.hw.decode import decode_cycles
 from systolica.isa import WORD_BYTES, Engine, IllegalInstruction, Instr, decode
 from systolica.program import Program
+from systolica.sim.perf_costs import PerfParams, op_cost
 
 __all__ = ["PerfModel", "PerfResult", "PerfError", "PerfParams", "cycle_model", "RUN_OVERHEAD"]
 
@@ -43,7 +43,6 @@ _PUSH = {(Engine.LOAD, "next"): 0, (Engine.COMPUTE, "prev"): 1, (Engine.COMPUTE,
 
 #: Cycles of a run outside the engines: START -> RUN, and the last retire -> DONE (drain check).
 RUN_OVERHEAD = 2
-_DECODE_CYCLES = 3  # TAKE, CHECK, DISPATCH
 _FETCH_FIFO = 8  # words of the prefetch FIFO (hw/fetch.py default)
 
 
@@ -107,7 +106,8 @@ class PerfModel:
     def __init__(self, cfg: AccelConfig, params: PerfParams | None = None):
         self.cfg = cfg
         self.p = params or PerfParams()
-        self._decoded: dict[int, tuple] = {}  # word -> (engine, pops, pushes, cost, op); decode programs repeat
+        self._decoded: dict[int, tuple] = {}  # word -> (engine, pops, pushes, cost, op, decode cycles)
+        self._dec_cycles = decode_cycles(cfg)  # TAKE, a CHECK cycle per product of its range checks, DISPATCH
 
     def _info(self, word: int) -> tuple:
         info = self._decoded.get(word)
@@ -117,7 +117,8 @@ class PerfModel:
             except IllegalInstruction as e:
                 raise PerfError(f"cannot time an illegal instruction word {word:#034x}: {e}") from None
             pops, pushes = _plan(ins)
-            info = (int(ins.engine), pops, pushes, op_cost(self.cfg, self.p, ins), ins.op)
+            info = (int(ins.engine), pops, pushes, op_cost(self.cfg, self.p, ins), ins.op,
+                    self._dec_cycles[ins.op])
             if len(self._decoded) < 1 << 18:
                 self._decoded[word] = info
         return info
@@ -204,7 +205,7 @@ class PerfModel:
                 arrival_prev = arrival
                 arrivals.append(arrival)
                 take[nd] = t = max(arrival, dec_free)
-                disp[nd] = d = max(t + _DECODE_CYCLES - 1, room)
+                disp[nd] = d = max(t + infos[nd][5] - 1, room)
                 dec_free = d + 1
                 nd += 1
                 moved = True

@@ -263,15 +263,17 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     if nq == 0 or hd == 0:
         return OpCost(1)
     # per query row (hw/attn_sequencer.py, hw/attention_unit.py): the header and the hd query lines, then K
-    # and V at one line a cycle (2 * t * hd), the rescale, the hd state lines in and out, the unit's
-    # pipeline (attn_latency); rows follow each other through the same tile (calibrated on the RTL)
-    cyc = nq * (2 * t * hd + 2 * hd + p.attn_latency) + 1
+    # and V at one line a cycle (2 * t * hd), the rescale, the hd state lines in and out (line_beats cycles
+    # each: the state-line datapath has line_width lanes), the unit's pipeline (attn_latency); rows follow
+    # each other through the same tile (calibrated on the RTL)
+    cyc = nq * (2 * t * hd + hd + hd * cfg.line_beats + p.attn_latency) + 1
     return OpCost(cyc, array_busy=0, macs=2 * nq * t * hd * cols)
 
 
-def _attn_out(p: PerfParams, nq: int, hd: int) -> OpCost:
-    """ATTN_OUT: per row the ``l`` beat, one reciprocal (33 cycles), then the ``hd`` lines of ``o`` scaled."""
-    return OpCost(nq * (hd + RECIP_CYCLES + 1) + 1) if nq and hd else OpCost(1)
+def _attn_out(cfg: AccelConfig, p: PerfParams, nq: int, hd: int) -> OpCost:
+    """ATTN_OUT: per row the ``l`` beat, one reciprocal (33 cycles), then the ``hd`` lines of ``o`` scaled
+    (``line_beats`` cycles each on the state-line datapath)."""
+    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 1) + 1) if nq and hd else OpCost(1)
 
 
 def op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
@@ -287,5 +289,5 @@ def op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     if op == "ATTN":
         return _attn(cfg, p, ins)
     if op == "ATTN_OUT":
-        return _attn_out(p, f["nq"], f["hd"])
+        return _attn_out(cfg, p, f["nq"], f["hd"])
     return OpCost(1)  # NOP, FINISH

@@ -14,7 +14,7 @@ from amaranth.sim import Simulator
 
 from systolica.config import preset
 from systolica.faults import Fault
-from systolica.hw.decode import RTL_OPS, InstructionDecoder
+from systolica.hw.decode import RTL_OPS, InstructionDecoder, decode_cycles
 from systolica.hw.range_check import Sym, sym_fields
 from systolica.isa import OP_BY_CODE, OP_BY_NAME, OPS, encode, make
 from systolica.layout import EXTENTS, dma_end, dma_lines, select
@@ -128,6 +128,8 @@ def test_decoder_extents_and_faults_match_layout_and_golden(config):
     # latency: TAKE, CHECK, one more CHECK cycle per product, DISPATCH (docs/hardware.md's table)
     products = {"NOP": 0, "FINISH": 0, "LOAD": 2, "STORE": 2, "ROPE": 2, "GEMM": 3}
     assert nprod == {op: {products.get(op, 1)} for op in RTL_OPS}, nprod
+    # ... and what the performance model is told (decode_cycles traces the same formulas)
+    assert {op: {c - 3} for op, c in decode_cycles(cfg).items()} == nprod
 
 
 def test_illegal_opcode_and_reserved_bits_fault_at_once():
