@@ -174,6 +174,7 @@ def _walk(buf: memoryview) -> str | None:
             infos.append((name, ne, ttype, off))
         data_start = -(-pos // alignment) * alignment
         extents = []
+        expected = 0  # GGUF (and ggml's reader) lays tensor data out in info order, each aligned
         for name, ne, ttype, off in infos:
             try:
                 qtype = GGMLQuantizationType(ttype)
@@ -191,6 +192,10 @@ def _walk(buf: memoryview) -> str | None:
                     return f"tensor {name!r} of shape {ne} needs more bytes than the file has ({size})"
             if off % alignment:
                 return f"tensor {name!r} data offset {off} is not aligned to {alignment}"
+            if off != expected:
+                return (f"tensor {name!r} data offset {off}, expected {expected} (tensor data follows the tensor "
+                        "infos in order, each aligned)")
+            expected = -(-(off + n_elems // block * tsize) // alignment) * alignment
             begin, end = data_start + off, data_start + off + n_elems // block * tsize
             if end > size:
                 return f"truncated: tensor {name!r} data ends at byte {end} but the file has {size} bytes"
@@ -293,7 +298,10 @@ def _typed(path: Path, key: str, v, kind, lo, hi):
 def _check_token_ids(path: Path, meta: dict, vocab_size: int) -> None:
     """Special-token ids must name tokens of the vocabulary (and of the embedding)."""
     tokens = meta.get("tokenizer.ggml.tokens")
-    n = min(vocab_size, len(tokens)) if isinstance(tokens, list) and tokens else vocab_size
+    if isinstance(tokens, list) and tokens and len(tokens) != vocab_size:
+        raise GGUFError(f"{path}: tokenizer.ggml.tokens has {len(tokens)} tokens, the model's vocabulary "
+                        f"{vocab_size}")
+    n = vocab_size
     for k in ("bos", "eos", "unknown", "padding", "separator", "eot", "eom"):
         full = f"tokenizer.ggml.{k}_token_id"
         if full in meta:

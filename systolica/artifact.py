@@ -313,8 +313,19 @@ class Artifact:
         if image.size != man["image_bytes"]:
             raise ArtifactError(f"{source}: image.bin has {image.size} bytes, the manifest says {man['image_bytes']}")
         art = cls(man, progs, image)
-        for kind in progs:  # every patch names a field its instruction has
-            art._patch_ops(kind, progs[kind].words, source)
+        for kind, prog in progs.items():
+            art._patch_ops(kind, prog.words, source)  # every patch names a field its instruction has
+            # compiled words hold the first step's values (position 0, token 0): patching that step must give
+            # them back, else a patch or a table offset was moved (the run would compute garbage)
+            rows, page = art.rows(kind), art.page
+            base = StepState(0, [0] * rows, list(range(-(-rows // page))))
+            try:
+                same = art.patched_program(kind, base) == list(prog.words)
+            except ArtifactError as e:
+                raise ArtifactError(f"{source}: {e}") from None
+            if not same:
+                raise ArtifactError(f"{source}: the {kind} program and its patch table disagree: the artifact is "
+                                    "damaged or was edited; recompile it with `systolica compile`")
         return art
 
     @classmethod
