@@ -19,6 +19,17 @@ class UsageError(ValueError):
     """Command-line input that cannot be used (printed as one red line by the CLI)."""
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of a whole number >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} must be at least 1")
+    return n
+
+
 def add_config_arg(p) -> None:
     """``--config PRESET|FILE.toml`` on a parser or an argument group (every command reads it alike)."""
     from systolica.config import PRESETS
@@ -85,7 +96,12 @@ class Asm:
 
         cfg = load_config(args.config)
         try:
-            prog = assemble(args.input.read_text(), cfg)
+            text = args.input.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{args.input}: not UTF-8 text (byte {e.start}: {e.reason}); asm reads assembly "
+                             "text (a program binary goes to 'systolica disasm')") from None
+        try:
+            prog = assemble(text, cfg)
         except AsmError as e:
             raise AsmError(e.line, f"{args.input}: {str(e).split(': ', 1)[1]}") from None
         out = args.output or args.input.with_suffix(".bin")
@@ -125,7 +141,8 @@ class Sim:
         p.add_argument("--dram", type=Path, default=None, help="raw bytes loaded at offset 0 of the DRAM window")
         p.add_argument("--dram-out", type=Path, default=None,
                        help="write the DRAM window back after the run (as many bytes as --dram had, else all)")
-        p.add_argument("--max-instructions", type=int, default=None, help="stop with TIMEOUT after this many")
+        p.add_argument("--max-instructions", type=_positive_int, default=None, metavar="N",
+                       help="stop with TIMEOUT after this many (at least 1)")
         p.add_argument("--json", action="store_true", help="print the result as JSON")
 
     @staticmethod
@@ -212,7 +229,7 @@ class IsaDoc:
         if args.check:
             if args.output is None:
                 raise UsageError("--check needs -o FILE")
-            same = args.output.exists() and args.output.read_text() == text
+            same = args.output.is_file() and args.output.read_bytes() == text.encode()
             print(f"{args.output}: {'up to date' if same else 'stale: run ' + isadoc.REGENERATE}")
             return 0 if same else 1
         if args.output is None:

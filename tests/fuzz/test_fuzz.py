@@ -9,7 +9,8 @@ Inputs, by kind (the harness, :mod:`fuzz_harness`, says how each case is judged)
   loaded and run in process (a damaged artifact is an ``ArtifactError``) and, as the runtime's cached
   artifact, through ``systolica run`` (which must rebuild it and print the right text);
 - ``args``: ``systolica run`` option values drawn from valid and invalid pools;
-- ``config``: mutated accelerator TOML files through ``systolica info``.
+- ``config``: mutated accelerator TOML files through ``systolica info``;
+- ``program``: mutated assembly text and program binaries through ``asm``, ``disasm`` and ``sim``.
 
 The default run draws a few hundred cases (well under a minute); ``pytest -m slow tests/fuzz`` draws
 more than 2,000.  Both print a table of outcomes per kind.
@@ -241,8 +242,48 @@ def config_case(b, rng: random.Random, i: int) -> Result:
     return Result("config", name, outcome, detail)
 
 
+PROG = """
+LOAD buf=VBUF sram=0 dram=0 rows=2 lines=1 stride=16 @push_next
+ADD dst=4 a=0 b=1 rows=1 lines=1 @pop_prev @push_next
+STORE buf=VBUF sram=4 dram=0x40 rows=1 lines=1 @pop_prev
+FINISH
+"""
+
+
+def program_case(b, rng: random.Random, i: int) -> Result:
+    """Assembly text and program binaries through asm, disasm and sim (programs are data the hardware checks)."""
+    d = b["dir"]
+    src, binf = d / f"p{i % 2}.s", d / f"p{i % 2}.bin"
+    if rng.random() < 0.4:
+        raw = bytearray(PROG.encode())
+        for _ in range(rng.randint(1, 3)):
+            raw[rng.randrange(len(raw))] = rng.choice([rng.randrange(256), ord(" "), ord("="), ord("9")])
+        src.write_bytes(bytes(raw))
+        rc, o, e, esc = run_cli(["asm", str(src), "-o", str(binf), "--config", "tiny"], TIMEOUT_S)
+        outcome, detail = classify_cli(rc, o, e, esc, False)
+        return Result("program", "asm of mutated text", outcome, detail)
+    if "prog" not in b:
+        src.write_text(PROG)
+        assert run_cli(["asm", str(src), "-o", str(binf), "--config", "tiny"], TIMEOUT_S)[0] == 0
+        b["prog"] = binf.read_bytes()
+    raw = bytearray(b["prog"])
+    for _ in range(rng.randint(1, 3)):
+        raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
+    if rng.random() < 0.15:
+        raw = raw[:rng.randrange(len(raw))]
+    binf.write_bytes(bytes(raw))
+    cmd = rng.choice([["sim", str(binf), "--config", "tiny", "--max-instructions", "1000"],
+                      ["disasm", str(binf)], ["sim", str(binf), "--config", "tiny", "--json"]])
+    rc, o, e, esc = run_cli(cmd, TIMEOUT_S)
+    if rc == 1 and cmd[0] == "sim":  # sim prints its fault to stdout (the table) or as JSON
+        return Result("program", f"{cmd[0]} of mutated binary", "fault" if esc is None else "traceback", "")
+    outcome, detail = classify_cli(rc, o, e, esc, False)
+    return Result("program", f"{cmd[0]} of mutated binary", outcome, detail)
+
+
 # ------------------------------------------------------------------ the runs
-def _fuzz(b, n_gguf: int, n_art: int, n_cached: int, n_args: int, n_config: int, seed: int) -> Tally:
+def _fuzz(b, n_gguf: int, n_art: int, n_cached: int, n_args: int, n_config: int, n_prog: int,
+          seed: int) -> Tally:
     rng = random.Random(seed)
     tally = Tally()
     for i, m in enumerate(gguf_mutants(b["gguf"], rng, n_gguf)):
@@ -256,6 +297,8 @@ def _fuzz(b, n_gguf: int, n_art: int, n_cached: int, n_args: int, n_config: int,
         tally.add(args_case(b, rng))
     for i in range(n_config):
         tally.add(config_case(b, rng, i))
+    for i in range(n_prog):
+        tally.add(program_case(b, rng, i))
     return tally
 
 
@@ -268,13 +311,14 @@ def _check(tally: Tally) -> None:
 
 def test_fuzz_inputs(base):
     """The default run: ~250 cases over every input kind."""
-    _check(_fuzz(base, n_gguf=70, n_art=80, n_cached=12, n_args=40, n_config=50, seed=SEED))
+    _check(_fuzz(base, n_gguf=70, n_art=80, n_cached=12, n_args=40, n_config=50, n_prog=40, seed=SEED))
 
 
 @pytest.mark.slow
 def test_fuzz_inputs_long(base):
     """More than 2,000 cases (``pytest -m slow tests/fuzz``); another seed than the default run."""
-    tally = _fuzz(base, n_gguf=700, n_art=800, n_cached=100, n_args=300, n_config=300, seed=SEED + 1000)
+    tally = _fuzz(base, n_gguf=700, n_art=800, n_cached=100, n_args=300, n_config=300, n_prog=300,
+                  seed=SEED + 1000)
     assert len(tally.results) >= 2000
     _check(tally)
 
