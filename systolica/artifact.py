@@ -102,6 +102,14 @@ def _read_zip(data: bytes, source: str) -> tuple[object, dict[str, bytes]]:
     return man, members
 
 
+def _field_value(word: int, op: str, field: str) -> int | None:
+    """Unsigned value of ``field`` in an instruction word of ``op`` (None if the op has no such field)."""
+    for f, lo in OP_BY_NAME[op].layout():
+        if f.name == field:
+            return (int(word) >> lo) & ((1 << f.bits) - 1)
+    return None
+
+
 def _field_bits(op: str, field: str) -> tuple[int, int, bool]:
     for f, lo in OP_BY_NAME[op].layout():
         if f.name == field:
@@ -237,6 +245,30 @@ class Artifact:
             self._bits[kind] = ops
         return ops
 
+    def _check_kv_slots(self, kind: str, words: Sequence[int], cfg: AccelConfig, source: str) -> None:
+        """KV stores: a token's slot holds what its STORE writes, and the parts of a page do not overlap."""
+        spans: dict[tuple[int, int], set[tuple[int, int]]] = {}
+        for idx, _field, pkind, args in self._prog(kind)["patches"]:
+            if pkind != "kv_store":
+                continue
+            layer, _row, part, slot = args
+            op = next(s.name for s in OP_BY_NAME.values()
+                      if s.code == int(words[idx]) & ((1 << OPCODE_BITS) - 1))
+            lines, buf = (_field_value(words[idx], op, f) for f in ("lines", "buf"))
+            if lines is None or buf is None:
+                raise ArtifactError(f"{source}: {kind} kv_store patch names instruction {idx}, a {op}: not a store")
+            payload = lines * cfg.cols * (1 if buf == 0 else 4)
+            if slot < payload:
+                raise ArtifactError(f"{source}: {kind} instruction {idx} stores {payload} bytes per token into slots "
+                                    f"of {slot}: the artifact is damaged or was edited; recompile it")
+            spans.setdefault((layer, part), set()).add(slot)
+        for layer in {k[0] for k in spans}:
+            parts = sorted((part, part + self.page * max(sl)) for (lay, part), sl in spans.items() if lay == layer)
+            for (_a0, e0), (a1, _e1) in zip(parts, parts[1:], strict=False):
+                if a1 < e0:
+                    raise ArtifactError(f"{source}: {kind} KV slots of layer {layer} overlap (byte {a1} < {e0}): the "
+                                        "artifact is damaged or was edited; recompile it")
+
     def read_logits(self, window: np.ndarray) -> np.ndarray:
         """The fx int32 logits of the last row of the last run, from the DRAM window."""
         lg = self.region("logits")
@@ -315,6 +347,7 @@ class Artifact:
         art = cls(man, progs, image)
         for kind, prog in progs.items():
             art._patch_ops(kind, prog.words, source)  # every patch names a field its instruction has
+            art._check_kv_slots(kind, prog.words, cfg, source)
             # compiled words hold the first step's values (position 0, token 0): patching that step must give
             # them back, else a patch or a table offset was moved (the run would compute garbage)
             rows, page = art.rows(kind), art.page

@@ -152,7 +152,9 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
         patches = c.get(p, "patches", where)
         if not isinstance(patches, list):
             c.fail(f"{where}.patches", "is not a list")
-        limits = {"row": rows, "layer": layers, "page": n_pages, "head": heads, "part": top, "slot_bytes": top}
+        limits = {"row": rows, "layer": layers, "page": n_pages, "head": heads, "part": heads * tile,
+                  "slot_bytes": tile + 1}
+        targets: set[tuple[int, str]] = set()
         for j, patch in enumerate(patches):
             pw = f"{where}.patches[{j}]"
             if not (isinstance(patch, list) and len(patch) == 4 and isinstance(patch[1], str)
@@ -161,14 +163,20 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
             idx, _field, pkind, args = patch
             if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < n:
                 c.fail(pw, f"names instruction {idx!r}; the program has {n}")
-            if pkind not in PATCH_ARGS:
-                c.fail(pw, f"has unknown kind {pkind!r}")
+            if not isinstance(pkind, str) or pkind not in PATCH_ARGS:
+                c.fail(pw, f"has unknown kind {pkind!r:.40}")
+            if (idx, patch[1]) in targets:  # two patches of one field: one of them was moved or copied
+                c.fail(pw, f"patches field {patch[1]!r} of instruction {idx} a second time")
+            targets.add((idx, patch[1]))
             names = PATCH_ARGS[pkind]
             if len(args) != len(names):
                 c.fail(pw, f"{pkind} takes {len(names)} arguments ({', '.join(names)}), got {args!r:.60}")
             for a, nm in zip(args, names, strict=True):
                 if not isinstance(a, int) or isinstance(a, bool) or not 0 <= a < max(limits[nm], 1):
                     c.fail(pw, f"{pkind} argument {nm}={a!r} is out of range [0, {limits[nm]})")
+            if pkind == "kv_store" and (args[3] < 1 or args[2] + page * args[3] > heads * tile):
+                c.fail(pw, f"stores token slots of {args[3]} bytes from byte {args[2]}: {page} of them do not "
+                           f"fit a KV page of {heads * tile} bytes")
             if pkind in ("rope", "pos_embd") and f"{'rope' if pkind == 'rope' else 'pos'}_offset" not in rows_t:
                 c.fail(pw, f"is a {pkind} patch but the manifest has no {pkind} table")
     _finite(c, man.get("model"), "model")

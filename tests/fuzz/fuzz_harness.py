@@ -151,7 +151,7 @@ def _tensor_positions(path: Path) -> list[dict]:
         for name, part in zip(("name_len", "name", "n_dims", "dims", "type", "offset"), t.field.parts, strict=True):
             parts[name] = (pos, int(part.nbytes))
             pos += int(part.nbytes)
-        out.append({"name": t.name, "dims": [int(d) for d in t.shape], **parts})
+        out.append({"tensor": t.name, "shape": [int(d) for d in t.shape], **parts})
     return out
 
 
@@ -201,9 +201,9 @@ def gguf_mutants(base: Path, rng: random.Random, n: int) -> list[Mutant]:
             v = {"n_dims0": 0, "n_dims5": 5, "n_dims_huge": 0xFFFF_FFFF}[what]
             return Mutant(f"tensor {what}", put(b, t["n_dims"][0], "I", v), True)
         if what.startswith("dim"):
-            k = rng.randrange(len(t["dims"]))
+            k = rng.randrange(len(t["shape"]))
             v = {"dim0": 0, "dim_huge": rng.choice([1 << 40, (1 << 64) - 1, 1 << 32]),
-                 "dim_double": t["dims"][k] * 2}[what]
+                 "dim_double": t["shape"][k] * 2}[what]
             return Mutant(f"tensor {what}", put(b, t["dims"][0] + 8 * k, "Q", v), True)
         if what == "type_bad":
             return Mutant("tensor type unknown", put(b, t["type"][0], "I", rng.choice([4, 5, 99, 0xFFFF_FFFF])), True)
