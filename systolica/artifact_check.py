@@ -107,6 +107,8 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
     page = c.int(kv, "page", "kv", 1, 1 << 16)
     if page & (page - 1):
         c.fail("kv.page", f"= {page} is not a power of two")
+    if "page_log2" in kv and kv["page_log2"] != page.bit_length() - 1:
+        c.fail("kv.page_log2", f"= {kv['page_log2']!r:.20} does not match page={page}")
     n_pages = c.int(kv, "n_pages", "kv", 1, 1 << 24)
     if n_pages * page < max_seq:
         c.fail("kv.n_pages", f"= {n_pages} pages of {page} do not hold max_seq={max_seq} tokens")
@@ -127,11 +129,15 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
             continue
         row = c.int(rows_t, f"{table}_row", "rows", 1, top)
         off = c.int(rows_t, f"{table}_offset", "rows", 0, top)
-        r_off, _ = region(rname, count * row)
+        r_off, r_size = region(rname, count * row)
+        if r_size >= (count + 1) * row:  # tables are sized to their rows: a smaller row or count was edited
+            c.fail(f"rows.{table}_row", f"= {row} x {count} rows leaves {rname!r} ({r_size} bytes) a row too big")
         if off != r_off:
             c.fail(f"rows.{table}_offset", f"= {off} is not the offset of the {rname!r} region ({r_off})")
     lg = c.obj(c.get(man, "logits", ""), "logits")
     lg_off = c.int(lg, "offset", "logits", 0, top)
+    if "vocab" in lg and lg["vocab"] != vocab:
+        c.fail("logits.vocab", f"= {lg['vocab']!r:.20} differs from model.vocab_size={vocab}")
     if region("logits", 4 * vocab)[0] != lg_off:
         c.fail("logits.offset", f"= {lg_off} is not the offset of the 'logits' region")
 
