@@ -114,7 +114,12 @@ def read_safetensors(path: str | os.PathLike) -> Model:
     cfg_file = d / "config.json"
     if not cfg_file.exists():
         raise SafetensorsError(f"{d}: config.json is missing")
-    hf = json.loads(cfg_file.read_text())
+    try:
+        hf = json.loads(cfg_file.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise SafetensorsError(f"{cfg_file}: not a JSON text ({str(e).splitlines()[0]})") from None
+    if not isinstance(hf, dict):
+        raise SafetensorsError(f"{cfg_file}: holds a {type(hf).__name__}, expected a JSON object")
     files = [path] if path.is_file() else _checkpoint_files(d)
     raw: dict[str, np.ndarray] = {}
     for f in files:
@@ -126,7 +131,13 @@ def read_safetensors(path: str | os.PathLike) -> Model:
         cfg, w = _llama(hf, raw, d)
     else:
         raise SafetensorsError(f"{cfg_file}: unsupported model_type {mt!r}; systolica reads 'gpt2' and 'llama'")
-    tok = Tokenizer.from_file(d / "tokenizer.json") if (d / "tokenizer.json").exists() else None
+    tok = None
+    if (d / "tokenizer.json").exists():
+        try:
+            tok = Tokenizer.from_file(d / "tokenizer.json")
+        except Exception as e:  # noqa: BLE001 - the tokenizers library raises bare Exceptions on bad files
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise SafetensorsError(f"{d / 'tokenizer.json'}: cannot be read as a tokenizer ({msg})") from e
     model = Model(cfg, w, tokenizer=tok, metadata={"source": str(path), "format": "safetensors", "hf_config": hf})
     try:
         model.check()
@@ -144,6 +155,23 @@ def _key(hf: dict, cfg_file: Path, *names: str, default=None):
     return default
 
 
+def _int(hf: dict, cfg_file: Path, *names: str, default=None) -> int:
+    """A hyper-parameter that must be a whole number in 1 .. 2**24 (the message names the key and value)."""
+    v = _key(hf, cfg_file, *names, default=default)
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 24:
+        raise SafetensorsError(f"{cfg_file}: config key {names[0]!r} = {v!r:.40} must be a whole number in "
+                               f"1..{1 << 24}")
+    return v
+
+
+def _float(hf: dict, cfg_file: Path, *names: str, default=None, lo: float, hi: float) -> float:
+    """A hyper-parameter that must be a finite number in the open interval (lo, hi)."""
+    v = _key(hf, cfg_file, *names, default=default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v < hi:  # also NaN
+        raise SafetensorsError(f"{cfg_file}: config key {names[0]!r} = {v!r:.40} must be a number in ({lo:g}, {hi:g})")
+    return float(v)
+
+
 def _taker(raw: dict[str, np.ndarray], prefixes: tuple[str, ...], d: Path):
     def take(name: str, optional: bool = False) -> np.ndarray | None:
         for p in prefixes:
@@ -157,7 +185,7 @@ def _taker(raw: dict[str, np.ndarray], prefixes: tuple[str, ...], d: Path):
 
 def _gpt2(hf: dict, raw: dict[str, np.ndarray], d: Path) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     c = d / "config.json"
-    dim = int(_key(hf, c, "n_embd", "hidden_size"))
+    dim = _int(hf, c, "n_embd", "hidden_size")
     act = hf.get("activation_function", "gelu_new")
     if act not in ("gelu_new", "gelu_pytorch_tanh"):
         raise SafetensorsError(f"{c}: activation_function={act!r}; systolica's GPT-2 uses the tanh GELU (gelu_new)")
@@ -165,12 +193,12 @@ def _gpt2(hf: dict, raw: dict[str, np.ndarray], d: Path) -> tuple[ModelConfig, d
     wte = take("wte.weight")
     lm_head = take("lm_head.weight", optional=True)
     tied = lm_head is None or (lm_head.shape == wte.shape and np.array_equal(lm_head, wte))
-    cfg = ModelConfig(arch="gpt2", dim=dim, n_layers=int(_key(hf, c, "n_layer", "num_hidden_layers")),
-                      n_heads=int(_key(hf, c, "n_head", "num_attention_heads")),
-                      n_kv_heads=int(_key(hf, c, "n_head", "num_attention_heads")),
-                      ffn_dim=int(_key(hf, c, "n_inner", default=4 * dim)), vocab_size=int(_key(hf, c, "vocab_size")),
-                      max_seq=int(_key(hf, c, "n_positions", "n_ctx")),
-                      norm_eps=float(_key(hf, c, "layer_norm_epsilon", default=1e-5)), tied_output=tied,
+    cfg = ModelConfig(arch="gpt2", dim=dim, n_layers=_int(hf, c, "n_layer", "num_hidden_layers"),
+                      n_heads=_int(hf, c, "n_head", "num_attention_heads"),
+                      n_kv_heads=_int(hf, c, "n_head", "num_attention_heads"),
+                      ffn_dim=_int(hf, c, "n_inner", default=4 * dim), vocab_size=_int(hf, c, "vocab_size"),
+                      max_seq=_int(hf, c, "n_positions", "n_ctx"),
+                      norm_eps=_float(hf, c, "layer_norm_epsilon", default=1e-5, lo=0, hi=1), tied_output=tied,
                       name=str(hf.get("_name_or_path") or d.name))
     w = {"token_embd": wte, "position_embd": take("wpe.weight"),
          "output_norm": take("ln_f.weight"), "output_norm_b": take("ln_f.bias")}
@@ -199,8 +227,8 @@ def _gpt2(hf: dict, raw: dict[str, np.ndarray], d: Path) -> tuple[ModelConfig, d
 
 def _llama(hf: dict, raw: dict[str, np.ndarray], d: Path) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     c = d / "config.json"
-    n_heads = int(_key(hf, c, "num_attention_heads"))
-    n_kv = int(_key(hf, c, "num_key_value_heads", default=n_heads))
+    n_heads = _int(hf, c, "num_attention_heads")
+    n_kv = _int(hf, c, "num_key_value_heads", default=n_heads)
     if hf.get("rope_scaling"):
         raise SafetensorsError(f"{c}: rope_scaling={hf['rope_scaling']!r} is not supported (plain RoPE only)")
     for k in ("attention_bias", "mlp_bias"):
@@ -211,12 +239,12 @@ def _llama(hf: dict, raw: dict[str, np.ndarray], d: Path) -> tuple[ModelConfig, 
     if not tied and "lm_head.weight" not in raw:
         raise SafetensorsError(f"{d}: tensor 'lm_head.weight' is missing and config.json says "
                                f"tie_word_embeddings=false")
-    cfg = ModelConfig(arch="llama", dim=int(_key(hf, c, "hidden_size")), n_layers=int(_key(hf, c, "num_hidden_layers")),
-                      n_heads=n_heads, n_kv_heads=n_kv, ffn_dim=int(_key(hf, c, "intermediate_size")),
-                      vocab_size=int(_key(hf, c, "vocab_size")),
-                      max_seq=int(_key(hf, c, "max_position_embeddings", default=2048)),
-                      norm_eps=float(_key(hf, c, "rms_norm_eps", default=1e-6)),
-                      rope_base=float(_key(hf, c, "rope_theta", default=10000.0)), tied_output=tied,
+    cfg = ModelConfig(arch="llama", dim=_int(hf, c, "hidden_size"), n_layers=_int(hf, c, "num_hidden_layers"),
+                      n_heads=n_heads, n_kv_heads=n_kv, ffn_dim=_int(hf, c, "intermediate_size"),
+                      vocab_size=_int(hf, c, "vocab_size"),
+                      max_seq=_int(hf, c, "max_position_embeddings", default=2048),
+                      norm_eps=_float(hf, c, "rms_norm_eps", default=1e-6, lo=0, hi=1),
+                      rope_base=_float(hf, c, "rope_theta", default=10000.0, lo=1, hi=1e12), tied_output=tied,
                       name=str(hf.get("_name_or_path") or d.name))
     try:
         cfg.check()
