@@ -10,7 +10,8 @@ Inputs, by kind (the harness, :mod:`fuzz_harness`, says how each case is judged)
   artifact, through ``systolica run`` (which must rebuild it and print the right text);
 - ``args``: ``systolica run`` option values drawn from valid and invalid pools;
 - ``config``: mutated accelerator TOML files through ``systolica info``;
-- ``program``: mutated assembly text and program binaries through ``asm``, ``disasm`` and ``sim``.
+- ``program``: mutated assembly text and program binaries through ``asm``, ``disasm`` and ``sim``;
+- ``safetensors``: a GPT-2 checkpoint directory with an edited config.json or a damaged header, through compile.
 
 The default run draws a few hundred cases (well under a minute); ``pytest -m slow tests/fuzz`` draws
 more than 2,000.  Both print a table of outcomes per kind.
@@ -281,8 +282,45 @@ def program_case(b, rng: random.Random, i: int) -> Result:
     return Result("program", f"{cmd[0]} of mutated binary", outcome, detail)
 
 
+def safetensors_case(b, rng: random.Random, i: int) -> Result:
+    """A GPT-2 safetensors directory with an edited config.json or damaged weights file, through compile."""
+    import shutil
+
+    from systolica.compiler.writers import write_safetensors
+
+    if "st" not in b:
+        b["st"] = b["dir"] / "st"
+        write_safetensors(random_model("gpt2", dim=32, n_layers=1, n_heads=2, vocab=64, seed=1, max_seq=32), b["st"])
+    d = b["dir"] / f"st{i % 2}"
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(b["st"], d)
+    cfg = json.loads((d / "config.json").read_text())
+    r = rng.random()
+    if r < 0.6:
+        key = rng.choice(["n_embd", "n_layer", "n_head", "vocab_size", "n_positions", "layer_norm_epsilon"])
+        v = rng.choice(["x", float("nan"), 0, -1, 1 << 40, [1], None, 2.5, True])
+        cfg[key] = v
+        must_fail = v is not None or key != "layer_norm_epsilon"  # a missing epsilon has a default
+        (d / "config.json").write_text(json.dumps(cfg))
+        name = f"config.json {key}={v!r}"
+    elif r < 0.7:
+        (d / "config.json").write_bytes(rng.choice([b"\xff\xfe{}", b"[1, 2]", b"{", b""]))
+        must_fail, name = True, "config.json not an object"
+    else:
+        (f,) = d.glob("*.safetensors")
+        raw = bytearray(f.read_bytes())
+        header = 8 + int.from_bytes(raw[:8], "little")
+        for _ in range(rng.randint(1, 3)):
+            raw[rng.randrange(min(header, len(raw)))] = rng.randrange(256)
+        f.write_bytes(bytes(raw))
+        must_fail, name = False, "safetensors header byte"
+    rc, o, e, esc = run_cli(["compile", str(d), "-o", str(b["dir"] / "st.systolica"), "--config", "tiny"], TIMEOUT_S)
+    outcome, detail = classify_cli(rc, o, e, esc, must_fail)
+    return Result("safetensors", name, outcome, detail)
+
+
 # ------------------------------------------------------------------ the runs
-def _fuzz(b, n_gguf: int, n_art: int, n_cached: int, n_args: int, n_config: int, n_prog: int,
+def _fuzz(b, n_gguf: int, n_art: int, n_cached: int, n_args: int, n_config: int, n_prog: int, n_st: int,
           seed: int) -> Tally:
     rng = random.Random(seed)
     tally = Tally()
@@ -299,6 +337,8 @@ def _fuzz(b, n_gguf: int, n_art: int, n_cached: int, n_args: int, n_config: int,
         tally.add(config_case(b, rng, i))
     for i in range(n_prog):
         tally.add(program_case(b, rng, i))
+    for i in range(n_st):
+        tally.add(safetensors_case(b, rng, i))
     return tally
 
 
@@ -311,14 +351,15 @@ def _check(tally: Tally) -> None:
 
 def test_fuzz_inputs(base):
     """The default run: ~250 cases over every input kind."""
-    _check(_fuzz(base, n_gguf=70, n_art=80, n_cached=12, n_args=40, n_config=50, n_prog=40, seed=SEED))
+    _check(_fuzz(base, n_gguf=70, n_art=80, n_cached=12, n_args=40, n_config=50, n_prog=40, n_st=20,
+                 seed=SEED))
 
 
 @pytest.mark.slow
 def test_fuzz_inputs_long(base):
     """More than 2,000 cases (``pytest -m slow tests/fuzz``); another seed than the default run."""
     tally = _fuzz(base, n_gguf=700, n_art=800, n_cached=100, n_args=300, n_config=300, n_prog=300,
-                  seed=SEED + 1000)
+                  n_st=200, seed=SEED + 1000)
     assert len(tally.results) >= 2000
     _check(tally)
 
