@@ -9,16 +9,17 @@ are already in the adjacent-pairs RoPE order (the converter permuted them), whic
 the Model contract's order too, so nothing is permuted here.
 
 Errors name the file and the field or tensor: :class:`GGUFError` for a truncated or
-foreign file, a missing key, an unsupported architecture, variant or tensor type;
-shapes are checked with :meth:`Model.check`.
+foreign file (the layout is walked and bounded by the file size first, see
+:mod:`~systolica.compiler.gguf_layout`), a missing key, a hyper-parameter of the wrong
+type, not finite or out of range, a special-token id outside the vocabulary, a tokenizer
+that cannot be built, an unsupported architecture, variant or tensor type; shapes are
+checked with :meth:`Model.check`.
 """
 
 from __future__ import annotations
 
 import math
-import mmap
 import os
-import struct
 from pathlib import Path
 
 import gguf
@@ -27,6 +28,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from systolica.model import Model, ModelConfig, ModelError
 from systolica.tokenizer import Tokenizer
+
+from .gguf_layout import check_layout
 
 __all__ = ["read_gguf", "read_gguf_metadata", "GGUFError", "SUPPORTED_TYPES", "ARCHITECTURES"]
 
@@ -68,151 +71,13 @@ def _open(path: Path) -> gguf.GGUFReader:
         raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
     # The gguf package trusts every count in the file (an array of 2**60 elements loops for hours), so the
     # layout is walked and bounded by the file size first; only a file that passes is handed to it.
-    why = _check_layout(path)
+    why = check_layout(path)
     if why is not None:
         raise GGUFError(f"{path}: {why}")
     try:
         return gguf.GGUFReader(path)
     except Exception as e:  # noqa: BLE001 - whatever the package says about a file the walk accepted
         raise GGUFError(f"{path}: corrupt GGUF file ({type(e).__name__}: {e})") from e
-
-
-_SCALAR_BYTES = {t: np.dtype(d).itemsize for t, d in gguf.GGUFReader.gguf_scalar_to_np.items()}
-_MAX_DIMS = 4  # GGML_MAX_DIMS
-
-
-def _check_layout(path: Path) -> str | None:
-    """Walk the GGUF layout (types from the ``gguf`` package) and say what is cut or wrong, else None.
-
-    Every count is checked against the bytes left before it is trusted, so the walk does work and
-    allocation proportional to the file size: tensor extents lie inside the file and do not overlap.
-    """
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        return _walk(memoryview(mm))
-
-
-def _walk(buf: memoryview) -> str | None:
-    size = len(buf)
-    pos = 0
-
-    def take(n: int, what: str) -> memoryview:
-        nonlocal pos
-        if n < 0 or pos + n > size:
-            raise _Bad(f"truncated: {what} needs bytes {pos}..{pos + n} but the file has {size} bytes")
-        pos += n
-        return buf[pos - n:pos]
-
-    def u(fmt: str, what: str) -> int:
-        return struct.unpack("<" + fmt, take(struct.calcsize(fmt), what))[0]
-
-    def string(what: str) -> str:
-        raw = bytes(take(u("Q", what), what))
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _Bad(f"{what} is not valid UTF-8 ({raw[:40]!r})") from None
-
-    def vtype(code: int, what: str) -> GGUFValueType:
-        try:
-            return GGUFValueType(code)
-        except ValueError:
-            raise _Bad(f"{what} has unknown value type {code}") from None
-
-    def value(t: GGUFValueType, what: str, depth: int = 0) -> None:
-        if t == GGUFValueType.STRING:
-            take(u("Q", what), what)
-        elif t == GGUFValueType.ARRAY:
-            et, n = vtype(u("I", what), what), u("Q", what)
-            if et in _SCALAR_BYTES:
-                take(_SCALAR_BYTES[et] * n, f"{what} ({n} elements)")
-            elif depth > 0 or et == GGUFValueType.ARRAY:
-                raise _Bad(f"{what} is a nested array; GGUF metadata of llama models has none")
-            else:  # strings: at least their 8-byte length each
-                if n * 8 > size - pos:
-                    raise _Bad(f"truncated: {what} claims {n} strings, the file has {size - pos} bytes left")
-                for _ in range(n):
-                    value(et, what, depth + 1)
-        else:
-            take(_SCALAR_BYTES[t], what)
-
-    try:
-        take(4, "magic")
-        version = u("I", "version")
-        if version not in (2, 3):
-            return f"GGUF version {version} is not supported (2 or 3)"
-        n_tensors, n_kv = u("Q", "tensor count"), u("Q", "metadata count")
-        # the loops below are bounded by the file: each key takes >= 12 bytes and each tensor info >= 24,
-        # or the walk stops at the first one cut short
-        alignment = 32
-        keys: set[str] = set()
-        for i in range(n_kv):
-            key = string(f"metadata key #{i}")
-            if key in keys:
-                return f"metadata key {key!r} appears twice"
-            keys.add(key)
-            t = vtype(u("I", f"type of metadata key {key!r}"), f"metadata key {key!r}")
-            start = pos
-            value(t, f"metadata key {key!r}")
-            if key == "general.alignment":
-                if t != GGUFValueType.UINT32:
-                    return f"general.alignment has type {t.name}, expected UINT32"
-                alignment = struct.unpack("<I", buf[start:start + 4])[0]
-                if alignment == 0 or alignment & (alignment - 1):
-                    return f"general.alignment={alignment} is not a power of two"
-        infos = []
-        names: set[str] = set()
-        for i in range(n_tensors):
-            name = string(f"name of tensor #{i}")
-            if name in names:
-                return f"tensor {name!r} appears twice"
-            names.add(name)
-            nd = u("I", f"tensor {name!r} header")
-            if not 1 <= nd <= _MAX_DIMS:
-                return f"tensor {name!r} has {nd} dimensions (1..{_MAX_DIMS} allowed)"
-            ne = [u("Q", f"tensor {name!r} header") for _ in range(nd)]
-            ttype, off = u("I", f"tensor {name!r} header"), u("Q", f"tensor {name!r} header")
-            infos.append((name, ne, ttype, off))
-        data_start = -(-pos // alignment) * alignment
-        extents = []
-        expected = 0  # GGUF (and ggml's reader) lays tensor data out in info order, each aligned
-        for name, ne, ttype, off in infos:
-            try:
-                qtype = GGMLQuantizationType(ttype)
-                block, tsize = GGML_QUANT_SIZES[qtype]
-            except (ValueError, KeyError):
-                return f"tensor {name!r} has unknown type id {ttype}"
-            if any(d == 0 for d in ne):
-                return f"tensor {name!r} has a zero dimension {ne}"
-            if ne[0] % block:
-                return f"tensor {name!r}: {ne[0]} elements per row are not whole {qtype.name} blocks of {block}"
-            n_elems = 1
-            for d in ne:  # Python ints: no overflow, and bounded by the file size at each step
-                n_elems *= d
-                if n_elems // block * tsize > size:
-                    return f"tensor {name!r} of shape {ne} needs more bytes than the file has ({size})"
-            if off % alignment:
-                return f"tensor {name!r} data offset {off} is not aligned to {alignment}"
-            if off != expected:
-                return (f"tensor {name!r} data offset {off}, expected {expected} (tensor data follows the tensor "
-                        "infos in order, each aligned)")
-            expected = -(-(off + n_elems // block * tsize) // alignment) * alignment
-            begin, end = data_start + off, data_start + off + n_elems // block * tsize
-            if end > size:
-                return f"truncated: tensor {name!r} data ends at byte {end} but the file has {size} bytes"
-            extents.append((begin, end, name))
-        extents.sort()
-        for (_b0, e0, n0), (b1, _e1, n1) in zip(extents, extents[1:], strict=False):
-            if b1 < e0:
-                return f"tensors {n0!r} and {n1!r} overlap (bytes {b1}..{e0})"
-    except _Bad as e:
-        return str(e)
-    finally:
-        buf.release()
-    return None
-
-
-class _Bad(Exception):
-    """Internal: what the layout walk found wrong."""
 
 
 def read_gguf_metadata(path: str | os.PathLike) -> dict:
