@@ -76,7 +76,7 @@ def variants(base, shapes: Sequence[tuple[int, int]], dma_bits: Sequence[int]) -
         if c * 8 < d:  # a scratchpad line must be a whole number of DMA beats (hw/engines.py)
             continue
         try:
-            out.append(base.replace(name=f"{base.name}-{r}x{c}-d{d}", rows=r, cols=c, dma_bits=d))
+            out.append(base.reshaped(r, c, name=f"{base.name}-{r}x{c}-d{d}", dma_bits=d))
         except ConfigError:
             continue
     return out

@@ -175,7 +175,7 @@ def largest_fit(board: Board, base: AccelConfig, estimate: Callable[[AccelConfig
     """
     for r, c in shapes if shapes is not None else candidate_shapes():
         try:
-            cfg = base.replace(name=f"{board.name}-{r}x{c}", rows=r, cols=c)
+            cfg = base.reshaped(r, c, name=f"{board.name}-{r}x{c}")
         except ConfigError:
             continue
         if hardware_problem(cfg):

@@ -79,6 +79,21 @@ class AccelConfig:
         """Beats (cycles at full rate) the line units take per ``cols``-wide buffer line."""
         return self.cols // self.line_width
 
+    def reshaped(self, rows: int, cols: int, **changes) -> AccelConfig:
+        """This config with an array of ``rows`` x ``cols``, the line datapath scaled with it.
+
+        A shape sweep keeps the line units' beats per line (``line_beats``), so their share of the
+        hardware stays what the base config chose: ``line_lanes`` becomes ``cols / line_beats``, at
+        least 2 (ROPE pairs lanes) and a divisor of ``cols``; full width stays full width.
+        """
+        lanes = 0
+        if self.line_lanes and self.line_lanes != self.cols:
+            lanes = max(2, cols // self.line_beats)
+            while lanes < cols and (cols % lanes or lanes % 2):
+                lanes += 1
+            lanes = 0 if lanes >= cols else lanes
+        return self.replace(rows=rows, cols=cols, line_lanes=lanes, **changes)
+
     @property
     def spad_lines(self) -> int:
         return self.spad_kib * 1024 // self.cols

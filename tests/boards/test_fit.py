@@ -54,7 +54,7 @@ def test_largest_fit_follows_the_resource_model():
 
 def test_largest_fit_skips_shapes_the_buffers_cannot_hold():
     b = load_board("kv260")
-    base = b.config.replace(rows=8, cols=32, acc_kib=4)  # 4 KiB of accumulator lines
+    base = b.config.reshaped(8, 32, acc_kib=4)  # 4 KiB of accumulator lines
     cfg, _ = largest_fit(b, base, lambda c: Resources(dsp=c.rows * c.cols))
     # 64x64 .. 16x32 leave fewer than 4 x rows accumulator lines; 16x16 has 64 = 4 x 16
     assert cfg.acc_lines >= 4 * cfg.rows and (cfg.rows, cfg.cols) == (16, 16)
@@ -62,7 +62,7 @@ def test_largest_fit_skips_shapes_the_buffers_cannot_hold():
 
 def test_largest_fit_respects_the_hardware_rules():
     b = load_board("u250")  # 128-bit DMA: a line of cols int8 must be a multiple of 16 bytes
-    base = b.config.replace(rows=8, cols=8, spad_kib=256, acc_kib=512, vbuf_kib=512)
+    base = b.config.reshaped(8, 8, spad_kib=256, acc_kib=512, vbuf_kib=512)
     shapes = [(64, 32), (8, 8), (16, 16)]
     cfg, _ = largest_fit(b, base, lambda c: Resources(dsp=c.rows * c.cols), shapes=shapes)
     assert (cfg.rows, cfg.cols) == (16, 16)  # 64x32 is not square, 8-byte lines of 8x8 are < one 16-byte beat
@@ -70,7 +70,7 @@ def test_largest_fit_respects_the_hardware_rules():
 
 def test_resource_model_calibration():
     b = load_board("zcu104")
-    c1, c2 = b.config.replace(rows=8, cols=8), b.config.replace(rows=16, cols=16)
+    c1, c2 = b.config.reshaped(8, 8), b.config.reshaped(16, 16)
     r1 = Resources(lut=5000 + 64 * 50, ff=6000 + 64 * 90, dsp=64, bram=30)
     r2 = Resources(lut=5000 + 256 * 50, ff=6000 + 256 * 90, dsp=256, bram=30)
     m = ResourceModel.calibrate("xcup", [(c1, r1), (c2, r2)])
@@ -85,9 +85,9 @@ def test_resource_model_calibration():
 
 def test_bram_tiles_by_bits_and_by_width():
     b = load_board("kv260").config
-    narrow = b.replace(cols=4, spad_kib=64, acc_kib=64, vbuf_kib=64)
+    narrow = b.reshaped(b.rows, 4, spad_kib=64, acc_kib=64, vbuf_kib=64)
     assert bram_tiles(narrow, "xcup") == 3 * 15  # 64 KiB = 512 Kb = 15 RAMB36 each
-    wide = b.replace(cols=64, spad_kib=4, acc_kib=16, vbuf_kib=16)
+    wide = b.reshaped(b.rows, 64, spad_kib=4, acc_kib=16, vbuf_kib=16)
     # acc line = 64 x 32 bit = 2048 bits: 29 tiles of 72 bits, though 16 KiB needs only 4
     assert bram_tiles(wide, "xcup") == 8 + 29 + 29
     assert bram_tiles(narrow, "ecp5") > bram_tiles(narrow, "xcup")
@@ -133,7 +133,7 @@ def test_build_command_estimate(tmp_path, monkeypatch, fake_top):
     assert (out / "deploy" / "run.sh").exists() and (out / "deploy" / "regmap.md").exists()
     # a config far too big for the board: exit 1 and fits false
     big = tmp_path / "big.toml"
-    big.write_text(load_board("ultra96v2").config.replace(rows=64, cols=64).to_toml())
+    big.write_text(load_board("ultra96v2").config.reshaped(64, 64).to_toml())
     assert main(["build", "--board", "ultra96v2", "--config", str(big), "--estimate", "-o", str(out)]) == 1
     assert json.loads((out / "fit.json").read_text())["estimate_within_limits"] is False
     assert main(["build", "--board", "nosuchboard", "--estimate", "-o", str(out)]) == 2

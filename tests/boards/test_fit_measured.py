@@ -121,7 +121,7 @@ def test_estimate_is_calibrated_on_cached_syntheses(tmp_path, monkeypatch, fake_
     model, note = estimate_model("xc7")
     assert "uncalibrated" in note
     b = load_board("pynq-z2")
-    small = b.config.replace(name="s", rows=4, cols=4, dma_bits=32)
+    small = b.config.reshaped(4, 4, name="s", dma_bits=32)
     synth_cache.store(small, "xc7", False, Resources(lut=249449, ff=87767, dsp=418, bram=0))  # the 4x4 of docs/boards.md
     model, note = estimate_model("xc7")
     assert "calibrated on 1 measured synthesis(es) (4x4)" in note

@@ -99,3 +99,11 @@ def test_line_lanes_default_keeps_the_hash_and_validates():
     for bad in (1, 3, 6, 16, -2):
         with pytest.raises(ConfigError, match=f"line_lanes={bad} must be 0"):
             base.replace(line_lanes=bad)
+
+
+def test_reshaped_keeps_the_line_beats():
+    base = AccelConfig(rows=16, cols=16, line_lanes=4)  # 4 beats a line
+    assert [(base.reshaped(n, n).line_width, base.reshaped(n, n).line_beats) for n in (8, 16, 32)] == \
+        [(2, 4), (4, 4), (8, 4)]
+    assert base.reshaped(4, 4).line_lanes == 2  # never below 2 lanes (ROPE pairs them)
+    assert AccelConfig(rows=8, cols=8).reshaped(16, 16).line_lanes == 0  # full width stays full width
