@@ -300,7 +300,8 @@ def safetensors_case(b, rng: random.Random, i: int) -> Result:
         key = rng.choice(["n_embd", "n_layer", "n_head", "vocab_size", "n_positions", "layer_norm_epsilon"])
         v = rng.choice(["x", float("nan"), 0, -1, 1 << 40, [1], None, 2.5, True])
         cfg[key] = v
-        must_fail = v is not None or key != "layer_norm_epsilon"  # a missing epsilon has a default
+        # a missing epsilon has a default, a missing n_positions its alias n_ctx
+        must_fail = v is not None or key not in ("layer_norm_epsilon", "n_positions")
         (d / "config.json").write_text(json.dumps(cfg))
         name = f"config.json {key}={v!r}"
     elif r < 0.7:
