@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from systolica.bench.errors import BenchError
 
@@ -198,8 +199,9 @@ class Bench:
             import json
             import tempfile
 
-            path = args.json or tempfile.mktemp(suffix=".json")
-            doc = write_json(path, rows, meta, sweeps)
+            with tempfile.TemporaryDirectory(prefix="systolica-bench-") as tmp:  # the plots need the document only
+                path = args.json or str(Path(tmp) / "bench.json")
+                doc = write_json(path, rows, meta, sweeps)
             doc = json.loads(json.dumps(doc, default=str))
             if args.json:
                 con.print(f"JSON: {args.json}")

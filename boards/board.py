@@ -129,6 +129,26 @@ def list_boards() -> list[str]:
     return sorted(p.stem for p in BOARD_DIR.glob("*.toml"))
 
 
+def _check_ranges(source: str, resources: dict, memory: dict, d: dict) -> None:
+    """Sizes, rates, clock, power and price are finite and positive (resources may be 0); efficiency in (0, 1]."""
+    import math
+
+    checks = [(f"{source} [memory]", memory, k) for k in ("dram_mbytes", "dram_bus_bits", "dram_mtps", "dram_peak_gbps",
+                                                         "pl_ports", "pl_port_bits", "pl_bandwidth_gbps")]
+    checks += [(f"{source} [clock]", d.get("clock", {}), "accel_mhz"),
+               (f"{source} [cost]", d.get("cost", {}), "power_w"), (f"{source} [cost]", d.get("cost", {}), "price_usd")]
+    for where, table, key in checks:
+        v = table.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not (math.isfinite(v) and v > 0):
+            raise BoardError(f"{where}: {key}={v!r} must be a positive finite number")
+    for key, v in resources.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not (math.isfinite(v) and v >= 0):
+            raise BoardError(f"{source} [resources]: {key}={v!r} must be a finite number >= 0")
+    eff = memory.get("dram_efficiency")
+    if isinstance(eff, (int, float)) and not isinstance(eff, bool) and not (0 < eff <= 1):
+        raise BoardError(f"{source} [memory]: dram_efficiency={eff!r} must be in (0, 1]")
+
+
 def _need(table: dict, key: str, where: str, kind: type | tuple[type, ...]) -> Any:
     if key not in table:
         raise BoardError(f"{where}: missing {key!r}")
@@ -163,6 +183,7 @@ def parse_board(text: str, *, source: str) -> Board:
     if flow == "ecp5" and len(ecp5) != 5:
         raise BoardError(f"{source}: an ecp5 board needs nextpnr_device, package, speed, clock_pin, clock_io in [board]")
     res = Resources(**{k: _need(r, k, f"{source} [resources]", num) for k in Resources.KINDS})
+    _check_ranges(source, r, m, d)
     return Board(
         name=_need(b, "name", f"{source} [board]", str),
         title=_need(b, "title", f"{source} [board]", str),

@@ -97,6 +97,12 @@ def test_malformed_board_files_are_rejected():
         parse_board(good.replace("lut = 53200", 'lut = "many"'), source="x.toml")
     with pytest.raises(BoardError, match="ecp5 board needs"):
         parse_board(_text("ulx3s").replace('clock_pin = "G2"', ""), source="x.toml")
+    with pytest.raises(BoardError, match="dram_mbytes=-512 must be a positive"):
+        parse_board(good.replace("dram_mbytes = 512", "dram_mbytes = -512"), source="x.toml")
+    with pytest.raises(BoardError, match="accel_mhz=nan must be a positive"):
+        parse_board(good.replace("accel_mhz = 100.0", "accel_mhz = nan"), source="x.toml")
+    with pytest.raises(BoardError, match="dram_efficiency=1.5 must be in"):
+        parse_board(good.replace("dram_efficiency = 0.75", "dram_efficiency = 1.5"), source="x.toml")
 
 
 def test_board_file_by_path(tmp_path):
