@@ -90,17 +90,6 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
     return art, file, time.perf_counter() - t0
 
 
-def _at_least_one(text: str) -> int:
-    """argparse type of a count that must be positive (``-n 0`` would compile the model to generate nothing)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be at least 1")
-    return n
-
-
 def _count(lo: int, what: str = "", pow2: bool = False):
     """argparse type of a whole number >= ``lo`` (and a power of two with ``pow2``)."""
 
@@ -143,7 +132,7 @@ def _fmt(v, unit="", scale=1.0, digits=2):
 class Run:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
-        from systolica.cli_core import add_config_arg
+        from systolica.cli_core import _positive_int, add_config_arg
 
         p.add_argument("prompt", help="the text to continue")
         p.add_argument("--model", default="default",
@@ -154,7 +143,7 @@ class Run:
         g.add_argument("--board", help="board whose accelerator configuration to use (e.g. kv260)")
         add_config_arg(g)
         p.add_argument("--bitstream", metavar="FILE.bit", help="pynq backend: the .bit (its .hwh beside it)")
-        p.add_argument("-n", "--max-tokens", type=_at_least_one, default=32, metavar="N",
+        p.add_argument("-n", "--max-tokens", type=_positive_int, default=32, metavar="N",
                        help="tokens to generate (default 32)")
         p.add_argument("--temperature", type=float, default=0.0, metavar="T",
                        help="sampling temperature; 0 = greedy (default)")
