@@ -48,3 +48,17 @@ def build_dir() -> Path:
 
 
 sys.dont_write_bytecode = False
+
+
+@pytest.fixture(scope="session")
+def private_synth_cache(tmp_path_factory):
+    """An empty synthesis cache for the whole session (module fixtures included): no user's cached
+    Yosys results leak into fit verdicts.  The hw/ digest is pinned: other work editing hw/ while the
+    tests run must not make a record stored a moment ago look stale.  The bench and boards tests use it
+    (autouse in their conftests)."""
+    from systolica.boards import synth_cache
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SYSTOLICA_CACHE", str(tmp_path_factory.mktemp("cache")))
+        mp.setattr(synth_cache, "hw_digest", lambda: "test-hw-sources")
+        yield
