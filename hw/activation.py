@@ -44,7 +44,7 @@ def _rsr(x, s: int):
 
 
 class ActivationUnit(LineUnit):
-    """``L``-lane SILU / GELU (``L = cfg.line_width``).
+    """``N``-lane SILU / GELU (``N = cfg.nonlinear_width``).
 
     Attributes
     ----------
@@ -57,9 +57,10 @@ class ActivationUnit(LineUnit):
     """
 
     def __init__(self, cfg: AccelConfig):
-        line = LineUnit.line(cfg)
+        line = LineUnit.line(cfg, lanes=cfg.nonlinear_width)
         self.latency = 1 + 5 + 4 + -(-31 // DIV_STEPS) + 2
-        super().__init__(cfg, {"op": 1, "data": line, "last": 1}, {"data": line, "last": 1})
+        super().__init__(cfg, {"op": 1, "data": line, "last": 1}, {"data": line, "last": 1},
+                         lanes=cfg.nonlinear_width)
 
     def elaborate(self, platform):
         # the numerics module defines the constants; the hardware reads them at generation time

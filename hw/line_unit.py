@@ -1,6 +1,9 @@
 """What the line units (vector, activation, norm, quant, softmax) share: lanes, layouts, streams, output register.
 
-A line unit has ``L = cfg.line_width`` lanes (``AccelConfig.line_lanes``, or ``cols``).  The
+A line unit has ``L = cfg.line_width`` lanes (``AccelConfig.line_lanes``, or ``cols``); the
+activation, norm and softmax units, whose lanes are the expensive ones (wide multipliers, exp
+tables, dividers), have ``cfg.nonlinear_width`` (``AccelConfig.nonlinear_lanes``, a divisor of
+``L``) and their sequencers cut lines into ``cfg.nonlinear_beats`` beats for them.  The
 buffers hold ``cols``-wide lines; the sequencers cut each line into ``cols / L`` *beats* of ``L``
 lanes (:mod:`~systolica.hw.line_serial`) and gather the output beats back into lines, so a unit
 only ever sees beats: a row of ``n`` elements is ``ceil(n / cols) * cols / L`` beats, of which
@@ -56,8 +59,10 @@ class LineUnit(wiring.Component):
     ``error`` output of the units that check beat kinds.
     """
 
-    def __init__(self, cfg: AccelConfig, i_fields: dict, o_fields: dict, *, error: bool = False):
+    def __init__(self, cfg: AccelConfig, i_fields: dict, o_fields: dict, *, error: bool = False,
+                 lanes: int | None = None):
         self.cfg = cfg
+        self._lanes = LineUnit.lanes_of(cfg) if lanes is None else lanes
         self.i_layout = data.StructLayout(i_fields)
         self.o_layout = data.StructLayout(o_fields)
         members = {"i_stream": In(stream.Signature(self.i_layout)),
@@ -74,10 +79,12 @@ class LineUnit(wiring.Component):
         return cfg.line_width
 
     @staticmethod
-    def line(cfg: AccelConfig, shape=None) -> data.ArrayLayout:
-        """One beat: ``cfg.line_width`` elements of ``shape`` (default int32)."""
-        return data.ArrayLayout(signed(32) if shape is None else shape, LineUnit.lanes_of(cfg))
+    def line(cfg: AccelConfig, shape=None, lanes: int | None = None) -> data.ArrayLayout:
+        """One beat: ``lanes`` (default ``cfg.line_width``) elements of ``shape`` (default int32)."""
+        n = LineUnit.lanes_of(cfg) if lanes is None else lanes
+        return data.ArrayLayout(signed(32) if shape is None else shape, n)
 
     @property
     def lanes(self) -> int:
-        return self.cfg.line_width
+        """Lanes of this unit's beats."""
+        return self._lanes

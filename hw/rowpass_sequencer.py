@@ -17,8 +17,9 @@ LAYERNORM     4 (last with gamma, beta) ``L`` lines -> vector buffer ``dst``
 between passes, so operand lines are read ahead into a small FIFO (synchronous
 read ports answer a cycle later) and handed over when the unit takes them;
 header beats go through the same FIFO to keep their place in the order.
-The FIFO's head line goes to the unit in ``cols / cfg.line_width`` beats
-(:mod:`~systolica.hw.line_unit`; a header is one beat) and leaves the FIFO with
+The FIFO's head line goes to the unit in ``cols / cfg.line_width`` beats (QUANT) or
+``cols / cfg.nonlinear_width`` beats (SOFTMAX and the norms: :mod:`~systolica.hw.line_unit`;
+a header is one beat) and leaves the FIFO with
 its last beat.  Output beats are gathered back into lines
 (:mod:`~systolica.hw.line_serial`; QUANT's exponent beats are lines of their
 own, zero past lane 0), always taken, and written the cycle a line completes.
@@ -139,24 +140,28 @@ class RowPassSequencer(wiring.Component):
         c = q.r_data[2 + 2 * C * 32:]
         # the FIFO's head line goes to the unit in B beats of W lanes (beat bk: lanes bk*W ..); a header is one
         # beat.  The head leaves the FIFO with its last beat.
+        # QUANT's unit has W lanes (B beats a line); the softmax and norm units NW (NB >= B beats a line)
         B, W = self.cfg.line_beats, self.cfg.line_width
-        bk = Signal(range(B))
+        NB, NW = self.cfg.nonlinear_beats, self.cfg.nonlinear_width
+        bk = Signal(range(NB))
         took = Signal()  # the unit took the head's current beat
-        end = (kind == _HDR) | (bk == B - 1)
-        last = lline & (bk == B - 1)
-        a, b, c = (x.word_select(bk, W * 32) if B > 1 else x for x in (a, b, c))
+        beat_end = bk == Mux(is_q, B - 1, NB - 1)
+        end = (kind == _HDR) | beat_end
+        last = lline & beat_end
+        qa = a.word_select(bk, W * 32) if B > 1 else a
+        a, b, c = (x.word_select(bk, NW * 32) if NB > 1 else x for x in (a, b, c))
         for unit, sel in ((qu, is_q), (sm, is_s), (nu, is_n)):
             m.d.comb += [unit.i_stream.valid.eq(q.r_rdy & sel), unit.i_stream.payload.kind.eq(kind),
                          unit.i_stream.payload.last.eq(last), unit.o_stream.ready.eq(1)]
             with m.If(sel):
                 m.d.comb += took.eq(q.r_rdy & unit.i_stream.ready)
         m.d.comb += q.r_en.eq(took & end)
-        if B > 1:
+        if NB > 1:
             with m.If(took & (kind == _ROW)):
-                m.d.sync += bk.eq(Mux(bk == B - 1, 0, bk + 1))
+                m.d.sync += bk.eq(Mux(beat_end, 0, bk + 1))
             with m.If(self.start):
                 m.d.sync += bk.eq(0)
-        m.d.comb += [qu.i_stream.payload.data.eq(a), qu.i_stream.payload.split.eq(split),
+        m.d.comb += [qu.i_stream.payload.data.eq(qa), qu.i_stream.payload.split.eq(split),
                      qu.i_stream.payload.empty.eq(ins.quant.lines == 0),
                      sm.i_stream.payload.data.eq(a), sm.i_stream.payload.n.eq(ins.softmax.n),
                      nu.i_stream.payload.a.eq(a), nu.i_stream.payload.b.eq(b), nu.i_stream.payload.c.eq(c),
@@ -174,7 +179,7 @@ class RowPassSequencer(wiring.Component):
                                      send_rows * L))]
         # output beats are gathered into lines (hw/line_serial.py); QUANT's exponent beats are lines of their own
         vbeat = Mux(is_s, sm.o_stream.payload.data.as_value(), nu.o_stream.payload.data.as_value())
-        vdata, vout = gather(m, Mux(is_s, sm.o_stream.valid, nu.o_stream.valid) & ~is_q, vbeat, B, "vgat",
+        vdata, vout = gather(m, Mux(is_s, sm.o_stream.valid, nu.o_stream.valid) & ~is_q, vbeat, NB, "vgat",
                              clear=self.start)
         # lanes past n in a row's last line are written as 0 (the golden simulator's padded rows);
         # the norm unit leaves them as computed, so they are masked here

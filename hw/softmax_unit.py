@@ -30,8 +30,8 @@ then the ``L = ceil(n / cols)`` lines of ``src + r*L`` three times, ``last`` on 
 each pass; ``i_stream.ready`` is low between passes, so a line read ahead must be held until
 taken.  The ``L`` output lines of row ``r`` go to vbuf ``dst + r*L + l`` in order; ``last``
 marks the row's final line.  ``n = 0``: send no rows at all (SOFTMAX then writes nothing).
-Counted in buffer lines of ``cols`` elements: with ``cfg.line_width < cols`` each line is
-``cols / line_width`` beats (:mod:`~systolica.hw.line_serial`), ``last`` on a pass's final beat,
+Counted in buffer lines of ``cols`` elements: with ``N = cfg.nonlinear_width < cols`` each line is
+``cols / N`` beats (:mod:`~systolica.hw.line_serial`), ``last`` on a pass's final beat,
 and the cycle counts above are in beats.
 """
 
@@ -60,7 +60,7 @@ OSH_MIN, OSH_MAX = 44, 60
 
 
 class SoftmaxUnit(LineUnit):
-    """``L``-lane SOFTMAX (``L = cfg.line_width``; see the module docstring for the passes and the contract).
+    """``N``-lane SOFTMAX (``N = cfg.nonlinear_width``; see the module docstring for the passes and the contract).
 
     Attributes
     ----------
@@ -73,9 +73,9 @@ class SoftmaxUnit(LineUnit):
     """
 
     def __init__(self, cfg: AccelConfig):
-        line = LineUnit.line(cfg)
+        line = LineUnit.line(cfg, lanes=cfg.nonlinear_width)
         super().__init__(cfg, {"kind": 1, "data": line, "last": 1, "n": unsigned(16)}, {"data": line, "last": 1},
-                         error=True)
+                         error=True, lanes=cfg.nonlinear_width)
 
     def elaborate(self, platform):
         from systolica.numerics import EXP_BASE, EXP_DELTA, LOG2E_Q30

@@ -1,9 +1,11 @@
 """Line ops on the hardware core's vector and activation units: ADD, MUL, REQUANT, ARGMAX, SILU, GELU, ROPE.
 
-One instruction is ``rows`` rows of ``L`` lines.  The units have
-``W = cfg.line_width`` lanes, so a ``cols``-wide line goes through them in
-``B = cols / W`` beats (:mod:`~systolica.hw.line_serial`): the sequencer reads
-one line of each operand every ``B`` cycles (synchronous read ports: the data
+One instruction is ``rows`` rows of ``L`` lines.  The vector unit has
+``W = cfg.line_width`` lanes, so a ``cols``-wide line goes through it in
+``B = cols / W`` beats (:mod:`~systolica.hw.line_serial`); the activation unit
+has ``NW = cfg.nonlinear_width`` lanes (a divisor of ``W``), so SILU and GELU
+take ``NB = cols / NW`` beats a line, through a serializer of their own.  The
+sequencer reads one line of each operand every ``B`` (``NB``) cycles (synchronous read ports: the data
 arrive the next cycle, when beat 0 enters the unit; the serializer's register
 feeds beats 1 .. B-1), gathers the unit's output beats back into lines and
 writes every output line to the vector buffer at ``dst``, in order.  The units
@@ -114,14 +116,16 @@ class VectorSequencer(wiring.Component):
                          n_left.eq(n_am), optr.eq(dst),
                          outs.eq(Mux(is_["ARGMAX"], Mux(n_am == 0, 0, rows), total)),
                          zeros.eq(Mux(is_["ARGMAX"] & (n_am == 0), rows, 0))]
-        # a line takes B cycles in the unit: one read every B cycles (ph counts them down)
+        # a line takes B cycles in the vector unit, NB (>= B) in the activation unit, whose lanes may be
+        # fewer (cfg.nonlinear_width): one read every B or NB cycles (ph counts them down)
         B, W = self.cfg.line_beats, self.cfg.line_width
-        ph = Signal(range(B))
+        NB, NW = self.cfg.nonlinear_beats, self.cfg.nonlinear_width
+        ph = Signal(range(NB))
         issue = Signal()
         m.d.comb += issue.eq((left != 0) & ~self.start & (ph == 0))
-        if B > 1:
+        if NB > 1:
             with m.If(issue):
-                m.d.sync += ph.eq(B - 1)
+                m.d.sync += ph.eq(Mux(to_act, NB - 1, B - 1))
             with m.Elif(ph != 0):
                 m.d.sync += ph.eq(ph - 1)
             with m.If(self.start):
@@ -159,8 +163,15 @@ class VectorSequencer(wiring.Component):
         rope_b = Cat(*[Cat(cos[k * hb:(k + 1) * hb], sin[k * hb:(k + 1) * hb]) for k in range(B)])
         a_line = Mux(is_["REQUANT"], self.acc_rdata, self.va_rdata)
         b_line = Mux(is_["ROPE"], rope_b, self.vb_rdata)
-        (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, valid, [a_line, b_line], [W * 32, W * 32], B, "ser",
-                                                            clear=self.start)
+        if NB == B:
+            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, valid, [a_line, b_line], [W * 32, W * 32], B,
+                                                                "ser", clear=self.start)
+            x_beat, xvalid, xlast = a_beat, bvalid, blast
+        else:  # the activation unit's narrower beats come from a serializer of their own
+            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, valid & ~to_act, [a_line, b_line],
+                                                                [W * 32, W * 32], B, "ser", clear=self.start)
+            (x_beat,), xvalid, _, xlast = serialize(m, valid & to_act, [self.va_rdata], [NW * 32], NB, "aser",
+                                                    clear=self.start)
         exp = hold(m, valid, self.exp_rdata[:8], "exp_line").as_signed()
         lfirst, llast = hold(m, valid, first, "first_line"), hold(m, valid, last, "last_line")
         # ARGMAX: valid lanes of this beat, clamp(lanes left in the row - k*W, 0, W)
@@ -178,16 +189,23 @@ class VectorSequencer(wiring.Component):
             vp.a.eq(a_beat), vp.b.eq(b_beat),
             vp.shift.eq(Mux(is_["REQUANT"], ins.requant.shift - exp, ins.mul.shift)),
             vp.first.eq(lfirst & bfirst), vp.last.eq(llast & blast), vp.n.eq(nl),
-            act.i_stream.valid.eq(bvalid & to_act),
+            act.i_stream.valid.eq(xvalid & to_act),
             act.i_stream.payload.op.eq(Mux(is_["SILU"], ActOp.SILU, ActOp.GELU)),
-            act.i_stream.payload.data.eq(a_beat), act.i_stream.payload.last.eq(llast & blast),
+            act.i_stream.payload.data.eq(x_beat), act.i_stream.payload.last.eq(llast & xlast),
             vec.o_stream.ready.eq(1), act.o_stream.ready.eq(1),
         ]
         # ---- outputs, in order, to dst: B beats gathered into a line; ARGMAX's one beat per row is a line
-        obeat = Mux(act.o_stream.valid, act.o_stream.payload.data.as_value(), vec.o_stream.payload.data.as_value())
         is_am = is_["ARGMAX"]
-        oline, complete = gather(m, (vec.o_stream.valid | act.o_stream.valid) & ~is_am, obeat, B, "gat",
-                                 clear=self.start)
+        if NB == B:
+            obeat = Mux(act.o_stream.valid, act.o_stream.payload.data.as_value(), vec.o_stream.payload.data.as_value())
+            oline, complete = gather(m, (vec.o_stream.valid | act.o_stream.valid) & ~is_am, obeat, B, "gat",
+                                     clear=self.start)
+        else:
+            vline, vcomplete = gather(m, vec.o_stream.valid & ~is_am, vec.o_stream.payload.data.as_value(), B, "gat",
+                                      clear=self.start)
+            xline, xcomplete = gather(m, act.o_stream.valid, act.o_stream.payload.data.as_value(), NB, "agat",
+                                      clear=self.start)
+            oline, complete = Mux(to_act, xline, vline), Mux(to_act, xcomplete, vcomplete)
         got = Signal()
         m.d.comb += got.eq(complete | (vec.o_stream.valid & is_am))
         m.d.comb += [self.out_addr.eq(optr), self.out_en.eq(got | (zeros != 0)),
@@ -198,5 +216,5 @@ class VectorSequencer(wiring.Component):
             m.d.sync += outs.eq(outs - 1)
         with m.If(zeros != 0):
             m.d.sync += zeros.eq(zeros - 1)
-        m.d.comb += self.busy.eq((left != 0) | (outs != 0) | (zeros != 0) | bvalid)
+        m.d.comb += self.busy.eq((left != 0) | (outs != 0) | (zeros != 0) | bvalid | xvalid)
         return m

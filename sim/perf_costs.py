@@ -23,7 +23,8 @@ engine (one ``cols``-lane dot product per cycle, then 4 cycles to add the output
 line into the accumulator), kept to compare datapaths.
 The line ops (ADD, MUL, REQUANT, ARGMAX, SILU, GELU, ROPE; QUANT, SOFTMAX, RMSNORM,
 LAYERNORM) follow the RTL's vector and row-pass sequencers: ``cfg.line_beats`` cycles per
-buffer line and pass (the line units have ``cfg.line_width`` lanes), fixed cycles per row
+buffer line and pass (the line units have ``cfg.line_width`` lanes; SILU, GELU, the norms and
+SOFTMAX ``cfg.nonlinear_beats``, on ``cfg.nonlinear_width`` lanes), fixed cycles per row
 for the row statistics, calibrated latencies.  ATTN and ATTN_OUT follow the attention
 sequencer (one K or V line a cycle; a reciprocal per ATTN_OUT row), calibrated on the RTL.
 """
@@ -54,6 +55,8 @@ VECTOR_PASSES: dict[str, tuple[int, int]] = {
     "RMSNORM": (3, 39), "LAYERNORM": (4, 40), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 36),
     "ARGMAX": (1, 0),
 }
+#: The line ops that run on the activation, norm and softmax units (``cfg.nonlinear_width`` lanes).
+NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
 #: pipelined divider (``hw/activation.py``); SOFTMAX's exp pipeline drains after the last beat; the norm
 #: unit's output pass is combinational (its last line is written with its last beat).  Calibrated on
@@ -253,7 +256,9 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         lines = f["lines"]
     if rows == 0 or (lines == 0 and ins.op != "QUANT"):
         return OpCost(1)
-    beats = passes * rows * lines * cfg.line_beats  # one beat of line_width lanes a cycle
+    # one beat a cycle: of line_width lanes, or of nonlinear_width lanes on the activation, norm and softmax units
+    per_line = cfg.nonlinear_beats if ins.op in NONLINEAR_OPS else cfg.line_beats
+    beats = passes * rows * lines * per_line
     return OpCost(beats + rows * per_row + p.vector_latency + VECTOR_EXTRA_LATENCY.get(key, 0))
 
 

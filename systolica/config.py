@@ -62,6 +62,9 @@ class AccelConfig:
     dram_bytes: int = 1 << 29  # DRAM window the accelerator may address (bytes)
     line_lanes: int = 0  # lanes L of the line datapath (vector/activation/norm/quant/softmax units): a
     # cols-wide buffer line goes through it in cols / L beats; 0 means cols (one line a cycle)
+    nonlinear_lanes: int = 0  # lanes N of the activation, norm and softmax units (SILU/GELU, RMSNORM/LAYERNORM,
+    # SOFTMAX: the units with wide multipliers, exp tables and dividers per lane): a line goes through them in
+    # cols / N beats; 0 means line_width.  A divisor of line_width.
 
     # ----------------------------------------------------------------- sizes
     @property
@@ -79,6 +82,16 @@ class AccelConfig:
         """Beats (cycles at full rate) the line units take per ``cols``-wide buffer line."""
         return self.cols // self.line_width
 
+    @property
+    def nonlinear_width(self) -> int:
+        """Lanes of the activation, norm and softmax units: ``nonlinear_lanes``, or ``line_width`` when 0."""
+        return self.nonlinear_lanes or self.line_width
+
+    @property
+    def nonlinear_beats(self) -> int:
+        """Beats (cycles at full rate) the activation, norm and softmax units take per buffer line."""
+        return self.cols // self.nonlinear_width
+
     def reshaped(self, rows: int, cols: int, **changes) -> AccelConfig:
         """This config with an array of ``rows`` x ``cols``, the line datapath scaled with it.
 
@@ -92,7 +105,14 @@ class AccelConfig:
             while lanes < cols and (cols % lanes or lanes % 2):
                 lanes += 1
             lanes = 0 if lanes >= cols else lanes
-        return self.replace(rows=rows, cols=cols, line_lanes=lanes, **changes)
+        width = lanes or cols
+        nl = 0  # the nonlinear units keep their share of the line datapath (line_width / nonlinear_width)
+        if self.nonlinear_lanes and self.nonlinear_lanes != self.line_width:
+            nl = max(1, width // (self.line_width // self.nonlinear_width))
+            while width % nl:
+                nl -= 1
+            nl = 0 if nl >= width else nl
+        return self.replace(rows=rows, cols=cols, line_lanes=lanes, nonlinear_lanes=nl, **changes)
 
     @property
     def spad_lines(self) -> int:
@@ -144,6 +164,9 @@ class AccelConfig:
                                     and self.cols % self.line_lanes == 0):
             yield (f"line_lanes={self.line_lanes} must be 0 (= cols) or an even number >= 2 that divides "
                    f"cols={self.cols} (ROPE rotates pairs of lanes; a line is cut into cols / line_lanes beats)")
+        if self.nonlinear_lanes and not (self.nonlinear_lanes >= 1 and self.line_width % self.nonlinear_lanes == 0):
+            yield (f"nonlinear_lanes={self.nonlinear_lanes} must be 0 (= line_width) or a divisor of "
+                   f"line_width={self.line_width} (the activation, norm and softmax units cut a beat into sub-beats)")
         if self.in_bits != 8:
             yield f"in_bits={self.in_bits}: only int8 operands are implemented"
         if self.acc_bits != 32:
@@ -182,6 +205,8 @@ class AccelConfig:
         d.pop("name")  # the name is a label; two configs of equal shape are the same hardware
         if d["line_lanes"] in (0, d["cols"]):  # full-width line units: the hardware (and hash) of before the field
             d.pop("line_lanes")
+        if d["nonlinear_lanes"] in (0, self.line_width):  # as wide as the line datapath: the hash of before the field
+            d.pop("nonlinear_lanes")
         d["clock_mhz"] = float(d["clock_mhz"])
         return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 

@@ -107,3 +107,23 @@ def test_reshaped_keeps_the_line_beats():
         [(2, 4), (4, 4), (8, 4)]
     assert base.reshaped(4, 4).line_lanes == 2  # never below 2 lanes (ROPE pairs them)
     assert AccelConfig(rows=8, cols=8).reshaped(16, 16).line_lanes == 0  # full width stays full width
+
+
+def test_nonlinear_lanes_default_keeps_the_hash_and_validates():
+    """nonlinear_lanes 0 (and = line_width): the activation, norm and softmax units as wide as the line datapath."""
+    base = AccelConfig(cols=8, line_lanes=4)
+    assert base.nonlinear_width == 4 and base.nonlinear_beats == 2
+    assert base.replace(nonlinear_lanes=4).hash32() == base.hash32()
+    narrow = base.replace(nonlinear_lanes=1)
+    assert narrow.nonlinear_width == 1 and narrow.nonlinear_beats == 8 and narrow.line_beats == 2
+    assert narrow.hash32() != base.hash32()
+    assert AccelConfig.from_toml(narrow.to_toml()) == narrow
+    for bad in (3, 8, -1):
+        with pytest.raises(ConfigError, match=f"nonlinear_lanes={bad} must be 0"):
+            base.replace(nonlinear_lanes=bad)
+
+
+def test_reshaped_keeps_the_nonlinear_share():
+    base = AccelConfig(rows=16, cols=16, line_lanes=4, nonlinear_lanes=2)  # half the line datapath's lanes
+    assert [base.reshaped(n, n).nonlinear_width for n in (8, 16, 32)] == [1, 2, 4]
+    assert AccelConfig(rows=8, cols=8, line_lanes=2).reshaped(16, 16).nonlinear_lanes == 0

@@ -35,10 +35,12 @@ def activation_cases(C: int, seed: int, lines: int = 24):
     return beats, want
 
 
-@pytest.mark.parametrize("cols,lanes", [(2, 2), (4, 4), (8, 2)])
-def test_activation_bit_exact(cols, lanes):
-    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes)
+@pytest.mark.parametrize("cols,line_lanes,nonlinear", [(2, 2, 0), (4, 4, 0), (8, 2, 0), (8, 2, 1)])
+def test_activation_bit_exact(cols, line_lanes, nonlinear):
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=line_lanes, nonlinear_lanes=nonlinear)
     dut = ActivationUnit(cfg)
+    lanes = dut.lanes
+    assert lanes == (nonlinear or line_lanes)
     beats, want = activation_cases(lanes, seed=cols + lanes)
     got = []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.3),

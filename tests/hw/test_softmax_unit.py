@@ -96,9 +96,12 @@ def check_lines(got, want, lasts, what: str = "output line") -> None:
 
 @pytest.mark.parametrize("cols,lanes,seed,idle,stall", [(4, 4, 1, 0.3, 0.3), (2, 2, 2, 0.3, 0.3), (8, 8, 3, 0.3, 0.3),
                                                         (4, 4, 4, 0.0, 0.8),  # a slow sink: rows overlap the drain
-                                                        (8, 2, 5, 0.3, 0.3), (8, 4, 6, 0.2, 0.4)])
+                                                        (8, 2, 5, 0.3, 0.3), (8, 4, 6, 0.2, 0.4),
+                                                        (8, 1, 7, 0.3, 0.3)])  # one lane: nonlinear_lanes=1
 def test_softmax_bit_exact(cols, lanes, seed, idle, stall):
-    dut = SoftmaxUnit(AccelConfig(rows=4, cols=cols, line_lanes=lanes))
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=max(2, lanes), nonlinear_lanes=lanes)
+    dut = SoftmaxUnit(cfg)
+    assert dut.lanes == lanes
     beats, want = softmax_cases(lanes, seed, row_lanes=cols)
     got = []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(seed), idle),

@@ -14,9 +14,11 @@ from systolica.config import preset
 pytestmark = [pytest.mark.rtl, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("lanes", [0, 2])  # full-width line units, and 2 lanes (2 beats per 4-lane line)
-def test_model_within_5_percent_of_rtl_cycles(build_dir, lanes):
-    cfg = preset("tiny").replace(name=f"tiny_l{lanes}", line_lanes=lanes) if lanes else preset("tiny")
+# full-width line units; 2 lanes (2 beats per 4-lane line); 2 lanes with one-lane activation, norm and
+# softmax units (4 beats a line on those)
+@pytest.mark.parametrize("lanes,nonlinear", [(0, 0), (2, 0), (2, 1)])
+def test_model_within_5_percent_of_rtl_cycles(build_dir, lanes, nonlinear):
+    cfg = preset("tiny").replace(name=f"tiny_l{lanes}_n{nonlinear}", line_lanes=lanes, nonlinear_lanes=nonlinear)
     progs = suite(cfg, n_random=8, seed=11)
     rows = compare(cfg, progs, run_rtl(cfg, progs, build_dir))
     for r in rows:
