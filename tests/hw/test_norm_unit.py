@@ -64,3 +64,23 @@ def test_norms_bit_exact(cols, lanes):
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.3, out=got)])
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         assert [g.data[c] if w[c] is not None else None for c in range(lanes)] == w, f"output line {k}"
+
+
+# cycles per row beyond its passes' beats (header, reciprocal, the scalar states: mean, scale, rsqrt and
+# the two Newton steps on the shared multiplier): what sim/perf_costs.VECTOR_PASSES should charge
+FIXED_CYCLES = {False: 43, True: 45}
+
+
+@pytest.mark.parametrize("center", [False, True])
+def test_fixed_cycles_per_row(center):
+    lanes = 2
+    dut = NormUnit(AccelConfig(rows=4, cols=8, line_lanes=lanes))
+    beats, want = norm_cases(lanes, seed=5, rows=[(64, center)] * 2, row_lanes=8)
+    got, cyc = [], []
+    run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.0),
+              lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.0, out=got, cycles=cyc)])
+    per_row = len(want) // 2
+    passes = 4 if center else 3
+    assert cyc[per_row] - cyc[0] == passes * per_row + FIXED_CYCLES[center]  # one row, first beat to first beat
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert [g.data[c] if w[c] is not None else None for c in range(lanes)] == w, f"output line {k}"
