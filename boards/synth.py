@@ -78,6 +78,26 @@ def _softmax(cfg):
     return SoftmaxUnit(cfg)
 
 
+def _gemm_seq(cfg):
+    from systolica.hw.gemm_sequencer import GemmSequencer
+    return GemmSequencer(cfg)
+
+
+def _attn_seq(cfg):
+    from systolica.hw.attn_sequencer import AttnSequencer
+    return AttnSequencer(cfg)
+
+
+def _load(cfg):
+    from systolica.hw.engines import LoadEngine
+    return LoadEngine(cfg)
+
+
+def _store(cfg):
+    from systolica.hw.engines import StoreEngine
+    return StoreEngine(cfg)
+
+
 def _top(cfg):
     from systolica.hw.accelerator import Accelerator
     return Accelerator(cfg)
@@ -94,6 +114,10 @@ UNITS: dict[str, tuple[Callable[[AccelConfig], Any], str]] = {
     "attention": (_attention, "streaming attention unit (ATTN, ATTN_OUT)"),
     "norm": (_norm, "norm unit (RMSNORM, LAYERNORM)"),
     "softmax": (_softmax, "softmax unit (SOFTMAX)"),
+    "gemm_seq": (_gemm_seq, "GEMM sequencer (operand walkers + array + accumulator)"),
+    "attn_seq": (_attn_seq, "ATTN / ATTN_OUT sequencer (beat walker + attention unit)"),
+    "load": (_load, "LOAD engine (DMA reader, line assembly)"),
+    "store": (_store, "STORE engine (DMA writer, line reads)"),
     "top": (_top, "the whole accelerator (AXI, DMA, engines, buffers)"),
 }
 

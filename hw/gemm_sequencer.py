@@ -72,44 +72,50 @@ class GemmSequencer(wiring.Component):
         wiring.connect(m, wiring.flipped(self.acc_rd), acc.rd)
         wiring.connect(m, wiring.flipped(self.acc_wr), acc.wr)
 
-        total = Signal(48)  # result lines still to be written (m*n*k partial lines)
-        zeros = Signal(32)  # k = 0: lines still to zero
+        # Every count below is a nest of small counters over the instruction's fields, never a product
+        # of them: m*n*k and friends would each cost DSP48s for a once-per-instruction number.
+        zeros = Signal()  # k = 0: lines still to zero (m*n lines from dst, walked as z_i < m, z_j < n)
+        z_i = Signal(16)
+        z_j = Signal(16)
         zptr = Signal(16)
         # weight walker: tile (j, kk), column c -> line w + (j*C + c)*k + kk
-        w_left = Signal(48)
+        w_more = Signal()  # weight lines left to read (n*k*C of them)
         w_base = Signal(32)  # w + j*C*k
         w_ptr = Signal(32)
         w_c = Signal(range(C))
         w_kk = Signal(16)
+        w_j = Signal(16)
         # activation walker: tile (j, kk), row i -> line a + i*k + kk, tag dst + i*n + j
-        a_left = Signal(48)
+        a_more = Signal()  # activation lines left to read (m*n*k of them)
         a_ptr = Signal(32)
         t_ptr = Signal(32)
         a_i = Signal(16)
         a_kk = Signal(16)
         a_j = Signal(16)
+        # partial lines read but not yet written by the accumulator (prefetch FIFO + array + accumulator)
+        inflight = Signal(16)
 
         with m.If(self.start):
             nonempty = (self.m != 0) & (self.n != 0)
-            tiles = self.n * self.k
             m.d.sync += [
-                total.eq(self.m * self.n * self.k), w_left.eq(tiles * C), a_left.eq(tiles * self.m),
-                zeros.eq(((self.k == 0) & ~self.acc & nonempty) * (self.m * self.n)), zptr.eq(self.dst),
-                w_base.eq(self.w), w_ptr.eq(self.w), w_c.eq(0), w_kk.eq(0),
+                w_more.eq((self.n != 0) & (self.k != 0)), a_more.eq(nonempty & (self.k != 0)),
+                zeros.eq((self.k == 0) & ~self.acc & nonempty), z_i.eq(0), z_j.eq(0), zptr.eq(self.dst),
+                w_base.eq(self.w), w_ptr.eq(self.w), w_c.eq(0), w_kk.eq(0), w_j.eq(0),
                 a_ptr.eq(self.a), t_ptr.eq(self.dst), a_i.eq(0), a_kk.eq(0), a_j.eq(0),
             ]
-        m.d.comb += self.busy.eq((total != 0) | (zeros != 0) | (w_left != 0) | (a_left != 0))
+        m.d.comb += self.busy.eq((inflight != 0) | zeros | w_more | a_more)
 
         # ---- weights
-        w_issue, wq = _prefetch(m, "wq", C * 8, (w_left != 0) & ~self.start, self.w_rdata)
+        w_issue, wq = _prefetch(m, "wq", C * 8, w_more & ~self.start, self.w_rdata)
         m.d.comb += [self.w_addr.eq(w_ptr), self.w_en.eq(w_issue)]
         with m.If(w_issue):
-            m.d.sync += w_left.eq(w_left - 1)
             with m.If(w_c == C - 1):
                 m.d.sync += w_c.eq(0)
                 with m.If(w_kk == self.k - 1):  # next output tile j: W rows j*C ..
                     nb = w_base + C * self.k
-                    m.d.sync += [w_kk.eq(0), w_base.eq(nb), w_ptr.eq(nb)]
+                    m.d.sync += [w_kk.eq(0), w_j.eq(w_j + 1), w_base.eq(nb), w_ptr.eq(nb)]
+                    with m.If(w_j == self.n - 1):
+                        m.d.sync += w_more.eq(0)
                 with m.Else():
                     m.d.sync += [w_kk.eq(w_kk + 1), w_ptr.eq(w_base + w_kk + 1)]
             with m.Else():
@@ -123,15 +129,16 @@ class GemmSequencer(wiring.Component):
         side_d = Signal(side)
         m.d.comb += side_now.eq(t_ptr[:16] | ((self.acc | (a_kk != 0)) << 16) | ((a_i == self.m - 1) << 17))
         m.d.sync += side_d.eq(side_now)
-        a_issue, aq = _prefetch(m, "aq", C * 8 + side, (a_left != 0) & ~self.start,
+        a_issue, aq = _prefetch(m, "aq", C * 8 + side, a_more & ~self.start,
                                 self.a_rdata | (side_d << (C * 8)))
         m.d.comb += [self.a_addr.eq(a_ptr), self.a_en.eq(a_issue)]
         with m.If(a_issue):
-            m.d.sync += a_left.eq(a_left - 1)
             with m.If(a_i == self.m - 1):
                 m.d.sync += a_i.eq(0)
                 with m.If(a_kk == self.k - 1):
                     m.d.sync += [a_kk.eq(0), a_j.eq(a_j + 1), a_ptr.eq(self.a), t_ptr.eq(self.dst + a_j + 1)]
+                    with m.If(a_j == self.n - 1):
+                        m.d.sync += a_more.eq(0)
                 with m.Else():
                     m.d.sync += [a_kk.eq(a_kk + 1), a_ptr.eq(self.a + a_kk + 1), t_ptr.eq(self.dst + a_j)]
             with m.Else():
@@ -143,9 +150,16 @@ class GemmSequencer(wiring.Component):
         m.d.comb += self.fire.eq(arr.a_stream.valid & arr.a_stream.ready)
 
         # ---- completion: every partial line written by the accumulator; k = 0 zero fill
-        with m.If(acc.wr.en & (total != 0)):
-            m.d.sync += total.eq(total - 1)
-        m.d.comb += [self.zero_addr.eq(zptr), self.zero_en.eq(zeros != 0)]
-        with m.If(zeros != 0):
-            m.d.sync += [zeros.eq(zeros - 1), zptr.eq(zptr + 1)]
+        # (every line read is one accumulator write; a write with none in flight is not counted)
+        written = acc.wr.en & (inflight != 0)
+        m.d.sync += inflight.eq(inflight + a_issue - written)
+        m.d.comb += [self.zero_addr.eq(zptr), self.zero_en.eq(zeros)]
+        with m.If(zeros):
+            m.d.sync += zptr.eq(zptr + 1)
+            with m.If(z_j == self.n - 1):
+                m.d.sync += [z_j.eq(0), z_i.eq(z_i + 1)]
+                with m.If(z_i == self.m - 1):
+                    m.d.sync += zeros.eq(0)
+            with m.Else():
+                m.d.sync += z_j.eq(z_j + 1)
         return m
