@@ -114,8 +114,9 @@ class AttentionUnit(wiring.Component):
         m.submodules.pvmem = pvmem = memory.Memory(shape=data.ArrayLayout(signed(PV_BITS), C),
                                                    depth=self.max_lines, init=[])
         m.submodules.exp_base = base = memory.Memory(shape=unsigned(32), depth=256, init=[int(v) for v in EXP_BASE])
-        m.submodules.exp_delta = delta = memory.Memory(shape=unsigned(32), depth=256,
-                                                       init=[int(v) for v in EXP_DELTA])
+        # EXP_DELTA < 2**23: stored at its width so that delta * lo fits one DSP48
+        m.submodules.exp_delta = delta = memory.Memory(shape=unsigned(max(int(v) for v in EXP_DELTA).bit_length()),
+                                                       depth=256, init=[int(v) for v in EXP_DELTA])
         q_w, q_r = qmem.write_port(), qmem.read_port(domain="comb")
         # the score buffer (max_tokens words) is read synchronously so that it maps to block RAM:
         # the address runs one beat ahead (the token the next V line belongs to)
@@ -169,7 +170,8 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += dot.eq(full)
         shift = Signal(signed(10))
         m.d.comb += shift.eq(10 - qexp - k2.exp)
-        u = rshift_round_sat32(m, k2.dot * LOG2E_Q30, shift, "score")  # log2 units, Q20
+        score_prod = Signal(signed(64))  # k2.dot * LOG2E_Q30, on a state-line multiplier (below)
+        u = rshift_round_sat32(m, score_prod, shift, "score")  # log2 units, Q20
         m.d.comb += [u_w.addr.eq(k2.tok), u_w.data.eq(u), u_w.en.eq(k2.v & k2.ok)]
         with m.If(k2.v & k2.ok):
             m.d.sync += anyv.eq(1)
@@ -183,9 +185,15 @@ class AttentionUnit(wiring.Component):
         vsh = Signal(signed(10))
         m.d.comb += vsh.eq(-Mux(v1.exp > 3, 3, v1.exp))
         m.d.comb += [pv_w.addr.eq(v1.li), pv_w.en.eq(v1.v)]
+        # p_j = exp2_fx(<= 0, 20, 28) <= 2**28: the low 24 bits fit a DSP48's 25-bit signed port, the
+        # top 5 bits are a few shifted adds of v (one DSP48 per lane instead of two)
+        p_lo, p_hi = v1.p[:24], v1.p[24:29]
         for c in range(C):
+            vc = v1.data[c]
+            hi = Signal(signed(14), name=f"pv_hi_{c}")  # v * p_hi, |.| <= 128 * 16
+            m.d.comb += hi.eq(sum(Mux(p_hi[b], vc << b, 0) for b in range(5)))
             prod = Signal(signed(44), name=f"pv_prod_{c}")
-            m.d.comb += prod.eq(v1.p.as_signed() * v1.data[c])
+            m.d.comb += prod.eq(p_lo * vc + (hi << 24))
             term = rshift_round_var(m, prod, vsh, PV_BITS, f"pv_term_{c}", max_left=3)
             m.d.comb += pv_w.data[c].eq(Mux(v1.first, 0, pv_r.data[c]) + term)
         with m.If(v1.v & v1.eot):
@@ -209,11 +217,27 @@ class AttentionUnit(wiring.Component):
         pvs = pv_r.data.as_value().word_select(g, PV_BITS * L) if G > 1 else pv_r.data.as_value()
         fsh = Signal(signed(9))
         m.d.comb += fsh.eq(fk - 16)
+        # the lanes' multipliers are idle outside O / FOUT: lane 0 also gives l * a (state L), lane L-1 the
+        # score dot * LOG2E_Q30 (stage K3, states K and KDRAIN); each product thus costs no DSP48s of its own
+        in_l = Signal()
+        la = Signal(signed(66))
         lanes_out = []
         for j in range(L):
             x = xs[32 * j:32 * j + 32].as_signed()
+            mx, my = Signal(signed(32), name=f"st_x_{j}"), Signal(unsigned(33), name=f"st_y_{j}")
+            m.d.comb += [mx.eq(x), my.eq(y)]
+            if j == L - 1:
+                with m.If(k2.v):
+                    m.d.comb += [mx.eq(k2.dot), my.eq(LOG2E_Q30)]
+            if j == 0:
+                with m.If(in_l):
+                    m.d.comb += mx.eq(l_old)
             prod = Signal(signed(66), name=f"st_prod_{j}")  # o * a (O) or o * y (FOUT): one multiplier
-            m.d.comb += prod.eq(x * y)
+            m.d.comb += prod.eq(mx * my)
+            if j == L - 1:
+                m.d.comb += score_prod.eq(prod[:64])
+            if j == 0:
+                m.d.comb += la.eq(prod)
             pv = pvs[PV_BITS * j:PV_BITS * (j + 1)].as_signed()
             big_o = Signal(signed(64), name=f"big_o_{j}")
             m.d.comb += big_o.eq(((prod >> 30) + ((prod >> 29) & 1)) + ((pv >> 8) + ((pv >> 7) & 1)))
@@ -311,8 +335,7 @@ class AttentionUnit(wiring.Component):
             with m.State("VDRAIN"), m.If(~v1.v):  # the last V line is still in stage V2
                 m.next = "L"
             with m.State("L"):
-                la = Signal(signed(66))
-                m.d.comb += la.eq(l_old * a.as_signed())
+                m.d.comb += in_l.eq(1)  # la = l * a on lane 0's multiplier (y = a here)
                 big_l = Signal(unsigned(56))
                 m.d.comb += big_l.eq(((la >> 30) + ((la >> 29) & 1)) + ((sum_p >> 8) + ((sum_p >> 7) & 1)))
                 bl = bitlen_u(m, big_l, 56, "l_bitlen")
