@@ -12,9 +12,12 @@ engines share the ports by priority, as Gemmini's scratchpad does:
   (``rready`` low) until the line is written.
 - **Reads**: the compute engine reads operands that must arrive together
   (GEMM's activation and weight lines, ATTN's data and exponent lines, the
-  two or three vector-buffer operands of ADD / MUL / ROPE / LAYERNORM), so the
+  two vector-buffer operands of ADD / MUL / ROPE / the norms), so the
   scratchpad is kept as two copies (``a``, ``w``) and the vector buffer as
-  three (``a``, ``b``, ``c``), each with its own read port.  STORE reads
+  two (``a``, ``b``), each with its own read port.  The ops with a third
+  operand line (ROPE's sin line, LAYERNORM's beta) read it through port ``b``
+  the cycle after the second: at least 2 cycles a line, which costs nothing
+  once the line datapath takes 2 or more beats a line.  STORE reads
   through copy ``a`` (and the accumulator's one read port) when compute does
   not: compute has priority, the store engine's read-ahead waits.
 - The accumulator is one memory: GEMM's read-modify-write (read transparent to
@@ -45,7 +48,7 @@ __all__ = ["BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_ports", "m
 URAM_MIN_BITS = 1 << 20
 
 #: copies of each buffer, one per read port that compute needs at once
-BUFFER_COPIES = {"spad": ("a", "w"), "acc": ("",), "vbuf": ("a", "b", "c")}
+BUFFER_COPIES = {"spad": ("a", "w"), "acc": ("",), "vbuf": ("a", "b")}
 
 
 def buffer_ports(cfg: AccelConfig) -> dict[str, tuple[int, int]]:
@@ -87,7 +90,6 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
                       [comp.accum_rd.data, comp.acc_rdata]),
         ("vbuf", "a"): ([(comp.va_addr, comp.va_en)], [comp.va_rdata]),
         ("vbuf", "b"): ([(comp.vb_addr, comp.vb_en)], [comp.vb_rdata]),
-        ("vbuf", "c"): ([(comp.vc_addr, comp.vc_en)], [comp.vc_rdata]),
     }
     mems: dict[str, list[memory.Memory]] = {}
     for name, (_, db) in ports.items():

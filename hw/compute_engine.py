@@ -47,7 +47,6 @@ class ComputeEngine(wiring.Component):
             "zero_addr": Out(abits), "zero_en": Out(1),
             "va_addr": Out(p["vbuf"][0]), "va_en": Out(1), "va_rdata": In(p["vbuf"][1]),
             "vb_addr": Out(p["vbuf"][0]), "vb_en": Out(1), "vb_rdata": In(p["vbuf"][1]),
-            "vc_addr": Out(p["vbuf"][0]), "vc_en": Out(1), "vc_rdata": In(p["vbuf"][1]),
             "acc_addr": Out(p["acc"][0]), "acc_en": Out(1), "acc_rdata": In(p["acc"][1]),
             "out_addr": Out(p["vbuf"][0]), "out_en": Out(1), "out_data": Out(p["vbuf"][1]),
             "spad_waddr": Out(p["spad"][0]), "spad_wen": Out(1), "spad_wdata": Out(p["spad"][1]),
@@ -84,7 +83,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [at.start.eq(exec_start & is_attn), at.word.eq(ins.as_value()),
                      at.sa_rdata.eq(self.a_rdata), at.sb_rdata.eq(self.w_rdata)]
         # the vector-buffer ports belong to whichever line sequencer runs the instruction
-        for port in ("va", "vb", "vc"):
+        for port in ("va", "vb"):
             for seq_ in (vs, rs):
                 m.d.comb += getattr(seq_, f"{port}_rdata").eq(getattr(self, f"{port}_rdata"))
             m.d.comb += [getattr(self, f"{port}_addr").eq(Mux(is_row, getattr(rs, f"{port}_addr"),

@@ -16,7 +16,9 @@ LAYERNORM     4 (last with gamma, beta) ``L`` lines -> vector buffer ``dst``
 ``L`` is ``lines`` (QUANT) or ``ceil(n / cols)``.  The units hold ``ready`` low
 between passes, so operand lines are read ahead into a small FIFO (synchronous
 read ports answer a cycle later) and handed over when the unit takes them;
-header beats go through the same FIFO to keep their place in the order.
+header beats go through the same FIFO to keep their place in the order.  The vector buffer has
+two read ports (hw/buffers.py), so LAYERNORM's output pass reads beta through port ``b`` the
+cycle after x and gamma: its lines enter the FIFO at most every 2 cycles.
 The FIFO's head line goes to the unit in ``cols / cfg.line_width`` beats (QUANT) or
 ``cols / cfg.nonlinear_width`` beats (SOFTMAX and the norms: :mod:`~systolica.hw.line_unit`;
 a header is one beat) and leaves the FIFO with
@@ -27,7 +29,7 @@ own, zero past lane 0), always taken, and written the cycle a line completes.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -60,7 +62,6 @@ class RowPassSequencer(wiring.Component):
             "start": In(1), "word": In(WORD_BITS), "busy": Out(1),
             "va_addr": Out(vb), "va_en": Out(1), "va_rdata": In(C * 32),
             "vb_addr": Out(vb), "vb_en": Out(1), "vb_rdata": In(C * 32),
-            "vc_addr": Out(vb), "vc_en": Out(1), "vc_rdata": In(C * 32),
             "out_addr": Out(vb), "out_en": Out(1), "out_data": Out(C * 32),
             "spad_addr": Out(sb), "spad_en": Out(1), "spad_data": Out(C * 8),
         })
@@ -99,19 +100,28 @@ class RowPassSequencer(wiring.Component):
         with m.If(self.start):
             m.d.sync += [r.eq(0), p.eq(0), ln.eq(0), hdr.eq(1), row_base.eq(src), active.eq(send_rows != 0)]
         m.submodules.q = q = fifo.SyncFIFO(width=2 + 3 * C * 32, depth=_DEPTH)
-        pending = Signal()
+        # a line read goes into the FIFO the next cycle (pending); LAYERNORM's output pass reads beta through
+        # port b the cycle after x and gamma (beta_rd), so its lines go in a cycle later (pend2), 2 cycles apart
+        pending, beta_rd, pend2 = Signal(), Signal(), Signal()
         pend_last = Signal()
-        room = (q.level + pending) < _DEPTH
-        want = active & ~self.start & room
+        room = (q.level + (pending | beta_rd | pend2)) < _DEPTH
+        want = active & ~self.start & room & ~beta_rd
         read = Signal()
         push_hdr = Signal()
-        m.d.comb += [push_hdr.eq(want & hdr & ~pending), read.eq(want & ~hdr)]
+        m.d.comb += [push_hdr.eq(want & hdr & ~pending & ~pend2), read.eq(want & ~hdr)]
         final = p == P - 1
+        two = is_ln & final
         gamma = nrm.gamma
+        beta_addr = Signal.like(self.vb_addr)
         m.d.comb += [self.va_addr.eq(row_base + ln), self.va_en.eq(read),
-                     self.vb_addr.eq(gamma + ln), self.vb_en.eq(read),
-                     self.vc_addr.eq(gamma + L + ln), self.vc_en.eq(read)]
-        m.d.sync += [pending.eq(read), pend_last.eq(ln == L - 1)]
+                     self.vb_addr.eq(Mux(beta_rd, beta_addr, gamma + ln)), self.vb_en.eq(read | beta_rd)]
+        m.d.sync += [pending.eq(read & ~two), beta_rd.eq(read & two), pend2.eq(beta_rd)]
+        x_wait = Signal(C * 32, reset_less=True)
+        g_wait = Signal(C * 32, reset_less=True)
+        with m.If(read):
+            m.d.sync += [pend_last.eq(ln == L - 1), beta_addr.eq(gamma + L + ln)]
+        with m.If(beta_rd):
+            m.d.sync += [x_wait.eq(self.va_rdata), g_wait.eq(self.vb_rdata)]
         with m.If(push_hdr):
             with m.If((L == 0) | (P == 0)):  # an empty row: the header is all (QUANT lines = 0)
                 m.d.sync += r.eq(r + 1)
@@ -131,9 +141,9 @@ class RowPassSequencer(wiring.Component):
             with m.Else():
                 m.d.sync += ln.eq(ln + 1)
         # FIFO entry: kind, last, a, b, c (a header is kind 0 with no data)
-        m.d.comb += [q.w_en.eq(pending | push_hdr),
-                     q.w_data.eq(Mux(pending, Cat(_ROW, pend_last, self.va_rdata, self.vb_rdata, self.vc_rdata),
-                                     Cat(_HDR, 0)))]
+        m.d.comb += [q.w_en.eq(pending | pend2 | push_hdr),
+                     q.w_data.eq(Mux(pending, Cat(_ROW, pend_last, self.va_rdata, self.vb_rdata, Const(0, C * 32)),
+                                     Mux(pend2, Cat(_ROW, pend_last, x_wait, g_wait, self.vb_rdata), Cat(_HDR, 0))))]
         kind, lline = q.r_data[0], q.r_data[1]
         a = q.r_data[2:2 + C * 32]
         b = q.r_data[2 + C * 32:2 + 2 * C * 32]
@@ -208,5 +218,5 @@ class RowPassSequencer(wiring.Component):
                 m.d.sync += q_l.eq(q_l + 1)
             with m.If(qo.last):
                 m.d.sync += [q_r.eq(q_r + 1), q_l.eq(0)]
-        m.d.comb += self.busy.eq(active | pending | q.r_rdy | (outs != 0))
+        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | q.r_rdy | (outs != 0))
         return m

@@ -19,7 +19,8 @@ vector-buffer row, the row's exponent in lane 0 of scratchpad line ``exps + r``
 line per row; SILU/GELU ``src``; ROPE ``heads`` heads of ``hd`` lines per row, where head
 line ``l`` rotates its ``C/2`` pairs by cos/sin elements ``l*C/2 ..`` of the row's table
 (``hd`` lines: cos half, then sin half), i.e. half ``l % 2`` of table line ``l // 2`` and
-half ``(hd + l) % 2`` of line ``(hd + l) // 2`` -- two table reads per beat, joined into
+half ``(hd + l) % 2`` of line ``(hd + l) // 2`` -- two table reads per line through the
+vector buffer's port ``b``, a cycle apart (so ROPE takes ``max(B, 2)`` cycles a line), joined into
 the ``b`` line, re-packed per beat into what the vector unit expects: beat ``k`` rotates pairs
 ``k*W/2 ..`` and gets their ``W/2`` cos, then their ``W/2`` sin elements.  ARGMAX: beat ``k`` of a
 line has ``clamp(n_left - k*W, 0, W)`` valid lanes (a beat wholly past ``n`` has 0).
@@ -62,7 +63,6 @@ class VectorSequencer(wiring.Component):
             "start": In(1), "word": In(WORD_BITS), "busy": Out(1),
             "va_addr": Out(vb), "va_en": Out(1), "va_rdata": In(C * 32),
             "vb_addr": Out(vb), "vb_en": Out(1), "vb_rdata": In(C * 32),
-            "vc_addr": Out(vb), "vc_en": Out(1), "vc_rdata": In(C * 32),
             "acc_addr": Out((cfg.acc_lines - 1).bit_length()), "acc_en": Out(1), "acc_rdata": In(C * 32),
             "exp_addr": Out((cfg.spad_lines - 1).bit_length()), "exp_en": Out(1), "exp_rdata": In(C * 8),
             "out_addr": Out(vb), "out_en": Out(1), "out_data": Out(C * 32),
@@ -120,16 +120,17 @@ class VectorSequencer(wiring.Component):
         # fewer (cfg.nonlinear_width): one read every B or NB cycles (ph counts them down)
         B, W = self.cfg.line_beats, self.cfg.line_width
         NB, NW = self.cfg.nonlinear_beats, self.cfg.nonlinear_width
-        ph = Signal(range(NB))
+        # ROPE reads two table lines (cos, then sin) through the vector buffer's port b: at least 2 cycles a line
+        rope = is_["ROPE"]
+        ph = Signal(range(max(NB, 2)))
         issue = Signal()
         m.d.comb += issue.eq((left != 0) & ~self.start & (ph == 0))
-        if NB > 1:
-            with m.If(issue):
-                m.d.sync += ph.eq(Mux(to_act, NB - 1, B - 1))
-            with m.Elif(ph != 0):
-                m.d.sync += ph.eq(ph - 1)
-            with m.If(self.start):
-                m.d.sync += ph.eq(0)
+        with m.If(issue):
+            m.d.sync += ph.eq(Mux(to_act, NB - 1, Mux(rope, max(B, 2) - 1, B - 1)))
+        with m.Elif(ph != 0):
+            m.d.sync += ph.eq(ph - 1)
+        with m.If(self.start):
+            m.d.sync += ph.eq(0)
         with m.If(issue):
             m.d.sync += [left.eq(left - 1), idx.eq(idx + 1)]
             with m.If(ln == L - 1):
@@ -140,10 +141,15 @@ class VectorSequencer(wiring.Component):
                     m.d.sync += hh.eq(hh + 1)
             with m.Else():
                 m.d.sync += [ln.eq(ln + 1), n_left.eq(n_left - C)]
+        sin_rd = Signal()  # ROPE, the cycle after an issue: port b reads the sin line
+        sin_addr = Signal.like(self.vb_addr)
+        m.d.sync += sin_rd.eq(issue & rope)
+        with m.If(issue):
+            m.d.sync += sin_addr.eq(trow + ((hd + ln) >> 1))
         m.d.comb += [
             self.va_addr.eq(src_a + idx), self.va_en.eq(issue),
-            self.vb_addr.eq(Mux(is_["ROPE"], trow + (ln >> 1), src_b + Mux(bcast, ln, idx))), self.vb_en.eq(issue),
-            self.vc_addr.eq(trow + ((hd + ln) >> 1)), self.vc_en.eq(issue),
+            self.vb_addr.eq(Mux(sin_rd, sin_addr, Mux(rope, trow + (ln >> 1), src_b + Mux(bcast, ln, idx)))),
+            self.vb_en.eq(issue | sin_rd),
             self.acc_addr.eq(ins.requant.src + idx), self.acc_en.eq(issue),
             self.exp_addr.eq(ins.requant.exps + r), self.exp_en.eq(issue),
         ]
@@ -157,23 +163,34 @@ class VectorSequencer(wiring.Component):
                      nline.eq(n_left), cos_hi.eq(ln[0]), sin_hi.eq((hd + ln)[0])]
         half = C // 2 * 32
         cos = Mux(cos_hi, self.vb_rdata[half:], self.vb_rdata[:half])
-        sin = Mux(sin_hi, self.vc_rdata[half:], self.vc_rdata[:half])
+        # ROPE: the a and cos lines arrive with `valid` and wait a cycle in registers for the sin line
+        # (another engine may read port a meanwhile); its line loads into the serializer a cycle later
+        valid2 = Signal()
+        a_wait = Signal(C * 32, reset_less=True)
+        cos_wait = Signal(C // 2 * 32, reset_less=True)
+        first2, last2, sin_hi2 = Signal(), Signal(), Signal()
+        m.d.sync += [valid2.eq(valid & rope), first2.eq(first), last2.eq(last), sin_hi2.eq(sin_hi)]
+        with m.If(valid):
+            m.d.sync += [a_wait.eq(self.va_rdata), cos_wait.eq(cos)]
+        sin = Mux(sin_hi2, self.vb_rdata[half:], self.vb_rdata[:half])
+        load = Mux(rope, valid2, valid)
         # beat k rotates pairs k*W/2 .. of the line: its b is their W/2 cos, then their W/2 sin elements
         hb = W // 2 * 32
-        rope_b = Cat(*[Cat(cos[k * hb:(k + 1) * hb], sin[k * hb:(k + 1) * hb]) for k in range(B)])
-        a_line = Mux(is_["REQUANT"], self.acc_rdata, self.va_rdata)
+        rope_b = Cat(*[Cat(cos_wait[k * hb:(k + 1) * hb], sin[k * hb:(k + 1) * hb]) for k in range(B)])
+        a_line = Mux(is_["REQUANT"], self.acc_rdata, Mux(rope, a_wait, self.va_rdata))
         b_line = Mux(is_["ROPE"], rope_b, self.vb_rdata)
         if NB == B:
-            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, valid, [a_line, b_line], [W * 32, W * 32], B,
+            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, load, [a_line, b_line], [W * 32, W * 32], B,
                                                                 "ser", clear=self.start)
             x_beat, xvalid, xlast = a_beat, bvalid, blast
         else:  # the activation unit's narrower beats come from a serializer of their own
-            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, valid & ~to_act, [a_line, b_line],
+            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, load & ~to_act, [a_line, b_line],
                                                                 [W * 32, W * 32], B, "ser", clear=self.start)
             (x_beat,), xvalid, _, xlast = serialize(m, valid & to_act, [self.va_rdata], [NW * 32], NB, "aser",
                                                     clear=self.start)
-        exp = hold(m, valid, self.exp_rdata[:8], "exp_line").as_signed()
-        lfirst, llast = hold(m, valid, first, "first_line"), hold(m, valid, last, "last_line")
+        exp = hold(m, load, self.exp_rdata[:8], "exp_line").as_signed()
+        lfirst = hold(m, load, Mux(rope, first2, first), "first_line")
+        llast = hold(m, load, Mux(rope, last2, last), "last_line")
         # ARGMAX: valid lanes of this beat, clamp(lanes left in the row - k*W, 0, W)
         nb = Signal(signed(18))
         nreg = Signal(signed(18), reset_less=True)
@@ -216,5 +233,5 @@ class VectorSequencer(wiring.Component):
             m.d.sync += outs.eq(outs - 1)
         with m.If(zeros != 0):
             m.d.sync += zeros.eq(zeros - 1)
-        m.d.comb += self.busy.eq((left != 0) | (outs != 0) | (zeros != 0) | bvalid | xvalid)
+        m.d.comb += self.busy.eq((left != 0) | (outs != 0) | (zeros != 0) | bvalid | xvalid | valid2)
         return m

@@ -52,16 +52,18 @@ RECIP_CYCLES = 33  # hw/recip.py: one reciprocal, request to result
 #: ``n``, the rsqrt's Newton steps, the output pass.  ``QUANT_SPLIT`` is QUANT with ``split = 1``.
 VECTOR_PASSES: dict[str, tuple[int, int]] = {
     "REQUANT": (1, 0), "QUANT": (2, 3), "QUANT_SPLIT": (3, 5), "ADD": (1, 0), "MUL": (1, 0),
-    "RMSNORM": (3, 39), "LAYERNORM": (4, 40), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 36),
+    "RMSNORM": (3, 43), "LAYERNORM": (4, 45), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 36),
     "ARGMAX": (1, 0),
 }
+ROWPASS_FIFO_LINES = 4  # hw/rowpass_sequencer.py _DEPTH
 #: The line ops that run on the activation, norm and softmax units (``cfg.nonlinear_width`` lanes).
 NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
 #: pipelined divider (``hw/activation.py``); SOFTMAX's exp pipeline drains after the last beat; the norm
-#: unit's output pass is combinational (its last line is written with its last beat).  Calibrated on
+#: unit's output pass is combinational (its last line is written with its last beat); a ROPE line waits a
+#: cycle for its sin line (read through the same vector-buffer port as cos).  Calibrated on
 #: the RTL top level (tiny, line_lanes 0 and 2: every line op within 1 cycle for rows of 16+ lines).
-VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 18, "GELU": 18, "SOFTMAX": 2, "RMSNORM": -2, "LAYERNORM": -2}
+VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 18, "GELU": 18, "ROPE": 1, "SOFTMAX": 2, "RMSNORM": -2, "LAYERNORM": -2}
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,13 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         return OpCost(1)
     # one beat a cycle: of line_width lanes, or of nonlinear_width lanes on the activation, norm and softmax units
     per_line = cfg.nonlinear_beats if ins.op in NONLINEAR_OPS else cfg.line_beats
+    if ins.op == "ROPE":  # cos and sin lines through one vector-buffer port: at least 2 cycles a line
+        per_line = max(per_line, 2)
     beats = passes * rows * lines * per_line
+    if ins.op == "LAYERNORM" and per_line < 2:
+        # the output pass reads x and gamma, then beta through port b: a line every 2 cycles into the row-pass
+        # FIFO (4 lines, filled ahead during the row statistics), which the unit drains at one a cycle
+        beats += rows * max(0, lines - ROWPASS_FIFO_LINES)
     return OpCost(beats + rows * per_row + p.vector_latency + VECTOR_EXTRA_LATENCY.get(key, 0))
 
 
