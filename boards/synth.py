@@ -88,6 +88,16 @@ def _attn_seq(cfg):
     return AttnSequencer(cfg)
 
 
+def _vector_seq(cfg):
+    from systolica.hw.vector_sequencer import VectorSequencer
+    return VectorSequencer(cfg)
+
+
+def _rowpass_seq(cfg):
+    from systolica.hw.rowpass_sequencer import RowPassSequencer
+    return RowPassSequencer(cfg)
+
+
 def _load(cfg):
     from systolica.hw.engines import LoadEngine
     return LoadEngine(cfg)
@@ -116,6 +126,8 @@ UNITS: dict[str, tuple[Callable[[AccelConfig], Any], str]] = {
     "softmax": (_softmax, "softmax unit (SOFTMAX)"),
     "gemm_seq": (_gemm_seq, "GEMM sequencer (operand walkers + array + accumulator)"),
     "attn_seq": (_attn_seq, "ATTN / ATTN_OUT sequencer (beat walker + attention unit)"),
+    "vector_seq": (_vector_seq, "line-op sequencer (serializers + vector unit + activation unit)"),
+    "rowpass_seq": (_rowpass_seq, "row-pass sequencer (FIFO + quant, softmax and norm units)"),
     "load": (_load, "LOAD engine (DMA reader, line assembly)"),
     "store": (_store, "STORE engine (DMA writer, line reads)"),
     "top": (_top, "the whole accelerator (AXI, DMA, engines, buffers)"),
