@@ -77,8 +77,10 @@ class AttnSequencer(wiring.Component):
         m.d.comb += P.eq(Const(1, 17) << at.page_log2)
         bypass = ~is_out & (at.t == 0)
         init = ~is_out & at.init
-        tl = Signal(32)  # lines of K (or V): t * hd
-        m.d.comb += tl.eq(at.t * hd)
+        # no products of instruction fields (each would be DSP48s): r*hd and o_r*hd are running sums,
+        # P*hd a shift, and K/V phases end on their last token's last line
+        php = Signal(21)  # P * hd: lines of K (or V) in the tile layout
+        m.d.comb += php.eq(hd << at.page_log2)
 
         # ---- walk: job r, phase, line li (and token j / its last line for K, V)
         active = Signal()
@@ -87,24 +89,26 @@ class AttnSequencer(wiring.Component):
         li = Signal(32)  # line within the phase
         tli = Signal(8)  # line within the token
         tok = Signal(13)
+        rhd = Signal(12)  # r * hd
         with m.If(self.start):
-            m.d.sync += [active.eq((nq != 0) & (hd != 0)), r.eq(0), ph.eq(_Ph.HDR), li.eq(0), tli.eq(0), tok.eq(0)]
+            m.d.sync += [active.eq((nq != 0) & (hd != 0)), r.eq(0), rhd.eq(0), ph.eq(_Ph.HDR), li.eq(0), tli.eq(0),
+                         tok.eq(0)]
         m.submodules.q = q = fifo.SyncFIFO(width=3 + C * 32 + 8 + 2, depth=_DEPTH)
         pending = Signal()
         room = (q.level + pending) < _DEPTH
         read = Signal()
         m.d.comb += read.eq(active & ~self.start & room)
-        phase_len = Mux(ph == _Ph.HDR, 1, Mux((ph == _Ph.K) | (ph == _Ph.V), tl, hd))
-        last_line = li == phase_len - 1
         eot = tli == hd - 1
+        last_line = Mux(ph == _Ph.HDR, li == 0, Mux((ph == _Ph.K) | (ph == _Ph.V), eot & (tok == at.t - 1),
+                                                      li == hd - 1))
         kv = at.kv
         m.d.comb += [
-            self.va_addr.eq(Mux(ph == _Ph.HDR, state + r, state + nq + r * hd + li)),
+            self.va_addr.eq(Mux(ph == _Ph.HDR, state + r, state + nq + rhd + li)),
             self.va_en.eq(read),
-            self.sa_addr.eq(Mux(ph == _Ph.Q, at.q + r * hd + li, Mux(ph == _Ph.K, kv + li, kv + P * hd + li))),
+            self.sa_addr.eq(Mux(ph == _Ph.Q, at.q + rhd + li, Mux(ph == _Ph.K, kv + li, kv + php + li))),
             self.sa_en.eq(read),
-            self.sb_addr.eq(Mux(ph == _Ph.Q, at.qexp + r, Mux(ph == _Ph.K, kv + 2 * P * hd + tok,
-                                                               kv + 2 * P * hd + P + tok))),
+            self.sb_addr.eq(Mux(ph == _Ph.Q, at.qexp + r, Mux(ph == _Ph.K, kv + (php << 1) + tok,
+                                                               kv + (php << 1) + P + tok))),
             self.sb_en.eq(read),
         ]
         with m.If(read):
@@ -121,7 +125,7 @@ class AttnSequencer(wiring.Component):
                     with m.Case(_Ph.V):
                         m.d.sync += ph.eq(_Ph.OUT)
                     with m.Case(_Ph.OUT):
-                        m.d.sync += [ph.eq(_Ph.HDR), r.eq(r + 1)]
+                        m.d.sync += [ph.eq(_Ph.HDR), r.eq(r + 1), rhd.eq(rhd + hd)]
                         with m.If(r == nq - 1):
                             m.d.sync += active.eq(0)
         # the beat, one cycle later with its data
@@ -162,23 +166,24 @@ class AttnSequencer(wiring.Component):
         o_r = Signal(6)
         o_l = Signal(8)
         o_hdr = Signal()  # next ATTN output is a state line
-        outs = Signal(16)  # output lines still expected (a register: the word may be any op when idle)
+        o_rhd = Signal(12)  # o_r * hd
+        outs = Signal()  # output lines still expected (a register: the word may be any op when idle)
         with m.If(self.start):
-            m.d.sync += [o_r.eq(0), o_l.eq(0), o_hdr.eq(~is_out),
-                         outs.eq(Mux((nq != 0) & (hd != 0), nq * (hd + ~is_out), 0))]
+            m.d.sync += [o_r.eq(0), o_rhd.eq(0), o_l.eq(0), o_hdr.eq(~is_out), outs.eq((nq != 0) & (hd != 0))]
         byp_hdr = f_kind == AttnBeat.HDR
         got = Mux(bypass, q.r_rdy, u.o_stream.valid)
         gdata = Mux(bypass, Mux(byp_hdr, f_line[:64], f_line), u.o_stream.payload.data.as_value())
-        o_base = Mux(is_out, ao.dst + o_r * hd, state + nq + o_r * hd)
+        o_base = Mux(is_out, ao.dst + o_rhd, state + nq + o_rhd)
         m.d.comb += [self.out_en.eq(got), self.out_data.eq(gdata),
                      self.out_addr.eq(Mux(o_hdr, state + o_r, o_base + o_l))]
         with m.If(got):
-            m.d.sync += outs.eq(outs - 1)
             with m.If(o_hdr):
                 m.d.sync += o_hdr.eq(0)
             with m.Elif(o_l == hd - 1):
-                m.d.sync += [o_l.eq(0), o_r.eq(o_r + 1), o_hdr.eq(~is_out)]
+                m.d.sync += [o_l.eq(0), o_r.eq(o_r + 1), o_rhd.eq(o_rhd + hd), o_hdr.eq(~is_out)]
+                with m.If(o_r == nq - 1):
+                    m.d.sync += outs.eq(0)
             with m.Else():
                 m.d.sync += o_l.eq(o_l + 1)
-        m.d.comb += self.busy.eq(active | pending | q.r_rdy | (outs != 0))
+        m.d.comb += self.busy.eq(active | pending | q.r_rdy | outs)
         return m

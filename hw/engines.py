@@ -120,7 +120,8 @@ class LoadEngine(wiring.Component):
         bpl_s, bpl_w = _beats_per_line(cfg)
         bpl = Mux(v.buf == 0, bpl_s, bpl_w)
         m.d.comb += [dma.start.eq(exec_start), dma.addr.eq(self.win_base + v.dram), dma.stride.eq(v.stride),
-                     dma.rows.eq(v.rows), dma.beats.eq(v.lines * bpl), dma.abort.eq(self.abort),
+                     dma.rows.eq(v.rows), dma.beats.eq(Mux(v.buf == 0, v.lines * bpl_s, v.lines * bpl_w)),
+                     dma.abort.eq(self.abort),
                      self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet)]
         started = Signal()
         m.d.sync += started.eq(exec_start)
@@ -184,7 +185,8 @@ class StoreEngine(wiring.Component):
         bpl_s, bpl_w = _beats_per_line(cfg)
         bpl = Mux(v.buf == 0, bpl_s, bpl_w)
         m.d.comb += [dma.start.eq(exec_start), dma.addr.eq(self.win_base + v.dram), dma.stride.eq(v.stride),
-                     dma.rows.eq(v.rows), dma.beats.eq(v.lines * bpl), dma.abort.eq(self.abort),
+                     dma.rows.eq(v.rows), dma.beats.eq(Mux(v.buf == 0, v.lines * bpl_s, v.lines * bpl_w)),
+                     dma.abort.eq(self.abort),
                      self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet)]
         started = Signal()
         m.d.sync += started.eq(exec_start)
@@ -193,17 +195,25 @@ class StoreEngine(wiring.Component):
         # read lines ahead into a small FIFO (one read in flight; sync read ports answer next cycle)
         wide = cfg.cols * 32
         m.submodules.lines = lq = fifo.SyncFIFO(width=wide, depth=self.LINE_FIFO)
-        to_read = Signal(32)
+        # rows * lines lines to read, counted as rows of lines (a product of two fields would be DSP48s)
+        reading = Signal()
+        rows_left = Signal(16)
+        lines_left = Signal(16)
         rd_line = Signal(32)
         pending = Signal()
         with m.If(exec_start):
-            m.d.sync += [to_read.eq(v.rows * v.lines), rd_line.eq(0)]
+            m.d.sync += [reading.eq((v.rows != 0) & (v.lines != 0)), rows_left.eq(v.rows), lines_left.eq(v.lines),
+                         rd_line.eq(0)]
         # the buffer's read port is free unless compute reads it this cycle (compute first)
         free = Mux(v.buf == 0, self.spad_ready, Mux(v.buf == 1, self.acc_ready, self.vbuf_ready))
-        issue = self.executing & ~started & (to_read != 0) & (lq.level + pending < self.LINE_FIFO) & free
+        issue = self.executing & ~started & reading & (lq.level + pending < self.LINE_FIFO) & free
         m.d.sync += pending.eq(issue)
         with m.If(issue):
-            m.d.sync += [to_read.eq(to_read - 1), rd_line.eq(rd_line + 1)]
+            m.d.sync += [rd_line.eq(rd_line + 1), lines_left.eq(lines_left - 1)]
+            with m.If(lines_left == 1):
+                m.d.sync += [lines_left.eq(v.lines), rows_left.eq(rows_left - 1)]
+                with m.If(rows_left == 1):
+                    m.d.sync += reading.eq(0)
         rdata = Signal(wide)
         for i, (name, _) in enumerate(buffer_ports(cfg).items()):
             m.d.comb += [getattr(self, f"{name}_addr").eq(v.sram + rd_line),
