@@ -15,7 +15,11 @@ small Amaranth design: a 64 x 1024 memory with one write and one read port, and 
       created 64 $dff cells and 0 static cells of width 16.
 
 A memory in flip-flops costs ``depth x width`` FFs plus a read multiplexer tree: a buffer
-(anything of a block RAM's size) mapped that way is a design bug, not a fit problem.
+(anything of a block RAM's size) mapped that way is a design bug, not a fit problem.  A
+constant table (a ROM: the exp and rsqrt-seed tables) goes the same way, but ``memory_map``
+reports ``write interface: 0 write mux blocks`` for it: its ``$dff`` cells hold their initial
+values forever and ``opt`` folds them into constants, so it ends as logic (LUTs), not
+flip-flops, and is reported as kind ``"rom"``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ _LIBMAP_FF = re.compile(r"^using FF mapping for memory (\S+)\s*$")
 _LIBMAP_VIA = re.compile(r"^mapping memory (\S+) via (\S+)\s*$")
 _MAP_HEAD = re.compile(r"^Mapping memory \\?(\S+) in module \\?(\S+):\s*$")
 _MAP_CREATED = re.compile(r"^\s*created (\d+) \$dff cells and (\d+) static cells of width (\d+)")
+_MAP_WRITES = re.compile(r"^\s*write interface: (\d+) write mux blocks")
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class MemoryMapping:
     """One memory of the synthesized design and what Yosys built it from."""
 
     name: str  # hierarchical name below the top module, e.g. "gemm.acc_mem"
-    kind: str  # "bram", "uram", "lutram", "ff" or "other"
+    kind: str  # "bram", "uram", "lutram", "ff", "rom" (a constant table in logic) or "other"
     cell: str  # the memory_libmap target ("$__XILINX_BLOCKRAM_TDP_") or "flip-flops"
     bits: int | None = None  # for FF-mapped memories: words x width as memory_map created them
 
@@ -79,6 +84,7 @@ def parse_memory_mapping(log: str, top: str | None = None) -> list[MemoryMapping
     """
     found: dict[str, MemoryMapping] = {}
     sizes: dict[str, int] = {}
+    writes: dict[str, int] = {}
     current: str | None = None
     for line in log.splitlines():
         if m := _LIBMAP_FF.match(line):
@@ -91,11 +97,14 @@ def parse_memory_mapping(log: str, top: str | None = None) -> list[MemoryMapping
             current = m.group(1)
         elif current is not None and (m := _MAP_CREATED.match(line)):
             sizes[current] = (int(m.group(1)) + int(m.group(2))) * int(m.group(3))
+        elif current is not None and (m := _MAP_WRITES.match(line)):
+            writes[current] = int(m.group(1))
             current = None
     out = []
     for name, mm in found.items():
         if mm.kind == "ff" and name in sizes:
-            mm = MemoryMapping(name, "ff", mm.cell, sizes[name])
+            rom = writes.get(name) == 0  # no write port: a constant table, folded into logic
+            mm = MemoryMapping(name, "rom" if rom else "ff", "logic" if rom else mm.cell, sizes[name])
         out.append(mm)
     return out
 

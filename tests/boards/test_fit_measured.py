@@ -38,10 +38,17 @@ def test_log_parser_kinds_and_buffer_threshold():
         "  created 1024 $dff cells and 0 static cells of width 128.",
         "Mapping memory \\tiny in module \\top:",
         "  created 8 $dff cells and 0 static cells of width 8.",
+        "  write interface: 1 write mux blocks.",
+        "using FF mapping for memory top.exp_base",  # a constant table (Yosys 0.70's words for a ROM)
+        "Mapping memory \\exp_base in module \\top:",
+        "  created 256 $dff cells and 0 static cells of width 30.",
+        "  read interface: 0 $dff and 255 $mux cells.",
+        "  write interface: 0 write mux blocks.",
     ])
     mems = {m.name: m for m in parse_memory_mapping(log, top="top")}
     assert {k: m.kind for k, m in mems.items()} == {"gemm.acc_mem": "ff", "spad_mem": "bram", "kv_mem": "uram",
-                                                    "q.fifo": "lutram", "tiny": "ff"}
+                                                    "q.fifo": "lutram", "tiny": "ff", "exp_base": "rom"}
+    assert mems["exp_base"].bits == 7680 and not mems["exp_base"].is_buffer
     assert mems["gemm.acc_mem"].bits == 131072 >= BUFFER_MIN_BITS
     assert buffers_in_ff(list(mems.values())) == ["gemm.acc_mem"]
     assert buffers_in_ff([m.to_dict() for m in mems.values()]) == ["gemm.acc_mem"]
