@@ -90,17 +90,25 @@ def fit_check(board: Board, used: Resources, *, config: str = "", margin: float 
     return FitReport(board.name, config, tuple(rows), margin, source)
 
 
+#: (depth, width) aspect ratios of one block-RAM tile in simple dual-port mode: RAMB36 (7-series and
+#: UltraScale+, widths with parity bits) and ECP5's DP16KD (18 Kb)
+RAM_SHAPES = {
+    "xilinx": ((512, 72), (1024, 36), (2048, 18), (4096, 9), (8192, 4), (16384, 2), (32768, 1)),
+    "ecp5": ((512, 36), (1024, 18), (2048, 9), (4096, 4), (8192, 2), (16384, 1)),
+}
+
+
 def bram_tiles(cfg: AccelConfig, family: str) -> int:
-    """Block-RAM tiles the three buffers need at least: by bits and by line width."""
-    if family == "ecp5":
-        tile_kbits, max_width = 18, 36  # DP16KD: 18 Kb, up to 36 bits wide (pseudo dual port)
-    else:
-        tile_kbits, max_width = 36, 72  # RAMB36: 36 Kb, up to 72 bits wide (simple dual port)
+    """Block-RAM tiles the buffers need at least: each copy of each buffer (``hw.buffers.BUFFER_COPIES``:
+    one per read port compute needs at once) in the tile aspect ratio that wastes least."""
+    from systolica.hw.buffers import BUFFER_COPIES, buffer_ports
+
+    shapes = RAM_SHAPES["ecp5" if family == "ecp5" else "xilinx"]
+    depth = {"spad": cfg.spad_lines, "acc": cfg.acc_lines, "vbuf": cfg.vbuf_lines}
     total = 0
-    for kib, line_bytes in ((cfg.spad_kib, cfg.cols), (cfg.acc_kib, cfg.cols * 4), (cfg.vbuf_kib, cfg.cols * 4)):
-        by_bits = math.ceil(kib * 8 / tile_kbits)
-        by_width = math.ceil(line_bytes * 8 / max_width)
-        total += max(by_bits, by_width)
+    for name, (_, width) in buffer_ports(cfg).items():
+        per_copy = min(math.ceil(width / w) * math.ceil(depth[name] / d) for d, w in shapes)
+        total += per_copy * len(BUFFER_COPIES[name])
     return total
 
 

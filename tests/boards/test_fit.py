@@ -83,13 +83,15 @@ def test_resource_model_calibration():
         ResourceModel.calibrate("xcup", [])
 
 
-def test_bram_tiles_by_bits_and_by_width():
+def test_bram_tiles_per_copy_by_aspect_ratio():
     b = load_board("kv260").config
     narrow = b.reshaped(b.rows, 4, spad_kib=64, acc_kib=64, vbuf_kib=64)
-    assert bram_tiles(narrow, "xcup") == 3 * 15  # 64 KiB = 512 Kb = 15 RAMB36 each
+    # spad: 16384 x 32 bit = 16 RAMB36 (1K x 36) per copy, 2 copies; acc: 4096 x 128 bit = 15 (4K x 9);
+    # vbuf: 2 copies of 15
+    assert bram_tiles(narrow, "xcup") == 2 * 16 + 15 + 2 * 15
     wide = b.reshaped(b.rows, 64, spad_kib=4, acc_kib=16, vbuf_kib=16)
     # acc line = 64 x 32 bit = 2048 bits: 29 tiles of 72 bits, though 16 KiB needs only 4
-    assert bram_tiles(wide, "xcup") == 8 + 29 + 29
+    assert bram_tiles(wide, "xcup") == 2 * 8 + 29 + 2 * 29
     assert bram_tiles(narrow, "ecp5") > bram_tiles(narrow, "xcup")
 
 
