@@ -48,7 +48,7 @@ travel through as bubbles.
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -190,17 +190,8 @@ class SystolicArray(wiring.Component):
                 m.d.sync += [x[r].eq(chain), bk[r].eq(bk[r - 1])]
 
         # --- PEs: product register, then the column adder chain ------------------------
-        prev = None
-        for r in range(R):
-            prods = [Signal(signed(16), name=f"prod_{r}_{c}") for c in range(C)]
-            sums = [Signal(signed(32), name=f"psum_{r}_{c}") for c in range(C)]
-            with m.If(en):
-                for c in range(C):
-                    wsel = Mux(bk[r], wreg[1][r][c], wreg[0][r][c])
-                    m.d.sync += prods[c].eq(x[r] * wsel)
-                    # int32 wrap, as the hardware accumulator: truncation on assignment
-                    m.d.sync += sums[c].eq(prods[c] if prev is None else prev[c] + prods[c])
-            prev = sums
+        pes = self._packed_pes if self.cfg.macs_per_dsp == 2 else self._pes
+        prev = pes(m, en, x, bk, wreg)
 
         # --- valid / last / tag ride along R + 1 cycles to the output -----------------
         side = data.StructLayout({"valid": 1, "last": 1, "tag": self.tag_bits})
@@ -218,3 +209,48 @@ class SystolicArray(wiring.Component):
         ]
         m.d.comb += [o.payload.data[c].eq(prev[c]) for c in range(C)]
         return m
+
+    def _pes(self, m: Module, en, x, bk, wreg) -> list[Signal]:
+        """One multiplier per PE: product register, then the column adder chain (DSP48 ``PCIN -> PCOUT``).
+        Returns the bottom row's column sums."""
+        prev = None
+        for r in range(self.rows):
+            prods = [Signal(signed(16), name=f"prod_{r}_{c}") for c in range(self.cols)]
+            sums = [Signal(signed(32), name=f"psum_{r}_{c}") for c in range(self.cols)]
+            with m.If(en):
+                for c in range(self.cols):
+                    wsel = Mux(bk[r], wreg[1][r][c], wreg[0][r][c])
+                    m.d.sync += prods[c].eq(x[r] * wsel)
+                    # int32 wrap, as the hardware accumulator: truncation on assignment
+                    m.d.sync += sums[c].eq(prods[c] if prev is None else prev[c] + prods[c])
+            prev = sums
+        return prev
+
+    def _packed_pes(self, m: Module, en, x, bk, wreg) -> list[Signal]:
+        """PEs two to a multiplier (``macs_per_dsp = 2``): columns ``c`` and ``c + 1`` of a row see the same
+        activation ``x``, so one ``8 x 25``-bit product ``x * (w1 * 2**16 + w0)`` (a DSP48's 25 x 18) holds both:
+        ``x * w0`` in bits 0..15 (|x * w0| <= 2**14, a signed 16-bit field) and ``x * w1`` above, off by
+        the borrow of a negative low field: ``x * w1 = P[16:] + P[15]``.  The column sums run in fabric,
+        ``16 + bitlen(R)`` bits wide (``R`` products of at most ``2**14``): exact, as the int32 of one MAC
+        per DSP.  Returns the bottom row's column sums."""
+        R, C = self.rows, self.cols
+        width = 16 + R.bit_length()
+        prev = None
+        for r in range(R):
+            sums = [Signal(signed(width), name=f"psum_{r}_{c}") for c in range(C)]
+            for c in range(0, C, 2):
+                w0 = Mux(bk[r], wreg[1][r][c], wreg[0][r][c])
+                w1 = Mux(bk[r], wreg[1][r][c + 1], wreg[0][r][c + 1])
+                packed = Signal(signed(25), name=f"wpack_{r}_{c}")
+                hi = Signal(signed(9), name=f"whi_{r}_{c}")  # w1 - borrow of w0: in -129..127
+                m.d.comb += [hi.eq(w1 - w0[7]), packed.eq(Cat(w0.as_signed()[0:8], w0[7].replicate(8), hi))]
+                prod = Signal(signed(33), name=f"pprod_{r}_{c}")
+                lo_p, hi_p = Signal(signed(16), name=f"prod_{r}_{c}"), Signal(signed(16), name=f"prod_{r}_{c + 1}")
+                with m.If(en):
+                    m.d.sync += prod.eq(x[r] * packed)
+                m.d.comb += [lo_p.eq(prod[0:16].as_signed()), hi_p.eq(prod[16:33].as_signed() + prod[15])]
+                with m.If(en):
+                    for j, pj in ((c, lo_p), (c + 1, hi_p)):
+                        m.d.sync += sums[j].eq(pj if prev is None else prev[j] + pj)
+            prev = sums
+        return prev

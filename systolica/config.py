@@ -65,6 +65,9 @@ class AccelConfig:
     nonlinear_lanes: int = 0  # lanes N of the activation, norm and softmax units (SILU/GELU, RMSNORM/LAYERNORM,
     # SOFTMAX: the units with wide multipliers, exp tables and dividers per lane): a line goes through them in
     # cols / N beats; 0 means line_width.  A divisor of line_width.
+    macs_per_dsp: int = 1  # int8 MACs per DSP multiplier of the systolic array: 2 packs the two products of
+    # horizontally adjacent PEs (same broadcast activation) into one 8 x 25-bit multiply (half the DSPs; the
+    # column adds then go to fabric carry chains)
 
     # ----------------------------------------------------------------- sizes
     @property
@@ -167,6 +170,9 @@ class AccelConfig:
         if self.nonlinear_lanes and not (self.nonlinear_lanes >= 1 and self.line_width % self.nonlinear_lanes == 0):
             yield (f"nonlinear_lanes={self.nonlinear_lanes} must be 0 (= line_width) or a divisor of "
                    f"line_width={self.line_width} (the activation, norm and softmax units cut a beat into sub-beats)")
+        if self.macs_per_dsp not in (1, 2) or (self.macs_per_dsp == 2 and self.cols % 2):
+            yield (f"macs_per_dsp={self.macs_per_dsp} must be 1, or 2 with an even cols (two adjacent columns "
+                   f"share one multiplier); cols={self.cols}")
         if self.in_bits != 8:
             yield f"in_bits={self.in_bits}: only int8 operands are implemented"
         if self.acc_bits != 32:
@@ -205,6 +211,8 @@ class AccelConfig:
         d.pop("name")  # the name is a label; two configs of equal shape are the same hardware
         if d["line_lanes"] in (0, d["cols"]):  # full-width line units: the hardware (and hash) of before the field
             d.pop("line_lanes")
+        if d["macs_per_dsp"] == 1:  # one MAC per multiplier: the hardware (and hash) of before the field
+            d.pop("macs_per_dsp")
         if d["nonlinear_lanes"] in (0, self.line_width):  # as wide as the line datapath: the hash of before the field
             d.pop("nonlinear_lanes")
         d["clock_mhz"] = float(d["clock_mhz"])

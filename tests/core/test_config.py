@@ -127,3 +127,13 @@ def test_reshaped_keeps_the_nonlinear_share():
     base = AccelConfig(rows=16, cols=16, line_lanes=4, nonlinear_lanes=2)  # half the line datapath's lanes
     assert [base.reshaped(n, n).nonlinear_width for n in (8, 16, 32)] == [1, 2, 4]
     assert AccelConfig(rows=8, cols=8, line_lanes=2).reshaped(16, 16).nonlinear_lanes == 0
+
+
+def test_macs_per_dsp_validates_and_keeps_the_default_hash():
+    base = AccelConfig(cols=8)
+    assert base.replace(macs_per_dsp=1).hash32() == base.hash32()
+    packed = base.replace(macs_per_dsp=2)
+    assert packed.hash32() != base.hash32() and AccelConfig.from_toml(packed.to_toml()) == packed
+    for bad in (0, 3, 4):
+        with pytest.raises(ConfigError, match=f"macs_per_dsp={bad} must be 1"):
+            base.replace(macs_per_dsp=bad)

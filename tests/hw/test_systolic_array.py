@@ -40,10 +40,12 @@ def check_gemm(cfg: AccelConfig, M: int, K: int, N: int, seed: int, idle=0.3, st
     np.testing.assert_array_equal(out, matmul(a, w))
 
 
-@pytest.mark.parametrize("rows,cols,M", [(4, 4, 5), (4, 8, 3), (8, 4, 1), (2, 2, 2)])
-def test_random_gemm(rows, cols, M):
-    cfg = AccelConfig(rows=rows, cols=cols, dma_bits=64)
-    check_gemm(cfg, M=M, K=2 * rows, N=2 * cols, seed=rows * 100 + cols * 10 + M)
+@pytest.mark.parametrize("rows,cols,M,pack", [(4, 4, 5, 1), (4, 8, 3, 1), (8, 4, 1, 1), (2, 2, 2, 1),
+                                              (4, 4, 5, 2), (4, 8, 3, 2), (16, 16, 2, 2)])
+def test_random_gemm(rows, cols, M, pack):
+    """pack = macs_per_dsp: 2 puts the products of two adjacent columns in one multiplier."""
+    cfg = AccelConfig(rows=rows, cols=cols, dma_bits=64, macs_per_dsp=pack)
+    check_gemm(cfg, M=M, K=2 * rows, N=2 * cols, seed=rows * 100 + cols * 10 + M + pack)
 
 
 def test_decode_consumes_full_dma_beat_per_cycle():
@@ -53,17 +55,20 @@ def test_decode_consumes_full_dma_beat_per_cycle():
     check_gemm(cfg, M=1, K=8, N=8, seed=7, idle=0.0, stall=0.0)
 
 
-def test_extremes_no_overflow_of_products():
-    # -128 * -128 on every PE is the largest product: the column sum must still be exact
-    cfg = AccelConfig(rows=4, cols=4)
-    dut = SystolicArray(cfg)
-    wbeats = [[[-128] * 4] * dut.w_cols for _ in range(4 // dut.w_cols)]
-    abeats = [{"data": [-128] * 4, "last": 1, "tag": 0}]
-    got = []
-    run(dut, [lambda ctx: send(ctx, dut.w_stream, wbeats, random.Random(1), 0),
-              lambda ctx: send(ctx, dut.a_stream, abeats, random.Random(2), 0),
-              lambda ctx: collect(ctx, dut.o_stream, 1, random.Random(3), 0, out=got)])
-    assert [got[0].data[c] for c in range(4)] == [4 * 128 * 128] * 4
+@pytest.mark.parametrize("pack", [1, 2])
+def test_extremes_no_overflow_of_products(pack):
+    # -128 * -128 on every PE is the largest product: the column sum must still be exact; with two MACs a
+    # multiplier the packed low field's extremes (+16384, and -128 * 127 borrowing from the high one) too
+    cfg = AccelConfig(rows=4, cols=4, macs_per_dsp=pack)
+    for wv, av in ((-128, -128), (-128, 127), (127, -128), (127, 127)):
+        dut = SystolicArray(cfg)
+        wbeats = [[[wv] * 4] * dut.w_cols for _ in range(4 // dut.w_cols)]
+        abeats = [{"data": [av] * 4, "last": 1, "tag": 0}]
+        got = []
+        run(dut, [lambda ctx: send(ctx, dut.w_stream, wbeats, random.Random(1), 0),
+                  lambda ctx: send(ctx, dut.a_stream, abeats, random.Random(2), 0),
+                  lambda ctx: collect(ctx, dut.o_stream, 1, random.Random(3), 0, out=got)])
+        assert [got[0].data[c] for c in range(4)] == [4 * wv * av] * 4, (wv, av)
 
 
 @pytest.mark.filterwarnings("ignore:.*created but never used")
