@@ -23,9 +23,11 @@ DATA_LO, DATA_HI = 0x1000, 0x5000
 
 #: the tiny preset, the same with 2-lane line units (each 4-lane buffer line in 2 beats:
 #: hw/line_serial.py), and with 2-lane line units whose activation, norm and softmax units have one
-#: lane (4 beats a line: config.nonlinear_lanes); their programs must give the same bytes
+#: lane (4 beats a line: config.nonlinear_lanes) and an array with two MACs per multiplier
+#: (config.macs_per_dsp); their programs must give the same bytes
 CONFIGS = {"tiny": (preset("tiny"), 500), "tiny_l2": (preset("tiny").replace(name="tiny_l2", line_lanes=2), 250),
-           "tiny_l2_n1": (preset("tiny").replace(name="tiny_l2_n1", line_lanes=2, nonlinear_lanes=1), 250)}
+           "tiny_l2_n1_p2": (preset("tiny").replace(name="tiny_l2_n1_p2", line_lanes=2, nonlinear_lanes=1,
+                                                    macs_per_dsp=2), 250)}
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
