@@ -69,11 +69,14 @@ def estimate_resources(cfg: AccelConfig, board: Board, verilog: Path, synth_dir:
                        say=print) -> tuple[SynthRecord, str]:
     """The measured synthesis of ``verilog`` for ``board``: the shared cache's record if it is of the
     current ``hw/`` sources, else a Yosys run (stored in the cache)."""
-    from systolica.boards.synth_cache import lookup, synthesize
+    from systolica.boards.synth_cache import lookup, restamp, synthesize
 
     rec = lookup(cfg, board)
     if rec is not None and not rec.stale:
         return rec, f"yosys, measured (cached {rec.when}, {rec.seconds or 0:.0f} s)"
+    if rec is not None and (same := restamp(rec, verilog)) is not None:
+        say(f"the cached synthesis ({rec.when}) is of older hw/ sources that generate this same Verilog: reused")
+        return same, f"yosys, measured (cached {rec.when}, {rec.seconds or 0:.0f} s; identical Verilog)"
     if rec is not None:
         say(f"[yellow]the cached synthesis ({rec.when}) is of older hw/ sources: synthesizing again")
     rec = synthesize(cfg, board, workdir=synth_dir, verilog=verilog, timeout=timeout, say=say)

@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,8 @@ from typing import Any
 from systolica.boards.board import Board, Resources
 from systolica.config import AccelConfig
 
-__all__ = ["SynthRecord", "cache_dir", "uram_target", "hw_digest", "record_path", "lookup", "store", "records", "synthesize",
+__all__ = ["SynthRecord", "cache_dir", "uram_target", "hw_digest", "record_path", "lookup", "store",
+           "verilog_digest", "verilog_digest_text", "restamp", "records", "synthesize",
            "SCHEMA"]
 
 SCHEMA = "systolica-synth/1"
@@ -68,6 +69,7 @@ class SynthRecord:
     memories: list[dict] = field(default_factory=list)  # MemoryMapping.to_dict() of each memory
     seconds: float | None = None
     hw: str = ""  # hw_digest() when it was measured
+    verilog: str = ""  # verilog_digest() of the top level Yosys read
     when: str = ""
     tool: str = "yosys"
     fmax_mhz: float | None = None  # measured Fmax (place and route); a later flow fills it
@@ -90,14 +92,16 @@ class SynthRecord:
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "config": self.config, "config_hash": self.config_hash, "family": self.family,
                 "uram": self.uram, "resources": self.resources.as_dict(), "cells": self.cells,
-                "memories": self.memories, "seconds": self.seconds, "hw": self.hw, "when": self.when,
+                "memories": self.memories, "seconds": self.seconds, "hw": self.hw, "verilog": self.verilog,
+                "when": self.when,
                 "tool": self.tool, "fmax_mhz": self.fmax_mhz}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], path: Path | None = None) -> SynthRecord:
         return cls(config=d["config"], config_hash=d["config_hash"], family=d["family"], uram=bool(d["uram"]),
                    resources=Resources(**d["resources"]), cells=d.get("cells", {}), memories=d.get("memories", []),
-                   seconds=d.get("seconds"), hw=d.get("hw", ""), when=d.get("when", ""), tool=d.get("tool", "yosys"),
+                   seconds=d.get("seconds"), hw=d.get("hw", ""), verilog=d.get("verilog", ""), when=d.get("when", ""),
+                   tool=d.get("tool", "yosys"),
                    fmax_mhz=d.get("fmax_mhz"), path=path)
 
 
@@ -124,20 +128,46 @@ def lookup(cfg: AccelConfig, board: Board, *, root: Path | None = None) -> Synth
         return None  # a broken or older record: as if absent (the next synthesis overwrites it)
 
 
-def store(cfg: AccelConfig, family: str, uram: bool, resources: Resources, *, cells: dict | None = None,
-          memories: list | None = None, seconds: float | None = None, hw: str | None = None,
-          root: Path | None = None) -> SynthRecord:
-    """Write a record (the counts of one synthesis of ``cfg``) and return it."""
-    rec = SynthRecord(config=cfg.to_dict(), config_hash=cfg.hash_hex(), family=family, uram=uram,
-                      resources=resources, cells=dict(cells or {}),
-                      memories=[m if isinstance(m, dict) else m.to_dict() for m in (memories or [])],
-                      seconds=None if seconds is None else round(seconds, 1), hw=hw if hw is not None else hw_digest(),
-                      when=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    p = record_path(cfg, family, uram, root)
+def verilog_digest(path: Path) -> str:
+    """A digest of a generated top level's text: equal Verilog synthesizes to equal counts."""
+    return verilog_digest_text(Path(path).read_text())
+
+
+def verilog_digest_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def restamp(rec: SynthRecord, verilog: Path) -> SynthRecord | None:
+    """``rec`` made current again if it is stale only because ``hw/`` changed where ``verilog`` (the top level
+    the current sources generate) did not: the record of a byte-identical Verilog file, stored with the
+    current ``hw_digest()``.  None if the Verilog differs or ``rec`` has no Verilog digest."""
+    if not rec.verilog or rec.verilog != verilog_digest(verilog):
+        return None
+    fresh = replace(rec, hw=hw_digest(), path=None)
+    p = rec.path or record_path(fresh.accel_config(), rec.family, rec.uram)
+    _write(p, fresh)
+    return replace(fresh, path=p)
+
+
+def _write(p: Path, rec: SynthRecord) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(".tmp")
     tmp.write_text(json.dumps(rec.to_dict(), indent=1))
     tmp.replace(p)
+
+
+def store(cfg: AccelConfig, family: str, uram: bool, resources: Resources, *, cells: dict | None = None,
+          memories: list | None = None, seconds: float | None = None, hw: str | None = None,
+          verilog: str = "", root: Path | None = None) -> SynthRecord:
+    """Write a record (the counts of one synthesis of ``cfg``; ``verilog``: the digest of its top level)
+    and return it."""
+    rec = SynthRecord(config=cfg.to_dict(), config_hash=cfg.hash_hex(), family=family, uram=uram,
+                      resources=resources, cells=dict(cells or {}),
+                      memories=[m if isinstance(m, dict) else m.to_dict() for m in (memories or [])],
+                      seconds=None if seconds is None else round(seconds, 1), hw=hw if hw is not None else hw_digest(),
+                      verilog=verilog, when=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    p = record_path(cfg, family, uram, root)
+    _write(p, rec)
     return SynthRecord.from_dict(rec.to_dict(), p)
 
 
@@ -176,4 +206,4 @@ def synthesize(cfg: AccelConfig, board: Board, *, workdir: Path, verilog: Path |
     r = synth_resources([verilog], TOP_NAME, board.family, uram=uram, workdir=Path(workdir) / f"{board.family}-work",
                         timeout=timeout)
     return store(cfg, board.family, uram, r.resources, cells=r.cells, memories=list(r.memories), seconds=r.seconds,
-                 hw=hw)
+                 hw=hw, verilog=verilog_digest(verilog))

@@ -118,6 +118,36 @@ def test_a_stale_record_is_synthesized_again(tmp_path, monkeypatch, fake_top):
     assert not synth_cache.lookup(b.config, b).stale
 
 
+def test_a_stale_record_of_identical_verilog_is_reused(tmp_path, monkeypatch, fake_top):
+    """hw/ changed but the preset's Verilog did not: the record is re-stamped, Yosys does not run; a record of
+    other Verilog is synthesized again."""
+    from systolica.boards import synth_cache
+    from systolica.cli import main
+
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    _fake_verilog(monkeypatch, fake_top)
+    b = load_board("pynq-z2")
+    same = synth_cache.verilog_digest_text(fake_top(b.config, top="systolica_accel"))
+    calls = []
+
+    def fake_synth(cfg, board, **k):
+        calls.append(cfg.name)
+        return synth_cache.store(cfg, board.family, False, Resources(lut=60000, ff=1, dsp=1, bram=1), seconds=5.0)
+
+    monkeypatch.setattr(synth_cache, "synthesize", fake_synth)
+    for digest, runs in ((same, []), ("fedcba9876543210", ["pynq-z2"])):
+        synth_cache.store(b.config, "xc7", False, Resources(lut=30000, ff=1, dsp=1, bram=1), hw="0123456789abcdef",
+                          verilog=digest)
+        assert synth_cache.lookup(b.config, b).stale
+        out = tmp_path / digest
+        rc = main(["build", "--board", "pynq-z2", "-o", str(out)])
+        fit = json.loads((out / "fit.json").read_text())
+        assert calls == runs and fit["measured"]
+        assert (rc, fit["resources"]["lut"]["used"]) == ((0, 30000) if not runs else (1, 60000))
+        assert not synth_cache.lookup(b.config, b).stale
+        calls.clear()
+
+
 def test_estimate_is_calibrated_on_cached_syntheses(tmp_path, monkeypatch, fake_top):
     from systolica.boards import synth_cache
     from systolica.boards.cli_build import estimate_model
@@ -174,6 +204,8 @@ def test_board_preset_fits_with_headroom(board, tmp_path):
     assert fit["measured"], f"no synthesis ran ({fit['source']}) after {time.monotonic() - t0:.0f} s"
     util = {k: v["utilization"] for k, v in fit["resources"].items()}
     assert fit["buffers_in_ff"] == [], f"buffers in flip-flops: {fit['buffers_in_ff']}"
+    in_ff = [m["name"] for m in fit["memories"] if m["kind"] == "ff"]  # constant tables are "rom": logic
+    assert in_ff == [], f"memories in flip-flops: {in_ff}"
     limits = {"lut": 0.70, "ff": 0.50, "dsp": 0.80, "bram": 0.80}
     over = {k: f"{util[k]:.0%} > {lim:.0%}" for k, lim in limits.items() if util.get(k, 0) > lim}
     assert not over, f"{board}: {over}"
