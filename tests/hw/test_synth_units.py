@@ -1,5 +1,5 @@
 """systolica synth: the unit table, error messages, and (slow) a real Yosys run showing that every
-int8 multiplier of the array lands in a DSP48."""
+int8 multiplier of the array lands in a DSP48 (two to a DSP48 with macs_per_dsp = 2)."""
 
 from __future__ import annotations
 
@@ -38,5 +38,7 @@ def test_array_multipliers_map_to_dsps(tmp_path, capsys):
     cfg = preset("tiny")
     r = synth_counts("array", cfg, "xc7", workdir=tmp_path)
     assert r["dsp"] == cfg.rows * cfg.cols, r
+    packed = synth_counts("array", cfg.replace(macs_per_dsp=2), "xc7", workdir=tmp_path / "packed")
+    assert packed["dsp"] == cfg.rows * cfg.cols // 2, packed  # two MACs per DSP48
     assert cli_main(["synth", "--config", "tiny", "--unit", "array", "--family", "xcup"]) == 0
     assert "DSP" in capsys.readouterr().out
