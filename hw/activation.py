@@ -57,10 +57,11 @@ class ActivationUnit(LineUnit):
     """
 
     def __init__(self, cfg: AccelConfig):
-        line = LineUnit.line(cfg, lanes=cfg.nonlinear_width)
+        lanes = LineUnit.nonlinear_lanes_of(cfg)
+        line = LineUnit.line(cfg, lanes=lanes)
         self.latency = 1 + 5 + 4 + -(-31 // DIV_STEPS) + 2
         super().__init__(cfg, {"op": 1, "data": line, "last": 1}, {"data": line, "last": 1},
-                         lanes=cfg.nonlinear_width)
+                         lanes=lanes)
 
     def elaborate(self, platform):
         # the numerics module defines the constants; the hardware reads them at generation time

@@ -79,6 +79,12 @@ class LineUnit(wiring.Component):
         return cfg.line_width
 
     @staticmethod
+    def nonlinear_lanes_of(cfg: AccelConfig) -> int:
+        """``cfg.nonlinear_width`` (the activation, norm and softmax units' lanes), after the same check."""
+        LineUnit.lanes_of(cfg)
+        return cfg.nonlinear_width
+
+    @staticmethod
     def line(cfg: AccelConfig, shape=None, lanes: int | None = None) -> data.ArrayLayout:
         """One beat: ``lanes`` (default ``cfg.line_width``) elements of ``shape`` (default int32)."""
         n = LineUnit.lanes_of(cfg) if lanes is None else lanes

@@ -55,10 +55,11 @@ class NormUnit(LineUnit):
     """
 
     def __init__(self, cfg: AccelConfig):
-        line = LineUnit.line(cfg, lanes=cfg.nonlinear_width)
+        lanes = LineUnit.nonlinear_lanes_of(cfg)
+        line = LineUnit.line(cfg, lanes=lanes)
         super().__init__(cfg, {"kind": 1, "a": line, "b": line, "c": line, "last": 1, "n": unsigned(16),
                                "eps": unsigned(24), "center": 1},
-                         {"data": line, "last": 1}, error=True, lanes=cfg.nonlinear_width)
+                         {"data": line, "last": 1}, error=True, lanes=lanes)
 
     def elaborate(self, platform):
         from systolica.numerics import RSQRT_SEED

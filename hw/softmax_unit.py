@@ -73,9 +73,10 @@ class SoftmaxUnit(LineUnit):
     """
 
     def __init__(self, cfg: AccelConfig):
-        line = LineUnit.line(cfg, lanes=cfg.nonlinear_width)
+        lanes = LineUnit.nonlinear_lanes_of(cfg)
+        line = LineUnit.line(cfg, lanes=lanes)
         super().__init__(cfg, {"kind": 1, "data": line, "last": 1, "n": unsigned(16)}, {"data": line, "last": 1},
-                         error=True, lanes=cfg.nonlinear_width)
+                         error=True, lanes=lanes)
 
     def elaborate(self, platform):
         from systolica.numerics import EXP_BASE, EXP_DELTA, LOG2E_Q30
