@@ -25,7 +25,7 @@ from pathlib import Path
 
 from systolica.boards.board import Board
 from systolica.boards.ports import CLOCK, Port, parse_ports
-from systolica.boards.yosys import YosysError, run_yosys, stage_sources
+from systolica.boards.yosys import YosysError, read_commands, run_yosys, stage_sources, synthesis_source
 
 __all__ = ["Ecp5Error", "Ecp5Result", "WRAPPER", "timing_wrapper", "lpf_text", "parse_report", "critical_path", "ecp5_build",
            "tools_available"]
@@ -166,8 +166,8 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     ports = parse_ports(src.read_text(), top)
     (out / "wrapper.v").write_text(timing_wrapper(ports, top))
     (out / "top.lpf").write_text(lpf_text(board))
-    names = stage_sources([src], out)
-    script = "\n".join([*(f"read_verilog -sv {n}" for n in names), "read_verilog -sv wrapper.v",
+    names = stage_sources([synthesis_source(src)], out)
+    script = "\n".join([read_commands(names), "read_verilog -sv wrapper.v",
                         f"synth_ecp5 -top {WRAPPER} -json top.json", "tee -q -o stat.json stat -json", ""])
     try:
         run_yosys(script, out, timeout=timeout)

@@ -36,14 +36,14 @@ def write_verilog(cfg: AccelConfig, out_dir: str | Path, *, uram: bool = False
     Returns
     -------
     paths
-        ``verilog``, ``json``, ``markdown``, ``config`` as :func:`systolica.hw.generate.generate` names them.
+        ``verilog``, ``rtlil``, ``json``, ``markdown``, ``config`` as :func:`systolica.hw.generate.generate` names them.
     ports
         The top level's ports, checked against the names the board flows use.
     """
     from systolica.hw.generate import TOP_NAME, generate
 
     out = Path(out_dir)
-    paths = {"verilog": out / f"{TOP_NAME}.v", "json": out / "regmap.json", "markdown": out / "regmap.md",
+    paths = {"verilog": out / f"{TOP_NAME}.v", "rtlil": out / f"{TOP_NAME}.il", "json": out / "regmap.json", "markdown": out / "regmap.md",
              "config": out / "config.toml"}
     from systolica.boards.synth_cache import hw_digest
 

@@ -140,17 +140,17 @@ def synth_counts(unit: str, cfg: AccelConfig, family: str, *, workdir: str | Pat
         raise SynthError(f"unknown unit {unit!r}; units: {', '.join(UNITS)}")
     if family not in FAMILIES:
         raise SynthError(f"unknown family {family!r}; families: {', '.join(FAMILIES)}")
-    from amaranth.back import verilog
-
     from systolica.boards.yosys import synth_resources
+    from systolica.hw.generate import convert
 
     with tempfile.TemporaryDirectory(prefix="systolica-synth-") as tmp:
         wd = Path(workdir) if workdir is not None else Path(tmp)
         wd.mkdir(parents=True, exist_ok=True)
         top = f"systolica_{unit}"
-        vfile = wd / f"{top}.v"
-        vfile.write_text(verilog.convert(UNITS[unit][0](cfg), name=top, emit_src=False))
-        res = synth_resources([vfile], top, family, workdir=wd / family, timeout=timeout)
+        il, text = convert(UNITS[unit][0](cfg), top)
+        (wd / f"{top}.v").write_text(text)  # for reading; Yosys reads the RTLIL
+        (wd / f"{top}.il").write_text(il)
+        res = synth_resources([wd / f"{top}.il"], top, family, workdir=wd / family, timeout=timeout)
     return {"unit": unit, "family": family, "config": cfg.name, "rows": cfg.rows, "cols": cfg.cols,
             **res.resources.as_dict(), "seconds": round(res.seconds, 1), "cells": res.cells,
             "memories": [m.to_dict() for m in res.memories]}

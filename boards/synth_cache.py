@@ -192,7 +192,7 @@ def synthesize(cfg: AccelConfig, board: Board, *, workdir: Path, verilog: Path |
     ``verilog`` is the generated top level if the caller has it (generated with ``uram`` set as
     :func:`uram_target` says for the board); otherwise it is generated into ``workdir/hdl``.  The Yosys log stays in ``workdir/<family>-work/yosys.log``.
     """
-    from systolica.boards.yosys import synth_resources
+    from systolica.boards.yosys import synth_resources, synthesis_source
     from systolica.hw.generate import TOP_NAME
 
     uram = _uram(board)
@@ -203,7 +203,7 @@ def synthesize(cfg: AccelConfig, board: Board, *, workdir: Path, verilog: Path |
     say(f"Yosys {'synth_ecp5' if board.family == 'ecp5' else 'synth_xilinx -family ' + board.family} of "
         f"{cfg.name} ({cfg.rows}x{cfg.cols}): minutes to hours (WebAssembly Yosys); cached in {cache_dir()}")
     hw = hw_digest()  # the sources the Verilog was generated from, before Yosys runs
-    r = synth_resources([verilog], TOP_NAME, board.family, uram=uram, workdir=Path(workdir) / f"{board.family}-work",
+    r = synth_resources([synthesis_source(verilog)], TOP_NAME, board.family, uram=uram, workdir=Path(workdir) / f"{board.family}-work",
                         timeout=timeout)
     return store(cfg, board.family, uram, r.resources, cells=r.cells, memories=list(r.memories), seconds=r.seconds,
                  hw=hw, verilog=verilog_digest(verilog))

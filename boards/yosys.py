@@ -25,7 +25,7 @@ from pathlib import Path
 from systolica.boards.board import Resources
 from systolica.boards.yosys_log import parse_memory_mapping
 
-__all__ = ["YosysError", "SynthResult", "yosys_command", "stage_sources", "synth_script", "run_yosys", "synth_resources",
+__all__ = ["YosysError", "SynthResult", "yosys_command", "read_commands", "synthesis_source", "stage_sources", "synth_script", "run_yosys", "synth_resources",
            "resources_from_cells"]
 
 
@@ -87,8 +87,12 @@ def resources_from_cells(cells: dict[str, int], family: str) -> Resources:
 
 def synth_script(verilog: Sequence[str], top: str, family: str, *, uram: bool = False,
                  json_out: str | None = None) -> str:
-    """The Yosys script: read, synthesize for ``family`` out of context, write ``stat.json``."""
-    reads = "\n".join(f"read_verilog -sv {v}" for v in verilog)
+    """The Yosys script: read, synthesize for ``family`` out of context, write ``stat.json``.
+
+    Files ending in ``.il`` are RTLIL (what Amaranth writes before Verilog; Yosys reads it in
+    seconds where its Verilog frontend takes tens of minutes on a large top level).
+    """
+    reads = read_commands(verilog)
     if family in ("xc7", "xcup"):
         # -noiopad: the accelerator is an IP inside a block design, not the chip's top.
         synth = f"synth_xilinx -family {family} -top {top} -flatten -noiopad" + (" -uram" if uram else "")
@@ -97,6 +101,20 @@ def synth_script(verilog: Sequence[str], top: str, family: str, *, uram: bool = 
     else:
         raise YosysError(f"unknown synthesis family {family!r}; use xc7, xcup or ecp5")
     return f"{reads}\n{synth}\ntee -q -o stat.json stat -json\n"
+
+
+def read_commands(sources: Sequence[str]) -> str:
+    """Yosys commands that read ``sources``: ``read_rtlil`` for ``.il`` files, ``read_verilog -sv`` otherwise."""
+    return "\n".join(f"read_rtlil {s}" if str(s).endswith(".il") else f"read_verilog -sv {s}" for s in sources)
+
+
+def synthesis_source(verilog: Path) -> Path:
+    """What Yosys should read for a generated top level: the RTLIL that ``hw generate`` writes beside
+    the Verilog (the same netlist; Yosys reads it in a second where the Verilog frontend takes most
+    of a half-hour run on a large preset), or the Verilog itself when there is no current RTLIL."""
+    verilog = Path(verilog)
+    il = verilog.with_suffix(".il")
+    return il if il.exists() and il.stat().st_mtime >= verilog.stat().st_mtime else verilog
 
 
 def stage_sources(paths: Sequence[Path], cwd: Path) -> list[str]:
@@ -145,7 +163,7 @@ def synth_resources(verilog: Sequence[str | Path], top: str, family: str, *, ura
     Parameters
     ----------
     verilog
-        Verilog source files.
+        Source files: Verilog, or RTLIL where the name ends in ``.il`` (much faster to read).
     top
         Top module name.
     family

@@ -4,6 +4,9 @@ Writes into the output folder:
 
 - ``systolica_accel.v``: the top level for the configuration (ports ``ap_clk``,
   ``ap_rst_n``, ``s_axi_control_*``, ``m_axi_gmem<i>_*``, ``interrupt``);
+- ``systolica_accel.il``: the same netlist in RTLIL, Yosys's own format, which the
+  synthesis flows read: Yosys parses it in about a second where its Verilog frontend
+  takes most of a half-hour synthesis on the large presets;
 - ``regmap.json`` and ``regmap.md``: the CSRs, generated from
   :data:`systolica.csr.REGISTERS` (the same table the hardware and the driver use),
   with the configuration, its hash and the port list;
@@ -22,7 +25,7 @@ from systolica.csr import CSR_SPACE, ID_MAGIC, REGISTERS
 from .accelerator import Accelerator, top_port_names
 from .dma import ADDR_BITS
 
-__all__ = ["TOP_NAME", "generate", "register_map", "register_map_markdown", "verilog_ports", "add_arguments", "main"]
+__all__ = ["TOP_NAME", "generate", "convert", "register_map", "register_map_markdown", "verilog_ports", "add_arguments", "main"]
 
 TOP_NAME = "systolica_accel"
 
@@ -63,24 +66,38 @@ def verilog_ports(text: str, module: str = TOP_NAME) -> dict[str, tuple[str, int
     return ports
 
 
+def convert(elaboratable, name: str) -> tuple[str, str]:
+    """``(rtlil, verilog)`` text of an Amaranth component, from one elaboration.
+
+    The Verilog is what ``amaranth.back.verilog.convert`` writes (it converts the same
+    RTLIL with Yosys); both come from one elaboration, which is most of the time.
+    """
+    from amaranth.back import rtlil, verilog
+
+    il = rtlil.convert(elaboratable, name=name, emit_src=False)
+    to_verilog = getattr(verilog, "_convert_rtlil_text", None)  # Amaranth 0.5's own RTLIL -> Verilog step
+    if to_verilog is None:  # pragma: no cover - an Amaranth without it: elaborate a second time
+        return il, verilog.convert(elaboratable, name=name, emit_src=False)
+    return il, to_verilog(il)
+
+
 def generate(cfg: AccelConfig, out_dir: str | Path, *, uram: bool = False) -> dict[str, Path]:
     """Write Verilog, register map (JSON, markdown) and config of ``cfg`` into ``out_dir``.
 
     ``uram``: the target has UltraRAM; the large buffers are marked ``ram_style = "ultra"``.
     """
-    from amaranth.back import verilog
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    text = verilog.convert(Accelerator(cfg, uram=uram), name=TOP_NAME, emit_src=False)
+    il, text = convert(Accelerator(cfg, uram=uram), TOP_NAME)
     have = set(verilog_ports(text))
     want = set(top_port_names(cfg))
     if have != want:  # the port names are a contract with the Vivado packaging: never ship others
         raise RuntimeError(f"generated top-level ports differ from the contract: missing {sorted(want - have)}, "
                            f"extra {sorted(have - want)}")
-    paths = {"verilog": out / f"{TOP_NAME}.v", "json": out / "regmap.json", "markdown": out / "regmap.md",
+    paths = {"verilog": out / f"{TOP_NAME}.v", "rtlil": out / f"{TOP_NAME}.il", "json": out / "regmap.json", "markdown": out / "regmap.md",
              "config": out / "config.toml"}
     paths["verilog"].write_text(text)
+    paths["rtlil"].write_text(il)
     paths["json"].write_text(json.dumps(register_map(cfg), indent=2) + "\n")
     paths["markdown"].write_text(register_map_markdown(cfg))
     cfg.save(paths["config"])

@@ -107,6 +107,23 @@ def test_resources_from_yosys_cells():
         resources_from_cells({}, "ice40")
     s = synth_script(["a.v"], "top", "xcup", uram=True)
     assert "synth_xilinx -family xcup -top top -flatten -noiopad -uram" in s and "stat -json" in s
+    assert s.startswith("read_verilog -sv a.v\n")
+    assert synth_script(["a.il"], "top", "xc7").startswith("read_rtlil a.il\n")  # RTLIL: read in seconds
+
+
+def test_synthesis_reads_current_rtlil_beside_the_verilog(tmp_path):
+    import os
+
+    from systolica.boards.yosys import synthesis_source
+
+    v = tmp_path / "top.v"
+    v.write_text("module top; endmodule\n")
+    assert synthesis_source(v) == v  # no RTLIL: the Verilog
+    il = tmp_path / "top.il"
+    il.write_text("module \\top\nend\n")
+    assert synthesis_source(v) == il
+    os.utime(il, (1, 1))  # older than the Verilog (left from an earlier generation): not used
+    assert synthesis_source(v) == v
 
 
 def test_build_command_estimate(tmp_path, monkeypatch, fake_top):
