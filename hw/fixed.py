@@ -27,11 +27,12 @@ def rshift_round_var(m: Module, x, s, width: int, name: str, max_left: int = 0):
     ``s <= 0``: ``x << -s``, with ``-s`` capped at ``max_left`` (the caller knows how far a left
     shift can matter).  The result is ``width`` bits, signed.
     """
-    sr = Signal(range(64), name=f"{name}_sr")
-    sr1 = Signal(range(64), name=f"{name}_sr1")
-    m.d.comb += [sr.eq(Mux(s > 63, 63, Mux(s < 1, 1, s))), sr1.eq(sr - 1)]
+    # One barrel shifter, not two: with t = x >> (s - 1) = 2 * (x >> s) + bit, the rounded
+    # (x >> s) + bit is (t + 1) >> 1 (floor((2q + b + 1) / 2) = q + b for b in {0, 1}).
+    sr1 = Signal(range(63), name=f"{name}_sr1")
+    m.d.comb += sr1.eq(Mux(s > 63, 62, Mux(s < 1, 0, s - 1)))
     right = Signal(signed(width), name=f"{name}_r")
-    m.d.comb += right.eq((x >> sr) + ((x >> sr1) & 1))
+    m.d.comb += right.eq(((x >> sr1) + 1) >> 1)
     out = Signal(signed(width), name=name)
     if max_left > 0:
         sl = Signal(range(max_left + 1), name=f"{name}_sl")
