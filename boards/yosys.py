@@ -93,14 +93,32 @@ def synth_script(verilog: Sequence[str], top: str, family: str, *, uram: bool = 
     seconds where its Verilog frontend takes tens of minutes on a large top level).
     """
     reads = read_commands(verilog)
-    if family in ("xc7", "xcup"):
+    if family == "xcup":
         # -noiopad: the accelerator is an IP inside a block design, not the chip's top.
+        base = f"synth_xilinx -family {family} -top {top} -flatten -noiopad" + (" -uram" if uram else "")
+        # Yosys's xilinx_dsp packs pipeline registers, post-adders and PCIN cascades into DSP48E1 only: on
+        # UltraScale+ it leaves every multiplier's registers and adders in fabric (a 4-deep MAC column: 4
+        # DSP48E2 + 161 FF + 65 LUT, where the 7-series mapping gives 4 DSP48E1 and nothing else).  The
+        # DSP step therefore maps to the DSP48E1 model, which the DSP48E2 contains (25 x 18 of its 27 x 18,
+        # the same registers, post-adder and cascade), so each DSP counted is one DSP48E2 of the part.
+        synth = "\n".join([f"{base} -run :map_dsp", *XCUP_DSP_STEP, f"{base} -run coarse:"])
+    elif family == "xc7":
         synth = f"synth_xilinx -family {family} -top {top} -flatten -noiopad" + (" -uram" if uram else "")
     elif family == "ecp5":
         synth = f"synth_ecp5 -top {top}" + (f" -json {json_out}" if json_out else "")
     else:
         raise YosysError(f"unknown synthesis family {family!r}; use xc7, xcup or ecp5")
     return f"{reads}\n{synth}\ntee -q -o stat.json stat -json\n"
+
+
+#: synth_xilinx's map_dsp step as Yosys 0.70 runs it for xc7 (``help synth_xilinx``), used for xcup too
+XCUP_DSP_STEP = (
+    "memory_dff", "alumacc -macc-only", "maccmap -unmap", "opt_clean",
+    "techmap -map +/mul2dsp.v -map +/xilinx/xc7_dsp_map.v -D DSP_A_MAXWIDTH=25 -D DSP_B_MAXWIDTH=18 "
+    "-D DSP_A_MAXWIDTH_PARTIAL=18 -D DSP_A_MINWIDTH=2 -D DSP_B_MINWIDTH=2 -D DSP_Y_MINWIDTH=9 "
+    "-D DSP_SIGNEDONLY=1 -D DSP_NAME=$__MUL25X18",
+    "select a:mul2dsp", "setattr -unset mul2dsp", "opt_expr -fine", "wreduce", "select -clear",
+    "xilinx_dsp -family xc7", "chtype -set $mul t:$__soft_mul")
 
 
 def read_commands(sources: Sequence[str]) -> str:

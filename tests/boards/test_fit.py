@@ -106,7 +106,10 @@ def test_resources_from_yosys_cells():
     with pytest.raises(YosysError, match="unknown synthesis family 'ice40'"):
         resources_from_cells({}, "ice40")
     s = synth_script(["a.v"], "top", "xcup", uram=True)
-    assert "synth_xilinx -family xcup -top top -flatten -noiopad -uram" in s and "stat -json" in s
+    assert "synth_xilinx -family xcup -top top -flatten -noiopad -uram -run :map_dsp" in s and "stat -json" in s
+    # UltraScale+: the DSP step maps to the DSP48E1 model (Yosys packs registers and adders only there)
+    assert "xilinx_dsp -family xc7" in s and s.index(":map_dsp") < s.index("xc7_dsp_map") < s.index("-run coarse:")
+    assert "-run" not in synth_script(["a.v"], "top", "xc7")
     assert s.startswith("read_verilog -sv a.v\n")
     assert synth_script(["a.il"], "top", "xc7").startswith("read_rtlil a.il\n")  # RTLIL: read in seconds
 
