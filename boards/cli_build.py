@@ -34,22 +34,24 @@ __all__ = ["Build", "estimate_resources", "estimate_model", "analytic_model", "F
 FIT_SCHEMA = "systolica-fit/1"
 
 
-def analytic_model(family: str) -> ResourceModel:
+def analytic_model(family: str, *, uram: bool = False) -> ResourceModel:
     """A prior for when no synthesis is cached (``--estimate``): one int8 MAC per DSP, ~40 LUT and
     ~80 FF per processing element (operand and partial-sum registers, accumulate adder),
     ~10k LUT / 12k FF of control, DMA and AXI logic, buffers in block RAM.  Uncalibrated: the
     synthesized top level has been far larger (docs/boards.md)."""
-    return ResourceModel(family, fixed=Resources(lut=10000, ff=12000), per_pe=Resources(lut=40, ff=80, dsp=1))
+    return ResourceModel(family, fixed=Resources(lut=10000, ff=12000), per_pe=Resources(lut=40, ff=80, dsp=1),
+                         uram=uram)
 
 
-def estimate_model(family: str, *, root: Path | None = None) -> tuple[ResourceModel, str]:
-    """The ``--estimate`` model for ``family``: calibrated on the cached measured syntheses of that
-    family (current ``hw/`` sources first, older ones if there are no current ones), else the
-    uncalibrated :func:`analytic_model`.  Returns the model and a sentence saying which."""
+def estimate_model(family: str, *, uram: bool = False, root: Path | None = None) -> tuple[ResourceModel, str]:
+    """The ``--estimate`` model for ``family`` (buffers in URAM where ``uram``, as on UltraScale+ boards):
+    calibrated on the cached measured syntheses of that family and URAM setting (current ``hw/`` sources
+    first, older ones if there are no current ones), else the uncalibrated :func:`analytic_model`.
+    Returns the model and a sentence saying which."""
     from systolica.boards.synth_cache import records
     from systolica.config import ConfigError
 
-    recs = records(family, root=root)
+    recs = [r for r in records(family, root=root) if bool(r.uram) == uram]
     current = [r for r in recs if not r.stale]
     use, note = (current, "") if current else (recs, ", of older hw/ sources")
     points = []
@@ -59,9 +61,9 @@ def estimate_model(family: str, *, root: Path | None = None) -> tuple[ResourceMo
         except (ConfigError, TypeError):
             continue  # a record from an older AccelConfig schema
     if not points:
-        return analytic_model(family), "uncalibrated per-PE model (no measured synthesis cached)"
+        return analytic_model(family, uram=uram), "uncalibrated per-PE model (no measured synthesis cached)"
     names = ", ".join(sorted({f"{c.rows}x{c.cols}" for c, _ in points}))
-    return (ResourceModel.calibrate(family, points),
+    return (ResourceModel.calibrate(family, points, uram=uram),
             f"per-PE model calibrated on {len(points)} measured synthesis(es) ({names}{note})")
 
 
@@ -179,7 +181,7 @@ class Build:
         else:
             est_why = "--estimate"
         if args.estimate:
-            model, est_note = estimate_model(board.family)
+            model, est_note = estimate_model(board.family, uram=uram_target(board))
             used, source = model.predict(cfg), f"estimate ({est_why}; {est_note})"
         else:
             used = rec.resources
@@ -200,8 +202,8 @@ class Build:
                             "cost depth x width flip-flops each")
         for w in warnings:
             say(f"[bold yellow]warning:[/] {w}")
-        model = (estimate_model(board.family)[0] if args.estimate
-                 else ResourceModel.calibrate(board.family, [(cfg, used)]))
+        model = (estimate_model(board.family, uram=uram_target(board))[0] if args.estimate
+                 else ResourceModel.calibrate(board.family, [(cfg, used)], uram=uram_target(board)))
         best = largest_fit(board, cfg, model.predict, margin=args.margin)
         if best is None:
             say("[red]no array shape is within the board's limits by the model's estimate")

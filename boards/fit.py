@@ -98,40 +98,59 @@ RAM_SHAPES = {
 }
 
 
-def bram_tiles(cfg: AccelConfig, family: str) -> int:
-    """Block-RAM tiles the buffers need at least: each copy of each buffer (``hw.buffers.BUFFER_COPIES``:
-    one per read port compute needs at once) in the tile aspect ratio that wastes least."""
-    from systolica.hw.buffers import BUFFER_COPIES, buffer_ports
+#: a URAM288 (UltraScale+): 4K words of 72 bits, one aspect ratio
+URAM_SHAPE = (4096, 72)
+
+
+def buffer_tiles(cfg: AccelConfig, family: str, uram: bool = False) -> tuple[int, int]:
+    """``(block-RAM tiles, URAM288s)`` the buffers need at least: each copy of each buffer
+    (``hw.buffers.BUFFER_COPIES``: one per read port compute needs at once) in the tile aspect ratio that
+    wastes least; with ``uram`` (an UltraScale+ target) the copies the generator marks ``ram_style =
+    "ultra"`` (``hw.buffers.URAM_MIN_BITS`` or more) in URAM288s instead."""
+    from systolica.hw.buffers import BUFFER_COPIES, URAM_MIN_BITS, buffer_ports
 
     shapes = RAM_SHAPES["ecp5" if family == "ecp5" else "xilinx"]
     depth = {"spad": cfg.spad_lines, "acc": cfg.acc_lines, "vbuf": cfg.vbuf_lines}
-    total = 0
+    bram = ultra = 0
     for name, (_, width) in buffer_ports(cfg).items():
-        per_copy = min(math.ceil(width / w) * math.ceil(depth[name] / d) for d, w in shapes)
-        total += per_copy * len(BUFFER_COPIES[name])
-    return total
+        copies = len(BUFFER_COPIES[name])
+        if uram and width * depth[name] >= URAM_MIN_BITS:
+            ultra += copies * math.ceil(width / URAM_SHAPE[1]) * math.ceil(depth[name] / URAM_SHAPE[0])
+        else:
+            bram += copies * min(math.ceil(width / w) * math.ceil(depth[name] / d) for d, w in shapes)
+    return bram, ultra
+
+
+def bram_tiles(cfg: AccelConfig, family: str, uram: bool = False) -> int:
+    """Block-RAM tiles of :func:`buffer_tiles`."""
+    return buffer_tiles(cfg, family, uram)[0]
 
 
 @dataclass(frozen=True)
 class ResourceModel:
-    """``lut, ff, dsp = fixed + per_pe x rows x cols``; ``bram = bram_scale x bram_tiles(cfg)``."""
+    """``lut, ff, dsp = fixed + per_pe x rows x cols``; ``bram = bram_scale x`` the buffers' block-RAM
+    tiles, ``uram = uram_scale x`` their URAM288s (:func:`buffer_tiles`; ``uram``: the target has URAM)."""
 
     family: str
     fixed: Resources
     per_pe: Resources
     bram_scale: float = 1.0
+    uram: bool = False
+    uram_scale: float = 1.0
 
     def predict(self, cfg: AccelConfig) -> Resources:
         pes = cfg.rows * cfg.cols
+        bram, ultra = buffer_tiles(cfg, self.family, self.uram)
         return Resources(lut=self.fixed.lut + self.per_pe.lut * pes, ff=self.fixed.ff + self.per_pe.ff * pes,
                          dsp=round(self.fixed.dsp + self.per_pe.dsp * pes),
-                         bram=round(self.bram_scale * bram_tiles(cfg, self.family), 1), uram=self.fixed.uram)
+                         bram=round(self.bram_scale * bram, 1), uram=math.ceil(self.uram_scale * ultra))
 
     @classmethod
-    def calibrate(cls, family: str, points: Sequence[tuple[AccelConfig, Resources]]) -> ResourceModel:
-        """Fit to synthesized points.  One point: everything proportional to rows x cols
-        (over-estimates growth, so a suggestion errs small); two or more with different
-        sizes: least squares for the fixed and per-PE parts."""
+    def calibrate(cls, family: str, points: Sequence[tuple[AccelConfig, Resources]], *,
+                  uram: bool = False) -> ResourceModel:
+        """Fit to synthesized points (of a target with URAM when ``uram``).  One point: everything
+        proportional to rows x cols (over-estimates growth, so a suggestion errs small); two or more
+        with different sizes: least squares for the fixed and per-PE parts."""
         if not points:
             raise FitError("calibrate needs at least one synthesized configuration")
         sizes = {c.rows * c.cols for c, _ in points}
@@ -146,11 +165,13 @@ class ResourceModel:
                 slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
                 slope = max(slope, 0.0)
                 fixed[k], per[k] = max(my - slope * mx, 0.0), slope
-        ratios = [r.bram / bram_tiles(c, family) for c, r in points if bram_tiles(c, family)]
+        tiles = [(r, buffer_tiles(c, family, uram)) for c, r in points]
+        ratios = [r.bram / t[0] for r, t in tiles if t[0]]
         scale = max(ratios) if ratios and max(ratios) > 0 else 1.0
-        uram = max(r.uram for _, r in points)
-        return cls(family, Resources(lut=fixed["lut"], ff=fixed["ff"], dsp=fixed["dsp"], uram=uram),
-                   Resources(lut=per["lut"], ff=per["ff"], dsp=per["dsp"]), scale)
+        uratios = [r.uram / t[1] for r, t in tiles if t[1]]  # the score buffer may join the buffers in URAM
+        uscale = max(uratios) if uratios and max(uratios) > 0 else 1.0
+        return cls(family, Resources(lut=fixed["lut"], ff=fixed["ff"], dsp=fixed["dsp"]),
+                   Resources(lut=per["lut"], ff=per["ff"], dsp=per["dsp"]), scale, uram, uscale)
 
 
 def candidate_shapes(sizes: Sequence[int] = (2, 4, 8, 16, 32, 64), max_aspect: int = 4) -> list[tuple[int, int]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -183,3 +184,21 @@ def test_build_falls_back_to_the_model_when_yosys_fails(tmp_path, monkeypatch, f
     assert main(["build", "--board", "pynq-z2", "-o", str(out)]) == 0
     fit = json.loads((out / "fit.json").read_text())
     assert fit["source"].startswith("estimate (Yosys failed") and fit["fits"] is None and not fit["measured"]
+
+
+def test_estimate_puts_large_buffers_in_uram_on_ultrascale_plus():
+    """kv260: spad 2 copies x (128 bit x 16K lines) = 2 x 2 x 4 URAM288, acc and the 2 vbuf copies
+    (512 bit x 2K lines) 8 each: 40 URAM and no RAMB36 (the measured synthesis: 41 URAM, 0 BRAM: the
+    attention score buffer joins them); without URAM the same buffers take block RAM."""
+    from systolica.boards.board import board_config
+    from systolica.boards.fit import buffer_tiles
+
+    kv = board_config("kv260")
+    assert buffer_tiles(kv, "xcup", uram=True) == (0, 16 + 8 + 16)
+    bram, ultra = buffer_tiles(kv, "xcup")
+    assert ultra == 0 and bram > 100
+    model = ResourceModel.calibrate("xcup", [(kv, Resources(lut=68000, ff=34000, dsp=446, bram=0, uram=41))], uram=True)
+    got = model.predict(kv)
+    assert (got.bram, got.uram) == (0, 41)
+    half = kv.replace(name="half", spad_kib=128)  # half the scratchpad: 8 URAM fewer, scaled as measured
+    assert model.predict(half).uram == math.ceil(41 / 40 * 32)
