@@ -191,7 +191,11 @@ def test_yosys_log_of_a_real_two_memory_design(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("board", ["pynq-z2", "kv260"])
+@pytest.mark.parametrize("board", [
+    "pynq-z2", "kv260", "zcu104",
+    pytest.param("ultra96v2", marks=pytest.mark.xfail(
+        strict=True, reason="16x16 on the ZU3EG: 54,500 LUT = 77% > 70% (docs/boards.md); the line units and the "
+                            "attention unit's p.V lanes must shrink first"))])
 def test_board_preset_fits_with_headroom(board, tmp_path):
     """The whole top level of the board's preset, synthesized (tens of minutes to hours in WASM Yosys):
     it must fit with room for the block design and routing, and no buffer may be in flip-flops."""
@@ -206,7 +210,7 @@ def test_board_preset_fits_with_headroom(board, tmp_path):
     assert fit["buffers_in_ff"] == [], f"buffers in flip-flops: {fit['buffers_in_ff']}"
     in_ff = [m["name"] for m in fit["memories"] if m["kind"] == "ff"]  # constant tables are "rom": logic
     assert in_ff == [], f"memories in flip-flops: {in_ff}"
-    limits = {"lut": 0.70, "ff": 0.50, "dsp": 0.80, "bram": 0.80}
+    limits = {"lut": 0.70, "ff": 0.50, "dsp": 0.80, "bram": 0.80, "uram": 0.80}
     over = {k: f"{util[k]:.0%} > {lim:.0%}" for k, lim in limits.items() if util.get(k, 0) > lim}
     assert not over, f"{board}: {over}"
     assert rc == 0 and fit["fits"]
