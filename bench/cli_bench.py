@@ -151,7 +151,7 @@ class Bench:
         p.add_argument("--threads", type=int, default=None,
                        help="CPU threads of the PyTorch and llama.cpp baselines (default: one per core)")
         p.add_argument("--synth", action="store_true",
-                       help="run Yosys for a board configuration without a cached synthesis (minutes to hours); "
+                       help="run Yosys for a board configuration without a cached synthesis (10 to 40 minutes each for the presets on 2 cores); "
                             "without it the row says 'fit: not measured'")
         p.add_argument("--synth-timeout", type=float, default=3600.0, help="seconds per Yosys run (default 3600)")
         p.add_argument("--json", help="write the comparison as JSON here")

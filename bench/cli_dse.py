@@ -6,7 +6,7 @@
 Prints the Pareto front (decode tokens/s up; DSPs, BRAM, energy per token down) per model among the
 points whose fit a synthesis measured (:mod:`systolica.boards.fit_status`); points that do not fit or
 were never synthesized are listed, flagged and greyed, never ranked.  ``--synth`` runs Yosys first for
-configurations the shared synthesis cache lacks (minutes to hours each).  Runs on all local cores by
+configurations the shared synthesis cache lacks (10 to 40 minutes each for the presets on 2 cores).  Runs on all local cores by
 default, on a Ray cluster with ``--ray ADDRESS`` (``--ray local`` starts Ray here).
 """
 
@@ -111,7 +111,7 @@ class Dse:
         p.add_argument("--workers", type=int, default=None, help="local processes (default: one per core)")
         p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster ('local' starts one here)")
         p.add_argument("--synth", action="store_true",
-                       help="run Yosys for configurations without a cached synthesis (minutes to hours each); "
+                       help="run Yosys for configurations without a cached synthesis (10 to 40 minutes each on 2 cores); "
                             "without it they are reported as 'fit: not measured'")
         p.add_argument("--synth-timeout", type=float, default=3600.0, help="seconds per Yosys run (default 3600)")
         p.add_argument("--json", help="write every point (and the front) as JSON")

@@ -201,7 +201,7 @@ def synthesize(cfg: AccelConfig, board: Board, *, workdir: Path, verilog: Path |
 
         verilog = write_verilog(cfg, Path(workdir) / "hdl", uram=uram)[0]["verilog"]
     say(f"Yosys {'synth_ecp5' if board.family == 'ecp5' else 'synth_xilinx -family ' + board.family} of "
-        f"{cfg.name} ({cfg.rows}x{cfg.cols}): minutes to hours (WebAssembly Yosys); cached in {cache_dir()}")
+        f"{cfg.name} ({cfg.rows}x{cfg.cols}): 10 to 40 minutes on 2 cores for the board presets (WebAssembly Yosys); cached in {cache_dir()}")
     hw = hw_digest()  # the sources the Verilog was generated from, before Yosys runs
     r = synth_resources([synthesis_source(verilog)], TOP_NAME, board.family, uram=uram, workdir=Path(workdir) / f"{board.family}-work",
                         timeout=timeout)
