@@ -43,6 +43,8 @@ class Metrics:
     decode: RunStats = field(default_factory=RunStats)
     host_s: float = 0.0  # wall time of the whole generation on this machine
     device_host_s: float = 0.0  # of which the device (or simulator) ran
+    prefill_host_s: float = 0.0  # wall time from the prompt to the first token's logits, on this machine
+    decode_host_s: float = 0.0  # wall time of the decode steps (not the caller's time between tokens)
     macs_per_token: int = 0
     array_macs_per_cycle: int = 0
 
@@ -80,10 +82,21 @@ class Metrics:
         n = self.prompt_tokens + self.generated_tokens
         return (self.host_s - self.device_host_s) / n if n else None
 
+    @property
+    def host_prefill_tokens_per_s(self) -> float | None:
+        """Prompt tokens per second of wall time on this machine (the simulator's own speed, not the board's)."""
+        return self.prompt_tokens / self.prefill_host_s if self.prompt_tokens and self.prefill_host_s > 0 else None
+
+    @property
+    def host_decode_tokens_per_s(self) -> float | None:
+        """Decode steps per second of wall time on this machine (the simulator's own speed, not the board's)."""
+        steps = max(self.generated_tokens - 1, 0)
+        return steps / self.decode_host_s if steps and self.decode_host_s > 0 else None
+
     def to_dict(self) -> dict:
         d = asdict(self)
         for k in ("ttft_s", "decode_tokens_per_s", "dma_bytes_per_token", "array_utilization",
-                  "host_overhead_per_token_s"):
+                  "host_overhead_per_token_s", "host_prefill_tokens_per_s", "host_decode_tokens_per_s"):
             d[k] = getattr(self, k)
         return d
 
@@ -203,6 +216,7 @@ class Runtime:
         try:
             logits, st = self.prefill(seq, ids)
             m.prefill, m.device_host_s = st, st.host_s
+            m.prefill_host_s = time.perf_counter() - t_start
             for i in range(max_new_tokens):
                 tok = sampler(self.logits_float(logits))
                 m.generated_tokens += 1
@@ -212,7 +226,9 @@ class Runtime:
                 yield StepOutput(tok, text)
                 if done or i == max_new_tokens - 1 or seq.pos >= max_seq:
                     break
+                t_step = time.perf_counter()
                 logits, st = self.decode(seq, tok)
+                m.decode_host_s += time.perf_counter() - t_step
                 m.decode = m.decode + st
                 m.device_host_s += st.host_s
             if stream is not None:

@@ -252,5 +252,7 @@ def _print_metrics(con, m, cfg, art) -> None:
     t.add_row("array utilization", _fmt(m.array_utilization, " %", 100, 1))
     t.add_row("instructions (prefill / decode)", f"{m.prefill.instrs:,} / {m.decode.instrs:,}")
     t.add_row("host wall time", f"{m.host_s:.2f} s")
+    t.add_row(f"host prefill tokens/s ({m.backend} on this machine)", _fmt(m.host_prefill_tokens_per_s, "", 1, 1))
+    t.add_row(f"host decode tokens/s ({m.backend} on this machine)", _fmt(m.host_decode_tokens_per_s, "", 1, 2))
     t.add_row("host overhead per token", _fmt(m.host_overhead_per_token_s, " ms", 1e3))
     con.print(t)

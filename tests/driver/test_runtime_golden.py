@@ -48,6 +48,12 @@ def test_greedy_tokens_equal_the_integer_reference(compiled):
     assert m.prefill.instrs > 0 and m.decode.instrs > 0
     assert m.dma_bytes_per_token >= art.manifest["stats"]["decode"]["weight_bytes"]
     assert rt.pool.free == rt.pool.n_pages  # the sequence gave its pages back
+    # host speed: each phase's wall time holds the simulator's own time of that phase, and the whole run both
+    assert m.prefill_host_s >= m.prefill.host_s > 0 and m.decode_host_s >= m.decode.host_s > 0
+    assert m.prefill_host_s + m.decode_host_s <= m.host_s
+    assert m.host_decode_tokens_per_s == pytest.approx(19 / m.decode_host_s)
+    assert m.host_prefill_tokens_per_s == pytest.approx(11 / m.prefill_host_s)
+    assert {"host_prefill_tokens_per_s", "host_decode_tokens_per_s"} <= set(m.to_dict())
 
 
 def test_two_sequences_interleaved_share_the_page_pool(compiled):
