@@ -93,17 +93,16 @@ def synth_script(verilog: Sequence[str], top: str, family: str, *, uram: bool = 
     seconds where its Verilog frontend takes tens of minutes on a large top level).
     """
     reads = read_commands(verilog)
-    if family == "xcup":
+    if family in ("xc7", "xcup"):
         # -noiopad: the accelerator is an IP inside a block design, not the chip's top.
-        base = f"synth_xilinx -family {family} -top {top} -flatten -noiopad" + (" -uram" if uram else "")
-        # Yosys's xilinx_dsp packs pipeline registers, post-adders and PCIN cascades into DSP48E1 only: on
-        # UltraScale+ it leaves every multiplier's registers and adders in fabric (a 4-deep MAC column: 4
-        # DSP48E2 + 161 FF + 65 LUT, where the 7-series mapping gives 4 DSP48E1 and nothing else).  The
-        # DSP step therefore maps to the DSP48E1 model, which the DSP48E2 contains (25 x 18 of its 27 x 18,
-        # the same registers, post-adder and cascade), so each DSP counted is one DSP48E2 of the part.
-        synth = "\n".join([f"{base} -run :map_dsp", *XCUP_DSP_STEP, f"{base} -run coarse:"])
-    elif family == "xc7":
         synth = f"synth_xilinx -family {family} -top {top} -flatten -noiopad" + (" -uram" if uram else "")
+        if family == "xcup":
+            # Yosys's xilinx_dsp packs pipeline registers, post-adders and PCIN cascades into DSP48E1 only: on
+            # UltraScale+ it leaves every multiplier's registers and adders in fabric (a 4-deep MAC column: 4
+            # DSP48E2 + 161 FF + 65 LUT, where the 7-series mapping gives 4 DSP48E1 and nothing else).  The
+            # DSP step therefore maps to the DSP48E1 model, which the DSP48E2 contains (25 x 18 of its 27 x 18,
+            # the same registers, post-adder and cascade), so each DSP counted is one DSP48E2 of the part.
+            synth = "\n".join([f"{synth} -run :map_dsp", *XCUP_DSP_STEP, f"{synth} -run coarse:"])
     elif family == "ecp5":
         synth = f"synth_ecp5 -top {top}" + (f" -json {json_out}" if json_out else "")
     else:
