@@ -1,14 +1,14 @@
 """GEMM on the hardware core's systolic array: walks one GEMM instruction into its operand streams.
 
 The array (:class:`~systolica.hw.systolic_array.SystolicArray`, weight-stationary,
-two weight banks) takes one weight tile ``W[j*C : j*C+C, kk*R : kk*R+R]`` and
+shadow and active weight registers) takes one weight tile ``W[j*C : j*C+C, kk*R : kk*R+R]`` and
 then the ``m`` activation slices ``A[i, kk*R : kk*R+R]`` that use it; its
 :class:`~systolica.hw.accumulator.Accumulator` adds each partial line into
 ``acc[dst + i*n + j]`` (overwriting for the first K tile unless the instruction
 says ``acc=1``).  With ``rows == cols`` a K tile is exactly one scratchpad line, so
 tile ``(j, kk)`` is: weight lines ``w + (j*C + c)*k + kk`` for ``c < C`` and
 activation lines ``a + i*k + kk`` for ``i < m``.  Two independent walkers feed
-the two streams in the same tile order; the array's bank scoreboard pairs them,
+the two streams in the same tile order; the array's shadow scoreboard pairs them,
 so the weights of the next tile stream in while the current one computes
 (decode, ``m = 1``, runs at one weight line per cycle).
 

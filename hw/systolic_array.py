@@ -17,23 +17,30 @@ Why weight-stationary, and why broadcast rows rather than a diagonal wavefront:
 * **Decode** (matrix x vector, batch 1) is memory bound: every weight byte is used
   exactly once, so the array can do at most ``B = dma_bytes * dma_ports`` MACs per
   cycle, whatever its shape.  What matters is that it *swallows* ``B`` weight bytes
-  per cycle.  Weight-stationary with two weight banks does: the weight stream
-  loads ``P`` columns (``P * R >= B`` bytes) per beat into the idle bank while the
-  other bank computes; one activation beat per tile then uses the tile.  Output-
+  per cycle.  Weight-stationary with two weight registers per PE does: the weight
+  stream loads ``P`` columns (``P * R >= B`` bytes) per beat into the *shadow*
+  registers while the *active* ones compute; one activation beat per tile then
+  uses the tile.  Output-
   stationary would need the weights column-wise (a transpose of the ``[out, in]``
   layout) and would use one row of PEs at batch 1.
 * **Prefill** (matrix x matrix) reuses each loaded tile for ``M`` activation rows, so
   the array is busy ``M / max(M, C / P)`` of the time: 100 % once ``M >= C / P``
   (8 tokens on the default config).
 * Weight writes travel down the rows with the same one-cycle-per-row skew as the
-  activations, so a row switches to a new tile exactly when that tile's first
-  activation reaches it.  The bank hand-over is therefore decided at the array's
-  entry alone (a two-entry scoreboard), with no diagonal "switch" wave: a bank
-  can be refilled the cycle after its last activation entered.  A diagonal
+  activations, and a tile's first activation carries a *start* flag one row ahead
+  of its data: row ``r`` copies its shadow into its active registers the cycle
+  before that activation reaches it (activations enter through one register, so
+  this holds for row 0 too), after the tile's last weight write, and in time for
+  the next tile's first write.  The hand-over is therefore decided at the array's
+  entry alone (a shadow-full flag), with no diagonal "switch" wave: the shadow
+  refills from the cycle its tile's first activation enters.  A diagonal
   (TPU-style) wavefront would keep a tile alive ``R + C`` cycles after its last
-  row and need three or more banks to keep decode at the DMA rate.
+  row and need three or more tiles held to keep decode at the DMA rate.
+* Shadow and active registers rather than two banks and a multiplexer: the
+  multiplier's input is a register (the DSP48's ``A1``/``A2`` pair), not a
+  ``2:1`` mux per weight bit (measured on the 16 x 16 array: 2,361 -> 152 LUT).
 * Broadcasting along a row costs a fan-out of ``C`` but removes the output de-skew
-  registers: all ``C`` sums of a row leave together, ``R + 1`` cycles after entry.
+  registers: all ``C`` sums of a row leave together, ``R + 2`` cycles after entry.
   The column of adders is a DSP48 ``PCIN -> PCOUT`` cascade.
 
 The array does not accumulate across K tiles: each activation beat gives a partial
@@ -48,13 +55,18 @@ travel through as bubbles.
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
 
 __all__ = ["SystolicArray", "weight_cols_per_beat"]
+
+#: rows whose packed products one DSP cascade sums (``macs_per_dsp = 2``): the low field of ``CHAIN`` products
+#: must stay within 16 bits; ``BIAS`` keeps it non-negative (a product is in -16256 .. 16384)
+CHAIN = 2
+BIAS = CHAIN * 16256
 
 
 def weight_cols_per_beat(cfg: AccelConfig) -> int:
@@ -71,7 +83,7 @@ def weight_cols_per_beat(cfg: AccelConfig) -> int:
 
 
 class SystolicArray(wiring.Component):
-    """``R x C`` int8 weight-stationary systolic array with two weight banks.
+    """``R x C`` int8 weight-stationary systolic array with shadow and active weight registers.
 
     Parameters
     ----------
@@ -90,8 +102,8 @@ class SystolicArray(wiring.Component):
         ``W[n0 + g*P + j, k0:k0+R]`` (one scratchpad line of ``W`` when ``R == C``).
         ``C / P`` beats make a tile.
     a_stream : In(stream)
-        ``data``: ``a[m, k0:k0+R]`` (R int8); ``last``: the tile's last row — after it
-        the tile's bank is free for the tile after next (so every tile needs at least one
+        ``data``: ``a[m, k0:k0+R]`` (R int8); ``last``: the tile's last row — the next beat
+        takes the next tile from the shadow registers (so every tile needs at least one
         activation beat, the one with ``last``); ``tag``: passed through.
     o_stream : Out(stream)
         ``data``: ``sum_r a[m, k0+r] * W[n0+c, k0+r]`` for ``c < C`` (C int32, wrapping);
@@ -108,7 +120,9 @@ class SystolicArray(wiring.Component):
             raise ValueError(f"tag_bits={tag_bits!r} must be an int in 1..64")
         self.cfg = cfg
         self.rows, self.cols, self.w_cols, self.tag_bits = cfg.rows, cfg.cols, p, tag_bits
-        self.latency = cfg.rows + 1  # entry to output register, in enabled cycles
+        # entry to output register, in enabled cycles: the activation input register, a cycle a row, the
+        # product register (packed PEs: one more, the fabric sum of the DSP chains)
+        self.latency = cfg.rows + 2 + (cfg.macs_per_dsp == 2)
         self.a_layout = data.StructLayout({
             "data": data.ArrayLayout(signed(8), cfg.rows), "last": 1, "tag": tag_bits})
         self.w_layout = data.ArrayLayout(data.ArrayLayout(signed(8), cfg.rows), p)
@@ -129,36 +143,37 @@ class SystolicArray(wiring.Component):
         en = Signal()  # global advance: the output register is empty or being taken
         m.d.comb += en.eq(~o.valid | o.ready)
 
-        # --- two-bank scoreboard, all at the array's entry (row-0 time) ---------------
-        full = Signal(2)  # bank holds a complete tile not yet released by `last`
-        load_bank, use_bank = Signal(), Signal()
+        # --- shadow / active scoreboard, all at the array's entry (row-0 time) ----------
+        shadow_full = Signal()  # the shadow registers hold a complete tile not yet taken into the active ones
+        in_tile = Signal()  # the active tile has had its first activation beat but not its `last`
         load_cnt = Signal(range(beats))
+        start = Signal()  # this activation beat is its tile's first: it takes the shadow tile along the rows
         m.d.comb += [
-            w.ready.eq(en & ~full.bit_select(load_bank, 1)),
-            a.ready.eq(en & full.bit_select(use_bank, 1)),
+            a.ready.eq(en & (in_tile | shadow_full)),
+            start.eq(en & a.valid & ~in_tile & shadow_full),
+            # the shadow refills from the cycle its tile leaves for the active registers
+            w.ready.eq(en & (~shadow_full | (a.valid & ~in_tile))),
         ]
         w_fire = w.valid & w.ready
         a_fire = a.valid & a.ready
         tile_done = w_fire & (load_cnt == beats - 1)
         with m.If(w_fire):
             m.d.sync += load_cnt.eq(Mux(tile_done, 0, load_cnt + 1))
-            with m.If(tile_done):
-                m.d.sync += load_bank.eq(~load_bank)
-        with m.If(a_fire & a.payload.last):
-            m.d.sync += use_bank.eq(~use_bank)
-        for b in range(2):
-            with m.If(tile_done & (load_bank == b)):
-                m.d.sync += full[b].eq(1)
-            with m.Elif(a_fire & a.payload.last & (use_bank == b)):
-                m.d.sync += full[b].eq(0)
+        with m.If(a_fire):
+            m.d.sync += in_tile.eq(~a.payload.last)
+        with m.If(tile_done):
+            m.d.sync += shadow_full.eq(1)
+        with m.Elif(start):
+            m.d.sync += shadow_full.eq(0)
 
-        # --- weight registers, written with one cycle of skew per row -----------------
-        wreg = [[[Signal(signed(8), name=f"w{b}_{r}_{c}") for c in range(C)] for r in range(R)]
-                for b in range(2)]
-        # control of a weight write (enable, bank, column group) as it reaches row r
-        ctl_layout = data.StructLayout({"we": 1, "bank": 1, "grp": range(beats)})
+        # --- weight registers: the shadow written with one cycle of skew per row; the active taken from it the
+        # cycle before the tile's first activation reaches the row (the activations enter one register late)
+        shadow = [[Signal(signed(8), name=f"ws_{r}_{c}") for c in range(C)] for r in range(R)]
+        active = [[Signal(signed(8), name=f"wa_{r}_{c}") for c in range(C)] for r in range(R)]
+        # control of a weight write (enable, column group) as it reaches row r
+        ctl_layout = data.StructLayout({"we": 1, "grp": range(beats)})
         ctl = [Signal(ctl_layout, name=f"wctl_{r}") for r in range(R)]
-        m.d.comb += [ctl[0].we.eq(w_fire), ctl[0].bank.eq(load_bank), ctl[0].grp.eq(load_cnt)]
+        m.d.comb += [ctl[0].we.eq(w_fire), ctl[0].grp.eq(load_cnt)]
         for r in range(1, R):
             with m.If(en):
                 m.d.sync += ctl[r].eq(ctl[r - 1])
@@ -170,34 +185,38 @@ class SystolicArray(wiring.Component):
                 with m.If(en):
                     m.d.sync += [n.eq(v) for n, v in zip(nxt, wd, strict=True)]
                 wd = nxt
-            for b in range(2):
-                for g in range(beats):
-                    with m.If(en & ctl[r].we & (ctl[r].bank == b) & (ctl[r].grp == g)):
-                        m.d.sync += [wreg[b][r][g * P + j].eq(wd[j]) for j in range(P)]
+            for g in range(beats):
+                with m.If(en & ctl[r].we & (ctl[r].grp == g)):
+                    m.d.sync += [shadow[r][g * P + j].eq(wd[j]) for j in range(P)]
 
-        # --- activations: row r sees element r (and the bank) r cycles after entry ----
+        # --- activations: row r sees element r r + 1 cycles after entry; the tile start goes one row ahead
         x = [Signal(signed(8), name=f"x_{r}") for r in range(R)]
-        bk = [Signal(name=f"bk_{r}") for r in range(R)]
-        m.d.comb += [x[0].eq(a.payload.data[0]), bk[0].eq(use_bank)]
-        for r in range(1, R):
+        st = [Signal(name=f"st_{r}") for r in range(R)]
+        m.d.comb += st[0].eq(start)
+        for r in range(R):
             chain = a.payload.data[r]
-            for d in range(r - 1):
+            for d in range(r):
                 nxt = Signal(signed(8), name=f"xd_{r}_{d}")
                 with m.If(en):
                     m.d.sync += nxt.eq(chain)
                 chain = nxt
             with m.If(en):
-                m.d.sync += [x[r].eq(chain), bk[r].eq(bk[r - 1])]
+                m.d.sync += x[r].eq(chain)
+                if r:
+                    m.d.sync += st[r].eq(st[r - 1])
+            # the last weight write of the tile reached row r a cycle ago at the latest: take the tile
+            with m.If(en & st[r]):
+                m.d.sync += [active[r][c].eq(shadow[r][c]) for c in range(C)]
 
         # --- PEs: product register, then the column adder chain ------------------------
         pes = self._packed_pes if self.cfg.macs_per_dsp == 2 else self._pes
-        prev = pes(m, en, x, bk, wreg)
+        prev = pes(m, en, x, active)
 
-        # --- valid / last / tag ride along R + 1 cycles to the output -----------------
+        # --- valid / last / tag ride along `latency` cycles to the output ----------------
         side = data.StructLayout({"valid": 1, "last": 1, "tag": self.tag_bits})
         s = Signal(side)
         m.d.comb += [s.valid.eq(a_fire), s.last.eq(a.payload.last), s.tag.eq(a.payload.tag)]
-        for d in range(R + 1):
+        for d in range(self.latency):
             nxt = Signal(side, name=f"side_{d}")
             with m.If(en):
                 m.d.sync += nxt.eq(s)
@@ -210,7 +229,7 @@ class SystolicArray(wiring.Component):
         m.d.comb += [o.payload.data[c].eq(prev[c]) for c in range(C)]
         return m
 
-    def _pes(self, m: Module, en, x, bk, wreg) -> list[Signal]:
+    def _pes(self, m: Module, en, x, wsel) -> list[Signal]:
         """One multiplier per PE: product register, then the column adder chain (DSP48 ``PCIN -> PCOUT``).
         Returns the bottom row's column sums."""
         prev = None
@@ -219,38 +238,55 @@ class SystolicArray(wiring.Component):
             sums = [Signal(signed(32), name=f"psum_{r}_{c}") for c in range(self.cols)]
             with m.If(en):
                 for c in range(self.cols):
-                    wsel = Mux(bk[r], wreg[1][r][c], wreg[0][r][c])
-                    m.d.sync += prods[c].eq(x[r] * wsel)
+                    m.d.sync += prods[c].eq(x[r] * wsel[r][c])
                     # int32 wrap, as the hardware accumulator: truncation on assignment
                     m.d.sync += sums[c].eq(prods[c] if prev is None else prev[c] + prods[c])
             prev = sums
         return prev
 
-    def _packed_pes(self, m: Module, en, x, bk, wreg) -> list[Signal]:
-        """PEs two to a multiplier (``macs_per_dsp = 2``): columns ``c`` and ``c + 1`` of a row see the same
-        activation ``x``, so one ``8 x 25``-bit product ``x * (w1 * 2**16 + w0)`` (a DSP48's 25 x 18) holds both:
-        ``x * w0`` in bits 0..15 (|x * w0| <= 2**14, a signed 16-bit field) and ``x * w1`` above, off by
-        the borrow of a negative low field: ``x * w1 = P[16:] + P[15]``.  The column sums run in fabric,
-        ``16 + bitlen(R)`` bits wide (``R`` products of at most ``2**14``): exact, as the int32 of one MAC
-        per DSP.  Returns the bottom row's column sums."""
+    def _packed_pes(self, m: Module, en, x, wsel) -> list[Signal]:
+        """PEs two to a multiplier (``macs_per_dsp = 2``), their sums two rows deep in the multiplier's adder.
+
+        Columns ``c`` and ``c + 1`` of a row see the same activation ``x``, so one ``8 x 25``-bit product
+        ``x * (w1 * 2**16 + w0)`` (a DSP48's 25 x 18) holds both: ``x * w1`` above bit 16, ``x * w0`` below.
+        The rows pair up into chains of ``CHAIN`` multipliers summed in the DSP's post-adder (``PCIN``
+        cascade); the first of a chain also adds ``BIAS``.  A chain's low field then holds
+        ``BIAS + sum(x * w0)`` in ``0 .. 2 * 32640 < 2**16`` (a product is in ``-16256 .. 16384``), so it never
+        borrows from the high field: the chain's end splits into ``P[0:16] = BIAS + sum(x * w0)`` and
+        ``P[16:] = sum(x * w1)`` by wiring alone.  The chains' fields add up in fabric, ``16 + bitlen(R)``
+        bits wide, and the low column drops the biases once: exact, as the int32 of one MAC per DSP.  One
+        more cycle than :meth:`_pes` (the fabric adder's register).  Returns the bottom row's column sums."""
         R, C = self.rows, self.cols
         width = 16 + R.bit_length()
-        prev = None
-        for r in range(R):
-            sums = [Signal(signed(width), name=f"psum_{r}_{c}") for c in range(C)]
-            for c in range(0, C, 2):
-                w0 = Mux(bk[r], wreg[1][r][c], wreg[0][r][c])
-                w1 = Mux(bk[r], wreg[1][r][c + 1], wreg[0][r][c + 1])
-                packed = Signal(signed(25), name=f"wpack_{r}_{c}")
-                hi = Signal(signed(9), name=f"whi_{r}_{c}")  # w1 - borrow of w0: in -129..127
-                m.d.comb += [hi.eq(w1 - w0[7]), packed.eq(Cat(w0.as_signed()[0:8], w0[7].replicate(8), hi))]
-                prod = Signal(signed(33), name=f"pprod_{r}_{c}")
-                lo_p, hi_p = Signal(signed(16), name=f"prod_{r}_{c}"), Signal(signed(16), name=f"prod_{r}_{c + 1}")
+        starts = list(range(0, R, CHAIN))
+        ends = [min(s + CHAIN, R) - 1 for s in starts]
+        fab, prev_end = None, -1  # fabric sums of the chains so far (registered after their last chain's end)
+        for s, e in zip(starts, ends, strict=True):
+            psum = None
+            for r in range(s, e + 1):
+                nxt = [Signal(signed(35), name=f"ppsum_{r}_{c}") for c in range(0, C, 2)]
+                for i, c in enumerate(range(0, C, 2)):
+                    w0, w1 = wsel[r][c], wsel[r][c + 1]
+                    packed = Signal(signed(25), name=f"wpack_{r}_{c}")
+                    m.d.comb += packed.eq(w1 * (1 << 16) + w0)
+                    prod = Signal(signed(33), name=f"pprod_{r}_{c}")
+                    with m.If(en):
+                        m.d.sync += [prod.eq(x[r] * packed),
+                                     nxt[i].eq((BIAS if psum is None else psum[i]) + prod)]
+                psum = nxt
+            # the chain's end: its two fields, added to the chains above (delayed a cycle to meet them)
+            sums = [Signal(signed(width), name=f"psum_{e}_{c}") for c in range(C)]
+            late = fab
+            for d in range(0 if fab is None else e - prev_end - 1):  # a chain's sums leave `length` cycles apart
+                late, dly = [Signal(signed(width), name=f"pdly_{e}_{d}_{c}") for c in range(C)], late
                 with m.If(en):
-                    m.d.sync += prod.eq(x[r] * packed)
-                m.d.comb += [lo_p.eq(prod[0:16].as_signed()), hi_p.eq(prod[16:33].as_signed() + prod[15])]
-                with m.If(en):
-                    for j, pj in ((c, lo_p), (c + 1, hi_p)):
-                        m.d.sync += sums[j].eq(pj if prev is None else prev[j] + pj)
-            prev = sums
-        return prev
+                    m.d.sync += [a.eq(b) for a, b in zip(late, dly, strict=True)]
+            with m.If(en):
+                for i, c in enumerate(range(0, C, 2)):
+                    lo, hi = psum[i][0:16], psum[i][16:35].as_signed()
+                    if fab is None:
+                        m.d.sync += [sums[c].eq(lo - len(starts) * BIAS), sums[c + 1].eq(hi)]
+                    else:
+                        m.d.sync += [sums[c].eq(late[c] + lo), sums[c + 1].eq(late[c + 1] + hi)]
+            fab, prev_end = sums, e
+        return fab

@@ -16,8 +16,8 @@ most ``outstanding`` bursts are in flight; data beats of a burst start
 
 GEMM has two datapaths: ``"systolic"`` is the weight-stationary array of
 ``hw/systolic_array.py`` as ``hw/gemm_sequencer.py`` drives it (a weight tile of
-``rows x cols`` loads in ``cols / P`` cycles into the idle bank while the other
-bank computes one activation row per cycle; ``rows + 1`` cycles of fill/drain and
+``rows x cols`` loads in ``cols / P`` cycles into the shadow registers while the
+active ones compute one activation row per cycle; the array's pipeline (:func:`array_latency`) and
 the accumulator per instruction); ``"line_dot"`` is the top level's first compute
 engine (one ``cols``-lane dot product per cycle, then 4 cycles to add the output
 line into the accumulator), kept to compare datapaths.
@@ -37,7 +37,7 @@ from functools import lru_cache
 from systolica.config import AccelConfig
 from systolica.isa import Buf, Instr
 
-__all__ = ["PerfParams", "OpCost", "op_cost", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
+__all__ = ["PerfParams", "OpCost", "op_cost", "array_latency", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
            "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY"]
 
 GEMM_DATAPATHS = ("line_dot", "systolic")
@@ -223,6 +223,13 @@ def _dma_cost(cfg: AccelConfig, p: PerfParams, op: str, buf: int, dram4k: int, s
     return OpCost(dma_write_cycles(bursts, p), wr_beats=total)
 
 
+def array_latency(cfg: AccelConfig) -> int:
+    """Cycles from an activation beat entering the systolic array to its output line (hw/systolic_array.py's
+    ``SystolicArray.latency``): the input register, a cycle a row, the product register; one more with two
+    MACs a DSP (the fabric sum of the DSP chains)."""
+    return cfg.rows + 2 + (cfg.macs_per_dsp == 2)
+
+
 def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0) -> OpCost:
     cols, rows = cfg.cols, cfg.rows
     macs = m * k * cols * n * cols
@@ -233,14 +240,14 @@ def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0)
         per_line = cols * k + 4 if k else 5
         return OpCost(m * n * per_line + 1, array_busy=m * n * cols * k, macs=macs)
     # weight-stationary (hw/gemm_sequencer.py): K in tiles of `rows` elements, N in tiles of `cols` outputs; a
-    # tile's weights stream in at P lines a cycle into the idle bank while the other bank takes the m activation
-    # rows of the previous tile; the last tile needs no next weights.  Then the array's rows + 1 pipeline and
+    # tile's weights stream in at P lines a cycle into the shadow registers while the active ones take the m
+    # activation rows of the previous tile; the last tile needs no next weights.  Then the array's pipeline and
     # the accumulator's read-add-write (calibrated on the RTL: 5 more cycles).
     if k == 0:
         return OpCost((0 if acc else m * n) + 1)  # acc=0 writes a zero line a cycle; acc=1 leaves them
     tiles = n * -(-k * cols // rows)
     load = -(-cols // p.weight_cols_per_cycle)
-    cycles = load + (tiles - 1) * max(m, load) + m + rows + 6
+    cycles = load + (tiles - 1) * max(m, load) + m + array_latency(cfg) + 5
     return OpCost(cycles, array_busy=tiles * m, macs=macs)
 
 

@@ -14,19 +14,25 @@ from hw_streams_tb import collect, run, send
 from systolica.config import AccelConfig
 from systolica.hw.systolic_array import SystolicArray, weight_cols_per_beat
 from systolica.numerics import matmul
+from systolica.sim.perf_costs import array_latency
 
 # components built only for their layouts, or whose constructor rejected its arguments, are never elaborated
 pytestmark = [pytest.mark.amaranth, pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")]
 
 
-def check_gemm(cfg: AccelConfig, M: int, K: int, N: int, seed: int, idle=0.3, stall=0.3):
+def check_gemm(cfg: AccelConfig, M: int, K: int, N: int, seed: int, idle=0.3, stall=0.3, values=None):
+    """``values``: draw the operands from these int8 values (default: all of them)."""
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     R, C = cfg.rows, cfg.cols
     dut = SystolicArray(cfg)
     P = dut.w_cols
-    a = nrng.integers(-128, 128, size=(M, K), dtype=np.int8)
-    w = nrng.integers(-128, 128, size=(N, K), dtype=np.int8)
+    if values is None:
+        a = nrng.integers(-128, 128, size=(M, K), dtype=np.int8)
+        w = nrng.integers(-128, 128, size=(N, K), dtype=np.int8)
+    else:
+        a = nrng.choice(np.array(values, dtype=np.int8), size=(M, K))
+        w = nrng.choice(np.array(values, dtype=np.int8), size=(N, K))
     wbeats, abeats, order = tile_streams(a, w, R, C, P)
     got = []
 
@@ -41,7 +47,7 @@ def check_gemm(cfg: AccelConfig, M: int, K: int, N: int, seed: int, idle=0.3, st
 
 
 @pytest.mark.parametrize("rows,cols,M,pack", [(4, 4, 5, 1), (4, 8, 3, 1), (8, 4, 1, 1), (2, 2, 2, 1),
-                                              (4, 4, 5, 2), (4, 8, 3, 2), (16, 16, 2, 2)])
+                                              (4, 4, 5, 2), (4, 8, 3, 2), (5, 4, 2, 2), (16, 16, 2, 2)])
 def test_random_gemm(rows, cols, M, pack):
     """pack = macs_per_dsp: 2 puts the products of two adjacent columns in one multiplier."""
     cfg = AccelConfig(rows=rows, cols=cols, dma_bits=64, macs_per_dsp=pack)
@@ -71,6 +77,14 @@ def test_extremes_no_overflow_of_products(pack):
         assert [got[0].data[c] for c in range(4)] == [4 * wv * av] * 4, (wv, av)
 
 
+@pytest.mark.parametrize("rows", [3, 4, 16])
+def test_packed_chains_at_the_field_edges(rows):
+    # two MACs a multiplier sum two rows in one DSP chain: the biased low field of a chain must hold every mix
+    # of the extreme products (+16384 from -128 * -128, -16256 from -128 * 127) and a zero high field under it
+    cfg = AccelConfig(rows=rows, cols=4, dma_bits=64, macs_per_dsp=2)
+    check_gemm(cfg, M=6, K=2 * rows, N=8, seed=rows, values=(-128, -127, -1, 0, 1, 127))
+
+
 @pytest.mark.filterwarnings("ignore:.*created but never used")
 def test_bad_parameters():
     cfg = AccelConfig(rows=4, cols=8)
@@ -79,3 +93,35 @@ def test_bad_parameters():
     with pytest.raises(TypeError, match="AccelConfig"):
         SystolicArray({"rows": 4})
     gc.collect()  # the half-built components go now, while this test's warning filter holds
+
+
+@pytest.mark.parametrize("rows,cols,dma_bits,pack", [(4, 4, 128, 1), (4, 8, 64, 1), (4, 8, 64, 2), (8, 8, 64, 2)])
+def test_decode_rate_and_latency(rows, cols, dma_bits, pack):
+    # decode: one activation row per tile, every tile back to back: the weights stream in at a tile per C / P
+    # beats without a gap (the shadow refills in the cycle its tile moves to the active registers), and the
+    # first output leaves the array_latency of the performance model after its activation entered
+    cfg = AccelConfig(rows=rows, cols=cols, dma_bits=dma_bits, macs_per_dsp=pack)
+    dut = SystolicArray(cfg)
+    assert dut.latency == array_latency(cfg)
+    beats, ntiles = cols // dut.w_cols, 6
+    nrng = np.random.default_rng(rows + cols + pack)
+    a = nrng.integers(-128, 128, size=(1, rows), dtype=np.int8)
+    w = nrng.integers(-128, 128, size=(ntiles * cols, rows), dtype=np.int8)
+    wbeats, abeats, order = tile_streams(a, w, rows, cols, dut.w_cols)
+    got, cycles = [], []
+
+    async def feed(ctx):
+        for beat in abeats:  # ready from the cycle the tile is in the shadow registers
+            ctx.set(dut.a_stream.payload, beat)
+            ctx.set(dut.a_stream.valid, 1)
+            while True:
+                _, _, rdy = await ctx.tick().sample(dut.a_stream.ready)
+                if rdy:
+                    break
+        ctx.set(dut.a_stream.valid, 0)
+
+    run(dut, [lambda ctx: send(ctx, dut.w_stream, wbeats, random.Random(1), 0), feed,
+              lambda ctx: collect(ctx, dut.o_stream, len(abeats), random.Random(2), 0, out=got, cycles=cycles)])
+    np.testing.assert_array_equal(accumulate(got, abeats, order, 1, ntiles * cols, cols), matmul(a, w))
+    assert np.diff(cycles).tolist() == [beats] * (ntiles - 1)
+    assert cycles[0] == beats + dut.latency + 1  # the tile's C / P weight beats, then a cycle to the shadow flag
