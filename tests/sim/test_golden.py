@@ -220,6 +220,24 @@ def test_buffers_persist_between_runs_and_counters_reset():
     assert r2.counters.per_op == {"ADD": 1, "STORE": 1, "FINISH": 1}
 
 
+def test_a_patched_program_checks_only_its_new_words(monkeypatch):
+    # the runtime patches a few words of the decode program per token: the rest is not decoded again, and a
+    # patched word that faults still faults at its own pc
+    import systolica.sim.golden as golden
+
+    seen = []
+    real = golden._check_word
+    monkeypatch.setattr(golden, "_check_word", lambda sim, w: seen.append(w) or real(sim, w))
+    h = Harness()
+    prog = "LOAD buf=VBUF sram=0 dram={} rows=1 lines=1\nLOAD buf=VBUF sram=1 dram=0x40 rows=1 lines=1\nFINISH"
+    h.run(prog.format("0x0"))
+    assert len(seen) == 3
+    h.run(prog.format("0x20"))
+    assert len(seen) == 4
+    r = h.run(prog.format("0x7"), raise_on_fault=False)  # a misaligned DMA address
+    assert len(seen) == 5 and not r.ok and r.pc == 0 and r.status.name == "DMA_ALIGN"
+
+
 def test_overlapping_store_rows_write_in_order():
     h = Harness()
     h.sim.spad[0:2] = [[1, 2, 3, 4], [5, 6, 7, 8]]
