@@ -10,22 +10,32 @@ against the build and returns its results and the metrics the test wrote.
 
 Builds are serialized with a file lock: Verilator's C++ compile is what costs
 (~35-40 s for an 8x8 array on 2 cores) and the machine is shared.
+
+Waveforms: a run whose cocotb tests fail is run again on a tracing build of the same
+hardware (Verilator ``--trace-fst``, or ``--trace`` (VCD) where the C++ compiler lacks
+the liblz4 headers that Verilator's FST writer needs; built beside the first on demand),
+and :meth:`RtlResult.check` names the waveform file in its failure message.  ``SYSTOLICA_WAVES=0``
+turns the second run off; :meth:`RtlBuild.with_waves` gives a tracing build to run
+directly.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RtlBuild", "RtlResult", "build", "verilator_env", "VERILATOR_ARGS", "FAST_BUILD"]
+__all__ = ["RtlBuild", "RtlResult", "build", "verilator_env", "VERILATOR_ARGS", "FAST_BUILD", "WAVES_ARGS",
+           "WAVES_FILE"]
 
 # -Wno-fatal: Amaranth's Verilog trips Verilator's WIDTH* lint warnings.
 # --no-public-flat-rw --public-depth 1: cocotb's runner makes every signal public, which
@@ -33,6 +43,22 @@ __all__ = ["RtlBuild", "RtlResult", "build", "verilator_env", "VERILATOR_ARGS", 
 VERILATOR_ARGS = ("-Wno-fatal", "--no-public-flat-rw", "--public-depth", "1", "-O2")
 #: make variables that compile the Verilated model without C++ optimization (see :func:`build`)
 FAST_BUILD = ("OPT_FAST=-O0", "OPT_SLOW=-O0", "OPT_GLOBAL=-O0")
+#: Verilator arguments of a tracing build: FST (compressed; GTKWave, Surfer and pywellen read it) where the C++
+#: compiler finds lz4.h (Verilator's FST writer needs liblz4: apt install liblz4-dev), else VCD
+WAVES_ARGS = {"fst": ("--trace-fst", "--trace-structs"), "vcd": ("--trace", "--trace-structs")}
+#: the file cocotb's Verilator main writes in the test folder of a tracing run, per format
+WAVES_FILE = {"fst": "dump.fst", "vcd": "dump.vcd"}
+
+
+@functools.cache
+def waves_format() -> str:
+    """``"fst"`` if Verilator's FST writer can be compiled here (liblz4 headers), else ``"vcd"``."""
+    cxx = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    if cxx is None:
+        return "vcd"
+    probe = subprocess.run([cxx, "-x", "c++", "-fsyntax-only", "-"], input="#include <lz4.h>\n", text=True,
+                           capture_output=True, timeout=60)
+    return "fst" if probe.returncode == 0 else "vcd"
 
 _HW_DIR = Path(__file__).resolve().parents[1] / "hw"
 
@@ -70,19 +96,34 @@ def _source_digest(deps) -> str:
 
 @dataclass(frozen=True)
 class RtlResult:
-    """Outcome of one cocotb run: counts from its results XML and the metrics it wrote."""
+    """Outcome of one cocotb run: counts from its results XML, the metrics it wrote, its waveform if traced."""
 
     tests: int
     failed: int
     results_xml: Path
     metrics: dict[str, Any] = field(default_factory=dict)
+    waves: Path | None = None  # the waveform (FST, or VCD) of a tracing run
+    rerun: Callable[[], RtlResult] | None = field(default=None, repr=False, compare=False)  # same run, traced
 
     def check(self) -> RtlResult:
-        """Raise ``AssertionError`` naming the results file if any cocotb test failed or none ran."""
-        if self.tests == 0 or self.failed:
-            raise AssertionError(f"{self.failed} of {self.tests} cocotb test(s) failed; see {self.results_xml} "
-                                 f"and the log beside it")
-        return self
+        """Raise ``AssertionError`` naming the results file if any cocotb test failed or none ran.
+
+        A failed run that was not traced runs again on the tracing build first, and the message names
+        its FST file (unless ``SYSTOLICA_WAVES=0``).
+        """
+        if self.tests and not self.failed:
+            return self
+        msg = f"{self.failed} of {self.tests} cocotb test(s) failed; see {self.results_xml} and the log beside it"
+        waves = self.waves
+        if waves is None and self.rerun is not None and os.environ.get("SYSTOLICA_WAVES", "1") != "0":
+            try:
+                waves = self.rerun().waves
+            except Exception as e:  # the failure stays the message; the tracing run is a courtesy
+                msg += f"; the traced re-run failed too ({type(e).__name__}: {e})"
+        if waves is not None and waves.exists():
+            why = " (VCD: Verilator's FST writer needs the liblz4 headers)" if waves.suffix == ".vcd" else ""
+            msg += f"; waveform{why}: {waves}"
+        raise AssertionError(msg)
 
 
 @dataclass(frozen=True)
@@ -93,6 +134,16 @@ class RtlBuild:
     toplevel: str
     build_dir: Path
     verilog: Path
+    waves: str = ""  # "fst" or "vcd" for a build with WAVES_ARGS: its runs write WAVES_FILE
+    tracing: Callable[[], RtlBuild] | None = field(default=None, repr=False, compare=False)
+
+    def with_waves(self) -> RtlBuild:
+        """The tracing build of the same hardware (built on first use, then cached like any build)."""
+        if self.waves:
+            return self
+        if self.tracing is None:
+            raise RtlError(f"{self.name}: no tracing build is known for {self.build_dir}")
+        return self.tracing()
 
     def run(self, test_module: str, module_dir: str | Path, *, params: Mapping[str, Any] | None = None,
             testcase: str | None = None, seed: int = 1) -> RtlResult:
@@ -119,16 +170,25 @@ class RtlBuild:
         if added:
             sys.path.insert(0, mdir)
         try:
+            xml = test_dir / "results.xml"
             with _patched_environ(env):
-                xml = runner.test(test_module=test_module, hdl_toplevel=self.toplevel, hdl_toplevel_lang="verilog",
-                                  build_dir=self.build_dir, test_dir=test_dir, testcase=testcase, seed=seed,
-                                  extra_env=env, results_xml=str(test_dir / "results.xml"))
+                try:
+                    runner.test(test_module=test_module, hdl_toplevel=self.toplevel, hdl_toplevel_lang="verilog",
+                                build_dir=self.build_dir, test_dir=test_dir, testcase=testcase, seed=seed,
+                                extra_env=env, results_xml=str(xml), waves=bool(self.waves))
+                except SystemExit as e:  # under pytest the runner exits on a failed test: the results say which
+                    if not xml.exists():
+                        raise RtlError(f"{self.name}: the simulator exited ({e.code}) without results; see the "
+                                       f"log in {test_dir}") from None
         finally:
             if added:
                 sys.path.remove(mdir)
         tests, failed = get_results(xml)
         metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
-        return RtlResult(tests, failed, Path(xml), metrics)
+        waves = test_dir / WAVES_FILE[self.waves] if self.waves else None
+        rerun = None if self.waves or self.tracing is None else (
+            lambda: self.with_waves().run(test_module, module_dir, params=params, testcase=testcase, seed=seed))
+        return RtlResult(tests, failed, Path(xml), metrics, waves, rerun)
 
 
 class _patched_environ:
@@ -152,7 +212,7 @@ class _patched_environ:
 
 def build(name: str, make: Callable[[], Any], key: Mapping[str, Any], build_root: str | Path,
           *, deps: tuple | None = None, extra_args: tuple[str, ...] = (),
-          make_flags: tuple[str, ...] = ()) -> RtlBuild:
+          make_flags: tuple[str, ...] = (), waves: bool | str = False) -> RtlBuild:
     """Build (or reuse) the Verilator model of the component ``make()`` returns.
 
     Parameters
@@ -175,7 +235,16 @@ def build(name: str, make: Callable[[], Any], key: Mapping[str, Any], build_root
         Variables for the C++ build, e.g. ``FAST_BUILD`` (below): short cocotb runs are
         bound by Python, not by the model's speed, so compiling it at ``-O0`` costs
         nothing at run time and saves ~40 % of the build.
+    waves : bool or str
+        Build with :data:`WAVES_ARGS` (slower to build and to run): every run writes a waveform, FST where
+        this machine can build Verilator's FST writer (``True``: :func:`waves_format`), or the format named.
+        Without it, the build knows its tracing twin (:meth:`RtlBuild.with_waves`), which failing runs use.
     """
+    tracing = None if waves else (lambda: build(name, make, key, build_root, deps=deps, extra_args=extra_args,
+                                                make_flags=make_flags, waves=True))
+    waves = (waves_format() if waves is True else waves) or ""
+    if waves:
+        extra_args = tuple(extra_args) + WAVES_ARGS[waves]
     if not name.isidentifier():
         raise ValueError(f"component name {name!r} must be a Verilog identifier")
     desc = json.dumps({"key": key, "args": list(VERILATOR_ARGS + extra_args), "make": list(make_flags)},
@@ -201,7 +270,7 @@ def build(name: str, make: Callable[[], Any], key: Mapping[str, Any], build_root
             with _patched_environ(env):
                 runner.build(sources=[vfile], hdl_toplevel=name, build_dir=bdir,
                              build_args=list(VERILATOR_ARGS + extra_args), always=True,
-                             log_file=bdir / "build.log")
+                             log_file=bdir / "build.log", waves=bool(waves))
             if not binary.exists():
                 raise RtlError(f"Verilator build of {name} produced no binary; see {bdir / 'build.log'}")
-    return RtlBuild(name, name, bdir, vfile)
+    return RtlBuild(name, name, bdir, vfile, waves, tracing)
