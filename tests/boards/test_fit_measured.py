@@ -191,11 +191,7 @@ def test_yosys_log_of_a_real_two_memory_design(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("board", [
-    "pynq-z2", "kv260", "zcu104",
-    pytest.param("ultra96v2", marks=pytest.mark.xfail(
-        strict=True, reason="16x16 on the ZU3EG: 54,500 LUT = 77% > 70% (docs/boards.md); the line units and the "
-                            "attention unit's p.V lanes must shrink first"))])
+@pytest.mark.parametrize("board", ["pynq-z2", "kv260", "zcu104", "ultra96v2"])
 def test_board_preset_fits_with_headroom(board, tmp_path):
     """The whole top level of the board's preset, synthesized (tens of minutes to hours in WASM Yosys):
     it must fit with room for the block design and routing, and no buffer may be in flip-flops."""
