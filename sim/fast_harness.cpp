@@ -6,6 +6,8 @@
 // usage: harness DRAM_IN DRAM_OUT WIN_BASE WIN_SIZE PROG_BASE PROG_LEN MAX_CYCLES [STALL_PERCENT SEED]
 // STALL_PERCENT > 0 makes the DRAM model withhold ready/valid at random (a valid, once shown, is held
 // until taken, as AXI requires), so the fast path also runs under random latency and back-pressure.
+// Built with --trace-fst (or --trace), the run writes a waveform to $SYSTOLICA_WAVES_FILE when set:
+// every signal, both clock edges, 10 ns a cycle.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +18,13 @@
 
 #include "Vsystolica_accel.h"
 #include "verilated.h"
+#if VM_TRACE_FST
+#include "verilated_fst_c.h"
+typedef VerilatedFstC Trace;
+#elif VM_TRACE
+#include "verilated_vcd_c.h"
+typedef VerilatedVcdC Trace;
+#endif
 #include "fast_regs.h"   // REG_<NAME> offsets, COUNTER list (generated from systolica/csr.py)
 #include "fast_ports.h"  // DMA_BYTES, FOR_EACH_PORT(X) (generated from the AccelConfig)
 
@@ -23,6 +32,13 @@ static std::vector<uint8_t> mem;
 static uint64_t win_lo = 0, win_hi = 0, violations = 0;
 static Vsystolica_accel* top;
 static uint64_t cycle = 0;
+#if VM_TRACE
+static Trace* tfp = nullptr;
+static uint64_t trace_t = 0;
+static inline void eval() { top->eval(); if (tfp) tfp->dump(trace_t += 5000); }  // ps: 10 ns a cycle
+#else
+static inline void eval() { top->eval(); }
+#endif
 
 struct Burst { uint64_t addr; unsigned beats; unsigned done; };
 struct Port { std::deque<Burst> ar, aw; unsigned bpend = 0; uint64_t rd_beats = 0; bool r_shown = false, b_shown = false; };
@@ -107,10 +123,10 @@ template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
 static void tick() {
     top->ap_clk = 0;
     FOR_EACH_PORT(PORT_DRIVE)
-    top->eval();
+    eval();
     FOR_EACH_PORT(PORT_SAMPLE)
     top->ap_clk = 1;
-    top->eval();
+    eval();
     cycle++;
 }
 
@@ -121,12 +137,12 @@ static void csr_write(uint32_t addr, uint32_t data) {
     top->s_axi_control_bready = 1;
     bool aw = false, w = false;
     for (int i = 0; i < 100; i++) {
-        top->ap_clk = 0; FOR_EACH_PORT(PORT_DRIVE) top->eval();
+        top->ap_clk = 0; FOR_EACH_PORT(PORT_DRIVE) eval();
         bool aw_hs = top->s_axi_control_awvalid && top->s_axi_control_awready;
         bool w_hs = top->s_axi_control_wvalid && top->s_axi_control_wready;
         bool b_hs = top->s_axi_control_bvalid;
         FOR_EACH_PORT(PORT_SAMPLE)
-        top->ap_clk = 1; top->eval(); cycle++;
+        top->ap_clk = 1; eval(); cycle++;
         if (aw_hs) { aw = true; top->s_axi_control_awvalid = 0; }
         if (w_hs) { w = true; top->s_axi_control_wvalid = 0; }
         if (b_hs && aw && w) { top->s_axi_control_bready = 0; return; }
@@ -138,12 +154,12 @@ static void csr_write(uint32_t addr, uint32_t data) {
 static uint32_t csr_read(uint32_t addr) {
     top->s_axi_control_araddr = addr; top->s_axi_control_arvalid = 1; top->s_axi_control_rready = 1;
     for (int i = 0; i < 100; i++) {
-        top->ap_clk = 0; FOR_EACH_PORT(PORT_DRIVE) top->eval();
+        top->ap_clk = 0; FOR_EACH_PORT(PORT_DRIVE) eval();
         bool ar_hs = top->s_axi_control_arvalid && top->s_axi_control_arready;
         bool r_hs = top->s_axi_control_rvalid;
         uint32_t data = top->s_axi_control_rdata;
         FOR_EACH_PORT(PORT_SAMPLE)
-        top->ap_clk = 1; top->eval(); cycle++;
+        top->ap_clk = 1; eval(); cycle++;
         if (ar_hs) top->s_axi_control_arvalid = 0;
         if (r_hs && !top->s_axi_control_arvalid) { top->s_axi_control_rready = 0; return data; }
     }
@@ -175,7 +191,18 @@ int main(int argc, char** argv) {
     win_lo = wbase; win_hi = wbase + wsize;
 
     auto ctx = new VerilatedContext;
+#if VM_TRACE
+    const char* wave_path = std::getenv("SYSTOLICA_WAVES_FILE");
+    if (wave_path && *wave_path) ctx->traceEverOn(true);
+#endif
     top = new Vsystolica_accel{ctx};
+#if VM_TRACE
+    if (wave_path && *wave_path) {
+        tfp = new Trace;
+        top->trace(tfp, 99);
+        tfp->open(wave_path);
+    }
+#endif
     top->ap_rst_n = 0;
     for (int i = 0; i < 5; i++) tick();
     top->ap_rst_n = 1;
@@ -210,6 +237,9 @@ int main(int argc, char** argv) {
     if (!f || std::fwrite(mem.data(), 1, mem.size(), f) != mem.size()) { std::perror(argv[2]); return 2; }
     std::fclose(f);
     top->final();
+#if VM_TRACE
+    if (tfp) { tfp->close(); delete tfp; }
+#endif
     delete top;
     delete ctx;
     return 0;

@@ -32,7 +32,7 @@ from systolica.config import AccelConfig, load_config
 from systolica.csr import COUNTERS, REGISTERS
 from systolica.faults import Fault
 
-from .rtl_build import _patched_environ, verilator_env
+from .rtl_build import WAVES_ARGS, _patched_environ, verilator_env, waves_format
 
 __all__ = ["FastRtl", "FastResult", "FastHarnessError", "cocotb_build", "top_verilog", "bench"]
 
@@ -85,15 +85,22 @@ class FastRtl:
         The configuration to build.
     build_root
         Folder for cached builds (one sub-folder per configuration and source digest).
+    waves
+        Build with tracing (``True``: FST where Verilator's FST writer builds here, else VCD; or ``"fst"`` /
+        ``"vcd"``): then :meth:`run` can write a waveform.  Tracing builds and runs are slower.
     """
 
-    def __init__(self, cfg: AccelConfig, build_root: str | Path):
+    def __init__(self, cfg: AccelConfig, build_root: str | Path, *, waves: bool | str = False):
         self.cfg = cfg
+        self.waves = (waves_format() if waves is True else waves) or ""
+        self._args = _FAST_ARGS + (WAVES_ARGS[self.waves] if self.waves else ())
+        # a tracing run is for looking at, and short: compile it without optimization (a third of the build time)
+        self._opt = "-O0" if self.waves else "-O3"
         self._verilog = top_verilog(cfg)  # keyed by what is built (see cocotb_build)
         h = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode())
         h.update(self._verilog.encode())
         h.update(_CPP.read_bytes())
-        h.update(" ".join(_FAST_ARGS).encode())
+        h.update(" ".join(self._args + ((self._opt,) if self.waves else ())).encode())
         self.dir = Path(build_root).resolve() / f"fast_{TOP}-{h.hexdigest()[:12]}"
         self.binary = self.dir / "obj" / "harness"
         self._build()
@@ -112,7 +119,7 @@ class FastRtl:
             if "VERILATOR_ROOT" in env:
                 exe = str(Path(env["VERILATOR_ROOT"]) / "bin" / "verilator")
             args = [exe, "--cc", "--exe", "--build", "-j", "2", "--top-module", TOP, "-Mdir", "obj", "-o", "harness",
-                    *_FAST_ARGS, "-CFLAGS", f"-O3 -std=c++17 -I{self.dir}", f"{TOP}.v", str(_CPP)]
+                    *self._args, "-CFLAGS", f"{self._opt} -std=c++17 -I{self.dir}", f"{TOP}.v", str(_CPP)]
             with _patched_environ(env):
                 proc = subprocess.run(args, cwd=self.dir, capture_output=True, text=True)
             (self.dir / "build.log").write_text(proc.stdout + proc.stderr)
@@ -121,19 +128,24 @@ class FastRtl:
                                        + proc.stderr[-2000:])
 
     def run(self, dram: np.ndarray, *, window_base: int, window_size: int, prog_base: int, prog_len: int,
-            max_cycles: int = 50_000_000, stall_percent: int = 0, seed: int = 0) -> FastResult:
+            max_cycles: int = 50_000_000, stall_percent: int = 0, seed: int = 0,
+            waves_file: str | Path | None = None) -> FastResult:
         """Run the program already in ``dram`` (a 1-D uint8 array, updated in place).
 
         ``stall_percent`` > 0: the C++ DRAM model withholds ready/valid at random on every AXI channel.
+        ``waves_file``: write the run's waveform there (a tracing build only: ``waves`` of the constructor).
         """
         if dram.dtype != np.uint8 or dram.ndim != 1:
             raise TypeError(f"dram must be a 1-D uint8 array, got {dram.dtype} {dram.shape}")
+        if waves_file is not None and not self.waves:
+            raise FastHarnessError("waves_file needs a tracing build: FastRtl(..., waves=True)")
+        env = dict(os.environ, SYSTOLICA_WAVES_FILE=str(Path(waves_file).resolve()) if waves_file else "")
         with tempfile.TemporaryDirectory() as tmp:
             src, dst = Path(tmp) / "in.bin", Path(tmp) / "out.bin"
             dram.tofile(src)
             proc = subprocess.run([str(self.binary), str(src), str(dst), hex(window_base), hex(window_size),
                                    hex(prog_base), str(prog_len), str(max_cycles), str(int(stall_percent)),
-                                   str(int(seed))], capture_output=True, text=True)
+                                   str(int(seed))], capture_output=True, text=True, env=env)
             if proc.returncode:
                 raise FastHarnessError(f"harness exited with {proc.returncode}: {proc.stderr[-2000:]}")
             dram[:] = np.fromfile(dst, np.uint8)

@@ -144,35 +144,120 @@ class Sim:
         p.add_argument("--max-instructions", type=_positive_int, default=None, metavar="N",
                        help="stop with TIMEOUT after this many (at least 1)")
         p.add_argument("--json", action="store_true", help="print the result as JSON")
+        rtl = p.add_argument_group("RTL", "run the program on the generated Verilog under Verilator as well "
+                                          "(the C++ harness: the first run of a config builds it, minutes)")
+        rtl.add_argument("--rtl", action="store_true",
+                         help="also run on the RTL and compare fault, pc and DRAM with the golden simulator")
+        rtl.add_argument("--waves", type=Path, default=None, metavar="FILE",
+                         help="with --rtl: write the RTL run's waveform here (FST; VCD where Verilator's FST "
+                              "writer cannot be built: no liblz4 headers)")
+        rtl.add_argument("--window", type=_positive_int, default=None, metavar="BYTES",
+                         help=f"with --rtl: the DRAM window of both runs (default {_RTL_WINDOW >> 20} MiB, or the "
+                              "config's if smaller; the program sits at its top)")
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
         import numpy as np
 
         from systolica.config import load_config
-        from systolica.program import Program
+        from systolica.program import Program, words_to_bytes
         from systolica.sim.golden import GoldenSim
 
+        if (args.waves is not None or args.window is not None) and not args.rtl:
+            raise UsageError(f"{'--waves' if args.waves is not None else '--window'} needs --rtl")
         cfg = load_config(args.config)
         prog = Program.load(args.program, validate=False)  # illegal words become faults with a pc
         _check_config(prog, cfg)
-        dram = np.zeros(cfg.dram_bytes, np.uint8)  # calloc'd: untouched pages cost nothing
+        size = min(cfg.dram_bytes, args.window or _RTL_WINDOW) if args.rtl else cfg.dram_bytes
+        size -= size % 64
+        dram = np.zeros(size, np.uint8)  # calloc'd: untouched pages cost nothing
         n_in = 0
         if args.dram is not None:
             data = np.fromfile(args.dram, dtype=np.uint8)
             if data.size > dram.size:
                 raise UsageError(f"--dram {args.dram}: {data.size} bytes do not fit the {dram.size}-byte window "
-                                 f"of config {cfg.name!r}")
+                                 f"of config {cfg.name!r}" + (" (--window)" if args.rtl else ""))
             dram[:data.size] = data
             n_in = data.size
+        if args.rtl:  # the RTL fetches the program from the window: put it at the top, in both runs
+            code = np.frombuffer(words_to_bytes(prog.words), np.uint8)
+            prog_base = (size - code.size) & ~63
+            if prog_base < n_in:
+                raise UsageError(f"no room for the {code.size}-byte program above the {n_in} bytes of --dram in "
+                                 f"the {size}-byte window: give a larger --window")
+            dram[prog_base:prog_base + code.size] = code
+            dram_in = dram.copy()
         res = GoldenSim(cfg, dram).run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
+        rtl = None
+        if args.rtl:
+            rtl = _run_rtl(cfg, dram_in, prog_base, len(prog.words), args.waves)
+            rtl["same_dram"] = bool(np.array_equal(rtl.pop("dram"), dram))
+            rtl["same_fault"] = (rtl["fault"], rtl["pc"]) == (res.status.name, res.pc if not res.ok else 0)
+            rtl["agree"] = rtl["same_dram"] and rtl["same_fault"]
+            del dram_in
         if args.dram_out is not None:
             dram[:n_in or dram.size].tofile(args.dram_out)
         if args.json:
-            print(json.dumps(res.to_dict(), indent=2))
+            out = res.to_dict()
+            if rtl is not None:
+                out["rtl"] = rtl
+            print(json.dumps(out, indent=2))
         else:
             _print_result(res, cfg)
+            if rtl is not None:
+                _print_rtl(rtl)
+        if rtl is not None and not rtl["agree"]:
+            return 3  # the check failed: RTL and golden differ
         return 0 if res.ok else 1
+
+
+_RTL_WINDOW = 16 << 20  # default DRAM window of `sim --rtl` (the C++ harness copies it through files)
+
+
+def _run_rtl(cfg, dram_in, prog_base: int, n_words: int, waves: Path | None) -> dict:
+    """Run the program at ``prog_base`` of a copy of ``dram_in`` on the Verilator harness of ``cfg``."""
+    import os
+    import time
+
+    from rich.console import Console
+
+    from systolica.sim.fast_harness import FastHarnessError, FastRtl
+
+    root = Path(os.environ.get("SYSTOLICA_BUILD_DIR", Path.home() / ".cache" / "systolica" / "rtl"))
+    t0 = time.monotonic()
+    try:
+        with Console(stderr=True).status(f"Verilator harness of config {cfg.name!r}"
+                                         + (" with tracing" if waves else "") + " (built once per config)"):
+            harness = FastRtl(cfg, root, waves=waves is not None)
+        if waves is not None and waves.suffix.lower() != f".{harness.waves}":
+            print(f"note: --waves {waves}: writing {harness.waves.upper()} to {waves.with_suffix('.' + harness.waves)}"
+                  + (" (Verilator's FST writer needs the liblz4 headers)" if harness.waves == "vcd" else ""),
+                  file=sys.stderr)
+            waves = waves.with_suffix("." + harness.waves)
+        dram = dram_in.copy()
+        r = harness.run(dram, window_base=0, window_size=dram.size, prog_base=prog_base, prog_len=n_words,
+                        waves_file=waves)
+    except FastHarnessError as e:
+        raise UsageError(f"rtl: {e}") from None
+    from systolica.faults import Fault
+
+    fault = Fault.TIMEOUT if not r.done else Fault(r.code)
+    return {"fault": fault.name, "pc": r.pc if fault != Fault.NONE else 0, "cycles": r.sim_cycles,
+            "cycles_per_s": round(r.cycles_per_s), "counters": r.counters, "violations": r.violations,
+            "waves": str(waves) if waves is not None else None, "wall_s": round(time.monotonic() - t0, 2),
+            "dram": dram}
+
+
+def _print_rtl(rtl: dict) -> None:
+    from rich.console import Console
+
+    c = Console()
+    verdict = "[green]RTL ≡ golden[/]" if rtl["agree"] else "[red]RTL and golden differ[/]"
+    c.print(f"RTL (Verilator): {rtl['fault']} at pc {rtl['pc']}, {rtl['cycles']:,} cycles "
+            f"(RTL counters; {rtl['cycles_per_s']:,} cycles/s on this machine); {verdict}: fault "
+            f"{'same' if rtl['same_fault'] else 'different'}, DRAM {'same' if rtl['same_dram'] else 'different'}")
+    if rtl["waves"]:
+        c.print(f"waveform: {rtl['waves']}")
 
 
 def _check_config(prog, cfg) -> None:

@@ -57,3 +57,52 @@ def test_waves_can_be_turned_off(build_dir, monkeypatch):
     with pytest.raises(AssertionError) as err:
         res.check()
     assert "waveform" not in str(err.value)
+
+
+PROG = """
+LOAD buf=VBUF sram=0 dram=0 rows=2 lines=1 stride=16 @push_next
+ADD dst=4 a=0 b=1 rows=1 lines=1 @pop_prev @push_next
+STORE buf=VBUF sram=4 dram=0x40 rows=1 lines=1 @pop_prev
+FINISH
+"""
+
+
+def test_sim_rtl_compares_with_golden_and_writes_waves(build_dir, tmp_path, monkeypatch, capsys):
+    # `systolica sim --rtl --waves`: the program on the tiny top level's Verilog, fault / pc / DRAM compared with
+    # the golden simulator, the run's waveform written where asked (ap_clk toggling in it)
+    import json
+
+    import numpy as np
+
+    from systolica import cli
+    from systolica.asm import assemble
+    from systolica.config import preset
+
+    pywellen = pytest.importorskip("pywellen", reason="pip install pywellen (the test extra) to read FST files")
+    monkeypatch.setenv("SYSTOLICA_BUILD_DIR", str(build_dir))
+    cfg = preset("tiny")
+    prog = tmp_path / "p.bin"
+    assemble(PROG, cfg).save(prog)
+    data = np.arange(16, dtype=np.int32)
+    (tmp_path / "d.bin").write_bytes(data.tobytes())
+    waves = tmp_path / f"run.{waves_format()}"
+    rc = cli.main(["sim", str(prog), "--config", "tiny", "--dram", str(tmp_path / "d.bin"), "--rtl",
+                   "--waves", str(waves), "--window", str(1 << 16), "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["status"] == "NONE", res
+    rtl = res["rtl"]
+    assert rtl["agree"] and rtl["same_dram"] and rtl["fault"] == "NONE" and rtl["cycles"] > 0, rtl
+    wave = pywellen.Waveform(str(waves))
+    clk = [v for v in wave.all_vars() if v.name == "ap_clk"]
+    assert clk, [v.full_name for v in wave.all_vars()][:20]
+    edges = []
+    wave.stream_changes(lambda t, sig, value: edges.append(value), clk)
+    assert len(edges) >= 2 * rtl["cycles"]
+    # a DMA outside the window: both stop with DMA_WINDOW at pc 1, exit 1, and they agree
+    assemble("NOP engine=LOAD\nLOAD buf=ACC sram=0 dram=0x100000 rows=1 lines=1\nFINISH", cfg).save(prog)
+    rc = cli.main(["sim", str(prog), "--config", "tiny", "--rtl", "--window", str(1 << 16), "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 1 and res["status"] == "DMA_WINDOW" and res["pc"] == 1
+    assert res["rtl"]["agree"] and (res["rtl"]["fault"], res["rtl"]["pc"]) == ("DMA_WINDOW", 1), res["rtl"]
+    # --waves without --rtl is bad input
+    assert cli.main(["sim", str(prog), "--config", "tiny", "--waves", str(waves)]) == cli.EXIT_ERROR
