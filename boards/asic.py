@@ -122,17 +122,20 @@ def liberty_path() -> Path:
 
 
 def liberty_cells(path: Path) -> dict[str, dict[str, float]]:
-    """Cell name -> ``{"area": um^2, "leakage_nw": nW}`` from a liberty file (its top-level cell attributes)."""
+    """Cell name -> ``{"area": um^2, "leakage_nw": nW, "sequential": 0 or 1}`` from a liberty file."""
     cells: dict[str, dict[str, float]] = {}
     cur = None
     cell_re = re.compile(r'^\s*cell\s*\(\s*"?([\w$]+)"?\s*\)')
     attr_re = re.compile(r"^\s*(area|cell_leakage_power)\s*:\s*([-+.\deE]+)")
+    seq_re = re.compile(r"^\s*(ff|latch)\s*\(")
     with open(path, errors="replace") as f:
         for line in f:
             if m := cell_re.match(line):
-                cur = cells.setdefault(m.group(1), {"area": 0.0, "leakage_nw": 0.0})
+                cur = cells.setdefault(m.group(1), {"area": 0.0, "leakage_nw": 0.0, "sequential": 0})
             elif cur is not None and (m := attr_re.match(line)):
                 cur["area" if m.group(1) == "area" else "leakage_nw"] = float(m.group(2))
+            elif cur is not None and seq_re.match(line):
+                cur["sequential"] = 1
     return cells
 
 
@@ -239,7 +242,7 @@ CATEGORIES = {
     "gemm": "accumulator datapath, operand queues",
     "line": "line datapath (vector, activation, quant, softmax, norm, attention)",
     "control": "control, DMA, CSRs, token queues, buffer ports",
-    "buffers": "buffers",
+    "buffers": "buffers as SRAM macros",
 }
 
 
@@ -366,16 +369,20 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
     per_cat = {c: {"area_um2": 0.0, "sequential_um2": 0.0, "cells": 0, "modules": []} for c in CATEGORIES}
     leak_nw, foreign = 0.0, {}
     names = set(modules)
+    logic_um2 = 0.0
     for name, mod in modules.items():
+        # a module's own cells: stat -top gives hierarchical totals as "area", the cell counts are local
         cat = per_cat[category(name, top, unit)]
-        cat["area_um2"] += float(mod.get("area", 0.0))
-        cat["sequential_um2"] += float(mod.get("sequential_area", 0.0))
         cat["modules"].append(name)
         for t, n in mod.get("num_cells_by_type", {}).items():
             t = t.lstrip("\\")
             if t in cells_lib:
+                c = cells_lib[t]
                 cat["cells"] += n
-                leak_nw += cells_lib[t]["leakage_nw"] * n
+                cat["area_um2"] += c["area"] * n
+                cat["sequential_um2"] += c["area"] * n * c["sequential"]
+                logic_um2 += c["area"] * n
+                leak_nw += c["leakage_nw"] * n
             elif t not in names and t != SRAM_CELL:
                 foreign[t] = foreign.get(t, 0) + n
     sram_rows = []
@@ -385,7 +392,6 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
             per_cat["buffers"]["area_um2"] += a
             sram_rows.append({"name": _short(m, top), "words": m.depth, "width": m.width, "bits": m.bits,
                               "read_ports": m.read_ports, "area_um2": round(a, 1)})
-    logic_um2 = sum(float(m.get("area", 0.0)) for m in modules.values())
     total = logic_um2 + per_cat["buffers"]["area_um2"]
     abc_ps = _abc_delay(log)
     timing: dict[str, Any] = {"target_period_ns": period_ns}
@@ -413,6 +419,7 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
         "rows": cfg.rows, "cols": cfg.cols, "library": "NanGate 45 nm Open Cell Library (typical, 1.1 V)",
         "liberty": str(lib),
         "area": {"total_mm2": round(total * 1e-6, 5), "logic_um2": round(logic_um2, 1),
+                 "yosys_design_um2": (stat.get("design") or {}).get("area"),
                  "sram_um2": round(per_cat["buffers"]["area_um2"], 1),
                  "logic_source": "measured synthesis: Yosys stat -liberty (cell area, no placement or routing)",
                  "sram_source": sram.describe() if sram_rows else "no buffers in this unit"},

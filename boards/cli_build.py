@@ -125,7 +125,7 @@ class Build:
         from systolica.boards.synth import UNITS
 
         p.add_argument("--board", help=f"target board: {', '.join(list_boards())} (or a board .toml); not with --asic")
-        p.add_argument("--config", help="accelerator preset or TOML file (default: the board's [accel] config)")
+        p.add_argument("--config", help="accelerator preset or TOML file (default: the board's [accel] config; with --asic: default)")
         p.add_argument("-o", "--out", help="output folder (default: build/<board>)")
         p.add_argument("--vivado", action="store_true", help="run Vivado in batch mode (needs vivado on PATH)")
         p.add_argument("--pnr", action="store_true", help="ECP5 boards: place and route with nextpnr, report Fmax")

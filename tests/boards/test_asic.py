@@ -159,6 +159,7 @@ def small_run(tmp_path_factory):
 def test_small_design_maps_to_the_liberty(small_run):
     r, wd, lib = small_run
     assert r["area"]["logic_um2"] > 0 and r["area"]["total_mm2"] > 0 and r["cells"] > 0
+    assert r["area"]["logic_um2"] == pytest.approx(r["area"]["yosys_design_um2"], rel=1e-3)  # Yosys's own sum
     # the buffer is an SRAM-macro estimate, the queue flip-flops, the table logic
     assert [m["name"] for m in r["memories"]["sram"]] == ["buf"] and r["area"]["sram_um2"] > 0
     assert "SRAM-macro estimate" in r["area"]["sram_source"]
