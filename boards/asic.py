@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,8 +188,9 @@ def asic_script(sources: list[str], top: str, liberty: str, period_ps: int, macr
     return "\n".join(lines) + "\n"
 
 
-def sta_script(liberty: str, netlist: str, top: str, clock: str, period_ns: float) -> str:
-    """OpenSTA: the worst register-to-register path at ``period_ns`` and vectorless power at :data:`ACTIVITY`."""
+def sta_script(liberty: str, netlist: str, top: str, clock: str, period_ns: float, resets: Sequence[str] = ()) -> str:
+    """OpenSTA: the worst register-to-register path at ``period_ns`` and vectorless power at :data:`ACTIVITY`
+    (the ``resets`` held: a reset toggling at the data rate would clear every register all the time)."""
     return "\n".join([
         f"read_liberty {liberty}", f"read_verilog {netlist}", f"link_design {top}",
         f"create_clock -name clk -period {period_ns:g} [get_ports {clock}]",
@@ -200,6 +201,7 @@ def sta_script(liberty: str, netlist: str, top: str, clock: str, period_ns: floa
         "puts \"=== any\"",
         "report_checks -path_delay max -digits 3",
         f"set_power_activity -input -activity {ACTIVITY}",
+        *(f"set_power_activity -input_ports [get_ports {r}] -activity 0" for r in resets),
         "puts \"=== power\"",
         "report_power -digits 5", "exit", ""])
 
@@ -271,13 +273,21 @@ def category(module: str, top: str, unit: str) -> str:
     return _CATEGORY_BY_UNIT.get(unit, "control")
 
 
-def _clock_port(il: str, top: str) -> str | None:
+def _inputs(il: str, top: str) -> list[str]:
     m = re.search(rf"^module \\{re.escape(top)}\n(.*?)^end", il, re.S | re.M)
-    names = re.findall(r"^\s*wire\s+(?:width \d+\s+)?input \d+\s+\\(\S+)", m.group(1), re.M) if m else []
+    return re.findall(r"^\s*wire\s+(?:width \d+\s+)?input \d+\s+\\(\S+)", m.group(1), re.M) if m else []
+
+
+def _clock_port(il: str, top: str) -> str | None:
+    names = _inputs(il, top)
     for want in ("clk", "ap_clk"):
         if want in names:
             return want
     return next((n for n in names if n.endswith("clk")), None)
+
+
+def _reset_ports(il: str, top: str) -> list[str]:
+    return [n for n in _inputs(il, top) if n in ("rst", "ap_rst_n") or n.endswith("_rst")]
 
 
 @dataclass
@@ -354,18 +364,21 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
             sta_note = "not measured (the design has no clock port)"
         elif exe:
             (wd / "netlist_sta.v").write_text(sta_netlist((wd / "netlist.v").read_text()))
-            (wd / "sta.tcl").write_text(sta_script("stdcells.lib", "netlist_sta.v", top, clock, period_ns))
+            (wd / "sta.tcl").write_text(sta_script("stdcells.lib", "netlist_sta.v", top, clock, period_ns,
+                                                   _reset_ports(il, top)))
             text, errors = steps.run("OpenSTA: report_checks, report_power", lambda: _run_sta(exe, wd, timeout))
             if errors:  # it goes on after a parse error with part of the design missing: no figure from that
                 sta_note = f"not measured (OpenSTA could not read the netlist: {errors[0]}; see {wd / 'sta.log'})"
             else:
                 sta_out = parse_sta(text, period_ns)
+        elif not sta:
+            sta_note = "not measured (OpenSTA not run)"
         else:
             sta_note = "not measured (OpenSTA not installed: apt-get install opensta puts `sta` on PATH)"
     return _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta_note, log, lib, steps)
 
 
-def _run_sta(exe: str, wd: Path, timeout: float) -> str:
+def _run_sta(exe: str, wd: Path, timeout: float) -> tuple[str, list[str]]:
     try:
         proc = subprocess.run([exe, "-no_splash", "-exit", "sta.tcl"], cwd=wd, capture_output=True, text=True,
                               timeout=timeout)
@@ -432,7 +445,8 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
         power.update({k: round(v, 4) for k, v in sta_out["power_mw"].items()},
                      clock_mhz=round(1000.0 / period_ns, 1),
                      source=f"OpenSTA report_power, vectorless: toggle rate {ACTIVITY} per clock assumed at the "
-                            f"inputs, at the target clock; standard cells only (SRAM macros not included)")
+                            f"inputs (reset held), at the target clock; standard cells only (SRAM macros not "
+                            f"included)")
     else:
         power["source"] = f"dynamic power {sta_note or 'not measured'}"
     return {
