@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
             prog.update(current[-1], total=1, completed=1)
     render(report, console)
     text = json.dumps(report, indent=1)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "asic.json").write_text(text)
     if args.json:
         Path(args.json).write_text(text)

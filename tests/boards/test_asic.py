@@ -196,3 +196,23 @@ def test_tiny_preset_asic(tmp_path):
     assert all(m["bits"] < 8192 for m in r["memories"]["flip_flops"])
     assert r["units"]["array"]["area_um2"] > 0 and r["units"]["line"]["area_um2"] > 0
     assert r["foreign_cells"] == {}
+
+
+def test_cli_prints_sources_and_writes_json(small_run, tmp_path, monkeypatch, capsys):
+    """``systolica build --asic``: the report's figures each with a source, and --json (synthesis reused)."""
+    import json
+
+    from systolica.boards import asic
+    from systolica.cli import main
+
+    r, _, _ = small_run
+    monkeypatch.setattr(asic, "asic_estimate", lambda *a, **k: r)
+    out = tmp_path / "r.json"
+    assert main(["build", "--asic", "--config", "tiny", "--unit", "array", "-o", str(tmp_path / "b"),
+                 "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "buffers: SRAM-macro estimate (assumed model" in text and "measured synthesis" in text
+    assert ("power: not" in text or "dynamic power not measured" in text) if shutil.which("sta") is None \
+        else "OpenSTA report_power" in text
+    assert json.loads(out.read_text())["schema"] == "systolica-asic/1"
+    assert (tmp_path / "b" / "asic.json").exists()
