@@ -50,6 +50,9 @@ def render(r: dict[str, Any], console) -> None:
     if timing.get("fmax_mhz"):
         say(f"critical path ({timing['kind']}): {timing['start']} -> {timing['end']}, [bold]{timing['period_ns']:.3f} ns"
             f"[/] incl. setup: [bold]Fmax {timing['fmax_mhz']:.0f} MHz[/] ({timing['source']})")
+        if timing["slack_ns"] < 0:
+            say(f"[bold yellow]the target period {timing['target_period_ns']:g} ns is NOT met "
+                f"(slack {timing['slack_ns']:.3f} ns); the power below is at that unmet clock")
     else:
         say(f"[yellow]timing: {timing['source']}")
     if timing.get("abc_logic_delay_ps") is not None:
