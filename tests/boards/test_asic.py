@@ -216,3 +216,13 @@ def test_cli_prints_sources_and_writes_json(small_run, tmp_path, monkeypatch, ca
         else "OpenSTA report_power" in text
     assert json.loads(out.read_text())["schema"] == "systolica-asic/1"
     assert (tmp_path / "b" / "asic.json").exists()
+
+
+def test_abc_stime_is_read_where_the_log_has_it():
+    """A native Yosys logs ABC's output; the largest ``stime`` delay over the modules is the figure."""
+    from systolica.boards.asic import _abc_delay
+
+    log = ('ABC: WireLoad = "none"  Gates =    514 ( 12.1 %)   Cap =  1.2 ff (  4.0 %)   Area =   683.00 ( 88.0 %)'
+           '   Delay =  1012.31 ps  ( 20.5 %)\nABC: WireLoad = "none"  Gates = 9   Delay =  85.50 ps\n')
+    assert _abc_delay(log) == pytest.approx(1012.31)
+    assert _abc_delay("no ABC output here") is None
