@@ -111,13 +111,12 @@ class RtlDevice(RunToCompletionDevice):
     def __init__(self, cfg: AccelConfig, dram_bytes: int | None = None, build_dir=None, stall_percent: int = 0):
         super().__init__(cfg, dram_bytes)
         try:
-            from systolica.sim.fast_harness import FastRtl
+            from systolica.sim.fast_harness import FastRtl, default_build_root
         except ImportError as e:
             raise DeviceError(f"the rtl backend needs the Verilator harness (systolica.sim.fast_harness): {e}") from e
-        import os
         from pathlib import Path
 
-        root = Path(build_dir or os.environ.get("SYSTOLICA_BUILD_DIR", Path.home() / ".cache" / "systolica" / "rtl"))
+        root = Path(build_dir) if build_dir else default_build_root()
         self.harness = FastRtl(cfg, root)
         self.stall_percent = stall_percent
         self.last_result = None

@@ -34,12 +34,17 @@ from systolica.faults import Fault
 
 from .rtl_build import WAVES_ARGS, _patched_environ, verilator_env, waves_format
 
-__all__ = ["FastRtl", "FastResult", "FastHarnessError", "cocotb_build", "top_verilog", "bench"]
+__all__ = ["FastRtl", "FastResult", "FastHarnessError", "cocotb_build", "top_verilog", "bench", "default_build_root"]
 
 _CPP = Path(__file__).with_name("fast_harness.cpp")
 TOP = "systolica_accel"
 # -O3 and --x-assign fast: ~1.8x the simulated cycles/s of -O2 on the tiny top level (measured: 218k vs 122k)
 _FAST_ARGS = ("-Wno-fatal", "-O3", "--x-assign", "fast")
+
+
+def default_build_root() -> Path:
+    """Where RTL harness builds are cached outside the tests: ``$SYSTOLICA_BUILD_DIR``, else ~/.cache/systolica/rtl."""
+    return Path(os.environ.get("SYSTOLICA_BUILD_DIR", Path.home() / ".cache" / "systolica" / "rtl"))
 
 
 class FastHarnessError(RuntimeError):

@@ -216,14 +216,13 @@ _RTL_WINDOW = 16 << 20  # default DRAM window of `sim --rtl` (the C++ harness co
 
 def _run_rtl(cfg, dram_in, prog_base: int, n_words: int, waves: Path | None) -> dict:
     """Run the program at ``prog_base`` of a copy of ``dram_in`` on the Verilator harness of ``cfg``."""
-    import os
     import time
 
     from rich.console import Console
 
-    from systolica.sim.fast_harness import FastHarnessError, FastRtl
+    from systolica.sim.fast_harness import FastHarnessError, FastRtl, default_build_root
 
-    root = Path(os.environ.get("SYSTOLICA_BUILD_DIR", Path.home() / ".cache" / "systolica" / "rtl"))
+    root = default_build_root()
     t0 = time.monotonic()
     try:
         with Console(stderr=True).status(f"Verilator harness of config {cfg.name!r}"
