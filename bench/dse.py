@@ -92,7 +92,7 @@ def truncate_layers(model, n: int):
 
 @lru_cache(maxsize=4)
 def _model(spec: str):
-    from systolica.bench.cli_bench import load_any_model
+    from systolica.bench.compare import load_any_model
 
     return load_any_model(spec)
 

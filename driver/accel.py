@@ -15,7 +15,7 @@ import numpy as np
 
 from systolica import csr
 from systolica.asm import disasm_word
-from systolica.driver.device import ConfigMismatchError, Device, DeviceError, DeviceTimeout
+from systolica.driver.device import ConfigMismatchError, Device, DeviceError, DeviceFault, DeviceTimeout
 from systolica.faults import Fault
 from systolica.isa import WORD_BYTES
 from systolica.program import words_from_bytes
@@ -125,7 +125,7 @@ class Accelerator:
             try:
                 fault = Fault(code)
             except ValueError:
-                raise DeviceError(f"{self.dev.name}: unknown error code {code} at pc {pc}: the bitstream knows faults "
+                raise DeviceFault(f"{self.dev.name}: unknown error code {code} at pc {pc}: the bitstream knows faults "
                                   "this driver does not; update systolica or rebuild the bitstream") from None
             raise fault_error(fault, pc, self._describe(window, prog_offset, n_instr, pc))
         return stats

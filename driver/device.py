@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Buffer", "Device", "DeviceError", "DeviceTimeout", "ConfigMismatchError", "BACKENDS", "open_device"]
+__all__ = ["Buffer", "Device", "DeviceError", "DeviceTimeout", "DeviceFault", "ConfigMismatchError", "BACKENDS", "open_device"]
 
 
 class DeviceError(RuntimeError):
@@ -21,6 +21,11 @@ class DeviceError(RuntimeError):
 
 class DeviceTimeout(DeviceError):
     """The device did not finish in time; the runtime has reset it."""
+
+
+class DeviceFault(DeviceError):
+    """The accelerator stopped in a way no :class:`~systolica.faults.Fault` code names (an error code this
+    driver does not know, a DRAM access outside the window that the RTL harness caught)."""
 
 
 class ConfigMismatchError(DeviceError):

@@ -18,7 +18,7 @@ import numpy as np
 
 from systolica import csr
 from systolica.config import AccelConfig
-from systolica.driver.device import DeviceError
+from systolica.driver.device import DeviceError, DeviceFault
 from systolica.driver.run_to_completion import ArenaBuffer, BumpAllocator, RunToCompletionDevice
 
 __all__ = ["CocotbRtlDevice", "RtlDevice", "MemoryView"]
@@ -129,7 +129,7 @@ class RtlDevice(RunToCompletionDevice):
                                stall_percent=self.stall_percent)
         self.last_result = res
         if res.violations:
-            raise DeviceError(f"rtl: the accelerator touched {res.violations} bytes outside its DRAM window")
+            raise DeviceFault(f"rtl: the accelerator touched {res.violations} bytes outside its DRAM window")
         if not res.done:
             return Fault.TIMEOUT, res.pc, res.counters
         return res.code, res.pc, res.counters

@@ -1,4 +1,4 @@
-"""``systolica hw generate``: Verilog of the accelerator top level plus its register map.
+"""Verilog of the accelerator top level plus its register map (``systolica hw generate``, :mod:`systolica.cli.hw`).
 
 Writes into the output folder:
 
@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
-from systolica.config import AccelConfig, load_config
+from systolica.config import AccelConfig
 from systolica.csr import CSR_SPACE, ID_MAGIC, REGISTERS
 
 from .accelerator import Accelerator, top_port_names
 from .dma import ADDR_BITS
 
-__all__ = ["TOP_NAME", "generate", "convert", "register_map", "register_map_markdown", "verilog_ports", "add_arguments", "main"]
+__all__ = ["TOP_NAME", "generate", "convert", "register_map", "register_map_markdown", "verilog_ports"]
 
 TOP_NAME = "systolica_accel"
 
@@ -81,14 +82,19 @@ def convert(elaboratable, name: str) -> tuple[str, str]:
     return il, to_verilog(il)
 
 
-def generate(cfg: AccelConfig, out_dir: str | Path, *, uram: bool = False) -> dict[str, Path]:
+def generate(cfg: AccelConfig, out_dir: str | Path, *, uram: bool = False,
+             progress: Callable[[str], None] | None = None) -> dict[str, Path]:
     """Write Verilog, register map (JSON, markdown) and config of ``cfg`` into ``out_dir``.
 
     ``uram``: the target has UltraRAM; the large buffers are marked ``ram_style = "ultra"``.
+    ``progress`` is told each step as it starts (the elaboration and conversion take most of the time).
     """
+    step = progress or (lambda s: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    step(f"elaborating the accelerator ({cfg.rows}x{cfg.cols}) and writing RTLIL and Verilog")
     il, text = convert(Accelerator(cfg, uram=uram), TOP_NAME)
+    step("checking the ports and writing the register map")
     have = set(verilog_ports(text))
     want = set(top_port_names(cfg))
     if have != want:  # the port names are a contract with the Vivado packaging: never ship others
@@ -102,21 +108,3 @@ def generate(cfg: AccelConfig, out_dir: str | Path, *, uram: bool = False) -> di
     paths["markdown"].write_text(register_map_markdown(cfg))
     cfg.save(paths["config"])
     return paths
-
-
-# ------------------------------------------------------------------- CLI
-def add_arguments(parser) -> None:
-    sub = parser.add_subparsers(dest="hw_command", metavar="HW_COMMAND", required=True)
-    g = sub.add_parser("generate", help="write the top-level Verilog and the register map (JSON, markdown)")
-    g.add_argument("--config", default="default", help="preset name or TOML file (default: default)")
-    g.add_argument("-o", "--out", required=True, help="output folder")
-    g.add_argument("--uram", action="store_true",
-                   help="mark buffers of >= 1 Mbit ram_style=\"ultra\" (UltraScale+ targets: Kria, ZCU104, Alveo)")
-
-
-def main(args) -> int:
-    cfg = load_config(args.config)
-    paths = generate(cfg, args.out, uram=args.uram)
-    for kind, p in paths.items():
-        print(f"{kind:9s} {p}")
-    return 0

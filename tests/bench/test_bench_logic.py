@@ -73,7 +73,7 @@ def test_json_structure(tmp_path):
 
 @pytest.fixture(scope="module")
 def bench_run():
-    from systolica.bench.cli_bench import load_any_model, prompt_ids, run_bench
+    from systolica.bench.compare import load_any_model, prompt_ids, run_bench
 
     model = load_any_model(MODEL_SPEC)
     prompt = prompt_ids(model, "hello there", 6)
@@ -119,7 +119,7 @@ def test_bench_command_line(tmp_path):
     from systolica.cli import main
 
     out = tmp_path / "bench.json"
-    rc = main(["bench", "--model", MODEL_SPEC, "--boards", "pynq-z2", "--tokens", "2", "--baselines", "numpy,llama.cpp",
+    rc = main(["bench", "--model", MODEL_SPEC, "--boards", "pynq-z2", "-n", "2", "--baselines", "numpy,llama.cpp",
                "--json", str(out)])
     assert rc == 0
     doc = json.loads(out.read_text())
@@ -129,7 +129,7 @@ def test_bench_command_line(tmp_path):
 
 
 def test_prompt_ids_without_a_tokenizer():
-    from systolica.bench.cli_bench import prompt_ids
+    from systolica.bench.compare import prompt_ids
 
     m = random_model("llama", dim=32, n_layers=1, n_heads=4, vocab=50)
     assert prompt_ids(m, "ab") == [ord("a") % 50, ord("b") % 50]
@@ -185,7 +185,7 @@ def test_board_rows_state_fit_clock_and_power(bench_run, tmp_path):
 
 def test_a_measured_misfit_is_labelled(tmp_path, monkeypatch):
     """A cached synthesis that overflows the board: the row says 'no (LUT ...)' and stays hypothetical."""
-    from systolica.bench.cli_bench import _attach_fit
+    from systolica.bench.compare import _attach_fit
     from systolica.boards.board import Resources, load_board
     from systolica.boards.synth_cache import store
 
@@ -204,7 +204,7 @@ def test_a_measured_misfit_is_labelled(tmp_path, monkeypatch):
 
 
 def test_hypothetical_rows_are_never_the_reference_and_synth_fills_the_fit(tmp_path, monkeypatch):
-    from systolica.bench.cli_bench import _attach_fit
+    from systolica.bench.compare import _attach_fit
     from systolica.boards import synth_cache
     from systolica.boards.board import Resources
 

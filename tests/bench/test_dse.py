@@ -138,9 +138,9 @@ def test_dse_command_line(tmp_path, monkeypatch):
     t8, t16, t32 = make_tasks([MODEL], ["pynq-z2"], [(8, 8), (16, 16), (32, 32)], [64])
     _fake_synth(AccelConfig.from_dict(t8["config"]), "pynq-z2", lut=20000, ff=30000, dsp=80, bram=60)
     _fake_synth(AccelConfig.from_dict(t16["config"]), "pynq-z2", lut=120000, ff=9000, dsp=300, bram=40)
-    out, png = tmp_path / "dse.json", tmp_path / "dse.png"
+    out, png = tmp_path / "dse.json", tmp_path / "plots" / "dse_pareto.png"
     rc = main(["dse", "--models", MODEL, "--boards", "pynq-z2", "--shapes", "8x16,8x8,16x16,32x32", "--dma-bits",
-               "64", "--workers", "1", "--json", str(out), "--plot", str(png)])
+               "64", "-j", "1", "--json", str(out), "--plots", str(png.parent)])
     assert rc == 0
     doc = json.loads(out.read_text())
     fit = {p["config"]: p["fit"] for p in doc["points"]}

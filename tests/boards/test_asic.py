@@ -142,9 +142,9 @@ def test_missing_liberty_says_what_to_install(monkeypatch):
 def test_build_options_are_checked(capsys):
     from systolica.cli import main
 
-    assert main(["build"]) == 2
+    assert main(["hw", "build"]) == 2
     assert "--board" in capsys.readouterr().err
-    assert main(["build", "--asic", "--board", "kv260"]) == 2
+    assert main(["hw", "build", "--asic", "--board", "kv260"]) == 2
     assert "--asic" in capsys.readouterr().err
 
 
@@ -208,7 +208,7 @@ def test_cli_prints_sources_and_writes_json(small_run, tmp_path, monkeypatch, ca
     r, _, _ = small_run
     monkeypatch.setattr(asic, "asic_estimate", lambda *a, **k: r)
     out = tmp_path / "r.json"
-    assert main(["build", "--asic", "--config", "tiny", "--unit", "array", "-o", str(tmp_path / "b"),
+    assert main(["hw", "build", "--asic", "--config", "tiny", "--unit", "array", "-o", str(tmp_path / "b"),
                  "--json", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "buffers: SRAM-macro estimate (assumed model" in text and "measured synthesis" in text

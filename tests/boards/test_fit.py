@@ -146,7 +146,7 @@ def test_build_command_estimate(tmp_path, monkeypatch, fake_top):
 
     monkeypatch.setattr(hdl, "write_verilog", fake_write)
     out = tmp_path / "b"
-    rc = main(["build", "--board", "ultra96v2", "--estimate", "-o", str(out)])
+    rc = main(["hw", "build", "--board", "ultra96v2", "--estimate", "-o", str(out)])
     assert rc == 0
     fit = json.loads((out / "fit.json").read_text())
     assert fit["fits"] is None and fit["estimate_within_limits"] and not fit["measured"]  # an estimate is no fit
@@ -154,17 +154,17 @@ def test_build_command_estimate(tmp_path, monkeypatch, fake_top):
     assert fit["largest_fit"]["rows"] * fit["largest_fit"]["cols"] >= 256
     assert "zynq_ultra_ps_e" in (out / "build.tcl").read_text()
     assert (out / "deploy" / "run.sh").exists() and (out / "deploy" / "regmap.md").exists()
-    # a config far too big for the board: exit 1 and fits false
+    # a config far too big for the board: exit 3 (a check failed) and fits false
     big = tmp_path / "big.toml"
     big.write_text(load_board("ultra96v2").config.reshaped(64, 64).to_toml())
-    assert main(["build", "--board", "ultra96v2", "--config", str(big), "--estimate", "-o", str(out)]) == 1
+    assert main(["hw", "build", "--board", "ultra96v2", "--config", str(big), "--estimate", "-o", str(out)]) == 3
     assert json.loads((out / "fit.json").read_text())["estimate_within_limits"] is False
-    assert main(["build", "--board", "nosuchboard", "--estimate", "-o", str(out)]) == 2
-    assert main(["build", "--board", "ultra96v2", "--estimate", "--margin", "0", "-o", str(out)]) == 2
+    assert main(["hw", "build", "--board", "nosuchboard", "--estimate", "-o", str(out)]) == 2
+    assert main(["hw", "build", "--board", "ultra96v2", "--estimate", "--margin", "0", "-o", str(out)]) == 2
 
 
 def test_build_falls_back_to_the_model_when_yosys_fails(tmp_path, monkeypatch, fake_top):
-    from systolica.boards import cli_build, hdl
+    from systolica.boards import estimate, hdl
     from systolica.boards.ports import parse_ports
     from systolica.boards.yosys import YosysError
     from systolica.cli import main
@@ -179,9 +179,9 @@ def test_build_falls_back_to_the_model_when_yosys_fails(tmp_path, monkeypatch, f
         raise YosysError("Yosys did not finish in 1 s")
 
     monkeypatch.setattr(hdl, "write_verilog", fake_write)
-    monkeypatch.setattr(cli_build, "estimate_resources", slow)
+    monkeypatch.setattr(estimate, "estimate_resources", slow)
     out = tmp_path / "b"
-    assert main(["build", "--board", "pynq-z2", "-o", str(out)]) == 0
+    assert main(["hw", "build", "--board", "pynq-z2", "-o", str(out)]) == 0
     fit = json.loads((out / "fit.json").read_text())
     assert fit["source"].startswith("estimate (Yosys failed") and fit["fits"] is None and not fit["measured"]
 

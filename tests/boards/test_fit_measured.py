@@ -81,7 +81,7 @@ def test_build_reads_the_shared_cache_and_writes_fit_json(tmp_path, monkeypatch,
                                 {"name": "gemm.acc_mem", "kind": "ff", "cell": "flip-flops", "bits": 65536}])
     assert rec.path.parent == tmp_path / "cache" / "synth"
     out = tmp_path / "b"
-    assert main(["build", "--board", "pynq-z2", "-o", str(out)]) == 0
+    assert main(["hw", "build", "--board", "pynq-z2", "-o", str(out)]) == 0
     fit = json.loads((out / "fit.json").read_text())
     assert fit["schema"] == "systolica-fit/1" and fit["measured"] and fit["fits"] is True
     assert fit["verdict"] == "fits" and fit["estimate_within_limits"] is None
@@ -112,7 +112,7 @@ def test_a_stale_record_is_synthesized_again(tmp_path, monkeypatch, fake_top):
 
     monkeypatch.setattr(synth_cache, "synthesize", fake_synth)
     out = tmp_path / "b"
-    assert main(["build", "--board", "pynq-z2", "-o", str(out)]) == 1  # 113% LUT: does not fit, exit 1
+    assert main(["hw", "build", "--board", "pynq-z2", "-o", str(out)]) == 3  # 113% LUT: does not fit, exit 3
     fit = json.loads((out / "fit.json").read_text())
     assert calls == ["pynq-z2"] and fit["fits"] is False and fit["tightest"]["kind"] == "lut"
     assert not synth_cache.lookup(b.config, b).stale
@@ -140,17 +140,17 @@ def test_a_stale_record_of_identical_verilog_is_reused(tmp_path, monkeypatch, fa
                           verilog=digest)
         assert synth_cache.lookup(b.config, b).stale
         out = tmp_path / digest
-        rc = main(["build", "--board", "pynq-z2", "-o", str(out)])
+        rc = main(["hw", "build", "--board", "pynq-z2", "-o", str(out)])
         fit = json.loads((out / "fit.json").read_text())
         assert calls == runs and fit["measured"]
-        assert (rc, fit["resources"]["lut"]["used"]) == ((0, 30000) if not runs else (1, 60000))
+        assert (rc, fit["resources"]["lut"]["used"]) == ((0, 30000) if not runs else (3, 60000))
         assert not synth_cache.lookup(b.config, b).stale
         calls.clear()
 
 
 def test_estimate_is_calibrated_on_cached_syntheses(tmp_path, monkeypatch, fake_top):
     from systolica.boards import synth_cache
-    from systolica.boards.cli_build import estimate_model
+    from systolica.boards.estimate import estimate_model
     from systolica.cli import main
 
     monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
@@ -164,7 +164,7 @@ def test_estimate_is_calibrated_on_cached_syntheses(tmp_path, monkeypatch, fake_
     assert "calibrated on 1 measured synthesis(es) (4x4)" in note
     assert model.predict(b.config).lut == pytest.approx(249449 * 4)  # one point: proportional to the PEs
     out = tmp_path / "b"
-    assert main(["build", "--board", "pynq-z2", "--estimate", "-o", str(out)]) == 1
+    assert main(["hw", "build", "--board", "pynq-z2", "--estimate", "-o", str(out)]) == 3
     fit = json.loads((out / "fit.json").read_text())
     assert fit["fits"] is None and fit["estimate_within_limits"] is False and "calibrated on 1" in fit["source"]
     assert fit["verdict"] == "estimate only: over limits"
@@ -199,7 +199,7 @@ def test_board_preset_fits_with_headroom(board, tmp_path):
 
     out = tmp_path / board
     t0 = time.monotonic()
-    rc = main(["build", "--board", board, "-o", str(out), "--synth-timeout", "14400"])
+    rc = main(["hw", "build", "--board", board, "-o", str(out), "--synth-timeout", "14400"])
     fit = json.loads((out / "fit.json").read_text())
     assert fit["measured"], f"no synthesis ran ({fit['source']}) after {time.monotonic() - t0:.0f} s"
     util = {k: v["utilization"] for k, v in fit["resources"].items()}
@@ -231,6 +231,6 @@ def test_uram_parts_get_ultra_buffers_and_a_uram_cache_key(tmp_path, monkeypatch
     b = load_board("kv260")
     rec = synth_cache.store(b.config, "xcup", True, Resources(lut=50000, ff=60000, dsp=300, bram=60, uram=16))
     assert rec.path.name.startswith("xcup-uram-")
-    assert main(["build", "--board", "kv260", "-o", str(tmp_path / "b")]) == 0
+    assert main(["hw", "build", "--board", "kv260", "-o", str(tmp_path / "b")]) == 0
     fit = json.loads((tmp_path / "b" / "fit.json").read_text())
     assert seen == [True] and fit["resources"]["uram"]["used"] == 16 and fit["fits"]

@@ -40,5 +40,5 @@ def test_array_multipliers_map_to_dsps(tmp_path, capsys):
     assert r["dsp"] == cfg.rows * cfg.cols, r
     packed = synth_counts("array", cfg.replace(macs_per_dsp=2), "xc7", workdir=tmp_path / "packed")
     assert packed["dsp"] == cfg.rows * cfg.cols // 2, packed  # two MACs per DSP48
-    assert cli_main(["synth", "--config", "tiny", "--unit", "array", "--family", "xcup"]) == 0
+    assert cli_main(["hw", "synth", "--config", "tiny", "--unit", "array", "--family", "xcup"]) == 0
     assert "DSP" in capsys.readouterr().out

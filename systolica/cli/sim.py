@@ -1,149 +1,32 @@
-"""The core subcommands of ``systolica``: info, asm, disasm, sim, isa-doc.
+"""``systolica sim PROGRAM``: a program binary on the golden simulator, and with ``--rtl`` on the Verilog too.
 
-Each is a class with ``add_arguments(parser)`` and ``main(args) -> int``, named
-in :data:`systolica.cli.COMMANDS`.  Heavy imports (rich, the simulator) happen
-inside ``main`` so listing commands stays fast.
+Exit code 1 when the program faults, 3 when ``--rtl`` finds RTL and golden simulator differ.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-__all__ = ["Info", "Asm", "Disasm", "Sim", "IsaDoc", "UsageError"]
+from systolica.cli.exits import EXIT_CHECK_FAILED, EXIT_FAULT, EXIT_OK
+from systolica.cli.isa import _console, check_config
+from systolica.cli.options import UsageError, add_config, add_json, emit_json, json_to_stdout, positive_int
 
-
-class UsageError(ValueError):
-    """Command-line input that cannot be used (printed as one red line by the CLI)."""
-
-
-def _positive_int(text: str) -> int:
-    """argparse type of a whole number >= 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be at least 1")
-    return n
-
-
-def add_config_arg(p) -> None:
-    """``--config PRESET|FILE.toml`` on a parser or an argument group (every command reads it alike)."""
-    from systolica.config import PRESETS
-
-    p.add_argument("--config", metavar="PRESET|FILE.toml", default=None,
-                   help=f"accelerator config: a preset ({', '.join(PRESETS)}) or a TOML file (default: default)")
-
-
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False)
-
-
-class Info:
-    @staticmethod
-    def add_arguments(p: argparse.ArgumentParser) -> None:
-        add_config_arg(p)
-
-    @staticmethod
-    def main(args: argparse.Namespace) -> int:
-        from rich.table import Table
-
-        from systolica.config import load_config
-        from systolica.isa import OPS
-
-        cfg = load_config(args.config)
-        t = Table(title=f"accelerator config {cfg.name!r}")
-        t.add_column("field")
-        t.add_column("value", justify="right")
-        for k, v in cfg.to_dict().items():
-            t.add_row(k, str(v))
-        t.add_row("spad lines (int8 x cols)", str(cfg.spad_lines))
-        t.add_row("acc lines (int32 x cols)", str(cfg.acc_lines))
-        t.add_row("vbuf lines (int32 x cols)", str(cfg.vbuf_lines))
-        t.add_row("config hash (hash32)", f"{cfg.hash32():08x}")
-        t.add_row("peak MAC / cycle", str(cfg.peak_macs_per_cycle))
-        t.add_row("peak DRAM bytes / cycle", str(cfg.peak_dram_bytes_per_cycle))
-        t.add_row("peak GMAC/s at clock", f"{cfg.peak_macs_per_cycle * cfg.clock_mhz / 1e3:.2f}")
-        t.add_row("peak DRAM GB/s at clock", f"{cfg.peak_dram_bytes_per_cycle * cfg.clock_mhz / 1e3:.2f}")
-        isa = Table(title="ISA (128-bit words)")
-        for col in ("op", "code", "engine", "bits used"):
-            isa.add_column(col, justify="right" if col in ("code", "bits used") else "left")
-        for op in sorted(OPS, key=lambda o: o.code):
-            isa.add_row(op.name, f"{op.code:#04x}", op.engine.name.lower() if op.engine is not None else "(field)",
-                        str(op.used_bits))
-        con = _console()
-        con.print(t)
-        con.print(isa)
-        return 0
-
-
-class Asm:
-    @staticmethod
-    def add_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("input", type=Path, help="assembly text (one instruction per line)")
-        p.add_argument("-o", "--output", type=Path, default=None, help="program binary (default: INPUT with .bin)")
-        add_config_arg(p)
-
-    @staticmethod
-    def main(args: argparse.Namespace) -> int:
-        from systolica.asm import AsmError, assemble
-        from systolica.config import load_config
-
-        cfg = load_config(args.config)
-        try:
-            text = args.input.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise UsageError(f"{args.input}: not UTF-8 text (byte {e.start}: {e.reason}); asm reads assembly "
-                             "text (a program binary goes to 'systolica disasm')") from None
-        try:
-            prog = assemble(text, cfg)
-        except AsmError as e:
-            raise AsmError(e.line, f"{args.input}: {str(e).split(': ', 1)[1]}") from None
-        out = args.output or args.input.with_suffix(".bin")
-        prog.save(out)
-        print(f"{out}: {len(prog)} instructions for config {cfg.name!r} ({prog.config_hash:08x})")
-        return 0
-
-
-class Disasm:
-    @staticmethod
-    def add_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("input", type=Path, help="program binary")
-        p.add_argument("--config", default=None, metavar="PRESET|FILE.toml",
-                       help="also check that the program was compiled for this config")
-        p.add_argument("--no-pc", action="store_true", help="plain assembly text that 'systolica asm' reads back")
-
-    @staticmethod
-    def main(args: argparse.Namespace) -> int:
-        from systolica.asm import disasm
-        from systolica.config import load_config
-        from systolica.program import Program
-
-        prog = Program.load(args.input, validate=False)  # illegal words print as .word lines
-        if args.config:
-            _check_config(prog, load_config(args.config))
-        if not args.no_pc:
-            print(f"; {args.input}: format v1, config {prog.config_hash:08x}, {len(prog)} instructions")
-        sys.stdout.write(disasm(prog, pc=not args.no_pc))
-        return 0
+__all__ = ["Sim"]
 
 
 class Sim:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument("program", type=Path, help="program binary")
-        add_config_arg(p)
+        add_config(p)
         p.add_argument("--dram", type=Path, default=None, help="raw bytes loaded at offset 0 of the DRAM window")
         p.add_argument("--dram-out", type=Path, default=None,
                        help="write the DRAM window back after the run (as many bytes as --dram had, else all)")
-        p.add_argument("--max-instructions", type=_positive_int, default=None, metavar="N",
+        p.add_argument("--max-instructions", type=positive_int, default=None, metavar="N",
                        help="stop with TIMEOUT after this many (at least 1)")
-        p.add_argument("--json", action="store_true", help="print the result as JSON")
+        add_json(p, "the result (status, pc, counters; with --rtl the RTL run too)")
         rtl = p.add_argument_group("RTL", "run the program on the generated Verilog under Verilator as well "
                                           "(the C++ harness: the first run of a config builds it, minutes)")
         rtl.add_argument("--rtl", action="store_true",
@@ -151,7 +34,7 @@ class Sim:
         rtl.add_argument("--waves", type=Path, default=None, metavar="FILE",
                          help="with --rtl: write the RTL run's waveform here (FST; VCD where Verilator's FST "
                               "writer cannot be built: no liblz4 headers)")
-        rtl.add_argument("--window", type=_positive_int, default=None, metavar="BYTES",
+        rtl.add_argument("--window", type=positive_int, default=None, metavar="BYTES",
                          help=f"with --rtl: the DRAM window of both runs (default {_RTL_WINDOW >> 20} MiB, or the "
                               "config's if smaller; the program sits at its top)")
 
@@ -167,7 +50,7 @@ class Sim:
             raise UsageError(f"{'--waves' if args.waves is not None else '--window'} needs --rtl")
         cfg = load_config(args.config)
         prog = Program.load(args.program, validate=False)  # illegal words become faults with a pc
-        _check_config(prog, cfg)
+        check_config(prog, cfg)
         size = min(cfg.dram_bytes, args.window or _RTL_WINDOW) if args.rtl else cfg.dram_bytes
         size -= size % 64
         dram = np.zeros(size, np.uint8)  # calloc'd: untouched pages cost nothing
@@ -197,18 +80,18 @@ class Sim:
             del dram_in
         if args.dram_out is not None:
             dram[:n_in or dram.size].tofile(args.dram_out)
-        if args.json:
+        if args.json is not None:
             out = res.to_dict()
             if rtl is not None:
                 out["rtl"] = rtl
-            print(json.dumps(out, indent=2))
-        else:
+            emit_json(args.json, out, indent=2)
+        if not json_to_stdout(args):
             _print_result(res, cfg)
             if rtl is not None:
                 _print_rtl(rtl)
         if rtl is not None and not rtl["agree"]:
-            return 3  # the check failed: RTL and golden differ
-        return 0 if res.ok else 1
+            return EXIT_CHECK_FAILED  # the check failed: RTL and golden differ (printed above)
+        return EXIT_OK if res.ok else EXIT_FAULT
 
 
 _RTL_WINDOW = 16 << 20  # default DRAM window of `sim --rtl` (the C++ harness copies it through files)
@@ -259,19 +142,6 @@ def _print_rtl(rtl: dict) -> None:
         c.print(f"waveform: {rtl['waves']}")
 
 
-def _check_config(prog, cfg) -> None:
-    """Refuse a program of another config; name the preset it was built for when there is one."""
-    from systolica.config import PRESETS
-    from systolica.program import ConfigMismatch
-
-    try:
-        prog.check_config(cfg)
-    except ConfigMismatch as e:
-        match = [n for n, p in PRESETS.items() if p.hash32() == prog.config_hash]
-        if match:
-            raise UsageError(f"{e} (it was built for preset {match[0]!r}: run with --config {match[0]})") from None
-        raise
-
 
 def _print_result(res, cfg) -> None:
     from rich.table import Table
@@ -299,26 +169,3 @@ def _print_result(res, cfg) -> None:
                        style="bold red"), soft_wrap=True)
 
 
-class IsaDoc:
-    @staticmethod
-    def add_arguments(p: argparse.ArgumentParser) -> None:
-        p.add_argument("-o", "--output", type=Path, default=None, help="file to write (default: stdout)")
-        p.add_argument("--check", action="store_true", help="exit 1 if OUTPUT differs from what would be written")
-
-    @staticmethod
-    def main(args: argparse.Namespace) -> int:
-        from systolica import isadoc
-
-        text = isadoc.render()
-        if args.check:
-            if args.output is None:
-                raise UsageError("--check needs -o FILE")
-            same = args.output.is_file() and args.output.read_bytes() == text.encode()
-            print(f"{args.output}: {'up to date' if same else 'stale: run ' + isadoc.REGENERATE}")
-            return 0 if same else 1
-        if args.output is None:
-            sys.stdout.write(text)
-        else:
-            isadoc.write(args.output)
-            print(f"wrote {args.output}")
-        return 0

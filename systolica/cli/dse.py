@@ -1,24 +1,38 @@
 """``systolica dse``: sweep accelerator configurations x boards x models with the performance model.
 
-    systolica dse --models default --boards kv260,zcu104,pynq-z2 --shapes 8x8,8x16,16x16,16x32,32x32 \\
-        --dma-bits 64,128 --json dse.json --plot dse.png
+    systolica dse --models default --boards kv260,zcu104,pynq-z2 --shapes 8x8,16x16,32x32 \\
+        --dma-bits 64,128 --json dse.json --plots plots/
 
 Prints the Pareto front (decode tokens/s up; DSPs, BRAM, energy per token down) per model among the
 points whose fit a synthesis measured (:mod:`systolica.boards.fit_status`); points that do not fit or
 were never synthesized are listed, flagged and greyed, never ranked.  ``--synth`` runs Yosys first for
-configurations the shared synthesis cache lacks (10 to 40 minutes each for the presets on 2 cores).  Runs on all local cores by
-default, on a Ray cluster with ``--ray ADDRESS`` (``--ray local`` starts Ray here).
+configurations the shared synthesis cache lacks (10 to 40 minutes each for the presets on 2 cores).  Runs on
+all local cores by default (``-j N``: N processes), on a Ray cluster with ``--ray ADDRESS`` (``--ray local``
+starts Ray here).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from systolica.bench.errors import BenchError
+from systolica.cli.exits import EXIT_OK
+from systolica.cli.options import (
+    UsageError,
+    add_deprecated,
+    add_jobs,
+    add_json,
+    add_plots,
+    emit_json,
+    json_to_stdout,
+    positive_int,
+    real,
+)
+from systolica.cli.progress import progress_enabled
 
-__all__ = ["Dse", "parse_shapes", "split_models", "plot_pareto"]
+__all__ = ["Dse", "parse_shapes", "split_models", "PLOT_NAME"]
+
+PLOT_NAME = "dse_pareto.png"  # the file --plots DIR writes
 
 
 def split_models(text: str) -> list[str]:
@@ -40,57 +54,11 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     for item in (x.strip() for x in text.split(",") if x.strip()):
         r, sep, c = item.lower().partition("x")
         if not sep or not r.isdigit() or not c.isdigit():
-            raise BenchError(f"--shapes item {item!r} is not ROWSxCOLS (e.g. 16x32)")
+            raise UsageError(f"--shapes item {item!r} is not ROWSxCOLS (e.g. 16x32)")
         out.append((int(r), int(c)))
     if not out:
-        raise BenchError("--shapes names no shape")
+        raise UsageError("--shapes names no shape")
     return out
-
-
-def plot_pareto(points: list[dict], front: set[int], path: str | Path) -> Path:
-    """Tokens/s vs array MACs and energy per token vs tokens/s.  Filled: fits (measured); hollow:
-    does not fit; faint x: fit not measured; ringed: Pareto front (among measured fits only)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
-    boards = sorted({p["board"] for p in points})
-    for bi, b in enumerate(boards):
-        for i, p in enumerate(points):
-            if p["board"] != b:
-                continue
-            if p.get("fit") == "yes":
-                kw = {"color": f"C{bi}", "marker": "o", "markerfacecolor": f"C{bi}"}
-            elif p.get("fit") == "no":
-                kw = {"color": f"C{bi}", "marker": "o", "markerfacecolor": "none", "alpha": 0.6}
-            else:
-                kw = {"color": f"C{bi}", "marker": "x", "alpha": 0.45}
-            kw["linestyle"] = "none"
-            a1.plot(p["macs"], p["decode_tokens_per_s"], **kw)
-            a2.plot(p["decode_tokens_per_s"], p["joules_per_token"], **kw)
-            if i in front:
-                for ax, xy in ((a1, (p["macs"], p["decode_tokens_per_s"])),
-                               (a2, (p["decode_tokens_per_s"], p["joules_per_token"]))):
-                    ax.plot(*xy, marker="o", markersize=13, markerfacecolor="none", color="k", linestyle="none")
-        a1.plot([], [], "o", color=f"C{bi}", label=f"{b} (fits, measured)")
-    a1.plot([], [], "o", color="k", markerfacecolor="none", markersize=13, label="Pareto front (measured fits)")
-    a1.plot([], [], "o", color="gray", markerfacecolor="none", label="does NOT fit (synthesis)")
-    a1.plot([], [], "x", color="gray", alpha=0.45, label="fit not measured")
-    a1.set_xscale("log")
-    a1.set_xlabel("array MACs (rows x cols)")
-    a1.set_ylabel("decode tokens/s (modelled, assumed clock)")
-    a2.set_xlabel("decode tokens/s (modelled, assumed clock)")
-    a2.set_ylabel("energy per token (J, board power figure)")
-    a2.set_yscale("log")
-    for a in (a1, a2):
-        a.grid(True, alpha=0.3)
-    a1.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
 
 
 def _num(v, fmt: str = "g") -> str:
@@ -105,17 +73,20 @@ class Dse:
         p.add_argument("--shapes", default="4x4,8x8,16x16,32x32",
                        help="array shapes ROWSxCOLS (the RTL GEMM sequencer builds square arrays only)")
         p.add_argument("--dma-bits", default="64,128", help="DMA port widths (capped at the board's HP port)")
-        p.add_argument("--prompt-len", type=int, default=16, help="context of the timed decode step and prompt")
+        p.add_argument("--prompt-len", type=positive_int, default=16, metavar="N",
+                       help="context of the timed decode step and prompt (default 16)")
         p.add_argument("--gemm", choices=("systolic", "line_dot"), default="systolic",
                        help="GEMM datapath to model: the RTL's systolic array (default) or the earlier line-dot one")
-        p.add_argument("--workers", type=int, default=None, help="local processes (default: one per core)")
+        add_jobs(p, "local processes", None, old=("--workers",))
         p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster ('local' starts one here)")
         p.add_argument("--synth", action="store_true",
                        help="run Yosys for configurations without a cached synthesis (10 to 40 minutes each on 2 cores); "
                             "without it they are reported as 'fit: not measured'")
-        p.add_argument("--synth-timeout", type=float, default=3600.0, help="seconds per Yosys run (default 3600)")
-        p.add_argument("--json", help="write every point (and the front) as JSON")
-        p.add_argument("--plot", help="write the Pareto plot (PNG)")
+        p.add_argument("--synth-timeout", type=real(0.0, open_lo=True), default=3600.0, metavar="SECONDS",
+                       help="seconds per Yosys run (default 3600)")
+        add_json(p, "every point, the Pareto front and the failed points")
+        add_plots(p, f"the Pareto plot ({PLOT_NAME})")
+        add_deprecated(p, "--plot", "--plots DIR", "plot_file")
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
@@ -125,24 +96,29 @@ class Dse:
 
         from systolica.bench.dse import front_of, make_tasks, run_tasks
 
-        con = Console(emoji=False)  # model specs like random:llama:... are not emoji codes
+        to_stdout = json_to_stdout(args)
+        con = Console(emoji=False, stderr=to_stdout)  # model specs like random:llama:... are not emoji codes
         if not con.is_terminal:
-            con = Console(width=160, emoji=False)
+            con = Console(width=160, emoji=False, stderr=to_stdout)
         shapes = parse_shapes(args.shapes)
-        widths = [int(x) for x in args.dma_bits.split(",") if x.strip()]
+        widths = []
+        for x in (x.strip() for x in args.dma_bits.split(",") if x.strip()):
+            if not x.isdigit() or int(x) < 1:
+                raise UsageError(f"--dma-bits item {x!r} is not a port width in bits (e.g. 64)")
+            widths.append(int(x))
         models = split_models(args.models)
         tasks = make_tasks(models, [b.strip() for b in args.boards.split(",") if b.strip()], shapes, widths,
                            args.prompt_len, args.gemm)
         if not tasks:
-            raise BenchError("no valid configuration: check --shapes and --dma-bits against the boards")
+            raise UsageError("no valid configuration: check --shapes and --dma-bits against the boards")
         if args.synth:
             from systolica.bench.dse import synthesize_missing
 
             for r in synthesize_missing(tasks, timeout=args.synth_timeout, say=con.print):
                 con.print(f"synthesized {r['config']} for {r['board']} in {r['seconds']:.0f} s -> {r['cache']}")
-        with Progress(console=con, transient=True) as prog:
+        with Progress(console=Console(stderr=True), transient=True, disable=not progress_enabled(args)) as prog:
             job = prog.add_task(f"{len(tasks)} design points", total=len(tasks))
-            points = run_tasks(tasks, workers=args.workers, ray_address=args.ray,
+            points = run_tasks(tasks, workers=args.jobs, ray_address=args.ray,
                                progress=lambda d, n: prog.update(job, completed=d))
         ok = [p for p in points if "error" not in p]
         front = front_of(ok)
@@ -163,18 +139,25 @@ class Dse:
                       fit if p["fit"] == "yes" else f"[red]{fit}[/red]",
                       f"{p['clock']['mhz']:g} {p['clock']['basis']}", f"{p['power_w']:g} {p['power']['basis']}",
                       "*" if i in front else "", style=None if p["fit"] == "yes" else "dim")
-        con.print(t)
+        if not to_stdout:
+            con.print(t)
         if n_unmeasured:
             con.print(f"[yellow]{n_unmeasured} point(s) have no measured synthesis: their speed is what the design "
                       "would do IF it fit (systolica build --board B --config C, or dse --synth, measures it)")
         for p in points:
             if "error" in p:
                 con.print(f"[yellow]{p['board']} {p['config']}: {p['error']}[/yellow]")
-        if args.json:
-            Path(args.json).write_text(json.dumps({"points": ok, "pareto": sorted(front),
-                                                   "pareto_basis": "measured fits only (fit == 'yes')",
-                                                   "failed": [p for p in points if "error" in p]}, indent=1))
-            con.print(f"JSON: {args.json}")
-        if args.plot:
-            con.print(f"plot: {plot_pareto(ok, front, args.plot)}")
-        return 0
+        written = emit_json(args.json, {"points": ok, "pareto": sorted(front),
+                                        "pareto_basis": "measured fits only (fit == 'yes')",
+                                        "failed": [p for p in points if "error" in p]})
+        if written is not None:
+            con.print(f"JSON: {written}")
+        plot = getattr(args, "plot_file", None)
+        if args.plots:
+            Path(args.plots).mkdir(parents=True, exist_ok=True)
+            plot = Path(args.plots) / PLOT_NAME
+        if plot:
+            from systolica.bench.dse_plot import plot_pareto
+
+            con.print(f"plot: {plot_pareto(ok, front, plot)}")
+        return EXIT_OK

@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from systolica.compiler.frontend import load_model  # also imported from here by other commands
+from systolica.cli.exits import EXIT_OK
+from systolica.cli.options import add_board, add_config, add_output, count
+from systolica.cli.progress import progress_enabled, steps
 
-__all__ = ["Compile", "load_model"]
+__all__ = ["Compile"]
 
 
 def _human(n: int) -> str:
@@ -29,18 +31,17 @@ def _human(n: int) -> str:
 class Compile:
     @staticmethod
     def add_arguments(p: argparse.ArgumentParser) -> None:
-        from systolica.cli_core import add_config_arg
-
         p.add_argument("model", help="a .gguf file, a safetensors directory, 'default' (the cached default model), "
                                       "or random:ARCH[:k=v,...]")
         g = p.add_mutually_exclusive_group()
-        add_config_arg(g)
-        g.add_argument("--board", help="a board (e.g. kv260): the accelerator configuration sized for it")
-        p.add_argument("-o", "--output", required=True, metavar="FILE", help="artifact file to write (.systolica)")
-        p.add_argument("--page", type=int, default=16, metavar="N",
+        add_config(g)
+        add_board(g)
+        add_output(p, "artifact file to write (.systolica)", required=True, metavar="FILE")
+        p.add_argument("--page", type=count(1, pow2=True), default=16, metavar="N",
                        help="KV-cache page size in tokens, a power of two (default 16)")
-        p.add_argument("--max-seq", type=int, default=None, metavar="N", help="longest context (default: the model's)")
-        p.add_argument("--prefill-chunk", type=int, default=16, metavar="N",
+        p.add_argument("--max-seq", type=count(1), default=None, metavar="N",
+                       help="longest context (default: the model's)")
+        p.add_argument("--prefill-chunk", type=count(1), default=16, metavar="N",
                        help="rows of the prefill program, an upper bound: reduced until it fits on chip (default 16)")
         p.add_argument("--act-split", action="store_true",
                        help="~15-bit activations: every linear input as an int8 part plus an int8 residual "
@@ -51,18 +52,18 @@ class Compile:
         from rich.console import Console
         from rich.table import Table
 
-        from systolica.cli_run import resolve_config  # --board / --config exactly as 'systolica run' reads them
+        from systolica.cli.run import resolve_config  # --board / --config exactly as 'systolica run' reads them
         from systolica.compiler.compile import compile_model
+        from systolica.compiler.frontend import load_model
 
-        con = Console(stderr=True)
         cfg = resolve_config(args.board, args.config)
         t0 = time.perf_counter()
-        with con.status("reading model") as status:
+        with steps(progress_enabled(args), f"reading {args.model}", transient=True) as step:
             model = load_model(args.model)
             art = compile_model(model, cfg, page=args.page, max_seq=args.max_seq, prefill_chunk=args.prefill_chunk,
-                                progress=lambda s: status.update(f"compiling: {s}"),
+                                progress=lambda s: step(f"compiling: {s}"),
                                 **({"act_split": True} if args.act_split else {}))
-            status.update("writing artifact")
+            step(f"writing {args.output}")
             art.save(args.output)
         man = art.manifest
         out = Console()
@@ -93,4 +94,4 @@ class Compile:
         worst = max(man["quant_errors"].items(), key=lambda kv: kv[1])
         out.print(f"weight bytes read per decode token: {man['stats']['decode']['weight_bytes']:,}; "
                   f"worst quantization error {worst[0]} {worst[1]:.2e}; compiled in {time.perf_counter() - t0:.2f} s")
-        return 0
+        return EXIT_OK
