@@ -100,7 +100,10 @@ def add_deprecated(p, old: str, new: str, dest: str, *, flag: bool = False, **kw
 
 # ------------------------------------------------------------------ the shared options
 def add_output(p, help: str, *, required: bool = False, old: bool = False, metavar: str = "PATH", **kw) -> None:
-    """``-o/--output``; ``old``: also the deprecated ``--out``."""
+    """``-o/--output``; ``old``: also the deprecated ``--out`` (which then satisfies ``required`` too)."""
+    if old and required:  # argparse counts a required option as given only if its own action ran
+        p = p.add_mutually_exclusive_group(required=True)
+        required = False
     p.add_argument("-o", "--output", required=required, metavar=metavar, help=help, **kw)
     if old:
         add_deprecated(p, "--out", "-o/--output", "output", **({"type": kw["type"]} if "type" in kw else {}))
