@@ -11,7 +11,7 @@ one and two layers (the embedding and output projection are in both).  That keep
 
 Fit comes only from measured synthesis (:func:`systolica.boards.fit_status.fit_status`): a point is
 ``yes`` / ``no`` when the shared synthesis cache holds a Yosys run of its configuration for the board's
-family (``systolica build``, or ``systolica dse --synth``), ``no`` when the hardware generator refuses the
+family (``systolica hw build``, or ``systolica dse --synth``), ``no`` when the hardware generator refuses the
 configuration, and ``not measured`` otherwise.  Its DSP / BRAM / LUT counts are the measured ones
 (``None`` when not measured).  The clock is the board's target, labelled assumed (a measured Fmax
 replaces it once a record carries one); power is the board file's figure with the basis its

@@ -9,5 +9,6 @@
 - :mod:`~systolica.boards.yosys`, :mod:`~systolica.boards.fit`: Yosys resource counts, fit check,
   largest array that fits
 - :mod:`~systolica.boards.ecp5`: open-source Lattice ECP5 flow to a bitstream with Fmax
-- :mod:`~systolica.boards.cli_build`: ``systolica build --board X``
+- :mod:`~systolica.boards.estimate`: the resource estimate behind ``systolica hw build --board X`` (the command
+  itself is :mod:`systolica.cli.build`)
 """

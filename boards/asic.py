@@ -1,4 +1,4 @@
-"""``systolica build --asic``: a NanGate 45 nm standard-cell estimate of the accelerator or one unit.
+"""``systolica hw build --asic``: a NanGate 45 nm standard-cell estimate of the accelerator or one unit.
 
 The flow, all from registry packages (no vendor tools):
 

@@ -66,7 +66,7 @@ def _readme_ecp5(board: Board, cfg: AccelConfig, files: dict[str, str]) -> str:
     return "\n".join([
         f"# systolica on {board.title}", "",
         f"Accelerator `{cfg.name}`: {cfg.rows}x{cfg.cols} int8 array, config hash `{cfg.hash32():08x}`.", "",
-        f"`systolica build --board {board.name} --pnr` places and routes the accelerator with the open-source "
+        f"`systolica hw build --board {board.name} --pnr` places and routes the accelerator with the open-source "
         f"ECP5 flow and writes `{files['bitstream']}` with its Fmax. That bitstream wraps the accelerator's AXI "
         "ports in shift registers to measure timing and resources; it is not a working board design. The board "
         "has no processor for the systolica driver: running models on it needs a host bridge (e.g. USB-UART to "
@@ -86,7 +86,7 @@ def _readme(board: Board, cfg: AccelConfig, files: dict[str, str]) -> str:
                  "    vivado -mode batch -source build.tcl\n\n"
                  f"It packages the accelerator as IP, builds the block design around the {board.part} "
                  "processing system, runs synthesis and implementation (about 20-60 minutes) and writes "
-                 f"{bits} into this folder. `systolica build --board {board.name} --vivado` does the same "
+                 f"{bits} into this folder. `systolica hw build --board {board.name} --vivado` does the same "
                  "and then checks the .hwh register map against the CSR map.")
     return "\n".join([
         f"# systolica on {board.title}",

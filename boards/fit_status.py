@@ -83,7 +83,7 @@ def fit_status(cfg: AccelConfig, board: Board, *, margin: float = DEFAULT_MARGIN
     if rec is None:
         return FitStatus(NOT_MEASURED, board.name, cfg.name,
                          reason=f"no synthesis of config {cfg.hash_hex()[:12]} for {board.family} cached "
-                                f"(systolica build --board {board.name} --config ..., or --synth)")
+                                f"(systolica hw build --board {board.name} --config ..., or --synth)")
     if rec.stale:
         return FitStatus(NOT_MEASURED, board.name, cfg.name, record=rec,
                          reason=f"the cached synthesis ({rec.when}) is of older hw/ sources; synthesize again")

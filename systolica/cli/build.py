@@ -128,7 +128,7 @@ class Build:
                                  "--pnr and --estimate")
             return _asic(args)
         if not args.board:
-            raise BuildError("systolica build needs --board B (boards: " + ", ".join(list_boards()) +
+            raise BuildError("systolica hw build needs --board B (boards: " + ", ".join(list_boards()) +
                              ") or --asic for a NanGate 45 nm ASIC estimate")
         if args.unit or args.period is not None:
             raise BuildError("--unit and --period go with --asic")

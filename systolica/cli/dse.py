@@ -143,7 +143,7 @@ class Dse:
             con.print(t)
         if n_unmeasured:
             con.print(f"[yellow]{n_unmeasured} point(s) have no measured synthesis: their speed is what the design "
-                      "would do IF it fit (systolica build --board B --config C, or dse --synth, measures it)")
+                      "would do IF it fit (systolica hw build --board B --config C, or dse --synth, measures it)")
         for p in points:
             if "error" in p:
                 con.print(f"[yellow]{p['board']} {p['config']}: {p['error']}[/yellow]")

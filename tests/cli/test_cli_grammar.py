@@ -128,3 +128,21 @@ def test_no_core_module_outside_cli_imports_a_part():
     core = Path(systolica.__file__).parent
     bad = {f.name: pat.findall(f.read_text()) for f in core.glob("*.py") if pat.search(f.read_text())}
     assert not bad, f"core modules importing parts: {bad}"
+
+
+def test_the_readme_command_table_names_every_command_as_it_is_spelled():
+    """README.md "Command line": one row per command of COMMANDS, and no row for a name that is not one."""
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    if not readme.is_file():
+        pytest.skip("no README.md next to the tests (installed package)")
+    text = readme.read_text()
+    section = text[text.index("## Command line"):]
+    section = section[:section.index("\n## ", 3)]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| `systolica ")]
+    named = set()
+    for row in rows:
+        for m in re.finditer(r"`systolica ((?:hw )?[a-z-]+)", row.split(" | ")[0]):
+            named.add(m.group(1))
+    assert named == set(cli.COMMANDS), f"README rows {sorted(named)} vs COMMANDS {sorted(cli.COMMANDS)}"
