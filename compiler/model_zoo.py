@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(path)
     except ModelZooError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2  # as the systolica command line: a tool (pip) failed or the file is wrong
     return 0
 
 
