@@ -33,15 +33,22 @@ class BoardSpec:
     power_w: float
     price_usd: float
     source: str  # the board file
+    clock: dict | None = None  # clock_basis(): the clock the rows use and its basis (None: the config's target)
+
+    @property
+    def clock_mhz(self) -> float:
+        return float(self.clock["mhz"]) if self.clock else self.config.clock_mhz
 
 
 def board_spec(name: str) -> BoardSpec:
     """The :class:`BoardSpec` of a board in ``boards/`` (raises the boards' ``BoardError`` for unknown names)."""
     from systolica.boards.board import load_board
+    from systolica.boards.fit_status import clock_basis
 
     b = load_board(name)
     peak = b.window_peak_gbps or b.dram_peak_gbps
-    return BoardSpec(b.name, b.config, peak * b.dram_efficiency, b.power_w, b.price_usd, str(b.path))
+    return BoardSpec(b.name, b.config, peak * b.dram_efficiency, b.power_w, b.price_usd, str(b.path),
+                     clock=clock_basis(b.config, board=b))
 
 
 class AccelTimer:
@@ -81,7 +88,7 @@ def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_toke
     cfg = art.config
     params = board_params(cfg, dram_gbps=spec.dram_gbps, base=PerfParams(gemm=gemm))
     timer = AccelTimer(art, params)
-    f = cfg.clock_mhz * 1e6
+    f = spec.clock_mhz * 1e6  # measured Fmax where place and route ran, else the assumed target
     pre = timer.prefill_cycles(list(prompt))
     steps = [timer.decode_cycles(len(prompt) + j) for j in range(max(n_tokens - 1, 1))]
     dec_s = sum(steps) / f
@@ -96,13 +103,15 @@ def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_toke
                          usd_per_hour=board_usd_per_hour(spec.price_usd, spec.power_w, costs),
                          cost_source=f"${spec.price_usd:g} over {costs.amortization_years.value:g} years + "
                                      f"{spec.power_w:g} W at ${costs.electricity.value}/kWh")
-    res.extra = {"config": cfg.to_dict(), "gemm": gemm, "clock_mhz": cfg.clock_mhz, "params": params.to_dict(),
+    res.extra = {"config": cfg.to_dict(), "gemm": gemm, "clock_mhz": spec.clock_mhz, "params": params.to_dict(),
                  "prefill_cycles": pre, "decode_cycles_per_token": sum(steps) / len(steps),
                  "roofline": roof.to_dict(), "work": work.to_dict(),
                  "decode_bound_tokens_per_s": dec_bound, "decode_fraction_of_bound": tps / dec_bound,
                  "prefill_tokens_per_s": len(prompt) / (pre / f),
                  "prefill_bound_tokens_per_s": pre_bound,
                  "prefill_fraction_of_bound": len(prompt) / (pre / f) / pre_bound}
+    if spec.clock:
+        res.extra["clock"] = spec.clock
     return res
 
 

@@ -68,7 +68,7 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
         _attach_fit(row, name, spec.config, synth=synth, timeout=synth_timeout, progress=progress)
         rows.append(row)
         timer = AccelTimer(art, board_params(spec.config, dram_gbps=spec.dram_gbps, base=PerfParams(gemm=gemm)))
-        f = spec.config.clock_mhz * 1e6
+        f = spec.clock_mhz * 1e6
         pts = []
         for n in prompt_sweep:
             ids = (prompt * (n // len(prompt) + 1))[:n]
@@ -115,6 +115,6 @@ def _attach_fit(row, board_name: str, cfg, *, synth: bool, timeout: float, progr
     power = power_basis(board)
     row.extra["fit"] = st.to_dict()
     row.extra["fit_label"] = st.label()
-    row.extra["clock"] = clock_basis(cfg, st.record if st.measured else None)
+    row.extra["clock"] = clock_basis(cfg, st.record if st.measured else None, board)
     row.extra["power"] = power
     row.power_source = f"{power['basis']}: {power['source']}"

@@ -13,8 +13,9 @@ Fit comes only from measured synthesis (:func:`systolica.boards.fit_status.fit_s
 ``yes`` / ``no`` when the shared synthesis cache holds a Yosys run of its configuration for the board's
 family (``systolica hw build``, or ``systolica dse --synth``), ``no`` when the hardware generator refuses the
 configuration, and ``not measured`` otherwise.  Its DSP / BRAM / LUT counts are the measured ones
-(``None`` when not measured).  The clock is the board's target, labelled assumed (a measured Fmax
-replaces it once a record carries one); power is the board file's figure with the basis its
+(``None`` when not measured).  The clock is :func:`~systolica.boards.fit_status.clock_basis`: the measured Fmax
+where place and route of the configuration is cached (ECP5), else the board's target, labelled assumed
+(Xilinx rows carry the ECP5 proxy Fmax beside it); power is the board file's figure with the basis its
 comment gives (measured / datasheet / assumed).
 
 :func:`pareto_front` keeps the points no other point beats on every objective; :func:`front_of` applies it
@@ -140,7 +141,7 @@ def evaluate(task: dict) -> dict:
     st = fit_status(cfg, board)
     rec = st.record if st.measured else None
     measured = rec.resources.as_dict() if rec is not None else {}
-    clock = clock_basis(cfg, rec)
+    clock = clock_basis(cfg, rec, board)
     power = power_basis(board)
     f = clock["mhz"] * 1e6
     tps = f / dec

@@ -67,7 +67,8 @@ def render_table(rows: Sequence[BaselineResult], title: str = "systolica bench")
         fit = d["extra"].get("fit")
         if d["extra"].get("roofline"):
             clock = d["extra"].get("clock") or {}
-            note = f"modelled at {clock.get('mhz', d['extra'].get('clock_mhz', 0)):g} MHz ({clock.get('basis', 'assumed')})"
+            note = (f"modelled, {clock['label']}" if clock.get("label") else
+                    f"modelled at {clock.get('mhz', d['extra'].get('clock_mhz', 0)):g} MHz ({clock.get('basis', 'assumed')})")
         else:
             note = "measured"
         power = d["extra"].get("power")

@@ -6,8 +6,8 @@
   (:mod:`systolica.boards.synth_cache`) against the board, ``no`` when the hardware generator
   refuses the configuration (:func:`systolica.boards.fit.hardware_problem`), otherwise
   ``not measured`` -- never a per-PE guess;
-- clock (:func:`clock_basis`): the board's target, labelled *assumed*, until a measured Fmax
-  is recorded with the synthesis (``SynthRecord.fmax_mhz``);
+- clock (:func:`clock_basis`): the board's target, labelled *assumed*, until a place-and-route
+  run (or Vivado timing) of the configuration is cached (:mod:`systolica.boards.timing_cache`);
 - power (:func:`power_basis`): the board file's figure with the source its comment gives
   (``[V]`` measured, ``[S: ...]`` datasheet or another named source, ``[?]`` assumed).
 """
@@ -24,7 +24,7 @@ from systolica.boards.fit import DEFAULT_MARGIN, FitReport, fit_check, hardware_
 from systolica.boards.synth_cache import SynthRecord, lookup
 from systolica.config import AccelConfig
 
-__all__ = ["FitStatus", "fit_status", "clock_basis", "power_basis", "figure_source", "YES", "NO", "NOT_MEASURED"]
+__all__ = ["FitStatus", "fit_status", "clock_basis", "clock_label", "power_basis", "figure_source", "YES", "NO", "NOT_MEASURED"]
 
 YES, NO, NOT_MEASURED = "yes", "no", "not measured"
 
@@ -92,19 +92,58 @@ def fit_status(cfg: AccelConfig, board: Board, *, margin: float = DEFAULT_MARGIN
                      buffers_in_ff=tuple(rec.buffers_in_ff))
 
 
-def clock_basis(cfg: AccelConfig, record: SynthRecord | None = None) -> dict[str, Any]:
-    """The clock the figures assume and where it comes from.
+def clock_basis(cfg: AccelConfig, record: SynthRecord | None = None, board: Board | None = None, *,
+                timing_root: Path | None = None) -> dict[str, Any]:
+    """The clock the figures use and where it comes from (:mod:`systolica.boards.timing_cache`).
 
-    Today that is always the board's target clock (``clock_mhz`` of the config), labelled
-    assumed.  Hook: once a place-and-route run stores ``fmax_mhz`` in the synthesis record,
-    the clock is ``min(target, Fmax)`` and labelled measured.
+    - An ECP5 board with a current place-and-route record of ``cfg``: ``min(target, Fmax)``, measured.
+    - A Xilinx board with Vivado timing of ``cfg``: ``min(target, 1 / (period - WNS))``, measured.
+    - Otherwise the board's target clock (``clock_mhz`` of the config), *assumed*; a Xilinx row then
+      carries the ECP5 Fmax of the same hardware sources as ``ecp5_proxy`` (a proxy, named as one).
+
+    ``label`` is the one line a report prints.
     """
-    fmax = record.fmax_mhz if record is not None and not record.stale else None
+    from systolica.boards.timing_cache import ecp5_proxy, lookup_timing
+
+    target = cfg.clock_mhz
+    out: dict[str, Any] = {"mhz": target, "target_mhz": target, "measured_fmax_mhz": None, "basis": "assumed",
+                           "source": "the board's target clock; timing not measured", "ecp5_proxy": None}
+    fmax, source = None, ""
+    if board is not None:
+        tool = "nextpnr-ecp5" if board.flow == "ecp5" else "vivado"
+        rec = lookup_timing(cfg, board, tool, root=timing_root)
+        if rec is not None:
+            fmax, source = rec.fmax_mhz, f"Fmax from place and route ({rec.label()})"
+            out["critical_path"] = rec.critical_path
+    if fmax is None and record is not None and not record.stale and record.fmax_mhz:
+        fmax, source = record.fmax_mhz, "Fmax from place and route"
     if fmax:
-        return {"mhz": min(cfg.clock_mhz, fmax), "target_mhz": cfg.clock_mhz, "measured_fmax_mhz": fmax,
-                "basis": "measured", "source": "Fmax from place and route"}
-    return {"mhz": cfg.clock_mhz, "target_mhz": cfg.clock_mhz, "measured_fmax_mhz": None, "basis": "assumed",
-            "source": "the board's target clock; timing not measured"}
+        out.update(mhz=min(target, fmax), measured_fmax_mhz=fmax, basis="measured", source=source)
+    elif board is not None:
+        why = "no place and route yet" if board.flow == "ecp5" else "no Vivado timing"
+        out["source"] = f"the board's target clock; {why}"
+        if board.flow != "ecp5":
+            proxy = ecp5_proxy(cfg, root=timing_root)
+            if proxy is not None:
+                out["ecp5_proxy"] = {"mhz": proxy.fmax_mhz, "same_config": proxy.config_hash == cfg.hash_hex(),
+                                     "source": proxy.label()}
+    out["label"] = clock_label(out)
+    return out
+
+
+def clock_label(clock: dict[str, Any]) -> str:
+    """``clock: assumed 200 MHz (no Vivado timing); ECP5 proxy 41.3 MHz (...)`` or ``clock: 48.2 MHz measured ...``."""
+    if clock["basis"] == "measured":
+        capped = " (the target; Fmax above it)" if clock["measured_fmax_mhz"] > clock["target_mhz"] else ""
+        s = f"clock: {clock['mhz']:g} MHz measured{capped}, {clock['source']}"
+    else:
+        why = clock["source"].split("; ", 1)[-1]
+        s = f"clock: assumed {clock['mhz']:g} MHz ({why})"
+    proxy = clock.get("ecp5_proxy")
+    if proxy:
+        kind = "same config" if proxy["same_config"] else "same hw at another size"
+        s += f"; ECP5 proxy {proxy['mhz']:g} MHz ({kind}: {proxy['source']})"
+    return s
 
 
 def figure_source(board: Board, key: str) -> str:

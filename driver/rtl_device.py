@@ -19,7 +19,7 @@ import numpy as np
 from systolica import csr
 from systolica.config import AccelConfig
 from systolica.driver.device import DeviceError, DeviceFault
-from systolica.driver.run_to_completion import ArenaBuffer, BumpAllocator, RunToCompletionDevice
+from systolica.driver.run_to_completion import PHYS_BASE, ArenaBuffer, BumpAllocator, RunToCompletionDevice
 
 __all__ = ["CocotbRtlDevice", "RtlDevice", "MemoryView"]
 
@@ -108,7 +108,10 @@ class RtlDevice(RunToCompletionDevice):
 
     name = "rtl"
 
-    def __init__(self, cfg: AccelConfig, dram_bytes: int | None = None, build_dir=None, stall_percent: int = 0):
+    def __init__(self, cfg: AccelConfig, dram_bytes: int | None = None, build_dir=None, stall_percent: int = 0,
+                 slverr: dict[str, tuple[int, int]] | None = None):
+        """``slverr``: error injection, ``{"read" | "write": (lo, hi)}`` physical address ranges (as a buffer's
+        ``physical_address``) that the DRAM model answers with AXI SLVERR."""
         super().__init__(cfg, dram_bytes)
         try:
             from systolica.sim.fast_harness import FastRtl, default_build_root
@@ -119,6 +122,7 @@ class RtlDevice(RunToCompletionDevice):
         root = Path(build_dir) if build_dir else default_build_root()
         self.harness = FastRtl(cfg, root)
         self.stall_percent = stall_percent
+        self.slverr = dict(slverr or {})
         self.last_result = None
 
     def _execute(self, off: int, win_size: int, base: int, n: int):
@@ -126,7 +130,8 @@ class RtlDevice(RunToCompletionDevice):
 
         # the harness maps physical address 0 to the start of its DRAM image: hand it the arena
         res = self.harness.run(self.arena, window_base=off, window_size=win_size, prog_base=base, prog_len=n,
-                               stall_percent=self.stall_percent)
+                               stall_percent=self.stall_percent,
+                               slverr={k: (lo - PHYS_BASE, hi - PHYS_BASE) for k, (lo, hi) in self.slverr.items()})
         self.last_result = res
         if res.violations:
             raise DeviceFault(f"rtl: the accelerator touched {res.violations} bytes outside its DRAM window")

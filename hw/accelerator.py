@@ -19,6 +19,13 @@ stopped dispatch first (then that fault is reported, as the golden simulator doe
 DONE, every AXI transaction in flight has completed.  SOFT_RESET aborts:
 no new bursts, the ones in flight complete (writes with ``wstrb = 0``), then
 the engines reset and STATUS clears.
+
+An AXI error response (SLVERR / DECERR) stops the run with ``BUS_ERROR``: on a
+LOAD or STORE at that engine's PC (the oldest if two fail in one cycle), at
+once, the way SOFT_RESET does (no new bursts, the ones in flight complete,
+writes with ``wstrb = 0``; then the engines reset, so nothing queued runs
+afterwards); on an instruction fetch, through the decoder at the pc of the word
+that could not be read, after every instruction before it has finished.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ class _Run(aenum.Enum, shape=3):
     RUN = 3
     FINISH = 4
     ABORT = 5
+    BUS_FAULT = 6
 
 
 def top_port_names(cfg: AccelConfig) -> list[str]:
@@ -176,7 +184,10 @@ class Accelerator(wiring.Component):
         run = Signal(_Run)
         abort = Signal()
         start = Signal()
-        m.d.comb += [core_rst.eq(run == _Run.RESET), start.eq(run == _Run.START),
+        quiet = fetch.quiet & load.dma_quiet & store.dma_quiet
+        bus_reset = Signal()  # the engines restart when a bus fault has drained: nothing queued runs on
+        m.d.comb += bus_reset.eq((run == _Run.BUS_FAULT) & quiet)
+        m.d.comb += [core_rst.eq((run == _Run.RESET) | bus_reset), start.eq(run == _Run.START),
                      fetch.start.eq(start), dec.start.eq(start),
                      fetch.abort.eq(abort), load.abort.eq(abort), store.abort.eq(abort)]
         busy = Signal()
@@ -188,7 +199,6 @@ class Accelerator(wiring.Component):
         pc = Signal(32)
         m.d.comb += [csr.error_code.eq(code), csr.error_pc.eq(pc)]
 
-        quiet = fetch.quiet & load.dma_quiet & store.dma_quiet
         drained = dec.stopped & quiet & load.idle & comp.idle & store.idle
         stuck = (dec.stopped | dec.dispatch_blocked) & \
             (load.idle | load.blocked) & (comp.idle | comp.blocked) & (store.idle | store.blocked) & \
@@ -200,6 +210,10 @@ class Accelerator(wiring.Component):
         m01 = Mux(c0 < c1, c0, c1)
         m.d.comb += oldest.eq(Mux(m01 < c2, m01, c2))
 
+        bus_err = load.bus_error | store.bus_error
+        bus_pc = Signal(32)
+        m.d.comb += bus_pc.eq(Mux(load.bus_error & (~store.bus_error | (load.pc < store.pc)), load.pc, store.pc))
+
         ctrl = csr.ctrl_data
         with m.Switch(run):
             with m.Case(_Run.IDLE), m.If(csr.ctrl_stb & ((ctrl & CTRL_START) != 0)):
@@ -209,7 +223,9 @@ class Accelerator(wiring.Component):
             with m.Case(_Run.START):
                 m.d.sync += run.eq(_Run.RUN)
             with m.Case(_Run.RUN):
-                with m.If(drained):
+                with m.If(bus_err):
+                    m.d.sync += [run.eq(_Run.BUS_FAULT), code.eq(Fault.BUS_ERROR), pc.eq(bus_pc)]
+                with m.Elif(drained):
                     m.d.sync += [run.eq(_Run.FINISH), code.eq(Mux(dec.fault, dec.fault_code, 0)),
                                  pc.eq(Mux(dec.fault, dec.fault_pc, 0))]
                 with m.Elif(stuck_for == 2):  # a decode fault that stopped dispatch explains the stall: it wins
@@ -219,6 +235,11 @@ class Accelerator(wiring.Component):
                 m.d.comb += fetch.abort.eq(1)
                 with m.If(quiet):
                     m.d.sync += [run.eq(_Run.IDLE), busy.eq(0), done.eq(1), error.eq(code != 0)]
+                    m.d.comb += csr.irq_status_set.eq(IRQ_DONE)
+            with m.Case(_Run.BUS_FAULT):  # as ABORT, then DONE with the error instead of a silent reset
+                m.d.comb += abort.eq(1)
+                with m.If(quiet):
+                    m.d.sync += [run.eq(_Run.IDLE), busy.eq(0), done.eq(1), error.eq(1)]
                     m.d.comb += csr.irq_status_set.eq(IRQ_DONE)
             with m.Case(_Run.ABORT):
                 m.d.comb += abort.eq(1)

@@ -11,6 +11,11 @@ LOAD/STORE against the window with the formulas of ``systolica/layout.py``
 (``dma_end``), so an engine never issues an address outside it.  ``abort`` (soft reset) stops issuing new bursts and
 completes those in flight (write bursts with ``wstrb = 0``), so no AXI
 transaction is ever cut in half; ``quiet`` says when nothing is in flight.
+
+A response other than OKAY (``rresp`` / ``bresp`` SLVERR or DECERR) raises
+``bus_error`` for the cycle the beat or the write response is taken: the
+engine that owns the transfer reports it with its PC, and the top level
+stops the run (see ``accelerator.py``).
 """
 
 from __future__ import annotations
@@ -78,13 +83,14 @@ class DmaReader(wiring.Component):
             "start": In(1), "addr": In(ADDR_BITS), "stride": In(32), "rows": In(16), "beats": In(32),
             "abort": In(1),
             "beat_valid": Out(1), "beat_ready": In(1), "beat_data": Out(cfg.dma_bits),
-            "busy": Out(1), "quiet": Out(1),
+            "busy": Out(1), "quiet": Out(1), "bus_error": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg, axi = self.cfg, self.axi
         w = _Walker(m, cfg, self.start, self.addr, self.stride, self.rows, self.beats, "rd")
+        m.d.comb += self.bus_error.eq(axi.rvalid & axi.rready & (axi.rresp != 0))
         inflight = Signal(range(self.outstanding + 2))
         ar_hs = axi.arvalid & axi.arready
         r_last = axi.rvalid & axi.rready & axi.rlast
@@ -113,7 +119,7 @@ class DmaWriter(wiring.Component):
             "start": In(1), "addr": In(ADDR_BITS), "stride": In(32), "rows": In(16), "beats": In(32),
             "abort": In(1),
             "beat_valid": In(1), "beat_ready": Out(1), "beat_data": In(cfg.dma_bits),
-            "busy": Out(1), "quiet": Out(1),
+            "busy": Out(1), "quiet": Out(1), "bus_error": Out(1),
         })
 
     def elaborate(self, platform):
@@ -124,6 +130,7 @@ class DmaWriter(wiring.Component):
         inflight = Signal(range(self.outstanding + 2))  # AW issued (or pending), B not yet received
         aw_hs = axi.awvalid & axi.awready
         b_hs = axi.bvalid & axi.bready
+        m.d.comb += self.bus_error.eq(b_hs & (axi.bresp != 0))
         m.d.comb += [axi.awsize.eq(Const(cfg.dma_bytes.bit_length() - 1, 3)), axi.awburst.eq(BURST_INCR),
                      axi.bready.eq(1)]
         issue = Signal()

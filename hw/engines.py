@@ -103,7 +103,8 @@ class LoadEngine(wiring.Component):
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg
         members = engine_members(cfg)
-        members |= {"win_base": In(ADDR_BITS), "abort": In(1), "dma_busy": Out(1), "dma_quiet": Out(1)}
+        members |= {"win_base": In(ADDR_BITS), "abort": In(1), "dma_busy": Out(1), "dma_quiet": Out(1),
+                    "bus_error": Out(1)}
         for name, (ab, db) in buffer_ports(cfg).items():
             members |= {f"{name}_addr": Out(ab), f"{name}_data": Out(db), f"{name}_en": Out(1),
                         f"{name}_ready": In(1)}
@@ -122,7 +123,8 @@ class LoadEngine(wiring.Component):
         m.d.comb += [dma.start.eq(exec_start), dma.addr.eq(self.win_base + v.dram), dma.stride.eq(v.stride),
                      dma.rows.eq(v.rows), dma.beats.eq(Mux(v.buf == 0, v.lines * bpl_s, v.lines * bpl_w)),
                      dma.abort.eq(self.abort),
-                     self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet)]
+                     self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet),
+                     self.bus_error.eq(dma.bus_error & ~self.abort)]  # reported with self.pc, the transfer's owner
         started = Signal()
         m.d.sync += started.eq(exec_start)
 
@@ -168,7 +170,8 @@ class StoreEngine(wiring.Component):
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg
         members = engine_members(cfg)
-        members |= {"win_base": In(ADDR_BITS), "abort": In(1), "dma_busy": Out(1), "dma_quiet": Out(1)}
+        members |= {"win_base": In(ADDR_BITS), "abort": In(1), "dma_busy": Out(1), "dma_quiet": Out(1),
+                    "bus_error": Out(1)}
         for name, (ab, db) in buffer_ports(cfg).items():
             members |= {f"{name}_addr": Out(ab), f"{name}_rdata": In(db), f"{name}_en": Out(1),
                         f"{name}_ready": In(1)}
@@ -187,7 +190,8 @@ class StoreEngine(wiring.Component):
         m.d.comb += [dma.start.eq(exec_start), dma.addr.eq(self.win_base + v.dram), dma.stride.eq(v.stride),
                      dma.rows.eq(v.rows), dma.beats.eq(Mux(v.buf == 0, v.lines * bpl_s, v.lines * bpl_w)),
                      dma.abort.eq(self.abort),
-                     self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet)]
+                     self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet),
+                     self.bus_error.eq(dma.bus_error & ~self.abort)]  # reported with self.pc, the transfer's owner
         started = Signal()
         m.d.sync += started.eq(exec_start)
         m.d.comb += exec_done.eq(self.executing & ~started & ~dma.busy)

@@ -7,6 +7,11 @@ decoder reports there, ``PROGRAM_OVERRUN`` (ran past PROG_LEN without FINISH)
 or ``DMA_WINDOW`` (the program runs out of the window), or ``DMA_ALIGN`` at pc 0
 when PROG_BASE is not 16-byte aligned.  Bursts are sized by the free FIFO space
 so that every word requested has a place to land.
+
+A word any of whose beats comes back with an AXI error response (``rresp`` not
+OKAY) is never executed: it becomes the end marker, with ``BUS_ERROR`` at its
+pc, and the words fetched after it are dropped.  A word behind a FINISH is
+never reached, so an error there (prefetch) does not stop a program that ends.
 """
 
 from __future__ import annotations
@@ -103,6 +108,9 @@ class InstructionFetch(wiring.Component):
 
         # ---- R: assemble words from beats, in order
         r_hs = axi.rvalid & axi.rready
+        beat_err = r_hs & (axi.rresp != 0)
+        word_err = Signal()  # an earlier beat of the word being assembled was an error
+        poisoned = Signal()  # a word failed: nothing after it enters the FIFO
         word_done = Signal()
         if ibeats == 1:
             m.d.comb += [word_done.eq(r_hs), q.w_data.eq(axi.rdata)]
@@ -113,7 +121,15 @@ class InstructionFetch(wiring.Component):
                 m.d.sync += [count.eq(Mux(count == ibeats - 1, 0, count + 1)),
                              parts.eq(Cat(parts[beat_bytes * 8:], axi.rdata))]
             m.d.comb += [word_done.eq(r_hs & (count == ibeats - 1)), q.w_data.eq(Cat(parts, axi.rdata))]
-        m.d.comb += q.w_en.eq(word_done & ~self.abort)
+        with m.If(beat_err):
+            m.d.sync += word_err.eq(1)
+        with m.If(word_done):
+            m.d.sync += word_err.eq(0)
+            with m.If((word_err | beat_err) & ~poisoned):  # this word is where the program now ends
+                m.d.sync += [poisoned.eq(1), limit.eq(out_pc + q.level), end_code.eq(Fault.BUS_ERROR)]
+        with m.If(self.start):
+            m.d.sync += [word_err.eq(0), poisoned.eq(0)]
+        m.d.comb += q.w_en.eq(word_done & ~self.abort & ~poisoned & ~word_err & ~beat_err)
         m.d.sync += [inflight.eq(inflight + Mux(issue, n, 0) - word_done),
                      bursts.eq(bursts + issue - (r_hs & axi.rlast))]
 

@@ -8,6 +8,9 @@
 // until taken, as AXI requires), so the fast path also runs under random latency and back-pressure.
 // Built with --trace-fst (or --trace), the run writes a waveform to $SYSTOLICA_WAVES_FILE when set:
 // every signal, both clock edges, 10 ns a cycle.
+// Bus errors: a beat beyond the DRAM image is answered DECERR (as an interconnect answers an unmapped
+// address); $SYSTOLICA_SLVERR_READ / $SYSTOLICA_SLVERR_WRITE = "LO:HI" (physical, hex or decimal) make
+// reads / writes touching [LO, HI) answer SLVERR (a write burst: in its B response).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -40,8 +43,26 @@ static inline void eval() { top->eval(); if (tfp) tfp->dump(trace_t += 5000); } 
 static inline void eval() { top->eval(); }
 #endif
 
-struct Burst { uint64_t addr; unsigned beats; unsigned done; };
-struct Port { std::deque<Burst> ar, aw; unsigned bpend = 0; uint64_t rd_beats = 0; bool r_shown = false, b_shown = false; };
+struct Burst { uint64_t addr; unsigned beats; unsigned done; unsigned resp; };
+struct Port { std::deque<Burst> ar, aw; std::deque<unsigned> bresp; uint64_t rd_beats = 0; bool r_shown = false, b_shown = false; };
+
+struct Range { uint64_t lo = 0, hi = 0; };
+static Range slverr_rd, slverr_wr;
+static Range parse_range(const char* name) {
+    Range r;
+    const char* v = std::getenv(name);
+    if (v && *v) {
+        char* end = nullptr;
+        r.lo = std::strtoull(v, &end, 0);
+        if (end && *end == ':') r.hi = std::strtoull(end + 1, nullptr, 0);
+    }
+    return r;
+}
+static unsigned resp_of(uint64_t a, unsigned n, const Range& err) {  // AXI: 0 OKAY, 2 SLVERR, 3 DECERR
+    if (a + n > mem.size()) return 3;
+    if (a < err.hi && err.lo < a + n) return 2;
+    return 0;
+}
 
 static unsigned stall_pct = 0;
 static uint64_t rng = 88172645463325252ull;
@@ -74,9 +95,10 @@ template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
         top->m_axi_gmem##P##_awready = !stall();                                               \
         top->m_axi_gmem##P##_wready = !p.aw.empty() && !stall();                               \
         p.r_shown = !p.ar.empty() && (p.r_shown || !stall());                                  \
-        p.b_shown = p.bpend != 0 && (p.b_shown || !stall());                                   \
+        p.b_shown = !p.bresp.empty() && (p.b_shown || !stall());                               \
         top->m_axi_gmem##P##_rvalid = p.r_shown;                                               \
-        top->m_axi_gmem##P##_rresp = 0; top->m_axi_gmem##P##_bresp = 0;                        \
+        top->m_axi_gmem##P##_rresp = 0;                                                        \
+        top->m_axi_gmem##P##_bresp = p.bresp.empty() ? 0 : p.bresp.front();                    \
         top->m_axi_gmem##P##_rid = 0; top->m_axi_gmem##P##_bid = 0;                            \
         if (!p.ar.empty()) {                                                                   \
             Burst& b = p.ar.front();                                                           \
@@ -84,6 +106,7 @@ template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
             uint8_t buf[64] = {0};                                                             \
             if (a + DMA_BYTES <= mem.size()) std::memcpy(buf, &mem[a], DMA_BYTES);             \
             put_bytes(top->m_axi_gmem##P##_rdata, buf);                                        \
+            top->m_axi_gmem##P##_rresp = resp_of(a, DMA_BYTES, slverr_rd);                     \
             top->m_axi_gmem##P##_rlast = b.done + 1 == b.beats;                                \
         }                                                                                      \
         top->m_axi_gmem##P##_bvalid = p.b_shown;                                               \
@@ -109,15 +132,17 @@ template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
             uint8_t buf[64];                                                                   \
             get_bytes(top->m_axi_gmem##P##_wdata, buf);                                        \
             uint64_t strb = top->m_axi_gmem##P##_wstrb;                                        \
+            unsigned resp = strb ? resp_of(a, DMA_BYTES, slverr_wr) : 0;                       \
+            if (resp > b.resp) b.resp = resp;                                                  \
             for (unsigned i = 0; i < DMA_BYTES; i++)                                           \
-                if ((strb >> i) & 1) { guard(a + i, 1); if (a + i < mem.size()) mem[a + i] = buf[i]; } \
-            if (++b.done == b.beats) { p.aw.pop_front(); p.bpend++; }                          \
+                if ((strb >> i) & 1) { guard(a + i, 1); if (!resp) mem[a + i] = buf[i]; }      \
+            if (++b.done == b.beats) { p.bresp.push_back(b.resp); p.aw.pop_front(); }          \
         }                                                                                      \
-        if (b_hs) { p.bpend--; p.b_shown = false; }                                            \
+        if (b_hs) { p.bresp.pop_front(); p.b_shown = false; }                                  \
         if (top->m_axi_gmem##P##_arvalid && top->m_axi_gmem##P##_arready)                      \
-            p.ar.push_back({top->m_axi_gmem##P##_araddr, (unsigned)top->m_axi_gmem##P##_arlen + 1u, 0}); \
+            p.ar.push_back({top->m_axi_gmem##P##_araddr, (unsigned)top->m_axi_gmem##P##_arlen + 1u, 0, 0}); \
         if (top->m_axi_gmem##P##_awvalid && top->m_axi_gmem##P##_awready)                      \
-            p.aw.push_back({top->m_axi_gmem##P##_awaddr, (unsigned)top->m_axi_gmem##P##_awlen + 1u, 0}); \
+            p.aw.push_back({top->m_axi_gmem##P##_awaddr, (unsigned)top->m_axi_gmem##P##_awlen + 1u, 0, 0}); \
     }
 
 static void tick() {
@@ -189,6 +214,8 @@ int main(int argc, char** argv) {
     uint32_t pbase = std::strtoul(argv[5], nullptr, 0), plen = std::strtoul(argv[6], nullptr, 0);
     uint64_t max_cycles = std::strtoull(argv[7], nullptr, 0);
     win_lo = wbase; win_hi = wbase + wsize;
+    slverr_rd = parse_range("SYSTOLICA_SLVERR_READ");
+    slverr_wr = parse_range("SYSTOLICA_SLVERR_WRITE");
 
     auto ctx = new VerilatedContext;
 #if VM_TRACE

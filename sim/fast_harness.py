@@ -134,10 +134,13 @@ class FastRtl:
 
     def run(self, dram: np.ndarray, *, window_base: int, window_size: int, prog_base: int, prog_len: int,
             max_cycles: int = 50_000_000, stall_percent: int = 0, seed: int = 0,
-            waves_file: str | Path | None = None) -> FastResult:
+            waves_file: str | Path | None = None,
+            slverr: dict[str, tuple[int, int]] | None = None) -> FastResult:
         """Run the program already in ``dram`` (a 1-D uint8 array, updated in place).
 
         ``stall_percent`` > 0: the C++ DRAM model withholds ready/valid at random on every AXI channel.
+        ``slverr``: ``{"read": (lo, hi), "write": (lo, hi)}`` physical ranges the DRAM model answers with
+        SLVERR (error injection; a beat beyond the DRAM image is always answered DECERR).
         ``waves_file``: write the run's waveform there (a tracing build only: ``waves`` of the constructor).
         """
         if dram.dtype != np.uint8 or dram.ndim != 1:
@@ -145,6 +148,10 @@ class FastRtl:
         if waves_file is not None and not self.waves:
             raise FastHarnessError("waves_file needs a tracing build: FastRtl(..., waves=True)")
         env = dict(os.environ, SYSTOLICA_WAVES_FILE=str(Path(waves_file).resolve()) if waves_file else "")
+        for kind, rng in (slverr or {}).items():
+            if kind not in ("read", "write"):
+                raise ValueError(f"slverr keys are 'read' and 'write', not {kind!r}")
+            env[f"SYSTOLICA_SLVERR_{kind.upper()}"] = f"{int(rng[0]):#x}:{int(rng[1]):#x}"
         with tempfile.TemporaryDirectory() as tmp:
             src, dst = Path(tmp) / "in.bin", Path(tmp) / "out.bin"
             dram.tofile(src)

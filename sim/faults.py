@@ -11,7 +11,7 @@ from systolica.faults import Fault
 
 __all__ = [
     "SimFault", "IllegalOpcodeError", "IllegalFieldError", "DmaWindowError", "SramRangeError",
-    "TokenDeadlockError", "ProgramOverrunError", "DmaAlignError", "DeviceTimeoutError", "fault_error",
+    "TokenDeadlockError", "ProgramOverrunError", "DmaAlignError", "DeviceTimeoutError", "BusError", "fault_error",
     "FAULT_ERRORS",
 ]
 
@@ -66,6 +66,15 @@ class DeviceTimeoutError(SimFault):
     """The run did not finish within its budget (instructions or seconds)."""
 
 
+class BusError(SimFault):
+    """The memory system answered a fetch, LOAD or STORE burst with an AXI error (SLVERR / DECERR).
+
+    The accelerator stops issuing bursts, lets those in flight complete, and reports the
+    instruction whose transfer failed (for a fetch: the word that could not be read).  Only a
+    bus reports it: the golden simulator has none.
+    """
+
+
 FAULT_ERRORS: dict[Fault, type[SimFault]] = {
     Fault.ILLEGAL_OPCODE: IllegalOpcodeError,
     Fault.ILLEGAL_FIELD: IllegalFieldError,
@@ -75,6 +84,7 @@ FAULT_ERRORS: dict[Fault, type[SimFault]] = {
     Fault.PROGRAM_OVERRUN: ProgramOverrunError,
     Fault.DMA_ALIGN: DmaAlignError,
     Fault.TIMEOUT: DeviceTimeoutError,
+    Fault.BUS_ERROR: BusError,
 }
 
 

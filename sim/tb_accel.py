@@ -4,7 +4,9 @@
 AXI master port(s), an ``AxiLiteMaster`` on the CSRs, random latencies and
 back-pressure on every AXI channel (pause generators), and a memory guard: any
 byte the accelerator reads or writes outside the DRAM window it was given is
-recorded in :attr:`AccelTB.violations` (tests fail on any).
+recorded in :attr:`AccelTB.violations` (tests fail on any).  :meth:`AccelTB.poison` makes
+reads or writes of an address range fail, which cocotbext-axi answers with an
+AXI ``SLVERR`` response (a bus error).
 
 Only imported inside a cocotb simulation (it imports cocotb at module level).
 """
@@ -79,6 +81,7 @@ class AccelTB:
                                  reset_active_level=False)
         self.window = (0, mem_size)
         self.violations: list[str] = []
+        self.poisoned: list[tuple[str, int, int]] = []  # (kind, lo, hi): accesses answered with SLVERR
         for ram in self.rams:
             self._guard(ram)
 
@@ -89,10 +92,12 @@ class AccelTB:
 
         async def checked_read(address, length):
             self._check("read", address, length)
+            self._fail_if_poisoned("read", address, length)
             return await rd(address, length)
 
         async def checked_write(address, data):
             self._check("write", address, len(data))
+            self._fail_if_poisoned("write", address, len(data))
             await wr(address, data)
 
         ram.read_if._read, ram.write_if._write = checked_read, checked_write
@@ -102,6 +107,20 @@ class AccelTB:
         if not (lo <= address and address + length <= lo + size):
             self.violations.append(f"{kind} of {length} bytes at {address:#x} outside window "
                                    f"[{lo:#x}, {lo + size:#x})")
+
+    def poison(self, kind: str, lo: int, size: int) -> None:
+        """Make every ``kind`` ("read" or "write") access touching ``[lo, lo + size)`` (physical) fail with SLVERR."""
+        if kind not in ("read", "write"):
+            raise ValueError(f"kind must be 'read' or 'write', not {kind!r}")
+        self.poisoned.append((kind, lo, lo + size))
+
+    def clear_poison(self) -> None:
+        self.poisoned.clear()
+
+    def _fail_if_poisoned(self, kind: str, address: int, length: int) -> None:
+        for k, lo, hi in self.poisoned:
+            if k == kind and address < hi and lo < address + length:
+                raise OSError(f"{kind} of {length} bytes at {address:#x}: poisoned range [{lo:#x}, {hi:#x})")
 
     def set_pauses(self, p: float, seed: int = 0) -> None:
         """Random stalls with probability ``p`` on every AXI channel of every port (0 turns them off)."""

@@ -23,6 +23,7 @@ class Fault(enum.IntEnum):
     PROGRAM_OVERRUN = 6  # fetch ran past the program length without a FINISH
     DMA_ALIGN = 7  # a DRAM address or stride not aligned to a line of the buffer
     TIMEOUT = 8  # the host's watchdog stopped a device that did not finish in time
+    BUS_ERROR = 9  # an AXI read or write answered SLVERR / DECERR (hardware only: the golden model has no bus)
 
     @property
     def describe(self) -> str:
@@ -36,4 +37,5 @@ class Fault(enum.IntEnum):
             Fault.PROGRAM_OVERRUN: "program ran past its end without FINISH",
             Fault.DMA_ALIGN: "misaligned DRAM address or stride",
             Fault.TIMEOUT: "device timed out",
+            Fault.BUS_ERROR: "AXI error response (SLVERR/DECERR) to a fetch or DMA transfer",
         }[self]

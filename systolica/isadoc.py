@@ -47,6 +47,11 @@ Four token queues of `queue_depth` tokens link neighbouring engines:
   instructions dispatched before it still execute, then the fault is reported with that PC. When
   those earlier instructions cannot drain (they wait on tokens that would come later), the fetch
   fault is reported, not a deadlock.
+- `BUS_ERROR` (hardware only; the golden simulator has no bus): the memory system answered a
+  transfer with an AXI error (`rresp` / `bresp` SLVERR or DECERR). On a LOAD or STORE the run stops
+  at once with that instruction's PC: no new bursts, those in flight complete (writes with
+  `wstrb = 0`), the engines reset, so nothing queued after it runs. On an instruction fetch, the
+  word that could not be read is where the program stops, as for the faults above.
 """
 
 

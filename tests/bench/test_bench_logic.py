@@ -168,7 +168,8 @@ def test_board_rows_state_fit_clock_and_power(bench_run, tmp_path):
     ex = rows[0].extra
     assert ex["fit"]["state"] == "not measured" and ex["fit"]["fits"] is None and ex["fit_label"] == "not measured"
     assert ex["clock"] == {"mhz": 100.0, "target_mhz": 100.0, "measured_fmax_mhz": None, "basis": "assumed",
-                           "source": "the board's target clock; timing not measured"}
+                           "source": "the board's target clock; no Vivado timing", "ecp5_proxy": None,
+                           "label": "clock: assumed 100 MHz (no Vivado timing)"}
     assert ex["power"]["basis"] == "assumed" and rows[0].power_source.startswith("assumed: pynq-z2.toml power_w")
     from rich.console import Console
 

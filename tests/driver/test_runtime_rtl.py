@@ -68,3 +68,30 @@ def test_fast_rtl_backend_generates_the_golden_tokens(build_dir, tmp_path):
     assert (m_r.prefill.instrs, m_r.decode.instrs) == (m_g.prefill.instrs, m_g.decode.instrs)
     assert m_r.decode.dma_rd_bytes == m_g.decode.dma_rd_bytes and m_r.decode.cycles > 0
     assert m_r.decode_tokens_per_s is not None
+
+
+@pytest.mark.parametrize("kind, region", [("read", "w:blk.0.ffn_up"), ("write", "logits")])
+def test_bus_error_during_generation_raises_bus_error(build_dir, kind, region):
+    """An AXI SLVERR on a weight read or on the logits write stops the run: the runtime raises BusError
+    naming the faulting instruction, a LOAD or a STORE (the C++ DRAM model injects the error)."""
+    from systolica.isa import decode as decode_word
+    from systolica.sim.faults import BusError, SimFault
+
+    cfg = preset("tiny")
+    model = random_model("llama", dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=40, vocab=260, seed=9,
+                         max_seq=32)
+    art = compile_model(model, cfg, page=16, max_seq=32, prefill_chunk=4)
+    dev = open_device("rtl", cfg, dram_bytes=2 * (art.dram_bytes + 8192), build_dir=build_dir)  # room for two
+    rt = Runtime(art, dev)
+    r = art.region(region)
+    lo = rt.window.physical_address + r["offset"]
+    dev.slverr = {kind: (lo + 16, lo + 32)}
+    with pytest.raises(BusError) as e:
+        list(rt.generate(PROMPT, N, stop=[]))
+    assert isinstance(e.value, SimFault) and e.value.fault.name == "BUS_ERROR"
+    op = decode_word(art.programs["prefill"].words[e.value.pc]).op  # the first run (prefill) faulted
+    assert op == ("LOAD" if kind == "read" else "STORE"), (op, str(e.value))
+    dev.slverr = {}  # the device runs cleanly afterwards: the same tokens as a fresh golden run
+    golden = [s.token for s in Runtime(art, open_device("golden", cfg, dram_bytes=art.dram_bytes + 8192))
+              .generate(PROMPT, N, stop=[])]
+    assert [s.token for s in Runtime(art, dev).generate(PROMPT, N, stop=[])] == golden

@@ -265,3 +265,50 @@ async def weight_streaming(dut):
     steady_w = (b["weight_beats"] - a["weight_beats"]) / (b["cycles"] - a["cycles"])
     write_metrics({"stream": {"short": a, "long": b, "whole_program": b["dma_beats"] / b["cycles"],
                               "steady_state": steady, "steady_state_weights_only": steady_w, "peak_beats_per_cycle": 1}})
+
+
+@cocotb.test()
+async def bus_errors(dut):
+    """SLVERR on a LOAD read, a STORE write and an instruction fetch: BUS_ERROR at the right PC, then a clean run.
+
+    LOAD -> NOP -> STORE, chained by tokens: a failing LOAD must stop the run before its STORE
+    writes anything; a failing STORE reports its own pc; a word of the program that cannot be
+    fetched is where the program stops, after the instructions before it have finished.
+    """
+    tb, cfg = await make_tb(dut)
+    mirror = Mirror(tb, cfg)
+    rng = np.random.default_rng(13)
+    line = 4 * cfg.cols  # bytes of an accumulator line
+    src, dst = DATA_LO, DATA_LO + 0x2000
+    chain = [make("LOAD", buf=1, sram=0, dram=src, rows=8, lines=4, stride=4 * line, push_next=True),
+             make("NOP", engine=1, pop_prev=True, push_next=True),
+             make("STORE", buf=1, sram=0, dram=dst, rows=8, lines=4, stride=4 * line, pop_prev=True),
+             make("FINISH")]
+    words = [encode(i) for i in chain]
+    nbytes = 8 * 4 * line
+    cases = [("LOAD read", "read", WIN_BASE + src + 3 * line, 0, 0.0),
+             ("LOAD read, back-pressure", "read", WIN_BASE + src + nbytes - 16, 0, 0.3),
+             ("STORE write", "write", WIN_BASE + dst + 5 * line, 2, 0.0),
+             ("STORE write, back-pressure", "write", WIN_BASE + dst, 2, 0.3),
+             ("fetch of the FINISH word", "read", WIN_BASE + 3 * 16, 3, 0.2)]
+    for what, kind, at, want_pc, pause in cases:
+        tb.set_pauses(pause, seed=len(what))
+        mirror.write(src, rng.integers(0, 256, nbytes, dtype=np.uint8).tobytes())
+        mirror.write(dst, bytes(nbytes))
+        tb.poison(kind, at, 4)
+        res = await tb.run(words, prog_base=0, timeout_cycles=50_000)
+        tb.clear_poison()
+        assert not res.timed_out, f"{what}: no interrupt after a bus error"
+        assert res.done and res.error and not res.status & STATUS_BUSY, (what, res)
+        assert res.code == Fault.BUS_ERROR and res.pc == want_pc, (what, res.code.name, res.pc)
+        out = tb.dram(WIN_BASE + dst, nbytes)
+        if want_pc == 0:  # the LOAD failed: its STORE never ran
+            assert out == bytes(nbytes), f"{what}: the STORE after a failed LOAD wrote DRAM"
+        if want_pc == 3:  # fetch failed after the chain: the STORE finished first
+            assert out == tb.dram(WIN_BASE + src, nbytes), f"{what}: the instructions before the bad word did not finish"
+        # the accelerator is usable again: a clean run agrees with golden bit for bit
+        tb.set_pauses(0.0)
+        mirror.dram[:] = np.frombuffer(tb.dram(), np.uint8)
+        res, gold = await mirror.run(words)
+        assert not mirror.diff(res, gold), (what, mirror.diff(res, gold))
+    assert not tb.violations, tb.violations

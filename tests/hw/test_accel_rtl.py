@@ -64,3 +64,7 @@ def test_weight_streaming_overlap(tiny):
     print(f"\nweight streaming (DMA beats per cycle, peak 1): steady state {s['steady_state']:.3f}, "
           f"whole program of {s['long']['tiles']} tiles {s['whole_program']:.3f}; {s}")
     assert s["steady_state"] >= 0.85, s
+
+
+def test_axi_error_responses_stop_with_bus_error(tiny):
+    _run(tiny, "bus_errors")

@@ -1,0 +1,89 @@
+"""Measured Fmax cached per board and config, and the clock bench / dse then use (boards/timing_cache.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from systolica.boards.board import load_board
+from systolica.boards.fit_status import clock_basis
+from systolica.boards.timing_cache import ecp5_proxy, lookup_timing, store_timing, timing_dir
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_ecp5_board_is_timed_at_its_measured_fmax(cache):
+    b = load_board("ulx3s")
+    assert clock_basis(b.config, board=b)["basis"] == "assumed"
+    assert "no place and route yet" in clock_basis(b.config, board=b)["label"]
+    store_timing(b.config, b, "nextpnr-ecp5", fmax_mhz=43.21, target_mhz=50.0, critical_path="a -> b")
+    c = clock_basis(b.config, board=b)
+    assert c["basis"] == "measured" and c["mhz"] == pytest.approx(43.21) and c["measured_fmax_mhz"] == 43.21
+    assert c["label"].startswith("clock: 43.21 MHz measured") and "nextpnr-ecp5" in c["label"]
+    assert c["critical_path"] == "a -> b"
+    # above the target: the target is the clock (the board runs what it is given)
+    store_timing(b.config, b, "nextpnr-ecp5", fmax_mhz=80.0, target_mhz=50.0)
+    c = clock_basis(b.config, board=b)
+    assert c["mhz"] == 50.0 and c["measured_fmax_mhz"] == 80.0 and "Fmax above it" in c["label"]
+    # another configuration on the same board has no record of its own
+    other = dataclasses.replace(b.config, rows=4, cols=4)
+    assert clock_basis(other, board=b)["basis"] == "assumed"
+
+
+def test_xilinx_rows_stay_assumed_with_the_ecp5_proxy_beside(cache):
+    kv, ulx = load_board("kv260"), load_board("ulx3s")
+    c = clock_basis(kv.config, board=kv)
+    assert c["basis"] == "assumed" and c["mhz"] == kv.config.clock_mhz and c["ecp5_proxy"] is None
+    assert c["label"] == f"clock: assumed {kv.config.clock_mhz:g} MHz (no Vivado timing)"
+    store_timing(ulx.config, ulx, "nextpnr-ecp5", fmax_mhz=41.3, target_mhz=50.0)
+    c = clock_basis(kv.config, board=kv)
+    assert c["mhz"] == kv.config.clock_mhz and c["basis"] == "assumed"  # a proxy never becomes the clock
+    assert c["ecp5_proxy"]["mhz"] == 41.3 and not c["ecp5_proxy"]["same_config"]
+    assert "ECP5 proxy 41.3 MHz (same hw at another size" in c["label"]
+    # Vivado timing of the config itself makes it measured
+    store_timing(kv.config, kv, "vivado", fmax_mhz=187.5, target_mhz=200.0, wns_ns=-0.333)
+    c = clock_basis(kv.config, board=kv)
+    assert c["basis"] == "measured" and c["mhz"] == 187.5 and c["ecp5_proxy"] is None
+
+
+def test_stale_and_broken_records_are_never_a_clock(cache):
+    b = load_board("ulx3s")
+    rec = store_timing(b.config, b, "nextpnr-ecp5", fmax_mhz=43.0, target_mhz=50.0)
+    p = timing_dir() / rec.path.split("/")[-1]
+    d = json.loads(p.read_text())
+    p.write_text(json.dumps(dict(d, hw="0" * 16)))  # measured on other hw/ sources
+    assert lookup_timing(b.config, b, "nextpnr-ecp5") is None
+    assert lookup_timing(b.config, b, "nextpnr-ecp5", current_only=False).fmax_mhz == 43.0
+    assert clock_basis(b.config, board=b)["basis"] == "assumed" and ecp5_proxy(b.config) is None
+    for bad in ("{", json.dumps(dict(d, fmax_mhz=-1)), json.dumps(dict(d, schema="x")), json.dumps([1])):
+        p.write_text(bad)
+        assert lookup_timing(b.config, b, "nextpnr-ecp5", current_only=False) is None
+    with pytest.raises(ValueError, match="tool"):
+        store_timing(b.config, b, "quartus", fmax_mhz=1.0, target_mhz=1.0)
+
+
+def test_bench_board_rows_use_the_measured_clock(cache):
+    from systolica.bench.accel_model import board_spec, model_on_board
+    from systolica.compiler.compile import compile_model
+    from systolica.testmodels import random_model
+
+    b = load_board("ulx3s")
+    assumed = board_spec("ulx3s")
+    assert assumed.clock_mhz == b.config.clock_mhz
+    store_timing(b.config, b, "nextpnr-ecp5", fmax_mhz=25.0, target_mhz=50.0)
+    measured = board_spec("ulx3s")
+    assert measured.clock_mhz == 25.0 and measured.clock["basis"] == "measured"
+    model = random_model("llama", dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=40, vocab=64, seed=2,
+                         max_seq=32)
+    art = compile_model(model, b.config, page=16, max_seq=32, prefill_chunk=4)
+    slow = model_on_board(art, measured, [1, 2, 3], 3)
+    fast = model_on_board(art, assumed, [1, 2, 3], 3)
+    assert fast.decode_tokens_per_s / slow.decode_tokens_per_s == pytest.approx(2.0)
+    assert slow.ttft_s / fast.ttft_s == pytest.approx(2.0)
+    assert slow.extra["clock"]["basis"] == "measured" and slow.extra["clock_mhz"] == 25.0
