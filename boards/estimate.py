@@ -64,5 +64,8 @@ def estimate_resources(cfg: AccelConfig, board: Board, verilog: Path, synth_dir:
         return same, f"yosys, measured (cached {rec.when}, {rec.seconds or 0:.0f} s; identical Verilog)"
     if rec is not None:
         say(f"[yellow]the cached synthesis ({rec.when}) is of older hw/ sources: synthesizing again")
+    if rec is None:
+        say(f"no cached synthesis of {cfg.name} for {board.family}: running Yosys (10 to 40 minutes for the presets "
+            f"on 2 cores, at most {timeout:.0f} s; --estimate skips it)")
     rec = synthesize(cfg, board, workdir=synth_dir, verilog=verilog, timeout=timeout, say=say)
     return rec, f"yosys, measured ({rec.seconds or 0:.0f} s)"

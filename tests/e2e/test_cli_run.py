@@ -101,6 +101,8 @@ def test_run_takes_a_compiled_artifact(gguf_model, capsys, tmp_path, monkeypatch
         out = json.loads(capsys.readouterr().out)
         assert rc == 0 and out["config"] == "tiny" and out["compile_s"] == 0 and out["artifact"] == str(art)
         assert out["text"] == from_checkpoint["text"]  # bit-exact: the checkpoint's text
+        assert out["array_macs_per_cycle"] == 4 * 4  # the tiny preset's array
+        assert out["macs_per_token"] > 32 * 48  # at least the MLP of its one layer (it was reported as 0)
     assert sorted((tmp_path / "cache").rglob("*")) == cached  # nothing compiled, nothing cached
 
 
