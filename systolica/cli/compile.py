@@ -43,9 +43,9 @@ class Compile:
                        help="longest context (default: the model's)")
         p.add_argument("--prefill-chunk", type=count(1), default=16, metavar="N",
                        help="rows of the prefill program, an upper bound: reduced until it fits on chip (default 16)")
-        p.add_argument("--act-split", action="store_true",
+        p.add_argument("--act-split", action=argparse.BooleanOptionalAction, default=False,
                        help="~15-bit activations: every linear input as an int8 part plus an int8 residual "
-                            "(off unless given here; 'systolica run' compiles with it)")
+                            "(default here: off; 'systolica run' compiles with it)")
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
@@ -62,7 +62,7 @@ class Compile:
             model = load_model(args.model)
             art = compile_model(model, cfg, page=args.page, max_seq=args.max_seq, prefill_chunk=args.prefill_chunk,
                                 progress=lambda s: step(f"compiling: {s}"),
-                                **({"act_split": True} if args.act_split else {}))
+                                act_split=args.act_split)
             step(f"writing {args.output}")
             art.save(args.output)
         man = art.manifest

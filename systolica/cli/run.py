@@ -63,7 +63,7 @@ def resolve_config(board: str | None, config: str | None):
 ZIP_MAGIC = b"PK\x03\x04"  # an artifact is a zip archive; a GGUF file starts with b"GGUF"
 #: the compile options of ``run``: with a compiled artifact they were fixed when it was compiled
 COMPILE_OPTIONS = {"max_seq": ("--max-seq", 256), "page": ("--page", 16), "prefill_chunk": ("--prefill-chunk", 16),
-                   "act_split": ("--no-act-split", True)}
+                   "act_split": ("--act-split/--no-act-split", True)}
 
 
 def is_artifact_file(model_spec: str) -> bool:
@@ -172,8 +172,9 @@ class Run:
                        help="KV-cache page size in tokens, a power of two (default 16)")
         p.add_argument("--prefill-chunk", type=count(1), default=None, metavar="N",
                        help="rows of the prefill program (default 16)")
-        p.add_argument("--no-act-split", dest="act_split", action="store_false", default=None,
-                       help="plain int8 activations (default: int8 + int8 residual, ~15-bit; see docs/quantization.md)")
+        p.add_argument("--act-split", action=argparse.BooleanOptionalAction, default=None,
+                       help="int8 + int8 residual activations, ~15-bit (default: on; --no-act-split: plain int8; "
+                            "see docs/quantization.md)")
         p.add_argument("--timeout", type=real(0.0, open_lo=True, hi=1e7), default=300.0, metavar="SECONDS",
                        help="seconds before a run counts as hung (default 300)")
         add_json(p, "the text and the metrics")

@@ -55,6 +55,8 @@ def test_help_uses_the_shared_grammar(name, capsys):
             assert a.nargs == "?" and a.const == JSON_STDOUT and a.default is None
         if "--output" in opts:
             assert a.dest == "output"
+        if "--act-split" in opts:  # compile (default off) and run (default on) spell it alike, both ways
+            assert "--no-act-split" in opts
         if a.dest in ("out", "tokens", "workers", "threads", "plot"):
             pytest.fail(f"{name}: option {a.option_strings} stores into the old name {a.dest!r}")
 
