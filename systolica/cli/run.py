@@ -219,7 +219,9 @@ class Run:
             kw["cycle_model"] = cycle_model(cfg)  # time at the board clock from the performance model
         elif args.backend == "pynq":
             kw["bitstream"] = args.bitstream
-        dev = open_device(args.backend, cfg, **kw)
+        with steps(progress_enabled(args) and args.backend == "rtl", f"Verilator harness of config {cfg.name!r} "
+                   "(built once per config: minutes)", transient=True):
+            dev = open_device(args.backend, cfg, **kw)
         rt = Runtime(art, dev, timeout_s=args.timeout)
         try:
             return _generate(args, rt, art, file, compile_s, cfg, Metrics(dev.name, cfg.clock_mhz), sp)
