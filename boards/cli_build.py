@@ -308,4 +308,17 @@ class Build:
             return 2
         missing = check_deploy(board, out / "deploy", cfg)
         say("deploy folder complete" if not missing else f"[red]deploy folder lacks {', '.join(missing)}")
-        return 0 if not missing else 2
+        if missing:
+            return 2
+        from systolica.boards.timing_cache import store_timing
+        from systolica.boards.vivado_timing import VivadoTimingError, read_timing_summary
+
+        try:
+            t = read_timing_summary(out / "reports" / "timing.rpt", cfg.clock_mhz)
+        except VivadoTimingError as e:
+            say(f"[red]Vivado timing: {e}")
+            return 2
+        store_timing(cfg, board, "vivado", fmax_mhz=t.fmax_mhz, target_mhz=cfg.clock_mhz, wns_ns=t.wns_ns)
+        say(f"Vivado timing at {cfg.clock_mhz:g} MHz: WNS [bold]{t.wns_ns:+.3f} ns[/] "
+            f"({t.failing_endpoints} failing endpoints), Fmax {t.fmax_mhz:.1f} MHz; cached for bench and dse")
+        return 0 if t.meets_target else 1
