@@ -187,3 +187,42 @@ def test_run_json_reports_the_macs_of_a_decode_step():
     assert _decode_macs(_Art(), 10) == weights + 10 * 2 * 2 * 16  # q.k and p.v per cached position
     _Art.manifest = {"model": "not a shape"}
     assert _decode_macs(_Art(), 3) is None
+
+
+TIMING = """\
+| Design Timing Summary
+| ---------------------
+
+    WNS(ns)      TNS(ns)  TNS Failing Endpoints  TNS Total Endpoints
+    -------      -------  ---------------------  -------------------
+     {wns}      -1.000                     {fail}                48211
+"""
+
+
+@pytest.mark.parametrize("wns,rc", [("0.250", 0), ("-0.400", EXIT_CHECK_FAILED)])
+def test_vivado_missing_the_clock_is_a_failed_check(wns, rc, tmp_path, monkeypatch, capsys):
+    """``hw build --vivado`` (a stand-in ``vivado`` on PATH writes the timing summary): WNS < 0 exits 3."""
+    import os
+    import stat
+
+    from systolica.boards import deploy, hdl
+
+    def fake_write(cfg, out_dir, **kw):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        v = out_dir / "systolica_accel.v"
+        v.write_text("module systolica_accel(); endmodule\n")
+        return {"verilog": v, "markdown": v}, {}
+
+    monkeypatch.setattr(hdl, "write_verilog", fake_write)
+    monkeypatch.setattr(deploy, "check_deploy", lambda board, d, cfg: [])  # no real bitstream to check
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (tmp_path / "timing.rpt").write_text(TIMING.format(wns=wns, fail=0 if wns[0] != "-" else 17))
+    exe = bindir / "vivado"
+    exe.write_text(f"#!/bin/sh\nmkdir -p reports && cp {tmp_path / 'timing.rpt'} reports/timing.rpt\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    got = cli.main(["hw", "build", "--board", "pynq-z2", "--estimate", "--vivado", "-o", str(tmp_path / "b")])
+    out = capsys.readouterr().out
+    assert got == rc and "WNS" in out
