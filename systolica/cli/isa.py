@@ -14,10 +14,10 @@ from pathlib import Path
 from systolica.cli.exits import EXIT_OK, CheckFailed
 from systolica.cli.options import UsageError, add_config, add_output
 
-__all__ = ["Info", "Asm", "Disasm", "IsaDoc", "check_config"]
+__all__ = ["Info", "Asm", "Disasm", "IsaDoc", "check_config", "plain_console"]
 
 
-def _console():
+def plain_console():
     from rich.console import Console
 
     return Console(highlight=False)
@@ -55,7 +55,7 @@ class Info:
         for op in sorted(OPS, key=lambda o: o.code):
             isa.add_row(op.name, f"{op.code:#04x}", op.engine.name.lower() if op.engine is not None else "(field)",
                         str(op.used_bits))
-        con = _console()
+        con = plain_console()
         con.print(t)
         con.print(isa)
         return 0

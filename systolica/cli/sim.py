@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from systolica.cli.exits import EXIT_CHECK_FAILED, EXIT_FAULT, EXIT_OK
-from systolica.cli.isa import _console, check_config
+from systolica.cli.isa import check_config, plain_console
 from systolica.cli.options import UsageError, add_config, add_json, emit_json, json_to_stdout, positive_int
 from systolica.cli.progress import progress_enabled, steps
 
@@ -159,7 +159,7 @@ def _print_result(res, cfg) -> None:
         t.add_row(f"  {e.lower()} engine", f"{n:,}")
     for op, n in sorted(c.per_op.items()):
         t.add_row(f"  {op}", f"{n:,}")
-    con = _console()
+    con = plain_console()
     con.print(t)
     if res.ok:
         con.print(f"[green]finished[/green] at pc {res.pc}")
