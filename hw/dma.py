@@ -1,7 +1,7 @@
 """AXI4 DMA: a 2-D strided burst reader and writer, and a read-port arbiter.
 
 A transfer is ``rows`` rows of ``beats`` data beats; row ``r`` starts at
-``addr + r * stride`` (physical bytes).  Every row is split into INCR bursts of
+``base + addr + r * stride`` (physical bytes; ``addr`` and ``stride`` are 32-bit window offsets).  Every row is split into INCR bursts of
 at most ``max_burst`` beats that never cross a 4 KiB boundary (an AXI rule).
 Several bursts are kept in flight (``outstanding``) so the DRAM latency of one
 burst hides behind the data of the previous ones.
@@ -20,7 +20,7 @@ stops the run (see ``accelerator.py``).
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal, Value
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -33,44 +33,74 @@ __all__ = ["DmaReader", "DmaWriter", "ReadArbiter", "ADDR_BITS"]
 ADDR_BITS = 64  # physical address width of the AXI master ports: WIN_BASE is a 64-bit CSR pair
 
 
-def _burst_len(m, addr, remaining, beat_bytes: int, max_burst: int, name: str):
-    """Beats of the next burst: min(max_burst, remaining, beats left before the 4 KiB boundary)."""
+def _burst_len(m, lo12, remaining, beat_bytes: int, max_burst: int, name: str):
+    """Beats of the next burst: min(max_burst, remaining, beats left before the 4 KiB boundary).
+
+    ``lo12``: the low 12 bits of the burst's physical address.  ``remaining`` is compared in the
+    bits a burst length has; any higher bit set is "more than a burst" by itself (a wide OR).
+    """
     to_4k = Signal(range(4096 // beat_bytes + 1), name=f"{name}_to_4k")
     n = Signal(range(max(max_burst, 4096 // beat_bytes) + 1), name=f"{name}_len")
-    m.d.comb += to_4k.eq((4096 - addr[:12]) >> (beat_bytes.bit_length() - 1))
+    m.d.comb += to_4k.eq((4096 - lo12) >> (beat_bytes.bit_length() - 1))
     cap = min(max_burst, 4096 // beat_bytes)
     lim = Mux(to_4k < cap, to_4k, cap)
-    m.d.comb += n.eq(Mux(remaining < lim, remaining, lim))
+    k = cap.bit_length()
+    rem = Value.cast(remaining)
+    small = (rem[k:] == 0) & (rem[:k] < lim) if len(rem) > k else rem < lim
+    m.d.comb += n.eq(Mux(small, rem[:k], lim))
     return n
 
 
 class _Walker:
-    """Address generator shared by reader and writer: rows of beats, split into bursts."""
+    """Address generator shared by reader and writer: rows of beats, split into bursts.
 
-    def __init__(self, m, cfg: AccelConfig, start, addr, stride, rows, beats, name):
+    It walks 32-bit offsets into the window (the decoder has checked that the whole transfer lies
+    inside it); the physical address ``base + offset`` is formed in its own register stage when a
+    burst is issued.  The next burst's length is registered (``len``) and valid when ``ready``: the
+    loop from one offset to the next is then one 32-bit add, not the 4 KiB arithmetic, the minimum
+    and a 64-bit add in one cycle.  ``ready`` never costs a burst slot: an address is issued at most
+    every other cycle anyway (``arvalid`` is a register), and at ``start`` the first length is
+    computed from the start inputs.
+    """
+
+    def __init__(self, m, cfg: AccelConfig, start, base, addr, stride, rows, beats, name):
         bb = cfg.dma_bytes
         self.row_left = Signal(16, name=f"{name}_rows_left")
-        self.row_base = Signal(ADDR_BITS, name=f"{name}_row_base")
-        self.addr = Signal(ADDR_BITS, name=f"{name}_addr")
+        self.row_base = Signal(32, name=f"{name}_row_base")
+        self.off = Signal(32, name=f"{name}_off")
+        self.base = Signal(ADDR_BITS, name=f"{name}_base")
         self.rem = Signal(32, name=f"{name}_rem")
         self.beats = Signal(32, name=f"{name}_beats")
         self.stride = Signal(32, name=f"{name}_stride")
         self.more = Signal(name=f"{name}_more")
-        self.len = _burst_len(m, self.addr, self.rem, bb, cfg.max_burst, name)
+        self.len = Signal(range(max(cfg.max_burst, 4096 // bb) + 1), name=f"{name}_len_r")
+        self.ready = Signal(name=f"{name}_len_ok")
+        self.addr = Signal(ADDR_BITS, name=f"{name}_phys")  # base + off, for the AR/AW register
+        self.lo12 = Signal(12, name=f"{name}_lo12")  # (base + off) mod 4096, kept beside off
+        m.d.comb += self.addr.eq(self.base + self.off)
+        nxt = _burst_len(m, self.lo12, self.rem, bb, cfg.max_burst, name)
+        lo12_0 = (base[:12] + addr[:12])[:12]
+        first = _burst_len(m, lo12_0, beats, bb, cfg.max_burst, f"{name}_first")
         m.d.comb += self.more.eq((self.row_left != 0) & (self.beats != 0))
+        m.d.sync += [self.len.eq(nxt), self.ready.eq(1)]
         with m.If(start):
-            m.d.sync += [self.row_left.eq(rows), self.row_base.eq(addr), self.addr.eq(addr),
-                         self.rem.eq(beats), self.beats.eq(beats), self.stride.eq(stride)]
+            m.d.sync += [self.row_left.eq(rows), self.row_base.eq(addr), self.off.eq(addr), self.base.eq(base),
+                         self.rem.eq(beats), self.beats.eq(beats), self.stride.eq(stride),
+                         self.len.eq(first), self.lo12.eq(lo12_0)]
         self._bb = bb
 
     def advance(self, m):
-        """Step past the burst of ``self.len`` beats just issued."""
+        """Step past the burst of ``self.len`` beats just issued (the next length is ready a cycle later)."""
+        m.d.sync += self.ready.eq(0)
         with m.If(self.rem == self.len):
             nxt = self.row_base + self.stride
-            m.d.sync += [self.row_left.eq(self.row_left - 1), self.row_base.eq(nxt), self.addr.eq(nxt),
-                         self.rem.eq(self.beats)]
+            m.d.sync += [self.row_left.eq(self.row_left - 1), self.row_base.eq(nxt), self.off.eq(nxt),
+                         self.rem.eq(self.beats),
+                         self.lo12.eq((self.base[:12] + self.row_base[:12] + self.stride[:12])[:12])]
         with m.Else():
-            m.d.sync += [self.addr.eq(self.addr + self.len * self._bb), self.rem.eq(self.rem - self.len)]
+            step = self.len * self._bb
+            m.d.sync += [self.off.eq(self.off + step), self.rem.eq(self.rem - self.len),
+                         self.lo12.eq((self.lo12 + step)[:12])]
 
 
 class DmaReader(wiring.Component):
@@ -80,7 +110,7 @@ class DmaReader(wiring.Component):
         self.cfg, self.outstanding = cfg, outstanding
         super().__init__({
             "axi": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)),
-            "start": In(1), "addr": In(ADDR_BITS), "stride": In(32), "rows": In(16), "beats": In(32),
+            "start": In(1), "base": In(ADDR_BITS), "addr": In(32), "stride": In(32), "rows": In(16), "beats": In(32),
             "abort": In(1),
             "beat_valid": Out(1), "beat_ready": In(1), "beat_data": Out(cfg.dma_bits),
             "busy": Out(1), "quiet": Out(1), "bus_error": Out(1),
@@ -89,7 +119,7 @@ class DmaReader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, axi = self.cfg, self.axi
-        w = _Walker(m, cfg, self.start, self.addr, self.stride, self.rows, self.beats, "rd")
+        w = _Walker(m, cfg, self.start, self.base, self.addr, self.stride, self.rows, self.beats, "rd")
         m.d.comb += self.bus_error.eq(axi.rvalid & axi.rready & (axi.rresp != 0))
         inflight = Signal(range(self.outstanding + 2))
         ar_hs = axi.arvalid & axi.arready
@@ -100,7 +130,7 @@ class DmaReader(wiring.Component):
         # AR is a register: once valid it stays until accepted, whatever happens to abort (AXI rule)
         with m.If(ar_hs):
             m.d.sync += axi.arvalid.eq(0)
-        with m.If(~axi.arvalid & w.more & ~self.abort & (inflight < self.outstanding) & ~self.start):
+        with m.If(~axi.arvalid & w.more & w.ready & ~self.abort & (inflight < self.outstanding) & ~self.start):
             m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(w.addr), axi.arlen.eq(w.len - 1)]
             w.advance(m)
         m.d.comb += [self.beat_valid.eq(axi.rvalid & ~self.abort), self.beat_data.eq(axi.rdata),
@@ -116,7 +146,7 @@ class DmaWriter(wiring.Component):
         self.cfg, self.outstanding = cfg, outstanding
         super().__init__({
             "axi": Out(axi4_write_signature(ADDR_BITS, cfg.dma_bits)),
-            "start": In(1), "addr": In(ADDR_BITS), "stride": In(32), "rows": In(16), "beats": In(32),
+            "start": In(1), "base": In(ADDR_BITS), "addr": In(32), "stride": In(32), "rows": In(16), "beats": In(32),
             "abort": In(1),
             "beat_valid": In(1), "beat_ready": Out(1), "beat_data": In(cfg.dma_bits),
             "busy": Out(1), "quiet": Out(1), "bus_error": Out(1),
@@ -125,7 +155,7 @@ class DmaWriter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, axi = self.cfg, self.axi
-        w = _Walker(m, cfg, self.start, self.addr, self.stride, self.rows, self.beats, "wr")
+        w = _Walker(m, cfg, self.start, self.base, self.addr, self.stride, self.rows, self.beats, "wr")
         m.submodules.lens = lens = fifo.SyncFIFO(width=9, depth=self.outstanding + 1)
         inflight = Signal(range(self.outstanding + 2))  # AW issued (or pending), B not yet received
         aw_hs = axi.awvalid & axi.awready
@@ -134,7 +164,7 @@ class DmaWriter(wiring.Component):
         m.d.comb += [axi.awsize.eq(Const(cfg.dma_bytes.bit_length() - 1, 3)), axi.awburst.eq(BURST_INCR),
                      axi.bready.eq(1)]
         issue = Signal()
-        m.d.comb += issue.eq(~axi.awvalid & w.more & ~self.abort & (inflight < self.outstanding) & ~self.start)
+        m.d.comb += issue.eq(~axi.awvalid & w.more & w.ready & ~self.abort & (inflight < self.outstanding) & ~self.start)
         m.d.sync += inflight.eq(inflight + issue - b_hs)
         with m.If(aw_hs):
             m.d.sync += axi.awvalid.eq(0)

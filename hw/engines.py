@@ -120,7 +120,7 @@ class LoadEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.rd), dma.axi)
         bpl_s, bpl_w = _beats_per_line(cfg)
         bpl = Mux(v.buf == 0, bpl_s, bpl_w)
-        m.d.comb += [dma.start.eq(exec_start), dma.addr.eq(self.win_base + v.dram), dma.stride.eq(v.stride),
+        m.d.comb += [dma.start.eq(exec_start), dma.base.eq(self.win_base), dma.addr.eq(v.dram), dma.stride.eq(v.stride),
                      dma.rows.eq(v.rows), dma.beats.eq(Mux(v.buf == 0, v.lines * bpl_s, v.lines * bpl_w)),
                      dma.abort.eq(self.abort),
                      self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet),
@@ -187,7 +187,7 @@ class StoreEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.wr), dma.axi)
         bpl_s, bpl_w = _beats_per_line(cfg)
         bpl = Mux(v.buf == 0, bpl_s, bpl_w)
-        m.d.comb += [dma.start.eq(exec_start), dma.addr.eq(self.win_base + v.dram), dma.stride.eq(v.stride),
+        m.d.comb += [dma.start.eq(exec_start), dma.base.eq(self.win_base), dma.addr.eq(v.dram), dma.stride.eq(v.stride),
                      dma.rows.eq(v.rows), dma.beats.eq(Mux(v.buf == 0, v.lines * bpl_s, v.lines * bpl_w)),
                      dma.abort.eq(self.abort),
                      self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet),
