@@ -38,7 +38,7 @@ from systolica.isa import OP_BY_CODE, OPCODE_BITS, Engine, IllegalInstruction, I
 from systolica.program import Program
 from systolica.sim.faults import SimFault, fault_error
 from systolica.sim.golden_ops import EXECUTE, OpFault, check_operands, check_static
-from systolica.sim.golden_plan import Plan, compile_word, static_order, word_counters
+from systolica.sim.golden_plan import Planner
 
 __all__ = ["GoldenSim", "SimResult", "Counters", "SimFault", "QUEUE_NAMES"]
 
@@ -50,7 +50,6 @@ _POP = {(Engine.COMPUTE, "prev"): _L2C, (Engine.LOAD, "next"): _C2L, (Engine.STO
 _PUSH = {(Engine.LOAD, "next"): _L2C, (Engine.COMPUTE, "prev"): _C2L, (Engine.COMPUTE, "next"): _C2S,
          (Engine.STORE, "prev"): _S2C}
 QUEUE_NAMES = ("load->compute", "compute->load", "compute->store", "store->compute")
-_ENGINE_NAMES = tuple(Engine(e).name for e in range(3))
 _WORD_CACHE = 1 << 18  # checked words kept (a SmolLM2 decode step has ~17k distinct ones)
 
 
@@ -147,10 +146,16 @@ class GoldenSim:
         self._words: dict[int, object] = {}  # word -> what _check_word found (it depends on the word alone)
         self._words_window = self.window.size
         self.fast = os.environ.get("SYSTOLICA_GOLDEN_FAST", "1") != "0" if fast is None else bool(fast)
-        self._plans: OrderedDict = OrderedDict()  # tuple(words) -> Plan, or None where the run faults
-        self._ops: dict[int, tuple] = {}  # word -> (closure or None, counter deltas), for these buffers
-        self._orders: dict[tuple, tuple | None] = {}  # token signatures -> static_order(...)
-        self._ops_key: tuple = ()
+        self._planner = Planner(self, self._checked, Counters)
+
+    def _checked(self, word: int):
+        """:func:`_check_word` of ``word``, from the word cache."""
+        if self._words_window != self.window.size or len(self._words) > _WORD_CACHE:
+            self._words, self._words_window = {}, self.window.size
+        item = self._words.get(word)
+        if item is None:
+            item = self._words[word] = _check_word(self, word)
+        return item
 
     def reset(self) -> None:
         """Clear the on-chip buffers (DRAM is the host's and stays)."""
@@ -204,8 +209,7 @@ class GoldenSim:
             words = program.words
         else:
             words = [int(w) for w in program]
-        prepared = self._prepare(words)
-        plan = self._plan(words, prepared) if self.fast else None
+        plan = self._planner.plan(words) if self.fast else None
         if plan is not None and (max_instructions is None or plan.counters.instructions <= max_instructions):
             self.counters = Counters()  # reference ops called from the plan count here; the plan's totals win
             plan.run()
@@ -214,6 +218,7 @@ class GoldenSim:
             if raise_on_fault:
                 res.raise_for_fault()
             return res
+        prepared = self._prepare(words)
         self.counters = Counters()
         state = _Run(self, prepared, max_instructions)
         try:
@@ -224,52 +229,6 @@ class GoldenSim:
         if raise_on_fault:
             res.raise_for_fault()
         return res
-
-    def _plan(self, words: list[int], prepared: list) -> Plan | None:
-        """The cached :class:`~systolica.sim.golden_plan.Plan` of ``words``, or ``None`` for a run that faults."""
-        # closures hold views of the buffers and the window: rebuilt when any of them is another array
-        ops_key = (id(self.spad), id(self.acc), id(self.vbuf), id(self.window), self.window.size)
-        if ops_key != self._ops_key or len(self._ops) > _WORD_CACHE:
-            self._ops, self._ops_key = {}, ops_key
-            self._plans.clear()
-        key = tuple(words)
-        if key in self._plans:
-            self._plans.move_to_end(key)
-            return self._plans[key]
-        sigs = [None if isinstance(it, _Stop) else
-                (it[0].engine, it[1], it[2], it[0].op == "FINISH") for it in prepared]
-        skey = tuple(sigs)
-        if skey not in self._orders:
-            if len(self._orders) > 16:
-                self._orders.clear()
-            self._orders[skey] = static_order(sigs, self.cfg.cmd_depth, self.cfg.queue_depth)
-        found = self._orders[skey]
-        plan = None
-        if found is not None:
-            order, fetched, finish_pc, tokens = found
-            c = Counters(instructions=len(order), fetch_bytes=16 * fetched)
-            ops, cache = [], self._ops
-            rd = wr = macs = amacs = 0
-            per_op: Counter = Counter()
-            for pc in order:
-                w = words[pc]
-                hit = cache.get(w)
-                if hit is None:
-                    ins = prepared[pc][0]
-                    hit = cache[w] = (compile_word(self, ins), word_counters(self, ins), ins.op)
-                op, (r, wb, m, a), name = hit
-                if op is not None:
-                    ops.append(op)
-                rd, wr, macs, amacs = rd + r, wr + wb, macs + m, amacs + a
-                per_op[name] += 1
-            c.per_op = per_op
-            c.per_engine = Counter(_ENGINE_NAMES[sigs[pc][0]] for pc in order)
-            c.dma_read_bytes, c.dma_write_bytes, c.macs, c.attn_macs = rd, wr, macs, amacs
-            plan = Plan(ops, c, finish_pc, tokens)
-        self._plans[key] = plan
-        if len(self._plans) > 8:
-            self._plans.popitem(last=False)
-        return plan
 
 
 def _check_word(sim: GoldenSim, word: int):

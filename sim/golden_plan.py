@@ -41,7 +41,7 @@ from systolica.sim.golden_ops import EXECUTE, _dma_plan, _dram_rows, _lines, _ro
 if TYPE_CHECKING:  # pragma: no cover
     from systolica.sim.golden import Counters, GoldenSim
 
-__all__ = ["Plan", "static_order", "compile_word", "word_counters"]
+__all__ = ["Plan", "Planner", "static_order", "compile_word", "word_counters"]
 
 _I64 = np.int64
 _LITTLE = sys.byteorder == "little"  # buffer int32 lines are little-endian in DRAM: views need a little-endian host
@@ -154,10 +154,46 @@ def _gemm(sim: GoldenSim, ins: Instr) -> Op | None:
         if ins.acc:
             return lambda: None  # adds zero
         return lambda: out.fill(0)
-    matmul = nx.matmul
-    if ins.acc:
-        return lambda: np.add(out, matmul(a, w), out=out, casting="unsafe")
-    return lambda: np.copyto(out, matmul(a, w))
+    kk, nn = k * cols, n * cols
+    if kk * (1 << 14) > 1 << 53:  # pragma: no cover - K beyond 2**39: numerics' int64 path
+        matmul = nx.matmul
+        if ins.acc:
+            return lambda: np.add(out, matmul(a, w), out=out, casting="unsafe")
+        return lambda: np.copyto(out, matmul(a, w))
+    # as numerics.matmul: |a*w| <= 2**14, so float32 sums are exact while K * 2**14 <= 2**24, float64 up to 2**53;
+    # the exact integer result then wraps to int32 as the accumulator does
+    ft = np.float32 if kk * (1 << 14) <= 1 << 24 else np.float64
+    af, wf, r = np.empty((m, kk), ft), np.empty((nn, kk), ft), np.empty((m, nn), ft)
+    wft = wf.T
+    if ft == np.float32:  # |result| <= 2**24: fits int32 as it is
+        ri = np.empty((m, nn), np.int32)
+
+        def gemm32() -> None:
+            np.copyto(af, a)
+            np.copyto(wf, w)
+            np.matmul(af, wft, out=r)
+            if ins_acc:
+                np.copyto(ri, r, casting="unsafe")
+                np.add(out, ri, out=out)  # int32 + int32 wraps modulo 2**32 like the adder
+            else:
+                np.copyto(out, r, casting="unsafe")
+
+        ins_acc = bool(ins.acc)
+        return gemm32
+    r64 = np.empty((m, nn), _I64)
+    ins_acc = bool(ins.acc)
+
+    def gemm64() -> None:
+        np.copyto(af, a)
+        np.copyto(wf, w)
+        np.matmul(af, wft, out=r)
+        np.copyto(r64, r, casting="unsafe")  # exact: |r| <= 2**53
+        if ins_acc:
+            np.add(r64, out, out=r64)
+        np.bitwise_and(r64, 0xFFFFFFFF, out=r64)  # two's complement low 32 bits
+        np.copyto(out, r64.view(np.uint64).astype(np.uint32).view(np.int32))
+
+    return gemm64
 
 
 def _rshift_round_inplace(p: np.ndarray, s: int) -> None:
@@ -172,7 +208,8 @@ def _rshift_round_inplace(p: np.ndarray, s: int) -> None:
 
 
 def _sat32_into(dst: np.ndarray, p: np.ndarray) -> None:
-    np.clip(p, nx.INT32_MIN, nx.INT32_MAX, out=p)
+    np.maximum(p, nx.INT32_MIN, out=p)
+    np.minimum(p, nx.INT32_MAX, out=p)
     np.copyto(dst, p, casting="unsafe")
 
 
@@ -186,17 +223,28 @@ def _requant(sim: GoldenSim, ins: Instr) -> Op | None:
     exps = _lines(sim, "spad", ins, "exps", rows, "exponents")[:, 0]
     out = _rows(dst, rows)
     p = np.empty(out.shape, _I64)
+    sh = np.empty((rows, 1), _I64)
     requant = nx.requant
 
     def run() -> None:
-        e = exps
-        s = shift - int(e[0])
-        if 0 < s < 64 and (rows == 1 or (e == e[0]).all()):
-            np.multiply(src, mult, out=p, dtype=_I64)  # |acc * mult| < 2**62
-            _rshift_round_inplace(p, s)
-            _sat32_into(out, p)
-        else:
-            out[...] = requant(src, mult, e, shift)
+        if rows == 1:
+            s = shift - int(exps[0])
+            if 0 < s < 64:
+                np.multiply(src, mult, out=p, dtype=_I64)  # |acc * mult| <= 2**62
+                _rshift_round_inplace(p, s)
+                _sat32_into(out, p)
+                return
+        else:  # one shift per row, each in 1..63: the same formula with the shifts broadcast
+            np.subtract(shift, exps[:, None], out=sh, dtype=_I64)
+            if sh.min() > 0 and sh.max() < 64:
+                np.multiply(src, mult, out=p, dtype=_I64)
+                np.subtract(sh, 1, out=sh)
+                np.right_shift(p, sh, out=p)
+                np.add(p, 1, out=p)
+                np.right_shift(p, 1, out=p)
+                _sat32_into(out, p)
+                return
+        out[...] = requant(src, mult, exps, shift)
 
     return run
 
@@ -229,6 +277,74 @@ def _binary(sim: GoldenSim, ins: Instr) -> Op | None:
     return mul
 
 
+def _quant_rows_pos(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """numerics.quant_rows of int64 ``x[rows, n]`` (n > 0) when every row's shift is positive, else ``None``.
+
+    Per row, as numerics: ``s = bitlen(max|x|) - 7``, one more if rounding leaves the maximum above 127 or
+    the minimum below -127; ``q = rshift_round(x, s)``, ``e = s - FX_FRAC``.  The per-row scalars are Python
+    integers (``int.bit_length`` is numerics' bitlen on int64); with every ``s`` in 1..63 the shift is the
+    same ``((x >> (s-1)) + 1) >> 1`` for the whole block.
+    """
+    shifts = []
+    for hi, lo in zip(x.max(axis=1).tolist(), x.min(axis=1).tolist(), strict=True):
+        s = max(hi, -lo).bit_length() - 7
+        if s <= 0:
+            return None
+        if ((hi + (1 << (s - 1))) >> s) > 127 or ((lo + (1 << (s - 1))) >> s) < -127:
+            s += 1
+        shifts.append(s)
+    sh = np.array(shifts, _I64).reshape(-1, 1)
+    q = np.right_shift(x, sh - 1)
+    np.add(q, 1, out=q)
+    np.right_shift(q, 1, out=q)
+    return q, sh
+
+
+def _quant(sim: GoldenSim, ins: Instr) -> Op | None:
+    rows, lines, k = ins.rows, ins.lines, 1 + ins.split
+    if not rows:
+        return None
+    if not lines:
+        return _generic(sim, ins)
+    src = _lines(sim, "vbuf", ins, "src", rows * lines, "source").reshape(rows, lines * sim.cfg.cols)
+    dst = _rows(_lines(sim, "spad", ins, "dst", k * rows * lines, "result"), k * rows)
+    exps = _lines(sim, "spad", ins, "exps", k * rows, "exponent lines")
+    split = bool(ins.split)
+    x = np.empty(src.shape, _I64)
+    reference = EXECUTE["QUANT"]
+
+    def run() -> None:
+        np.copyto(x, src)
+        first = _quant_rows_pos(x)
+        if first is None:
+            return reference(sim, ins)
+        q, s = first
+        if not split:
+            dst[...] = q
+            exps[...] = 0
+            exps[:, 0] = (s - nx.FX_FRAC).reshape(-1)
+            return None
+        # the residual: sat32(x - dequant_rows(q, e)); dequant is q << s here (s > 0, |q| <= 127: no overflow)
+        deq = np.left_shift(q, s)
+        np.maximum(deq, nx.INT32_MIN, out=deq)
+        np.minimum(deq, nx.INT32_MAX, out=deq)
+        r = np.subtract(x, deq)
+        np.maximum(r, nx.INT32_MIN, out=r)
+        np.minimum(r, nx.INT32_MAX, out=r)
+        second = _quant_rows_pos(r)
+        if second is None:
+            return reference(sim, ins)
+        q2, s2 = second
+        dst[:rows] = q
+        dst[rows:] = q2
+        exps[...] = 0
+        exps[:rows, 0] = (s - nx.FX_FRAC).reshape(-1)
+        exps[rows:, 0] = (s2 - nx.FX_FRAC).reshape(-1)
+        return None
+
+    return run
+
+
 def _attn(sim: GoldenSim, ins: Instr) -> Op | None:
     nq, hd, t = ins.nq, ins.hd, ins.t
     if nq == 0 or hd == 0:
@@ -248,7 +364,7 @@ def _nothing(sim: GoldenSim, ins: Instr) -> Op | None:
 
 _COMPILERS: dict[str, Callable[[GoldenSim, Instr], Op | None]] = {
     "NOP": _nothing, "FINISH": _nothing, "LOAD": _load, "STORE": _store, "GEMM": _gemm, "REQUANT": _requant,
-    "ADD": _binary, "MUL": _binary, "ATTN": _attn,
+    "ADD": _binary, "MUL": _binary, "ATTN": _attn, "QUANT": _quant,
 }
 
 
@@ -263,13 +379,19 @@ def compile_word(sim: GoldenSim, ins: Instr) -> Op | None:
 
 
 # ------------------------------------------------------------------ plan
+def _noop() -> None:
+    pass
+
+
 class Plan:
     """A scheduled program: the closures in execution order and the counters the run reports."""
 
-    __slots__ = ("ops", "counters", "finish_pc", "tokens")
+    __slots__ = ("words", "entries", "ops", "slot", "counters", "finish_pc", "tokens")
 
-    def __init__(self, ops: list[Op], counters: Counters, finish_pc: int, tokens: tuple[int, int, int, int]):
-        self.ops, self.counters, self.finish_pc, self.tokens = ops, counters, finish_pc, tokens
+    def __init__(self, words: list[int], entries: list[tuple], ops: list[Op], slot: dict[int, int],
+                 counters: Counters, finish_pc: int, tokens: tuple[int, int, int, int]):
+        self.words, self.entries, self.ops, self.slot = words, entries, ops, slot  # slot: pc -> index in ops
+        self.counters, self.finish_pc, self.tokens = counters, finish_pc, tokens
 
     def run(self) -> None:
         for op in self.ops:
@@ -280,3 +402,116 @@ class Plan:
         return type(c)(instructions=c.instructions, per_op=Counter(c.per_op), per_engine=Counter(c.per_engine),
                        dma_read_bytes=c.dma_read_bytes, dma_write_bytes=c.dma_write_bytes,
                        fetch_bytes=c.fetch_bytes, macs=c.macs, attn_macs=c.attn_macs)
+
+
+class Planner:
+    """Plans of one simulator's programs, cached; a program that differs from a cached one in a few words
+    (a decode step after the patch table) gets that plan with those words' closures replaced.
+
+    ``check(word)`` is the simulator's dispatch check: ``(Instr, pops, pushes)``, or a fault object.
+    """
+
+    MAX_PLANS = 8
+
+    def __init__(self, sim: GoldenSim, check: Callable[[int], object], counters_type: type):
+        self.sim, self.check, self.counters_type = sim, check, counters_type
+        self.plans: dict[tuple, Plan | None] = {}  # insertion order = age
+        self.entries: dict[int, tuple] = {}  # word -> (signature or None, closure, counter deltas, op name)
+        self.orders: dict[tuple, tuple | None] = {}  # signatures -> static_order(...)
+        self.key: tuple = ()
+
+    def _entry(self, w: int) -> tuple:
+        e = self.entries.get(w)
+        if e is None:
+            item = self.check(w)
+            if not isinstance(item, tuple):  # faults at dispatch
+                e = (None, _noop, (0, 0, 0, 0), "")
+            else:
+                ins, pops, pushes = item
+                op = compile_word(self.sim, ins)
+                e = ((int(ins.engine), pops, pushes, ins.op == "FINISH"), op if op is not None else _noop,
+                     word_counters(self.sim, ins), ins.op)
+            self.entries[w] = e
+        return e
+
+    def plan(self, words: list[int]) -> Plan | None:
+        """The plan of ``words``, or ``None`` when the run faults (the per-instruction path reports it)."""
+        sim = self.sim
+        # closures hold views of the buffers and the window: all dropped when any of them is another array
+        key = (id(sim.spad), id(sim.acc), id(sim.vbuf), id(sim.window), sim.window.size)
+        if key != self.key or len(self.entries) > 1 << 18:
+            self.plans, self.entries, self.key = {}, {}, key
+        wkey = tuple(words)
+        if wkey in self.plans:
+            plan = self.plans.pop(wkey)
+            self.plans[wkey] = plan
+            return plan
+        plan = self._patched(words)
+        if plan is None:
+            plan = self._build(words)
+        self.plans[wkey] = plan
+        while len(self.plans) > self.MAX_PLANS:
+            del self.plans[next(iter(self.plans))]
+        return plan
+
+    def _patched(self, words: list[int]) -> Plan | None:
+        """The newest cached plan of as many words with a few of them replaced, if their signatures agree."""
+        n = len(words)
+        for base in reversed(list(self.plans.values())):
+            if base is None or len(base.words) != n:
+                continue
+            diff = [i for i, (a, b) in enumerate(zip(base.words, words, strict=True)) if a != b]
+            if len(diff) > max(64, n // 8):
+                continue
+            new = [self._entry(words[i]) for i in diff]
+            if any(e[0] != base.entries[i][0] or e[0] is None for e, i in zip(new, diff, strict=True)):
+                continue  # the schedule may change: plan afresh
+            entries, ops = list(base.entries), list(base.ops)
+            c = base.fresh_counters()
+            for i, e in zip(diff, new, strict=True):
+                old = entries[i]
+                entries[i] = e
+                if i in base.slot:
+                    ops[base.slot[i]] = e[1]
+                    c.dma_read_bytes += e[2][0] - old[2][0]
+                    c.dma_write_bytes += e[2][1] - old[2][1]
+                    c.macs += e[2][2] - old[2][2]
+                    c.attn_macs += e[2][3] - old[2][3]
+                    if e[3] != old[3]:
+                        c.per_op[old[3]] -= 1
+                        c.per_op[e[3]] += 1
+                        if not c.per_op[old[3]]:
+                            del c.per_op[old[3]]
+            return Plan(list(words), entries, ops, base.slot, c, base.finish_pc, base.tokens)
+        return None
+
+    def _build(self, words: list[int]) -> Plan | None:
+        entries = [self._entry(w) for w in words]
+        sigs = tuple(e[0] for e in entries)
+        if sigs not in self.orders:
+            if len(self.orders) > 16:
+                self.orders.clear()
+            cfg = self.sim.cfg
+            self.orders[sigs] = static_order(sigs, cfg.cmd_depth, cfg.queue_depth)
+        found = self.orders[sigs]
+        if found is None:
+            return None
+        order, fetched, finish_pc, tokens = found
+        ops = [entries[pc][1] for pc in order]
+        slot = {pc: j for j, pc in enumerate(order)}
+        c = self.counters_type(instructions=len(order), fetch_bytes=16 * fetched)
+        per_op: Counter = Counter()
+        per_engine: Counter = Counter()
+        for pc in order:
+            sig, _, (r, wb, m, a), name = entries[pc]
+            c.dma_read_bytes += r
+            c.dma_write_bytes += wb
+            c.macs += m
+            c.attn_macs += a
+            per_op[name] += 1
+            per_engine[_ENGINE_NAMES[sig[0]]] += 1
+        c.per_op, c.per_engine = per_op, per_engine
+        return Plan(list(words), entries, ops, slot, c, finish_pc, tokens)
+
+
+_ENGINE_NAMES = tuple(Engine(e).name for e in range(3))

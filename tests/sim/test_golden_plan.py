@@ -160,3 +160,26 @@ def test_attn_continuation_on_random_state(t, offset, causal):
              encode(make("ATTN_OUT", dst=40, state=4, nq=2, hd=2)), encode(make("FINISH"))]
     ref, fast = _pair(cfg, rng)
     assert _same(ref, fast, words, f"t={t} offset={offset} causal={causal}") == Fault.NONE
+
+
+@pytest.mark.parametrize("split", [0, 1])
+@pytest.mark.parametrize("kind", ["random", "small", "extreme", "zero_row", "ties"])
+def test_quant_fast_path_on_edge_rows(split, kind):
+    """QUANT's fast path (per-row shifts as Python integers) == numerics on rows chosen to hit its edges."""
+    cfg = preset("tiny")
+    c = cfg.cols
+    rng = np.random.default_rng(split * 10 + len(kind))
+    ref, fast = _pair(cfg, rng)
+    rows, lines = 3, 4
+    x = {"random": lambda: rng.integers(-2**31, 2**31, (rows, lines * c)),
+         "small": lambda: rng.integers(-200, 200, (rows, lines * c)),
+         "extreme": lambda: rng.choice([-2**31, 2**31 - 1, -1, 0, 1, 2**30], (rows, lines * c)),
+         "zero_row": lambda: np.vstack([rng.integers(-2**20, 2**20, (rows - 1, lines * c)),
+                                        np.zeros((1, lines * c), np.int64)]),
+         "ties": lambda: (rng.integers(-127, 128, (rows, lines * c)) << 12) + (1 << 11)}[kind]()
+    for sim in (ref, fast):
+        sim.vbuf[8:8 + rows * lines] = x.reshape(rows * lines, c).astype(np.int32)
+    words = [encode(make("QUANT", dst=0, src=8, exps=100, rows=rows, lines=lines, split=split)),
+             encode(make("QUANT", dst=40, src=8, exps=120, rows=1, lines=lines, split=split)),
+             encode(make("FINISH"))]
+    assert _same(ref, fast, words, f"QUANT {kind} split={split}") == Fault.NONE
