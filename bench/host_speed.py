@@ -37,6 +37,7 @@ class HostSpeed:
     decode_tokens: int = 0
     threads: int | None = None
     note: str = ""
+    decode_cpu_tokens_per_s: float | None = None  # per second of this process's CPU time (robust on a busy host)
 
 
 def load_default_artifact(cfg=None, *, page: int = 16, max_seq: int = 256, prefill_chunk: int = 16,
@@ -111,7 +112,7 @@ def golden_host_speed(art=None, *, prompt_tokens: int = 128, decode_tokens: int 
         import cProfile
 
         prof = cProfile.Profile()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if prof:
         prof.enable()
     for _ in range(decode_tokens):
@@ -120,11 +121,14 @@ def golden_host_speed(art=None, *, prompt_tokens: int = 128, decode_tokens: int 
     if prof:
         prof.disable()
         prof.dump_stats(profile)
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     seq.release()
     rt.close()
+    plan = "plans" if getattr(dev._sim, "fast", False) else "per-instruction"
     return HostSpeed("golden simulator", decode_tokens / dt if dt > 0 else None, prefill_s, prompt_tokens,
-                     decode_tokens, threads=1, note="performance model on" if cycle_model else "performance model off")
+                     decode_tokens, threads=1,
+                     note=f"{plan}, performance model {'on' if cycle_model else 'off'}",
+                     decode_cpu_tokens_per_s=decode_tokens / dc if dc > 0 else None)
 
 
 def llama_cpp_speed(gguf: str | Path, *, prompt_tokens: int = 128, decode_tokens: int = 32,
@@ -146,13 +150,14 @@ def llama_cpp_speed(gguf: str | Path, *, prompt_tokens: int = 128, decode_tokens
     t0 = time.perf_counter()
     llm.eval(ids)
     prefill_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(decode_tokens):
         tok = llm.sample(temp=0.0)
         llm.eval([tok])
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     return HostSpeed("llama.cpp", decode_tokens / dt, prefill_s, prompt_tokens, decode_tokens, threads,
-                     note=f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}")
+                     note=f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}",
+                     decode_cpu_tokens_per_s=decode_tokens / dc if dc > 0 else None)
 
 
 def _threads() -> int:
@@ -187,13 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"rows": [asdict(r) for r in rows], "ratio_decode": ratio, "threads": threads}, indent=1))
         return 0
-    print(f"{'engine':<18} {'threads':>7} {'prefill':>16} {'decode tok/s':>13}  note")
+    print(f"{'engine':<18} {'threads':>7} {'prefill':>16} {'decode tok/s':>13} {'(per CPU s)':>12}  note")
     for r in rows:
         pre = f"{r.prefill_s:.2f} s/{r.prefill_tokens} tok" if r.prefill_s is not None else "n/a"
         dec = f"{r.decode_tokens_per_s:.2f}" if r.decode_tokens_per_s is not None else "n/a"
-        print(f"{r.engine:<18} {r.threads or '':>7} {pre:>16} {dec:>13}  {r.note}")
+        cpu = f"{r.decode_cpu_tokens_per_s:.2f}" if r.decode_cpu_tokens_per_s is not None else "n/a"
+        print(f"{r.engine:<18} {r.threads or '':>7} {pre:>16} {dec:>13} {cpu:>12}  {r.note}")
     if ratio is not None:
-        print(f"golden / llama.cpp decode: {ratio:.3f}x")
+        cr = (g.decode_cpu_tokens_per_s / ll.decode_cpu_tokens_per_s
+              if g.decode_cpu_tokens_per_s and ll.decode_cpu_tokens_per_s else None)
+        print(f"golden / llama.cpp decode: {ratio:.3f}x wall" + (f", {cr:.3f}x per CPU second" if cr else ""))
     elif not args.no_llama:
         print("golden / llama.cpp decode: n/a (llama.cpp is not installed)")
     return 0

@@ -35,7 +35,7 @@ import numpy as np
 
 from systolica import numerics as nx
 from systolica.isa import Buf, Engine, Instr
-from systolica.layout import attn_state_lines, dma_line_bytes
+from systolica.layout import attn_state_lines, dma_line_bytes, kv_tile
 from systolica.sim.golden_ops import EXECUTE, _dma_plan, _dram_rows, _lines, _rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -346,16 +346,103 @@ def _quant(sim: GoldenSim, ins: Instr) -> Op | None:
 
 
 def _attn(sim: GoldenSim, ins: Instr) -> Op | None:
-    nq, hd, t = ins.nq, ins.hd, ins.t
+    nq, hd, t, cols = ins.nq, ins.hd, ins.t, sim.cfg.cols
     if nq == 0 or hd == 0:
         return None
-    causal_empty = bool(ins.causal) and ins.offset < 0
-    if not ins.init and (t == 0 or causal_empty):
-        # numerics.attn_tile returns the state unchanged; the op rewrites the m/l lines with lanes 2.. zeroed
-        st = _lines(sim, "vbuf", ins, "state", attn_state_lines(nq, hd), "state")
-        ml_rest = st[:nq, 2:]
-        return lambda: ml_rest.fill(0)
-    return _generic(sim, ins)
+    st = _lines(sim, "vbuf", ins, "state", attn_state_lines(nq, hd), "state")
+    ml, o = st[:nq], st[nq:].reshape(nq, hd * cols)
+    tv = min(t, max(ins.offset + 1, 0)) if ins.causal else t  # valid tokens: a prefix of the tile
+    if tv == 0:
+        if not ins.init:  # numerics.attn_tile returns the state unchanged; the m/l lines are rewritten, lanes 2.. 0
+            ml_rest = ml[:, 2:]
+            return lambda: ml_rest.fill(0)
+        o_all = o
+
+        def empty() -> None:  # the state before any tile: m = INT32_MIN, l = 0, o = 0
+            ml.fill(0)
+            ml[:, 0] = nx.INT32_MIN
+            o_all.fill(0)
+
+        return empty
+    hdim = hd * cols
+    if hdim * (1 << 14) > 1 << 24:
+        return _generic(sim, ins)
+    p_slots = 1 << ins.page_log2
+    tile = kv_tile(ins.page_log2, hd)
+    q = _lines(sim, "spad", ins, "q", nq * hd, "queries").reshape(nq, hdim)
+    qexp = _lines(sim, "spad", ins, "qexp", nq, "query exponents")[:, 0]
+    kv = _lines(sim, "spad", ins, "kv", tile.lines, "KV tile")
+    k = kv[tile.k:tile.k + p_slots * hd].reshape(p_slots, hdim)[:tv]
+    v = kv[tile.v:tile.v + p_slots * hd].reshape(p_slots, hdim)[:tv]
+    kexp, vexp = kv[tile.kexp:tile.kexp + tv, 0], kv[tile.vexp:tile.vexp + tv, 0]
+    init = bool(ins.init)
+    qf, kf = np.empty((nq, hdim), np.float32), np.empty((tv, hdim), np.float32)
+    reference = EXECUTE["ATTN"]
+    exp2_fx, frac_m, frac_e, frac_p = nx.exp2_fx, nx.ATTN_M_FRAC, nx.EXP_FRAC, nx.ATTN_P_FRAC
+    guard = frac_p - nx.ATTN_FRAC
+
+    def run() -> None:
+        # numerics.attn_tile with every shift checked to be in 1..63 first (else the reference op runs)
+        ush = (30 - frac_m) - qexp.astype(_I64)[:, None] - kexp.astype(_I64)[None, :]
+        ve = np.minimum(vexp.astype(_I64), nx.ATTN_VEXP_MAX)
+        if ush.min() < 1 or ush.max() > 63 or not ((ve >= 0).all() or (ve < 0).all() and ve.min() >= -63):
+            return reference(sim, ins)
+        np.copyto(qf, q)
+        np.copyto(kf, k)
+        dot = (qf @ kf.T).astype(_I64)  # |q.k| <= hdim * 2**14 <= 2**24: exact
+        u = dot * nx.LOG2E_Q30
+        _rshift_round_inplace_arr(u, ush)
+        np.maximum(u, nx.INT32_MIN, out=u)
+        np.minimum(u, nx.INT32_MAX, out=u)
+        if init:
+            m_old = np.full(nq, nx.INT32_MIN, _I64)
+            l_old = np.zeros(nq, _I64)
+            o_old = np.zeros((nq, hdim), _I64)
+        else:
+            m_old, l_old, o_old = ml[:, 0].astype(_I64), ml[:, 1].astype(_I64), o.astype(_I64)
+        m1 = np.maximum(m_old, u.max(axis=1))
+        a = exp2_fx(np.clip(m_old - m1, nx.INT32_MIN, nx.INT32_MAX), frac_m, frac_e)
+        p = exp2_fx(u - m1[:, None], frac_m, frac_p)
+        big_l = _rr(l_old * a, frac_e) + _rr(p.sum(axis=1), guard)
+        vt = v.astype(_I64)
+        if ve.min() >= 0:  # exact in float64: |p * (vq << vexp)| <= 2**38, sums < 2**50
+            pv = (p.astype(np.float64) @ (vt << ve[:, None]).astype(np.float64)).astype(_I64)
+        else:
+            prod = p[:, :, None] * vt[None, :, :]
+            _rshift_round_inplace_arr(prod, -ve[None, :, None])
+            pv = prod.sum(axis=1)
+        big_o = _rr(o_old * a[:, None], frac_e) + _rr(pv, guard)
+        rs = [max(abs(x).bit_length() - nx.ATTN_L_BITS, 0) for x in big_l.tolist()]
+        r = np.array(rs, _I64)
+        new_l = np.array([(x + (1 << (s - 1))) >> s if s else x for x, s in zip(big_l.tolist(), rs, strict=True)],
+                         _I64)
+        for i, s in enumerate(rs):
+            if s:
+                row = big_o[i]
+                np.right_shift(row, s - 1, out=row)
+                np.add(row, 1, out=row)
+                np.right_shift(row, 1, out=row)
+        ml.fill(0)
+        ml[:, 0] = np.clip(m1 + (r << frac_m), nx.INT32_MIN, nx.INT32_MAX)
+        ml[:, 1] = np.clip(new_l, nx.INT32_MIN, nx.INT32_MAX)
+        np.maximum(big_o, nx.INT32_MIN, out=big_o)
+        np.minimum(big_o, nx.INT32_MAX, out=big_o)
+        np.copyto(o, big_o, casting="unsafe")
+        return None
+
+    return run
+
+
+def _rr(x: np.ndarray, s: int) -> np.ndarray:
+    """numerics.rshift_round by a scalar ``s`` in 1..63 (a new array)."""
+    return (x >> s) + ((x >> (s - 1)) & 1)
+
+
+def _rshift_round_inplace_arr(p: np.ndarray, s: np.ndarray) -> None:
+    """``p = rshift_round(p, s)`` for shifts ``s`` (broadcastable to ``p``) all in 1..63, in place."""
+    np.right_shift(p, s - 1, out=p)
+    np.add(p, 1, out=p)
+    np.right_shift(p, 1, out=p)
 
 
 def _nothing(sim: GoldenSim, ins: Instr) -> Op | None:

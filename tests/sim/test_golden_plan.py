@@ -183,3 +183,41 @@ def test_quant_fast_path_on_edge_rows(split, kind):
              encode(make("QUANT", dst=40, src=8, exps=120, rows=1, lines=lines, split=split)),
              encode(make("FINISH"))]
     assert _same(ref, fast, words, f"QUANT {kind} split={split}") == Fault.NONE
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_attn_chains_with_realistic_exponents(seed):
+    """ATTN tiles (init, then continuations) and ATTN_OUT with exponents a compiled model produces, so that
+    the fast path's shifts are in range; V exponents all negative, all non-negative, or mixed (reference)."""
+    cfg = preset("tiny")
+    c = cfg.cols
+    rng = np.random.default_rng(100 + seed)
+    ref, fast = _pair(cfg, rng)
+    nq, hd, page_log2 = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(0, 4))
+    p = 1 << page_log2
+    tile_lines = (2 * hd + 2) * p
+    vlo, vhi = [(-8, -1), (0, 3), (-3, 3)][seed % 3]
+    q_at, qexp_at, state, out = 200, 240, 4, 40
+    words = []
+    for j in range(int(rng.integers(1, 4))):
+        kv = j % 2 * tile_lines
+        kvals = rng.integers(-127, 128, (tile_lines, c)).astype(np.int8)
+        kvals[(2 * hd) * p:(2 * hd + 1) * p, 0] = rng.integers(-12, -2, p)  # k exponents
+        kvals[(2 * hd + 1) * p:, 0] = rng.integers(vlo, vhi + 1, p)  # v exponents
+        for sim in (ref, fast):
+            sim.spad[kv:kv + tile_lines] = kvals
+        words.append(encode(make("ATTN", q=q_at, qexp=qexp_at, kv=kv, state=state, nq=nq, hd=hd,
+                                 t=int(rng.integers(0, p + 1)), page_log2=page_log2,
+                                 offset=int(rng.integers(-1, p + 3)), causal=int(rng.integers(0, 2)),
+                                 init=int(j == 0))))
+    qv = rng.integers(-127, 128, (nq * hd, c)).astype(np.int8)
+    qe = np.zeros((nq, c), np.int8)
+    qe[:, 0] = rng.integers(-12, -2, nq)
+    for sim in (ref, fast):
+        sim.spad[q_at:q_at + nq * hd] = qv
+        sim.spad[qexp_at:qexp_at + nq] = qe
+    words += [encode(make("ATTN_OUT", dst=out, state=state, nq=nq, hd=hd)), encode(make("FINISH"))]
+    # each tile is its own run as well, so that the tiles' writes of the state are compared one by one
+    for w in words[:-2]:
+        assert _same(ref, fast, [w, words[-1]], f"seed {seed}: one tile") == Fault.NONE
+    assert _same(ref, fast, words, f"seed {seed}: chain") == Fault.NONE
