@@ -146,7 +146,8 @@ class GoldenSim:
         self._words: dict[int, object] = {}  # word -> what _check_word found (it depends on the word alone)
         self._words_window = self.window.size
         self.fast = os.environ.get("SYSTOLICA_GOLDEN_FAST", "1") != "0" if fast is None else bool(fast)
-        self._planner = Planner(self, self._checked, Counters)
+        self._planner = Planner(self, self._checked, Counters,
+                                fuse=os.environ.get("SYSTOLICA_GOLDEN_FUSE", "1") != "0")
 
     def _checked(self, word: int):
         """:func:`_check_word` of ``word``, from the word cache."""

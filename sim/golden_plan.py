@@ -36,6 +36,7 @@ import numpy as np
 from systolica import numerics as nx
 from systolica.isa import Buf, Engine, Instr
 from systolica.layout import attn_state_lines, dma_line_bytes, kv_tile
+from systolica.sim.golden_fuse import fuse_order
 from systolica.sim.golden_ops import EXECUTE, _dma_plan, _dram_rows, _lines, _rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -473,11 +474,12 @@ def _noop() -> None:
 class Plan:
     """A scheduled program: the closures in execution order and the counters the run reports."""
 
-    __slots__ = ("words", "entries", "ops", "slot", "counters", "finish_pc", "tokens")
+    __slots__ = ("words", "entries", "ops", "slot", "fused", "counters", "finish_pc", "tokens")
 
     def __init__(self, words: list[int], entries: list[tuple], ops: list[Op], slot: dict[int, int],
-                 counters: Counters, finish_pc: int, tokens: tuple[int, int, int, int]):
+                 fused: frozenset[int], counters: Counters, finish_pc: int, tokens: tuple[int, int, int, int]):
         self.words, self.entries, self.ops, self.slot = words, entries, ops, slot  # slot: pc -> index in ops
+        self.fused = fused  # pcs run inside a fused closure (golden_fuse)
         self.counters, self.finish_pc, self.tokens = counters, finish_pc, tokens
 
     def run(self) -> None:
@@ -500,8 +502,8 @@ class Planner:
 
     MAX_PLANS = 8
 
-    def __init__(self, sim: GoldenSim, check: Callable[[int], object], counters_type: type):
-        self.sim, self.check, self.counters_type = sim, check, counters_type
+    def __init__(self, sim: GoldenSim, check: Callable[[int], object], counters_type: type, fuse: bool = True):
+        self.sim, self.check, self.counters_type, self.fuse = sim, check, counters_type, fuse
         self.plans: dict[tuple, Plan | None] = {}  # insertion order = age
         self.entries: dict[int, tuple] = {}  # word -> (signature or None, closure, counter deltas, op name)
         self.orders: dict[tuple, tuple | None] = {}  # signatures -> static_order(...)
@@ -512,12 +514,12 @@ class Planner:
         if e is None:
             item = self.check(w)
             if not isinstance(item, tuple):  # faults at dispatch
-                e = (None, _noop, (0, 0, 0, 0), "")
+                e = (None, _noop, (0, 0, 0, 0), "", None)
             else:
                 ins, pops, pushes = item
                 op = compile_word(self.sim, ins)
                 e = ((int(ins.engine), pops, pushes, ins.op == "FINISH"), op if op is not None else _noop,
-                     word_counters(self.sim, ins), ins.op)
+                     word_counters(self.sim, ins), ins.op, ins)
             self.entries[w] = e
         return e
 
@@ -551,8 +553,9 @@ class Planner:
             if len(diff) > max(64, n // 8):
                 continue
             new = [self._entry(words[i]) for i in diff]
-            if any(e[0] != base.entries[i][0] or e[0] is None for e, i in zip(new, diff, strict=True)):
-                continue  # the schedule may change: plan afresh
+            if any(e[0] != base.entries[i][0] or e[0] is None or i in base.fused
+                   for e, i in zip(new, diff, strict=True)):
+                continue  # the schedule may change, or the word is inside a fused run: plan afresh
             entries, ops = list(base.entries), list(base.ops)
             c = base.fresh_counters()
             for i, e in zip(diff, new, strict=True):
@@ -569,7 +572,7 @@ class Planner:
                         c.per_op[e[3]] += 1
                         if not c.per_op[old[3]]:
                             del c.per_op[old[3]]
-            return Plan(list(words), entries, ops, base.slot, c, base.finish_pc, base.tokens)
+            return Plan(list(words), entries, ops, base.slot, base.fused, c, base.finish_pc, base.tokens)
         return None
 
     def _build(self, words: list[int]) -> Plan | None:
@@ -584,13 +587,23 @@ class Planner:
         if found is None:
             return None
         order, fetched, finish_pc, tokens = found
-        ops = [entries[pc][1] for pc in order]
-        slot = {pc: j for j, pc in enumerate(order)}
+        ops: list[Op] = []
+        slot: dict[int, int] = {}
+        runs = fuse_order(self.sim, order, [e[4] for e in entries]) if self.fuse else []
+        runs.append((len(order), len(order), None))
+        pos = 0
+        for start, end, fn in runs:
+            for pc in order[pos:start]:
+                slot[pc] = len(ops)
+                ops.append(entries[pc][1])
+            if fn is not None:
+                ops.append(fn)
+            pos = end
         c = self.counters_type(instructions=len(order), fetch_bytes=16 * fetched)
         per_op: Counter = Counter()
         per_engine: Counter = Counter()
         for pc in order:
-            sig, _, (r, wb, m, a), name = entries[pc]
+            sig, _, (r, wb, m, a), name, _ = entries[pc]
             c.dma_read_bytes += r
             c.dma_write_bytes += wb
             c.macs += m
@@ -598,7 +611,8 @@ class Planner:
             per_op[name] += 1
             per_engine[_ENGINE_NAMES[sig[0]]] += 1
         c.per_op, c.per_engine = per_op, per_engine
-        return Plan(list(words), entries, ops, slot, c, finish_pc, tokens)
+        fused = frozenset(pc for start, end, _ in runs for pc in order[start:end])
+        return Plan(list(words), entries, ops, slot, fused, c, finish_pc, tokens)
 
 
 _ENGINE_NAMES = tuple(Engine(e).name for e in range(3))
