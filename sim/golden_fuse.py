@@ -36,11 +36,11 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["fuse_order", "MIN_BLOCKS"]
 
 _I64 = np.int64
-MIN_BLOCKS = 3  # fewer repeats are not worth a fused closure
+MIN_BLOCKS = 2  # runs of fewer blocks stay per instruction
 _MAX_PERIOD = 16
 _BUFS = {Buf.SPAD: "spad", Buf.ACC: "acc", Buf.VBUF: "vbuf"}
 # per fusable op: the address fields (may move by a constant per block); every other field must be equal
-_ADDR = {"LOAD": ("sram", "dram"), "GEMM": ("dst", "a", "w"), "REQUANT": ("dst", "src", "mult", "exps"),
+_ADDR = {"LOAD": ("sram", "dram"), "STORE": ("sram", "dram"), "GEMM": ("dst", "a", "w"), "REQUANT": ("dst", "src", "mult", "exps"),
          "ADD": ("dst", "a", "b"), "MUL": ("dst", "a", "b"), "SILU": ("dst", "src")}
 
 
@@ -48,9 +48,15 @@ def _shape_sig(ins: Instr):
     addr = _ADDR.get(ins.op)
     if addr is None or (ins.op == "GEMM" and (ins.acc or ins.k == 0 or not ins.m or not ins.n)):
         return None
-    if ins.op == "LOAD" and not (ins.rows and ins.lines):
+    if ins.op in ("LOAD", "STORE") and not (ins.rows and ins.lines):
         return None
+    if ins.op == "STORE" and ins.rows > 1 and ins.stride < ins.lines * _line_bytes(ins):
+        return None  # overlapping rows: written in order by the per-instruction path
     return (ins.op, *sorted((k, v) for k, v in ins.fields.items() if k not in addr))
+
+
+def _line_bytes(ins: Instr) -> int:
+    return 1 if ins.buf == Buf.SPAD else 4  # times cols
 
 
 def _regions(sim: GoldenSim, ins: Instr, f: dict) -> tuple[list[tuple], tuple]:
@@ -59,6 +65,8 @@ def _regions(sim: GoldenSim, ins: Instr, f: dict) -> tuple[list[tuple], tuple]:
     op = ins.op
     if op == "LOAD":
         return [], (_BUFS[Buf(ins.buf)], f["sram"], ins.rows * ins.lines)
+    if op == "STORE":  # writes DRAM only (checked apart from the buffers)
+        return [("sram", _BUFS[Buf(ins.buf)], f["sram"], ins.rows * ins.lines)], ("", 0, 0)
     if op == "GEMM":
         m, k, n = ins.m, ins.k, ins.n
         return [("a", "spad", f["a"], m * k), ("w", "spad", f["w"], n * cols * k)], ("acc", f["dst"], m * n)
@@ -99,6 +107,9 @@ class _Group:
         for k in range(P):
             ins = blocks[0][k]
             reads, (wb, ws, wn) = _regions(sim, ins, ins.fields)
+            if ins.op == "STORE":
+                self.writes.append(("", 0, 0, 0))
+                continue
             wd = self.delta[k]["sram" if ins.op == "LOAD" else "dst"]
             if ins.op == "LOAD" and self.delta[k]["dram"] < 0:
                 return False
@@ -107,62 +118,136 @@ class _Group:
             self.writes.append((wb, ws, wn, wd))
             for j in range(G):
                 written[wb][ws + j * wd:ws + j * wd + wn] = True
+        self.written = written
+        if not self._dram_apart():
+            return False
+        deps: list[set[int]] = [set() for _ in range(P)]
         for k in range(P):
             ins = blocks[0][k]
             reads, _ = _regions(sim, ins, ins.fields)
             resolved = []
             for name, buf, s, n in reads:
-                d = self.delta[k][name]
-                src = None
-                for kw in range(k - 1, -1, -1):  # the latest writer before k in the block
-                    wb, ws, wn, wd = self.writes[kw]
-                    if wb != buf or not _overlap(s, n, ws, wn):
-                        continue
-                    if not (ws <= s and s + n <= ws + wn) or wd != d:
-                        return False
-                    src = ("own", kw, s - ws, n)
-                    break
+                src = self._resolve(k, buf, s, n, self.delta[k][name])
                 if src is None:
-                    if d < 0 or s + (G - 1) * d + n > written[buf].size:
-                        return False
-                    for j in range(G):
-                        if written[buf][s + j * d:s + j * d + n].any():
-                            return False  # written by another block or later in the block
-                    src = ("ext", buf, s, n, d)
-                else:  # nothing between the writer and k (in the block) touches those lines
-                    for k2 in range(src[1] + 1, k):
-                        wb, ws, wn, _ = self.writes[k2]
-                        if wb == buf and _overlap(s, n, ws, wn):
-                            return False
+                    return False
+                if src[0] in ("own", "carry"):
+                    deps[k].add(src[1])
                 resolved.append((name, src))
             self.reads.append(resolved)
-        return True
+        # evaluate the batched ops so that every op comes after the ops whose values it reads
+        self.eval_order, state = [], [0] * P  # 0 new, 1 visiting, 2 done
+
+        def visit(k: int) -> bool:
+            if state[k] == 1:
+                return False  # a recurrence between blocks: not a batch
+            if state[k] == 0:
+                state[k] = 1
+                if not all(visit(d) for d in deps[k]):
+                    return False
+                state[k] = 2
+                self.eval_order.append(k)
+            return True
+
+        if any(k in deps[k] for k in range(P)):
+            return False  # an op reading what it wrote in the block before: a recurrence
+        return all(visit(k) for k in range(P))
+
+    def _dram_span(self, k: int) -> tuple[int, int]:
+        """The DRAM bytes op ``k`` touches over all blocks, as one interval."""
+        ins, d = self.blocks[0][k], self.delta[k]["dram"]
+        row_bytes = ins.lines * _line_bytes(ins) * self.sim.cfg.cols
+        span = (ins.rows - 1) * ins.stride + row_bytes
+        lo = ins.dram + min(0, (self.G - 1) * d)
+        return lo, ins.dram + max(0, (self.G - 1) * d) + span
+
+    def _dram_apart(self) -> bool:
+        """The run's STOREs write no DRAM byte its LOADs read, and move forward (so they can be told apart)."""
+        ops = [ins.op for ins in self.blocks[0]]
+        stores = [self._dram_span(k) for k, op in enumerate(ops) if op == "STORE"]
+        if not stores:
+            return True
+        if any(self.delta[k]["dram"] < 0 for k, op in enumerate(ops) if op == "STORE"):
+            return False
+        loads = [self._dram_span(k) for k, op in enumerate(ops) if op == "LOAD"]
+        return not any(_overlap(a, b - a, c, d - c) for a, b in stores for c, d in loads)
+
+    def _hits(self, s: int, n: int, d: int, kw: int, lag: int) -> bool:
+        """Whether op ``kw``'s write in block ``j - lag`` overlaps the read ``[s + j*d, +n)`` for some ``j``."""
+        wb, ws, wn, wd = self.writes[kw]
+        if d == wd:
+            return _overlap(s + lag * d, n, ws, wn)
+        return any(_overlap(s + j * d, n, ws + (j - lag) * wd, wn) for j in range(lag, self.G))
+
+    def _resolve(self, k: int, buf: str, s: int, n: int, d: int):
+        """Where op ``k``'s read of ``[s + j*d, +n)`` of ``buf`` comes from, or ``None`` when not batchable.
+
+        ``("own", kw, off, n)``: op ``kw`` of the same block wrote it; ``("carry", kw, off, n, s, d)``: op
+        ``kw`` of the previous block (block 0 reads the lines as they were); ``("ext", buf, s, n, d)``: the run
+        never writes those lines.
+        """
+        P, G = self.P, self.G
+        for kw in range(k - 1, -1, -1):  # the latest writer before k in the same block
+            wb, ws, wn, wd = self.writes[kw]
+            if wb != buf or not self._hits(s, n, d, kw, 0):
+                continue
+            if wd != d or not (ws <= s and s + n <= ws + wn):
+                return None
+            return ("own", kw, s - ws, n)
+        for kw in range(P - 1, -1, -1):  # else the latest writer in the previous block
+            wb, ws, wn, wd = self.writes[kw]
+            if wb != buf or G < 2 or not self._hits(s, n, d, kw, 1):
+                continue
+            off = s + d - ws
+            if wd != d or not (off >= 0 and off + n <= wn) or d < 0:
+                return None
+            if s + n > self.written[buf].size:
+                return None
+            return ("carry", kw, off, n, s, d)
+        if d < 0 or s + (G - 1) * d + n > self.written[buf].size:
+            return None
+        w = self.written[buf]
+        if any(w[s + j * d:s + j * d + n].any() for j in range(G)):
+            return None  # written two or more blocks back, or later in the block
+        return ("ext", buf, s, n, d)
 
     # -------------------------------------------------------------- closure
     def build(self) -> Callable[[], None]:
         sim, G, P = self.sim, self.G, self.P
         cols = sim.cfg.cols
         steps = []
-        for k in range(P):
+        for k in self.eval_order:
             ins = self.blocks[0][k]
             getters = {name: self._getter(src) for name, src in self.reads[k]}
-            steps.append(_BATCHED[ins.op](sim, ins, self.delta[k], getters, G, cols))
+            steps.append((k, _BATCHED[ins.op](sim, ins, self.delta[k], getters, G, cols)))
         # commits in sequential (block, op) order; an op whose lines do not move keeps only the last block's
         commits = []
         for j in range(G):
             for k in range(P):
+                ins = self.blocks[j][k]
+                if ins.op == "STORE":  # DRAM rows of block j, in order (a later STORE wins where they meet)
+                    lb = _line_bytes(ins) * cols
+                    rb = ins.lines * lb
+                    dst = np.lib.stride_tricks.as_strided(sim.window[ins.dram:], shape=(ins.rows, rb),
+                                                          strides=(ins.stride, 1)) if ins.rows > 1 else \
+                        sim.window[ins.dram:ins.dram + rb].reshape(1, rb)
+                    commits.append((dst, k, j, True))
+                    continue
                 wb, ws, wn, wd = self.writes[k]
                 if wd == 0 and j != G - 1:
                     continue
                 dst = getattr(sim, wb)[ws + j * wd:ws + j * wd + wn]
-                commits.append((dst, k, j))
+                commits.append((dst, k, j, False))
         outs: list = [None] * P
 
         def run() -> None:
-            for k, step in enumerate(steps):
+            for k, step in steps:
                 outs[k] = step(outs)
-            for dst, k, j in commits:
-                np.copyto(dst, outs[k][j], casting="unsafe")
+            for dst, k, j, to_dram in commits:
+                if to_dram:  # buffer lines as little-endian bytes (int8 lines are the bytes themselves)
+                    v = np.ascontiguousarray(outs[k][j])
+                    np.copyto(dst, v.astype(v.dtype.newbyteorder("<"), copy=False).view(np.uint8).reshape(dst.shape))
+                else:
+                    np.copyto(dst, outs[k][j], casting="unsafe")
 
         return run
 
@@ -171,6 +256,13 @@ class _Group:
         if src[0] == "own":
             _, kw, off, n = src
             return lambda outs: outs[kw][:, off:off + n]
+        if src[0] == "carry":
+            _, kw, off, n, s, _d = src
+            arr = getattr(self.sim, self.writes[kw][0])
+            first = arr[s:s + n]  # block 0 reads the lines as the run found them
+            G = self.G
+
+            return lambda outs: _Carry(first, outs[kw][:G - 1, off:off + n])
         _, buf, s, n, d = src
         arr = getattr(self.sim, buf)
         view = np.lib.stride_tricks.as_strided(arr[s:], shape=(self.G, n, arr.shape[1]),
@@ -180,6 +272,28 @@ class _Group:
 
 
 # ------------------------------------------------------------------ batched ops
+class _Carry:
+    """An operand of G blocks whose block 0 is ``first`` and blocks 1.. are ``rest`` (no copy made)."""
+
+    __slots__ = ("first", "rest")
+
+    def __init__(self, first: np.ndarray, rest: np.ndarray):
+        self.first, self.rest = first, rest
+
+    def full(self) -> np.ndarray:
+        return np.concatenate([self.first[None], self.rest])
+
+    def blocks(self, c: int, g: int) -> list[np.ndarray]:
+        """Blocks ``c .. c+g-1`` as one or two arrays of consecutive blocks."""
+        if c > 0:
+            return [self.rest[c - 1:c - 1 + g]]
+        return [self.first[None]] + ([self.rest[:g - 1]] if g > 1 else [])
+
+
+def _full(x) -> np.ndarray:
+    return x.full() if isinstance(x, _Carry) else x
+
+
 def _b_load(sim, ins, delta, get, G, cols):
     lb = cols if ins.buf == Buf.SPAD else 4 * cols
     rows, lines, stride = ins.rows, ins.lines, ins.stride
@@ -211,7 +325,7 @@ def _b_gemm(sim, ins, delta, get, G, cols):
     abatch = np.empty((G, m, kk), ft)
 
     def run(outs):
-        a, w = ga(outs), gw(outs)  # (G, m*k, cols), (G, nn*k, cols)
+        a, w = _full(ga(outs)), gw(outs)  # (G, m*k, cols), (G, nn*k, cols)
         shared = a.strides[0] == 0
         if shared:
             np.copyto(af, a[0].reshape(m, kk))
@@ -220,7 +334,11 @@ def _b_gemm(sim, ins, delta, get, G, cols):
         for c in range(0, G, chunk):
             g = min(chunk, G - c)
             wc = wf[:g * nn]
-            np.copyto(wc, w[c:c + g].reshape(g * nn, kk))
+            at = 0
+            for part in (w.blocks(c, g) if isinstance(w, _Carry) else [w[c:c + g]]):
+                rows_ = part.shape[0] * nn
+                np.copyto(wc[at:at + rows_], part.reshape(rows_, kk))  # int8 -> float, a chunk at a time
+                at += rows_
             if shared:
                 np.matmul(af, wc.T, out=res[:, c * nn:(c + g) * nn])
             else:
@@ -243,9 +361,9 @@ def _b_requant(sim, ins, delta, get, G, cols):
     gs, gm, ge = get["src"], get["mult"], get["exps"]
 
     def run(outs):
-        src = gs(outs).reshape(G, rows, L)
-        mult = gm(outs).reshape(G, 1, L)
-        e = ge(outs)[:, :, 0].astype(_I64)  # (G, rows)
+        src = _full(gs(outs)).reshape(G, rows, L)
+        mult = _full(gm(outs)).reshape(G, 1, L)
+        e = _full(ge(outs))[:, :, 0].astype(_I64)  # (G, rows)
         s = (shift - e)[:, :, None]
         if s.min() >= 1 and s.max() <= 63:
             p = src.astype(_I64) * mult
@@ -268,8 +386,8 @@ def _b_binary(sim, ins, delta, get, G, cols):
     bcast, op, shift = bool(ins.bcast), ins.op, getattr(ins, "shift", 0) if ins.op == "MUL" else 0
 
     def run(outs):
-        a = ga(outs).reshape(G, rows, L).astype(_I64)
-        b = gb(outs).reshape(G, 1 if bcast else rows, L)
+        a = _full(ga(outs)).reshape(G, rows, L).astype(_I64)
+        b = _full(gb(outs)).reshape(G, 1 if bcast else rows, L)
         if op == "ADD":
             p = a + b
         else:
@@ -292,23 +410,30 @@ def _b_silu(sim, ins, delta, get, G, cols):
     gsrc = get["src"]
 
     def run(outs):
-        x = gsrc(outs).reshape(G * rows, lines * cols)
+        x = _full(gsrc(outs)).reshape(G * rows, lines * cols)
         return nx.silu(x).astype(np.int32).reshape(G, rows * lines, cols)  # elementwise
 
     return run
 
 
-_BATCHED = {"LOAD": _b_load, "GEMM": _b_gemm, "REQUANT": _b_requant, "ADD": _b_binary, "MUL": _b_binary,
+def _b_store(sim, ins, delta, get, G, cols):
+    gsrc = get["sram"]
+    return lambda outs: _full(gsrc(outs))  # the lines it stores; written to DRAM at the commit
+
+
+_BATCHED = {"LOAD": _b_load, "STORE": _b_store, "GEMM": _b_gemm, "REQUANT": _b_requant, "ADD": _b_binary, "MUL": _b_binary,
             "SILU": _b_silu}
 
 
 # ------------------------------------------------------------------ detection
-def fuse_order(sim: GoldenSim, order: Sequence[int], instrs: Sequence[Instr | None]) -> list[tuple[int, int, object]]:
+def fuse_order(sim: GoldenSim, order: Sequence[int], instrs: Sequence[Instr | None],
+               volatile: frozenset[int] | set[int] = frozenset()) -> list[tuple[int, int, object]]:
     """Runs of the execution order to fuse: ``[(start, end, closure)]`` over positions in ``order``.
 
-    ``instrs[pc]`` is the decoded instruction (``None`` for a faulting word, never in ``order``).
+    ``instrs[pc]`` is the decoded instruction (``None`` for a faulting word, never in ``order``).  Words at
+    ``volatile`` pcs (ones the runtime patches between runs) are not fused, so a patch replaces one closure.
     """
-    sigs = [_shape_sig(instrs[pc]) for pc in order]
+    sigs = [None if pc in volatile else _shape_sig(instrs[pc]) for pc in order]
     n = len(order)
     out = []
     i = 0
@@ -317,6 +442,7 @@ def fuse_order(sim: GoldenSim, order: Sequence[int], instrs: Sequence[Instr | No
             i += 1
             continue
         done = False
+        cands = []  # (ops covered, period, blocks) of every period that repeats here
         for p in range(1, _MAX_PERIOD + 1):
             if i + MIN_BLOCKS * p > n or sigs[i + p] != sigs[i]:
                 continue
@@ -330,12 +456,14 @@ def fuse_order(sim: GoldenSim, order: Sequence[int], instrs: Sequence[Instr | No
             blocks = [[instrs[order[i + j * p + k]] for k in range(p)] for j in range(g)]
             g = _affine_blocks(blocks)  # the leading blocks whose addresses step as the first two do
             if g >= MIN_BLOCKS:
-                grp = _Group(sim, blocks[:g])
-                if grp.check():
-                    out.append((i, i + g * p, grp.build()))
-                    i += g * p
-                    done = True
-                    break
+                cands.append((g * p, p, blocks[:g]))
+        for cover, _p, blocks in sorted(cands, key=lambda c: (-c[0], c[1])):  # the longest run first
+            grp = _Group(sim, blocks)
+            if grp.check():
+                out.append((i, i + cover, grp.build()))
+                i += cover
+                done = True
+                break
         if not done:
             i += 1
     return out

@@ -507,6 +507,7 @@ class Planner:
         self.plans: dict[tuple, Plan | None] = {}  # insertion order = age
         self.entries: dict[int, tuple] = {}  # word -> (signature or None, closure, counter deltas, op name)
         self.orders: dict[tuple, tuple | None] = {}  # signatures -> static_order(...)
+        self.volatile: dict[int, set[int]] = {}  # program length -> pcs seen patched inside a fused run
         self.key: tuple = ()
 
     def _entry(self, w: int) -> tuple:
@@ -553,9 +554,12 @@ class Planner:
             if len(diff) > max(64, n // 8):
                 continue
             new = [self._entry(words[i]) for i in diff]
-            if any(e[0] != base.entries[i][0] or e[0] is None or i in base.fused
-                   for e, i in zip(new, diff, strict=True)):
-                continue  # the schedule may change, or the word is inside a fused run: plan afresh
+            if any(e[0] != base.entries[i][0] or e[0] is None for e, i in zip(new, diff, strict=True)):
+                continue  # the schedule may change: plan afresh
+            hit = [i for i in diff if i in base.fused]
+            if hit:  # patched words inside fused runs: plan afresh, and keep those words out of runs from now on
+                self.volatile.setdefault(n, set()).update(hit)
+                return None
             entries, ops = list(base.entries), list(base.ops)
             c = base.fresh_counters()
             for i, e in zip(diff, new, strict=True):
@@ -589,7 +593,8 @@ class Planner:
         order, fetched, finish_pc, tokens = found
         ops: list[Op] = []
         slot: dict[int, int] = {}
-        runs = fuse_order(self.sim, order, [e[4] for e in entries]) if self.fuse else []
+        volatile = self.volatile.get(len(words), set())
+        runs = fuse_order(self.sim, order, [e[4] for e in entries], volatile) if self.fuse else []
         runs.append((len(order), len(order), None))
         pos = 0
         for start, end, fn in runs:
