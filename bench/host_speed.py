@@ -122,9 +122,9 @@ def golden_host_speed(art=None, *, prompt_tokens: int = 128, decode_tokens: int 
         prof.disable()
         prof.dump_stats(profile)
     dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    plan = "plans" if getattr(dev._sim, "fast", False) else "per-instruction"
     seq.release()
     rt.close()
-    plan = "plans" if getattr(dev._sim, "fast", False) else "per-instruction"
     return HostSpeed("golden simulator", decode_tokens / dt if dt > 0 else None, prefill_s, prompt_tokens,
                      decode_tokens, threads=1,
                      note=f"{plan}, performance model {'on' if cycle_model else 'off'}",
