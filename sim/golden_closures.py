@@ -312,56 +312,88 @@ def _attn(sim: GoldenSim, ins: Instr) -> Op | None:
     exp2_fx, frac_m, frac_e, frac_p = nx.exp2_fx, nx.ATTN_M_FRAC, nx.EXP_FRAC, nx.ATTN_P_FRAC
     guard = frac_p - nx.ATTN_FRAC
 
+    int32_min, int32_max, log2e = nx.INT32_MIN, nx.INT32_MAX, nx.LOG2E_Q30
+    u_shift0 = 30 - frac_m
+    l_bits, vexp_max = nx.ATTN_L_BITS, nx.ATTN_VEXP_MAX
+
     def run() -> None:
-        # numerics.attn_tile with every shift checked to be in 1..63 first (else the reference op runs)
-        ush = (30 - frac_m) - qexp.astype(_I64)[:, None] - kexp.astype(_I64)[None, :]
-        ve = np.minimum(vexp.astype(_I64), nx.ATTN_VEXP_MAX)
-        if ush.min() < 1 or ush.max() > 63 or not ((ve >= 0).all() or (ve < 0).all() and ve.min() >= -63):
+        # numerics.attn_tile: per-row quantities (m, l, the rescale a, the renormalisation r) as Python integers,
+        # the tile's scores, weights and sums as int64 / exact float arrays; every shift is checked to be in
+        # 1..63 first (else the reference op runs)
+        qe, ke = qexp.tolist(), kexp.tolist()
+        ve = [min(x, vexp_max) for x in vexp.tolist()]
+        if u_shift0 - max(qe) - max(ke) < 1 or u_shift0 - min(qe) - min(ke) > 63:
+            return reference(sim, ins)
+        v_pos = min(ve) >= 0
+        if not (v_pos or (max(ve) < 0 and min(ve) >= -63)):
             return reference(sim, ins)
         np.copyto(qf, q)
         np.copyto(kf, k)
-        dot = (qf @ kf.T).astype(_I64)  # |q.k| <= hdim * 2**14 <= 2**24: exact
-        u = dot * nx.LOG2E_Q30
-        _rshift_round_inplace_arr(u, ush)
-        np.maximum(u, nx.INT32_MIN, out=u)
-        np.minimum(u, nx.INT32_MAX, out=u)
+        u = (qf @ kf.T).astype(_I64)  # |q.k| <= hdim * 2**14 <= 2**24: exact
+        np.multiply(u, log2e, out=u)
+        ush = np.subtract.outer(np.array(qe, _I64), -np.array(ke, _I64))
+        np.subtract(u_shift0 - 1, ush, out=ush)  # rshift_round(u, s) = ((u >> (s-1)) + 1) >> 1
+        np.right_shift(u, ush, out=u)
+        np.add(u, 1, out=u)
+        np.right_shift(u, 1, out=u)
+        np.clip(u, int32_min, int32_max, out=u)
         if init:
-            m_old = np.full(nq, nx.INT32_MIN, _I64)
-            l_old = np.zeros(nq, _I64)
-            o_old = np.zeros((nq, hdim), _I64)
+            m_old, l_old = [int32_min] * nq, [0] * nq
         else:
-            m_old, l_old, o_old = ml[:, 0].astype(_I64), ml[:, 1].astype(_I64), o.astype(_I64)
-        m1 = np.maximum(m_old, u.max(axis=1))
-        a = exp2_fx(np.clip(m_old - m1, nx.INT32_MIN, nx.INT32_MAX), frac_m, frac_e)
-        p = exp2_fx(u - m1[:, None], frac_m, frac_p)
-        big_l = _rr(l_old * a, frac_e) + _rr(p.sum(axis=1), guard)
-        vt = v.astype(_I64)
-        if ve.min() >= 0:  # exact in float64: |p * (vq << vexp)| <= 2**38, sums < 2**50
-            pv = (p.astype(np.float64) @ (vt << ve[:, None]).astype(np.float64)).astype(_I64)
+            m_old, l_old = ml[:, 0].tolist(), ml[:, 1].tolist()
+        m1 = [max(mo, um) for mo, um in zip(m_old, u.max(axis=1).tolist(), strict=True)]
+        a = [_exp2_scalar(min(max(mo - mm, int32_min), int32_max), frac_m, frac_e)
+             for mo, mm in zip(m_old, m1, strict=True)]
+        p = exp2_fx(u - np.array(m1, _I64)[:, None], frac_m, frac_p)
+        big_l = [_rr_int(lo * ai, frac_e) + _rr_int(ps, guard)
+                 for lo, ai, ps in zip(l_old, a, p.sum(axis=1).tolist(), strict=True)]
+        if v_pos:  # exact in float64: |p * (vq << vexp)| <= 2**38, sums < 2**50
+            pv = (p.astype(np.float64) @ (v.astype(_I64) << np.array(ve, _I64)[:, None]).astype(np.float64)
+                  ).astype(_I64)
         else:
-            prod = p[:, :, None] * vt[None, :, :]
-            _rshift_round_inplace_arr(prod, -ve[None, :, None])
+            prod = p[:, :, None] * v.astype(_I64)[None, :, :]
+            _rshift_round_inplace_arr(prod, -np.array(ve, _I64)[None, :, None])
             pv = prod.sum(axis=1)
-        big_o = _rr(o_old * a[:, None], frac_e) + _rr(pv, guard)
-        rs = [max(abs(x).bit_length() - nx.ATTN_L_BITS, 0) for x in big_l.tolist()]
-        r = np.array(rs, _I64)
-        new_l = np.array([(x + (1 << (s - 1))) >> s if s else x for x, s in zip(big_l.tolist(), rs, strict=True)],
-                         _I64)
-        for i, s in enumerate(rs):
-            if s:
-                row = big_o[i]
-                np.right_shift(row, s - 1, out=row)
-                np.add(row, 1, out=row)
-                np.right_shift(row, 1, out=row)
+        _rshift_round_inplace(pv, guard)
+        if init:
+            big_o = pv
+        else:
+            big_o = o.astype(_I64)
+            np.multiply(big_o, np.array(a, _I64)[:, None], out=big_o)
+            _rshift_round_inplace(big_o, frac_e)
+            np.add(big_o, pv, out=big_o)
+        rs = [max(abs(x).bit_length() - l_bits, 0) for x in big_l]
+        for i, r in enumerate(rs):
+            if r:
+                _rshift_round_inplace(big_o[i], r)
+        np.clip(big_o, int32_min, int32_max, out=big_o)
         ml.fill(0)
-        ml[:, 0] = np.clip(m1 + (r << frac_m), nx.INT32_MIN, nx.INT32_MAX)
-        ml[:, 1] = np.clip(new_l, nx.INT32_MIN, nx.INT32_MAX)
-        np.maximum(big_o, nx.INT32_MIN, out=big_o)
-        np.minimum(big_o, nx.INT32_MAX, out=big_o)
+        ml[:, 0] = [min(max(mm + (r << frac_m), int32_min), int32_max) for mm, r in zip(m1, rs, strict=True)]
+        ml[:, 1] = [min(max(_rr_int(x, r) if r else x, int32_min), int32_max) for x, r in zip(big_l, rs, strict=True)]
         np.copyto(o, big_o, casting="unsafe")
         return None
 
     return run
+
+
+_EXP_BASE, _EXP_DELTA = nx.EXP_BASE.tolist(), nx.EXP_DELTA.tolist()
+
+
+def _exp2_scalar(u: int, ufrac: int, frac: int) -> int:
+    """numerics.exp2_fx of one Python integer (the same integer formula, see its docstring)."""
+    u = min(u, 0)
+    ip = u >> ufrac
+    f = u & ((1 << ufrac) - 1)
+    lob = ufrac - 8
+    hi = f >> lob
+    p = _EXP_BASE[hi] + _rr_int(_EXP_DELTA[hi] * (f & ((1 << lob) - 1)), lob)
+    sh = min((nx.EXP_FRAC - frac) - ip, 40)
+    return (p + ((1 << sh) >> 1)) >> sh
+
+
+def _rr_int(x: int, s: int) -> int:
+    """numerics.rshift_round of a Python integer by ``s`` in 1..63."""
+    return (x >> s) + ((x >> (s - 1)) & 1)
 
 
 def _rr(x: np.ndarray, s: int) -> np.ndarray:
