@@ -311,6 +311,19 @@ def _b_load(sim, ins, delta, get, G, cols):
     return lambda outs: np.ascontiguousarray(raw).view(dt).reshape(G, rows * lines, cols)
 
 
+_SCRATCH = 1 << 18  # elements of the float buffer weight tiles are converted into (1-2 MB: stays in cache)
+
+
+def _scratch(sim: GoldenSim, ft, n: int) -> np.ndarray:
+    """``n`` elements of the simulator's conversion buffer of type ``ft``, shared by its fused GEMMs (one runs
+    at a time)."""
+    bufs = sim.__dict__.setdefault("_fuse_scratch", {})
+    buf = bufs.get(ft)
+    if buf is None or buf.size < n:
+        buf = bufs[ft] = np.empty(max(n, _SCRATCH), ft)
+    return buf[:n]
+
+
 def _b_gemm(sim, ins, delta, get, G, cols):
     m, k, n = ins.m, ins.k, ins.n
     kk, nn = k * cols, n * cols
@@ -318,19 +331,18 @@ def _b_gemm(sim, ins, delta, get, G, cols):
         return None
     ft = np.float32 if kk * (1 << 14) <= 1 << 24 else np.float64
     ga, gw = get["a"], get["w"]
-    chunk = max(1, (1 << 18) // max(nn * kk, 1))  # weight tiles converted at a time: ~1 MB of floats
-    wf = np.empty((chunk * nn, kk), ft)
+    chunk = max(1, _SCRATCH // max(nn * kk, 1))  # weight tiles converted at a time
     af = np.empty((m, kk), ft)
     res = np.empty((m, G * nn), ft)
-    abatch = np.empty((G, m, kk), ft)
 
     def run(outs):
         a, w = _full(ga(outs)), gw(outs)  # (G, m*k, cols), (G, nn*k, cols)
+        wf = _scratch(sim, ft, chunk * nn * kk).reshape(chunk * nn, kk)
         shared = a.strides[0] == 0
         if shared:
             np.copyto(af, a[0].reshape(m, kk))
         else:
-            np.copyto(abatch, a.reshape(G, m, kk))
+            abatch = a.reshape(G, m, kk).astype(ft)
         for c in range(0, G, chunk):
             g = min(chunk, G - c)
             wc = wf[:g * nn]
