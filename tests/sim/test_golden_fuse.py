@@ -133,3 +133,13 @@ def test_mlp_tile_blocks_fuse_and_match(tiles, exps):
     words = _mlp_tile_program(cfg, tiles)
     assert _same(ref, fast, words, f"{tiles} tiles") == Fault.NONE
     assert _fused(fast) > 0  # the tiles did run as one fused closure
+
+
+def test_mlp_tile_blocks_unfused_closures_match():
+    """The same program with fusion off (SYSTOLICA_GOLDEN_FUSE=0): the per-instruction closures alone."""
+    cfg = preset("tiny")
+    rng = np.random.default_rng(5)
+    ref, fast = _pair(cfg, rng)
+    fast._planner.fuse = False
+    assert _same(ref, fast, _mlp_tile_program(cfg, 4), "unfused") == Fault.NONE
+    assert _fused(fast) == 0
