@@ -37,7 +37,7 @@ __all__ = ["fuse_order", "MIN_BLOCKS"]
 
 _I64 = np.int64
 MIN_BLOCKS = 2  # runs of fewer blocks stay per instruction
-_MAX_PERIOD = 16
+_MAX_PERIOD = 40  # a prefill tile: 2 LOADs, a GEMM and one REQUANT per row (7 rows x 2)
 _BUFS = {Buf.SPAD: "spad", Buf.ACC: "acc", Buf.VBUF: "vbuf"}
 # per fusable op: the address fields (may move by a constant per block); every other field must be equal
 _ADDR = {"LOAD": ("sram", "dram"), "STORE": ("sram", "dram"), "GEMM": ("dst", "a", "w"), "REQUANT": ("dst", "src", "mult", "exps"),
