@@ -24,6 +24,7 @@ model's job.
 
 from __future__ import annotations
 
+import os
 from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -37,6 +38,7 @@ from systolica.isa import OP_BY_CODE, OPCODE_BITS, Engine, IllegalInstruction, I
 from systolica.program import Program
 from systolica.sim.faults import SimFault, fault_error
 from systolica.sim.golden_ops import EXECUTE, OpFault, check_operands, check_static
+from systolica.sim.golden_plan import Planner
 
 __all__ = ["GoldenSim", "SimResult", "Counters", "SimFault", "QUEUE_NAMES"]
 
@@ -112,12 +114,15 @@ class GoldenSim:
         The DRAM window the accelerator may touch: ``dram[window_base : window_base + window_size]``.
         DMA addresses are byte offsets inside it.  ``window_size`` defaults to the rest of ``dram``, capped
         at ``cfg.dram_bytes``.
+    fast
+        Run programs through cached execution plans (:mod:`systolica.sim.golden_plan`), bit-exact with
+        the per-instruction path (``fast=False``); default: on unless ``SYSTOLICA_GOLDEN_FAST=0``.
 
     Buffers and DRAM persist between :meth:`run` calls, as in the hardware.
     """
 
     def __init__(self, cfg: AccelConfig, dram: np.ndarray | int | None = None, window_base: int = 0,
-                 window_size: int | None = None):
+                 window_size: int | None = None, *, fast: bool | None = None):
         self.cfg = cfg
         if dram is None or isinstance(dram, (int, np.integer)):
             dram = np.zeros(int(dram if dram is not None else cfg.dram_bytes), dtype=np.uint8)
@@ -140,6 +145,18 @@ class GoldenSim:
         self._prepared: OrderedDict = OrderedDict()
         self._words: dict[int, object] = {}  # word -> what _check_word found (it depends on the word alone)
         self._words_window = self.window.size
+        self.fast = os.environ.get("SYSTOLICA_GOLDEN_FAST", "1") != "0" if fast is None else bool(fast)
+        self._planner = Planner(self, self._checked, Counters,
+                                fuse=os.environ.get("SYSTOLICA_GOLDEN_FUSE", "1") != "0")
+
+    def _checked(self, word: int):
+        """:func:`_check_word` of ``word``, from the word cache."""
+        if self._words_window != self.window.size or len(self._words) > _WORD_CACHE:
+            self._words, self._words_window = {}, self.window.size
+        item = self._words.get(word)
+        if item is None:
+            item = self._words[word] = _check_word(self, word)
+        return item
 
     def reset(self) -> None:
         """Clear the on-chip buffers (DRAM is the host's and stays)."""
@@ -193,6 +210,15 @@ class GoldenSim:
             words = program.words
         else:
             words = [int(w) for w in program]
+        plan = self._planner.plan(words) if self.fast else None
+        if plan is not None and (max_instructions is None or plan.counters.instructions <= max_instructions):
+            self.counters = Counters()  # reference ops called from the plan count here; the plan's totals win
+            plan.run()
+            self.counters = plan.fresh_counters()
+            res = SimResult(Fault.NONE, plan.finish_pc, "finished", self.counters, plan.tokens)
+            if raise_on_fault:
+                res.raise_for_fault()
+            return res
         prepared = self._prepare(words)
         self.counters = Counters()
         state = _Run(self, prepared, max_instructions)

@@ -1,0 +1,428 @@
+"""Per-instruction closures of the golden simulator's execution plans (:mod:`systolica.sim.golden_plan`).
+
+:func:`compile_word` turns one checked instruction into a closure over precomputed numpy views of
+its operands that does exactly what ``golden_ops.EXECUTE[op](sim, ins)`` does, counters aside (the
+plan sums those once): the same :mod:`systolica.numerics` functions, or the same integer formula
+with its operands' ranges checked first and the numerics function (or the reference op) outside
+them.  :func:`word_counters` gives what the instruction adds to the run's counters.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from systolica import numerics as nx
+from systolica.isa import Buf, Instr
+from systolica.layout import attn_state_lines, dma_line_bytes, kv_tile
+from systolica.sim.golden_ops import EXECUTE, _dma_plan, _dram_rows, _lines, _rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from systolica.sim.golden import GoldenSim
+
+__all__ = ["Op", "compile_word", "word_counters"]
+
+_I64 = np.int64
+_LITTLE = sys.byteorder == "little"  # buffer int32 lines are little-endian in DRAM: views need a little-endian host
+
+Op = Callable[[], None]
+
+
+# ------------------------------------------------------------------ counters
+def word_counters(sim: GoldenSim, ins: Instr) -> tuple[int, int, int, int]:
+    """What executing ``ins`` adds to ``(dma_read_bytes, dma_write_bytes, macs, attn_macs)``."""
+    cols = sim.cfg.cols
+    if ins.op in ("LOAD", "STORE"):
+        if not (ins.rows and ins.lines):
+            return 0, 0, 0, 0
+        b = ins.rows * ins.lines * dma_line_bytes(Buf(ins.buf), cols)
+        return (b, 0, 0, 0) if ins.op == "LOAD" else (0, b, 0, 0)
+    if ins.op == "GEMM":
+        return 0, 0, (ins.m * ins.k * cols * ins.n * cols if ins.m and ins.n else 0), 0
+    if ins.op == "ATTN":
+        return 0, 0, 0, (2 * ins.nq * ins.t * ins.hd * cols if ins.nq and ins.hd else 0)
+    return 0, 0, 0, 0
+
+
+# ------------------------------------------------------------------ op closures
+def _generic(sim: GoldenSim, ins: Instr) -> Op:
+    fn = EXECUTE[ins.op]
+    return lambda: fn(sim, ins)
+
+
+def _load(sim: GoldenSim, ins: Instr) -> Op | None:
+    view, lb, row_bytes, rows = _dma_plan(sim, ins)
+    if not view.size:
+        return None
+    src = _dram_rows(sim.window, ins.dram, rows, row_bytes, ins.stride)
+    dst = view.view(np.uint8).reshape(rows, row_bytes)  # a contiguous run of lines: a view
+    return lambda: np.copyto(dst, src)
+
+
+def _store(sim: GoldenSim, ins: Instr) -> Op | None:
+    view, lb, row_bytes, rows = _dma_plan(sim, ins)
+    if not view.size:
+        return None
+    if not (rows == 1 or ins.stride >= row_bytes):
+        return _generic(sim, ins)  # overlapping rows: written in order by the reference
+    src = view.view(np.uint8).reshape(rows, row_bytes)
+    dst = _dram_rows(sim.window, ins.dram, rows, row_bytes, ins.stride)
+    return lambda: np.copyto(dst, src)
+
+
+def _gemm(sim: GoldenSim, ins: Instr) -> Op | None:
+    m, k, n, cols = ins.m, ins.k, ins.n, sim.cfg.cols
+    dst = _lines(sim, "acc", ins, "dst", m * n, "result")
+    if not dst.size:
+        return None
+    a = _rows(_lines(sim, "spad", ins, "a", m * k, "A"), m)
+    w = _rows(_lines(sim, "spad", ins, "w", n * cols * k, "W"), n * cols)
+    out = _rows(dst, m)
+    if k == 0:
+        if ins.acc:
+            return lambda: None  # adds zero
+        return lambda: out.fill(0)
+    kk, nn = k * cols, n * cols
+    if kk * (1 << 14) > 1 << 53:  # pragma: no cover - K beyond 2**39: numerics' int64 path
+        matmul = nx.matmul
+        if ins.acc:
+            return lambda: np.add(out, matmul(a, w), out=out, casting="unsafe")
+        return lambda: np.copyto(out, matmul(a, w))
+    # as numerics.matmul: |a*w| <= 2**14, so float32 sums are exact while K * 2**14 <= 2**24, float64 up to 2**53;
+    # the exact integer result then wraps to int32 as the accumulator does
+    ft = np.float32 if kk * (1 << 14) <= 1 << 24 else np.float64
+    af, wf, r = np.empty((m, kk), ft), np.empty((nn, kk), ft), np.empty((m, nn), ft)
+    wft = wf.T
+    if ft == np.float32:  # |result| <= 2**24: fits int32 as it is
+        ri = np.empty((m, nn), np.int32)
+
+        def gemm32() -> None:
+            np.copyto(af, a)
+            np.copyto(wf, w)
+            np.matmul(af, wft, out=r)
+            if ins_acc:
+                np.copyto(ri, r, casting="unsafe")
+                np.add(out, ri, out=out)  # int32 + int32 wraps modulo 2**32 like the adder
+            else:
+                np.copyto(out, r, casting="unsafe")
+
+        ins_acc = bool(ins.acc)
+        return gemm32
+    r64 = np.empty((m, nn), _I64)
+    ins_acc = bool(ins.acc)
+
+    def gemm64() -> None:
+        np.copyto(af, a)
+        np.copyto(wf, w)
+        np.matmul(af, wft, out=r)
+        np.copyto(r64, r, casting="unsafe")  # exact: |r| <= 2**53
+        if ins_acc:
+            np.add(r64, out, out=r64)
+        np.bitwise_and(r64, 0xFFFFFFFF, out=r64)  # two's complement low 32 bits
+        np.copyto(out, r64.view(np.uint64).astype(np.uint32).view(np.int32))
+
+    return gemm64
+
+
+def _rshift_round_inplace(p: np.ndarray, s: int) -> None:
+    """``p = rshift_round(p, s)`` for ``0 < s < 64`` on int64, in place: ``((p >> (s-1)) + 1) >> 1``.
+
+    Equal to numerics' ``(p >> s) + ((p >> (s-1)) & 1)``; ``p >> (s-1)`` is below 2**63 - 1 in magnitude
+    for the products here (two int32 factors), so the ``+ 1`` cannot overflow.
+    """
+    np.right_shift(p, s - 1, out=p)
+    np.add(p, 1, out=p)
+    np.right_shift(p, 1, out=p)
+
+
+def _sat32_into(dst: np.ndarray, p: np.ndarray) -> None:
+    np.maximum(p, nx.INT32_MIN, out=p)
+    np.minimum(p, nx.INT32_MAX, out=p)
+    np.copyto(dst, p, casting="unsafe")
+
+
+def _requant(sim: GoldenSim, ins: Instr) -> Op | None:
+    rows, lines, shift = ins.rows, ins.lines, ins.shift
+    dst = _lines(sim, "vbuf", ins, "dst", rows * lines, "result")
+    if not dst.size:
+        return None
+    src = _rows(_lines(sim, "acc", ins, "src", rows * lines, "source"), rows)
+    mult = _lines(sim, "vbuf", ins, "mult", lines, "multipliers").reshape(-1)
+    exps = _lines(sim, "spad", ins, "exps", rows, "exponents")[:, 0]
+    out = _rows(dst, rows)
+    p = np.empty(out.shape, _I64)
+    sh = np.empty((rows, 1), _I64)
+    requant = nx.requant
+
+    def run() -> None:
+        if rows == 1:
+            s = shift - int(exps[0])
+            if 0 < s < 64:
+                np.multiply(src, mult, out=p, dtype=_I64)  # |acc * mult| <= 2**62
+                _rshift_round_inplace(p, s)
+                _sat32_into(out, p)
+                return
+        else:  # one shift per row, each in 1..63: the same formula with the shifts broadcast
+            np.subtract(shift, exps[:, None], out=sh, dtype=_I64)
+            if sh.min() > 0 and sh.max() < 64:
+                np.multiply(src, mult, out=p, dtype=_I64)
+                np.subtract(sh, 1, out=sh)
+                np.right_shift(p, sh, out=p)
+                np.add(p, 1, out=p)
+                np.right_shift(p, 1, out=p)
+                _sat32_into(out, p)
+                return
+        out[...] = requant(src, mult, exps, shift)
+
+    return run
+
+
+def _binary(sim: GoldenSim, ins: Instr) -> Op | None:
+    rows, lines = ins.rows, ins.lines
+    dst = _lines(sim, "vbuf", ins, "dst", rows * lines, "result")
+    if not dst.size:
+        return None
+    a = _rows(_lines(sim, "vbuf", ins, "a", rows * lines, "a"), rows)
+    b = _lines(sim, "vbuf", ins, "b", lines if ins.bcast else rows * lines, "b")
+    b = b.reshape(1, -1) if ins.bcast else _rows(b, rows)
+    out = _rows(dst, rows)
+    p = np.empty(out.shape, _I64)
+    if ins.op == "ADD":
+        def add() -> None:  # sat32(a + b)
+            np.add(a, b, out=p, dtype=_I64)
+            _sat32_into(out, p)
+
+        return add
+    s = ins.shift
+    if not 0 < s < 64:
+        return _generic(sim, ins)
+
+    def mul() -> None:  # sat32(rshift_round(a * b, shift)), |a * b| <= 2**62
+        np.multiply(a, b, out=p, dtype=_I64)
+        _rshift_round_inplace(p, s)
+        _sat32_into(out, p)
+
+    return mul
+
+
+def _quant_rows_pos(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """numerics.quant_rows of int64 ``x[rows, n]`` (n > 0) when every row's shift is positive, else ``None``.
+
+    Per row, as numerics: ``s = bitlen(max|x|) - 7``, one more if rounding leaves the maximum above 127 or
+    the minimum below -127; ``q = rshift_round(x, s)``, ``e = s - FX_FRAC``.  The per-row scalars are Python
+    integers (``int.bit_length`` is numerics' bitlen on int64); with every ``s`` in 1..63 the shift is the
+    same ``((x >> (s-1)) + 1) >> 1`` for the whole block.
+    """
+    shifts = []
+    for hi, lo in zip(x.max(axis=1).tolist(), x.min(axis=1).tolist(), strict=True):
+        s = max(hi, -lo).bit_length() - 7
+        if s <= 0:
+            return None
+        if ((hi + (1 << (s - 1))) >> s) > 127 or ((lo + (1 << (s - 1))) >> s) < -127:
+            s += 1
+        shifts.append(s)
+    sh = np.array(shifts, _I64).reshape(-1, 1)
+    q = np.right_shift(x, sh - 1)
+    np.add(q, 1, out=q)
+    np.right_shift(q, 1, out=q)
+    return q, sh
+
+
+def _quant(sim: GoldenSim, ins: Instr) -> Op | None:
+    rows, lines, k = ins.rows, ins.lines, 1 + ins.split
+    if not rows:
+        return None
+    if not lines:
+        return _generic(sim, ins)
+    src = _lines(sim, "vbuf", ins, "src", rows * lines, "source").reshape(rows, lines * sim.cfg.cols)
+    dst = _rows(_lines(sim, "spad", ins, "dst", k * rows * lines, "result"), k * rows)
+    exps = _lines(sim, "spad", ins, "exps", k * rows, "exponent lines")
+    split = bool(ins.split)
+    x = np.empty(src.shape, _I64)
+    reference = EXECUTE["QUANT"]
+
+    def run() -> None:
+        np.copyto(x, src)
+        first = _quant_rows_pos(x)
+        if first is None:
+            return reference(sim, ins)
+        q, s = first
+        if not split:
+            dst[...] = q
+            exps[...] = 0
+            exps[:, 0] = (s - nx.FX_FRAC).reshape(-1)
+            return None
+        # the residual: sat32(x - dequant_rows(q, e)); dequant is q << s here (s > 0, |q| <= 127: no overflow)
+        deq = np.left_shift(q, s)
+        np.maximum(deq, nx.INT32_MIN, out=deq)
+        np.minimum(deq, nx.INT32_MAX, out=deq)
+        r = np.subtract(x, deq)
+        np.maximum(r, nx.INT32_MIN, out=r)
+        np.minimum(r, nx.INT32_MAX, out=r)
+        second = _quant_rows_pos(r)
+        if second is None:
+            return reference(sim, ins)
+        q2, s2 = second
+        dst[:rows] = q
+        dst[rows:] = q2
+        exps[...] = 0
+        exps[:rows, 0] = (s - nx.FX_FRAC).reshape(-1)
+        exps[rows:, 0] = (s2 - nx.FX_FRAC).reshape(-1)
+        return None
+
+    return run
+
+
+def _attn(sim: GoldenSim, ins: Instr) -> Op | None:
+    nq, hd, t, cols = ins.nq, ins.hd, ins.t, sim.cfg.cols
+    if nq == 0 or hd == 0:
+        return None
+    st = _lines(sim, "vbuf", ins, "state", attn_state_lines(nq, hd), "state")
+    ml, o = st[:nq], st[nq:].reshape(nq, hd * cols)
+    tv = min(t, max(ins.offset + 1, 0)) if ins.causal else t  # valid tokens: a prefix of the tile
+    if tv == 0:
+        if not ins.init:  # numerics.attn_tile returns the state unchanged; the m/l lines are rewritten, lanes 2.. 0
+            ml_rest = ml[:, 2:]
+            return lambda: ml_rest.fill(0)
+        o_all = o
+
+        def empty() -> None:  # the state before any tile: m = INT32_MIN, l = 0, o = 0
+            ml.fill(0)
+            ml[:, 0] = nx.INT32_MIN
+            o_all.fill(0)
+
+        return empty
+    hdim = hd * cols
+    if hdim * (1 << 14) > 1 << 24:
+        return _generic(sim, ins)
+    p_slots = 1 << ins.page_log2
+    tile = kv_tile(ins.page_log2, hd)
+    q = _lines(sim, "spad", ins, "q", nq * hd, "queries").reshape(nq, hdim)
+    qexp = _lines(sim, "spad", ins, "qexp", nq, "query exponents")[:, 0]
+    kv = _lines(sim, "spad", ins, "kv", tile.lines, "KV tile")
+    k = kv[tile.k:tile.k + p_slots * hd].reshape(p_slots, hdim)[:tv]
+    v = kv[tile.v:tile.v + p_slots * hd].reshape(p_slots, hdim)[:tv]
+    kexp, vexp = kv[tile.kexp:tile.kexp + tv, 0], kv[tile.vexp:tile.vexp + tv, 0]
+    init = bool(ins.init)
+    qf, kf = np.empty((nq, hdim), np.float32), np.empty((tv, hdim), np.float32)
+    reference = EXECUTE["ATTN"]
+    exp2_fx, frac_m, frac_e, frac_p = nx.exp2_fx, nx.ATTN_M_FRAC, nx.EXP_FRAC, nx.ATTN_P_FRAC
+    guard = frac_p - nx.ATTN_FRAC
+
+    int32_min, int32_max, log2e = nx.INT32_MIN, nx.INT32_MAX, nx.LOG2E_Q30
+    u_shift0 = 30 - frac_m
+    l_bits, vexp_max = nx.ATTN_L_BITS, nx.ATTN_VEXP_MAX
+
+    def run() -> None:
+        # numerics.attn_tile: per-row quantities (m, l, the rescale a, the renormalisation r) as Python integers,
+        # the tile's scores, weights and sums as int64 / exact float arrays; every shift is checked to be in
+        # 1..63 first (else the reference op runs)
+        qe, ke = qexp.tolist(), kexp.tolist()
+        ve = [min(x, vexp_max) for x in vexp.tolist()]
+        if u_shift0 - max(qe) - max(ke) < 1 or u_shift0 - min(qe) - min(ke) > 63:
+            return reference(sim, ins)
+        v_pos = min(ve) >= 0
+        if not (v_pos or (max(ve) < 0 and min(ve) >= -63)):
+            return reference(sim, ins)
+        np.copyto(qf, q)
+        np.copyto(kf, k)
+        u = (qf @ kf.T).astype(_I64)  # |q.k| <= hdim * 2**14 <= 2**24: exact
+        np.multiply(u, log2e, out=u)
+        ush = np.subtract.outer(np.array(qe, _I64), -np.array(ke, _I64))
+        np.subtract(u_shift0 - 1, ush, out=ush)  # rshift_round(u, s) = ((u >> (s-1)) + 1) >> 1
+        np.right_shift(u, ush, out=u)
+        np.add(u, 1, out=u)
+        np.right_shift(u, 1, out=u)
+        np.clip(u, int32_min, int32_max, out=u)
+        if init:
+            m_old, l_old = [int32_min] * nq, [0] * nq
+        else:
+            m_old, l_old = ml[:, 0].tolist(), ml[:, 1].tolist()
+        m1 = [max(mo, um) for mo, um in zip(m_old, u.max(axis=1).tolist(), strict=True)]
+        a = [_exp2_scalar(min(max(mo - mm, int32_min), int32_max), frac_m, frac_e)
+             for mo, mm in zip(m_old, m1, strict=True)]
+        p = exp2_fx(u - np.array(m1, _I64)[:, None], frac_m, frac_p)
+        big_l = [_rr_int(lo * ai, frac_e) + _rr_int(ps, guard)
+                 for lo, ai, ps in zip(l_old, a, p.sum(axis=1).tolist(), strict=True)]
+        if v_pos:  # exact in float64: |p * (vq << vexp)| <= 2**38, sums < 2**50
+            pv = (p.astype(np.float64) @ (v.astype(_I64) << np.array(ve, _I64)[:, None]).astype(np.float64)
+                  ).astype(_I64)
+        else:
+            prod = p[:, :, None] * v.astype(_I64)[None, :, :]
+            _rshift_round_inplace_arr(prod, -np.array(ve, _I64)[None, :, None])
+            pv = prod.sum(axis=1)
+        _rshift_round_inplace(pv, guard)
+        if init:
+            big_o = pv
+        else:
+            big_o = o.astype(_I64)
+            np.multiply(big_o, np.array(a, _I64)[:, None], out=big_o)
+            _rshift_round_inplace(big_o, frac_e)
+            np.add(big_o, pv, out=big_o)
+        rs = [max(abs(x).bit_length() - l_bits, 0) for x in big_l]
+        for i, r in enumerate(rs):
+            if r:
+                _rshift_round_inplace(big_o[i], r)
+        np.clip(big_o, int32_min, int32_max, out=big_o)
+        ml.fill(0)
+        ml[:, 0] = [min(max(mm + (r << frac_m), int32_min), int32_max) for mm, r in zip(m1, rs, strict=True)]
+        ml[:, 1] = [min(max(_rr_int(x, r) if r else x, int32_min), int32_max) for x, r in zip(big_l, rs, strict=True)]
+        np.copyto(o, big_o, casting="unsafe")
+        return None
+
+    return run
+
+
+_EXP_BASE, _EXP_DELTA = nx.EXP_BASE.tolist(), nx.EXP_DELTA.tolist()
+
+
+def _exp2_scalar(u: int, ufrac: int, frac: int) -> int:
+    """numerics.exp2_fx of one Python integer (the same integer formula, see its docstring)."""
+    u = min(u, 0)
+    ip = u >> ufrac
+    f = u & ((1 << ufrac) - 1)
+    lob = ufrac - 8
+    hi = f >> lob
+    p = _EXP_BASE[hi] + _rr_int(_EXP_DELTA[hi] * (f & ((1 << lob) - 1)), lob)
+    sh = min((nx.EXP_FRAC - frac) - ip, 40)
+    return (p + ((1 << sh) >> 1)) >> sh
+
+
+def _rr_int(x: int, s: int) -> int:
+    """numerics.rshift_round of a Python integer by ``s`` in 1..63."""
+    return (x >> s) + ((x >> (s - 1)) & 1)
+
+
+def _rr(x: np.ndarray, s: int) -> np.ndarray:
+    """numerics.rshift_round by a scalar ``s`` in 1..63 (a new array)."""
+    return (x >> s) + ((x >> (s - 1)) & 1)
+
+
+def _rshift_round_inplace_arr(p: np.ndarray, s: np.ndarray) -> None:
+    """``p = rshift_round(p, s)`` for shifts ``s`` (broadcastable to ``p``) all in 1..63, in place."""
+    np.right_shift(p, s - 1, out=p)
+    np.add(p, 1, out=p)
+    np.right_shift(p, 1, out=p)
+
+
+def _nothing(sim: GoldenSim, ins: Instr) -> Op | None:
+    return None
+
+
+_COMPILERS: dict[str, Callable[[GoldenSim, Instr], Op | None]] = {
+    "NOP": _nothing, "FINISH": _nothing, "LOAD": _load, "STORE": _store, "GEMM": _gemm, "REQUANT": _requant,
+    "ADD": _binary, "MUL": _binary, "ATTN": _attn, "QUANT": _quant,
+}
+
+
+def compile_word(sim: GoldenSim, ins: Instr) -> Op | None:
+    """A closure doing what ``EXECUTE[ins.op](sim, ins)`` does (counters aside), or ``None`` for no change.
+
+    ``ins`` has passed the dispatch checks.  The closure holds views of ``sim``'s buffers and window.
+    """
+    if not _LITTLE:  # pragma: no cover - big-endian hosts take the reference op
+        return _generic(sim, ins)
+    return _COMPILERS.get(ins.op, _generic)(sim, ins)

@@ -1,0 +1,248 @@
+"""Execution plans: the golden simulator's fast path, bit-exact with the per-instruction path.
+
+What a program does to the machine depends on its words alone, not on the data:
+which engine runs which instruction when, how tokens move, which buffer lines and
+DRAM bytes each instruction reads and writes.  So a program is decoded, checked
+and *scheduled* once into a plan:
+
+- the order in which the reference scheduler (:class:`systolica.sim.golden._Run`)
+  executes the instructions, found by running that scheduler on the token flags
+  alone (:func:`static_order`);
+- per instruction, a closure over precomputed numpy views of its operands
+  (:mod:`systolica.sim.golden_closures`), cached per word, so a decode step whose
+  patch table changed a few words re-plans only those words; instructions that
+  change no state (a LOAD of zero rows, an ATTN over an empty tile after the
+  first) run a no-op;
+- runs of repeated blocks (a linear layer's weight tiles) fused into one batched
+  closure each (:mod:`systolica.sim.golden_fuse`);
+- the counters the run will report, summed once.
+
+Running a plan is then a loop over closures, which compute exactly what
+:mod:`systolica.sim.golden_ops` computes.  A program that faults at dispatch, deadlocks or runs off its end is not
+planned: the simulator runs it on the per-instruction path, which reports the
+fault precisely.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from systolica.isa import Engine
+from systolica.sim.golden_closures import Op, compile_word, word_counters
+from systolica.sim.golden_fuse import fuse_order
+
+if TYPE_CHECKING:  # pragma: no cover
+    from systolica.sim.golden import Counters, GoldenSim
+
+__all__ = ["Plan", "Planner", "static_order", "compile_word", "word_counters"]
+
+_FAULT = None  # the signature of a word that faults at dispatch
+
+
+# ------------------------------------------------------------------ schedule
+def static_order(sigs: Sequence[tuple | None], cmd_depth: int, queue_depth: int) -> tuple | None:
+    """The reference scheduler's execution order, from each word's ``(engine, pops, pushes, is_finish)``.
+
+    ``sigs[pc]`` is ``None`` for a word that faults at dispatch.  Returns ``(order, fetched, finish_pc,
+    tokens)`` for a run that ends at a FINISH with every engine drained, or ``None`` for any run that
+    faults (dispatch fault, overrun, deadlock): those take the per-instruction path.
+    """
+    n = len(sigs)
+    cmd = ([], [], [])  # per engine: pcs dispatched and not yet executed (head at index heads[e])
+    heads = [0, 0, 0]
+    tok = [0, 0, 0, 0]
+    order: list[int] = []
+    fetch_pc, fetching, finish_pc = 0, True, -1
+    while True:
+        moved = False
+        while fetching:  # fetch: dispatch in program order while the engine's queue has room
+            if fetch_pc >= n or sigs[fetch_pc] is _FAULT:
+                return None
+            e = sigs[fetch_pc][0]
+            if len(cmd[e]) - heads[e] >= cmd_depth:
+                break
+            cmd[e].append(fetch_pc)
+            moved = True
+            if sigs[fetch_pc][3]:
+                fetching = False
+            fetch_pc += 1
+        for e in (Engine.LOAD, Engine.COMPUTE, Engine.STORE):
+            q = cmd[e]
+            while heads[e] < len(q):
+                pc = q[heads[e]]
+                _, pops, pushes, fin = sigs[pc]
+                if any(tok[i] == 0 for i in pops) or any(tok[i] >= queue_depth for i in pushes):
+                    break
+                for i in pops:
+                    tok[i] -= 1
+                for i in pushes:
+                    tok[i] += 1
+                heads[e] += 1
+                order.append(pc)
+                if fin:
+                    finish_pc = pc
+                moved = True
+        if moved:
+            continue
+        if all(heads[e] == len(cmd[e]) for e in range(3)):
+            return order, fetch_pc, finish_pc, tuple(tok)
+        return None  # deadlock
+
+
+# ------------------------------------------------------------------ plan
+def _noop() -> None:
+    pass
+
+
+class Plan:
+    """A scheduled program: the closures in execution order and the counters the run reports."""
+
+    __slots__ = ("words", "entries", "ops", "slot", "fused", "counters", "finish_pc", "tokens")
+
+    def __init__(self, words: list[int], entries: list[tuple], ops: list[Op], slot: dict[int, int],
+                 fused: frozenset[int], counters: Counters, finish_pc: int, tokens: tuple[int, int, int, int]):
+        self.words, self.entries, self.ops, self.slot = words, entries, ops, slot  # slot: pc -> index in ops
+        self.fused = fused  # pcs run inside a fused closure (golden_fuse)
+        self.counters, self.finish_pc, self.tokens = counters, finish_pc, tokens
+
+    def run(self) -> None:
+        for op in self.ops:
+            op()
+
+    def fresh_counters(self) -> Counters:
+        c = self.counters
+        return type(c)(instructions=c.instructions, per_op=Counter(c.per_op), per_engine=Counter(c.per_engine),
+                       dma_read_bytes=c.dma_read_bytes, dma_write_bytes=c.dma_write_bytes,
+                       fetch_bytes=c.fetch_bytes, macs=c.macs, attn_macs=c.attn_macs)
+
+
+class Planner:
+    """Plans of one simulator's programs, cached; a program that differs from a cached one in a few words
+    (a decode step after the patch table) gets that plan with those words' closures replaced.
+
+    ``check(word)`` is the simulator's dispatch check: ``(Instr, pops, pushes)``, or a fault object.
+    """
+
+    MAX_PLANS = 8
+
+    def __init__(self, sim: GoldenSim, check: Callable[[int], object], counters_type: type, fuse: bool = True):
+        self.sim, self.check, self.counters_type, self.fuse = sim, check, counters_type, fuse
+        self.plans: dict[tuple, Plan | None] = {}  # insertion order = age
+        self.entries: dict[int, tuple] = {}  # word -> (signature or None, closure, counter deltas, op name)
+        self.orders: dict[tuple, tuple | None] = {}  # signatures -> static_order(...)
+        self.volatile: dict[int, set[int]] = {}  # program length -> pcs seen patched inside a fused run
+        self.key: tuple = ()
+
+    def _entry(self, w: int) -> tuple:
+        e = self.entries.get(w)
+        if e is None:
+            item = self.check(w)
+            if not isinstance(item, tuple):  # faults at dispatch
+                e = (None, _noop, (0, 0, 0, 0), "", None)
+            else:
+                ins, pops, pushes = item
+                op = compile_word(self.sim, ins)
+                e = ((int(ins.engine), pops, pushes, ins.op == "FINISH"), op if op is not None else _noop,
+                     word_counters(self.sim, ins), ins.op, ins)
+            self.entries[w] = e
+        return e
+
+    def plan(self, words: list[int]) -> Plan | None:
+        """The plan of ``words``, or ``None`` when the run faults (the per-instruction path reports it)."""
+        sim = self.sim
+        # closures hold views of the buffers and the window: all dropped when any of them is another array
+        key = (id(sim.spad), id(sim.acc), id(sim.vbuf), id(sim.window), sim.window.size)
+        if key != self.key or len(self.entries) > 1 << 18:
+            self.plans, self.entries, self.key = {}, {}, key
+        wkey = tuple(words)
+        if wkey in self.plans:
+            plan = self.plans.pop(wkey)
+            self.plans[wkey] = plan
+            return plan
+        plan = self._patched(words)
+        if plan is None:
+            plan = self._build(words)
+        self.plans[wkey] = plan
+        while len(self.plans) > self.MAX_PLANS:
+            del self.plans[next(iter(self.plans))]
+        return plan
+
+    def _patched(self, words: list[int]) -> Plan | None:
+        """The newest cached plan of as many words with a few of them replaced, if their signatures agree."""
+        n = len(words)
+        for base in reversed(list(self.plans.values())):
+            if base is None or len(base.words) != n:
+                continue
+            diff = [i for i, (a, b) in enumerate(zip(base.words, words, strict=True)) if a != b]
+            if len(diff) > max(64, n // 8):
+                continue
+            new = [self._entry(words[i]) for i in diff]
+            if any(e[0] != base.entries[i][0] or e[0] is None for e, i in zip(new, diff, strict=True)):
+                continue  # the schedule may change: plan afresh
+            hit = [i for i in diff if i in base.fused]
+            if hit:  # patched words inside fused runs: plan afresh, and keep those words out of runs from now on
+                self.volatile.setdefault(n, set()).update(hit)
+                return None
+            entries, ops = list(base.entries), list(base.ops)
+            c = base.fresh_counters()
+            for i, e in zip(diff, new, strict=True):
+                old = entries[i]
+                entries[i] = e
+                if i in base.slot:
+                    ops[base.slot[i]] = e[1]
+                    c.dma_read_bytes += e[2][0] - old[2][0]
+                    c.dma_write_bytes += e[2][1] - old[2][1]
+                    c.macs += e[2][2] - old[2][2]
+                    c.attn_macs += e[2][3] - old[2][3]
+                    if e[3] != old[3]:
+                        c.per_op[old[3]] -= 1
+                        c.per_op[e[3]] += 1
+                        if not c.per_op[old[3]]:
+                            del c.per_op[old[3]]
+            return Plan(list(words), entries, ops, base.slot, base.fused, c, base.finish_pc, base.tokens)
+        return None
+
+    def _build(self, words: list[int]) -> Plan | None:
+        entries = [self._entry(w) for w in words]
+        sigs = tuple(e[0] for e in entries)
+        if sigs not in self.orders:
+            if len(self.orders) > 16:
+                self.orders.clear()
+            cfg = self.sim.cfg
+            self.orders[sigs] = static_order(sigs, cfg.cmd_depth, cfg.queue_depth)
+        found = self.orders[sigs]
+        if found is None:
+            return None
+        order, fetched, finish_pc, tokens = found
+        ops: list[Op] = []
+        slot: dict[int, int] = {}
+        volatile = self.volatile.get(len(words), set())
+        runs = fuse_order(self.sim, order, [e[4] for e in entries], volatile) if self.fuse else []
+        runs.append((len(order), len(order), None))
+        pos = 0
+        for start, end, fn in runs:
+            for pc in order[pos:start]:
+                slot[pc] = len(ops)
+                ops.append(entries[pc][1])
+            if fn is not None:
+                ops.append(fn)
+            pos = end
+        c = self.counters_type(instructions=len(order), fetch_bytes=16 * fetched)
+        per_op: Counter = Counter()
+        per_engine: Counter = Counter()
+        for pc in order:
+            sig, _, (r, wb, m, a), name, _ = entries[pc]
+            c.dma_read_bytes += r
+            c.dma_write_bytes += wb
+            c.macs += m
+            c.attn_macs += a
+            per_op[name] += 1
+            per_engine[_ENGINE_NAMES[sig[0]]] += 1
+        c.per_op, c.per_engine = per_op, per_engine
+        fused = frozenset(pc for start, end, _ in runs for pc in order[start:end])
+        return Plan(list(words), entries, ops, slot, fused, c, finish_pc, tokens)
+
+
+_ENGINE_NAMES = tuple(Engine(e).name for e in range(3))
