@@ -185,11 +185,14 @@ class Accelerator(wiring.Component):
         abort = Signal()
         start = Signal()
         quiet = fetch.quiet & load.dma_quiet & store.dma_quiet
-        bus_reset = Signal()  # the engines restart when a bus fault has drained: nothing queued runs on
-        m.d.comb += bus_reset.eq((run == _Run.BUS_FAULT) & quiet)
-        m.d.comb += [core_rst.eq((run == _Run.RESET) | bus_reset), start.eq(run == _Run.START),
+        # The engines' reset is a register (one flip-flop drives the whole fan-out, which place and route
+        # can put on a global net): it is 1 in the RESET cycle, and the cycle after a bus fault has drained
+        # (nothing queued runs on; abort holds the DMA still in that cycle).
+        rst_next = Signal()
+        m.d.sync += core_rst.eq(rst_next)
+        m.d.comb += [start.eq(run == _Run.START),
                      fetch.start.eq(start), dec.start.eq(start),
-                     fetch.abort.eq(abort), load.abort.eq(abort), store.abort.eq(abort)]
+                     fetch.abort.eq(abort | core_rst), load.abort.eq(abort | core_rst), store.abort.eq(abort | core_rst)]
         busy = Signal()
         done = Signal()
         error = Signal()
@@ -218,6 +221,7 @@ class Accelerator(wiring.Component):
         with m.Switch(run):
             with m.Case(_Run.IDLE), m.If(csr.ctrl_stb & ((ctrl & CTRL_START) != 0)):
                 m.d.sync += [run.eq(_Run.RESET), busy.eq(1), done.eq(0), error.eq(0), code.eq(0), pc.eq(0)]
+                m.d.comb += rst_next.eq(1)
             with m.Case(_Run.RESET):
                 m.d.sync += run.eq(_Run.START)
             with m.Case(_Run.START):
@@ -240,13 +244,15 @@ class Accelerator(wiring.Component):
                 m.d.comb += abort.eq(1)
                 with m.If(quiet):
                     m.d.sync += [run.eq(_Run.IDLE), busy.eq(0), done.eq(1), error.eq(1)]
-                    m.d.comb += csr.irq_status_set.eq(IRQ_DONE)
+                    m.d.comb += [csr.irq_status_set.eq(IRQ_DONE), rst_next.eq(1)]
             with m.Case(_Run.ABORT):
                 m.d.comb += abort.eq(1)
                 with m.If(quiet):
+                    m.d.comb += rst_next.eq(1)
                     m.d.sync += [run.eq(_Run.RESET), busy.eq(0), done.eq(0), error.eq(0), code.eq(0), pc.eq(0)]
         with m.If(csr.ctrl_stb & ((ctrl & CTRL_SOFT_RESET) != 0)):
             m.d.sync += run.eq(_Run.ABORT)
+            m.d.comb += rst_next.eq(0)  # the abort drains first; its end resets the engines
         with m.If((run == _Run.RESET) & ~busy):  # the reset that ends a soft reset starts nothing
             m.d.sync += run.eq(_Run.IDLE)
 
