@@ -182,12 +182,17 @@ class InstructionDecoder(wiring.Component):
                     m.d.comb += nprod.eq(len(low.products))
                     with m.Switch(step):
                         for j, (a, b) in enumerate(low.products):
-                            with m.Case(j):
+                            with m.Case(2 * j):
                                 m.d.comb += [mul_a.eq(a), mul_b.eq(b)]
                     for cond, fault in reversed(checks):  # the last If that holds wins
                         with m.If(cond):
                             m.d.comb += range_code.eq(fault)
-        return mul_a * mul_b
+        # the operands are registered, so the multiplier (and its pieces' adder) is a stage of its own:
+        # product j's operands are chosen in step 2j and its product written to its slot in step 2j + 1, so a
+        # product whose operand is the one before it (ROPE, GEMM) reads the slot already written
+        a_r, b_r = Signal.like(mul_a, name="mul_a_r"), Signal.like(mul_b, name="mul_b_r")
+        m.d.sync += [a_r.eq(mul_a), b_r.eq(mul_b)]
+        return a_r * b_r
 
     def elaborate(self, platform):
         m = Module()
@@ -207,7 +212,7 @@ class InstructionDecoder(wiring.Component):
         slots = []
         plans = {op.name: self._range_checks(op, getattr(ins, op.name.lower()), slots)
                  for op in OPS if op.name in RTL_OPS}
-        step = Signal(range(len(slots) + 1))
+        step = Signal(range(2 * len(slots) + 1))
         nprod = Signal.like(step)
         range_code = Signal(4)
         product = self._products(m, ins, plans, step, nprod, range_code)
@@ -225,11 +230,11 @@ class InstructionDecoder(wiring.Component):
                 with m.If(end | (code != 0)):  # found in the first CHECK cycle, as before any product
                     m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
                                  self.fault_code.eq(Mux(end, end_code, code))]
-                with m.Elif(step != nprod):
+                with m.Elif(step != 2 * nprod):
                     m.d.sync += step.eq(step + 1)
                     with m.Switch(step):
                         for j, slot in enumerate(slots):
-                            with m.Case(j):
+                            with m.Case(2 * j + 1):
                                 m.d.sync += slot.eq(product)
                 with m.Elif(range_code != 0):
                     m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
@@ -249,8 +254,9 @@ class InstructionDecoder(wiring.Component):
 
 @functools.lru_cache(maxsize=16)
 def decode_cycles(cfg: AccelConfig) -> dict[str, int]:
-    """Cycles from TAKE to DISPATCH of each op on the decoder of ``cfg``: TAKE, one CHECK cycle per product
-    its range checks need (one shared multiplier), a CHECK cycle for the comparisons, DISPATCH.
+    """Cycles from TAKE to DISPATCH of each op on the decoder of ``cfg``: TAKE, two CHECK cycles per product
+    its range checks need (one shared multiplier behind an operand register), a CHECK cycle for the
+    comparisons, DISPATCH.
 
     Traced from the same formulas the decoder lowers (no elaboration), for the performance model.
     """
@@ -260,5 +266,5 @@ def decode_cycles(cfg: AccelConfig) -> dict[str, int]:
     for op in OPS:
         if op.name in RTL_OPS:
             low, _ = InstructionDecoder._range_checks(probe, op, getattr(ins, op.name.lower()), slots)
-            out[op.name] = 3 + len(low.products)
+            out[op.name] = 3 + 2 * len(low.products)
     return out
