@@ -178,7 +178,36 @@ def run_llamacpp(gguf_path: str | None, prompt: Sequence[int], n_tokens: int,
     return _finish(res, meter)
 
 
-BASELINES = ("numpy", "torch-cpu", "torch-cuda", "llama.cpp")
+def run_golden(model: Model, prompt: Sequence[int], n_tokens: int, costs: CostInputs | None = None) -> BaselineResult:
+    """The bit-exact golden simulator's own host speed: the model compiled for the ``default`` 8x8 config and
+    run on :class:`~systolica.driver.golden_device.GoldenDevice` (no cycle model), on one core of this host.
+
+    This is how fast a user can *simulate* the accelerator here, not an accelerator figure.
+    """
+    from systolica.compiler.compile import compile_model
+    from systolica.config import preset
+    from systolica.driver.golden_device import GoldenDevice
+    from systolica.driver.runtime import Runtime
+
+    costs = costs or load_costs()
+    cfg = preset("default")
+    need = len(prompt) + n_tokens + 2
+    max_seq = min(model.config.max_seq, -(-need // 16) * 16)
+    art = compile_model(model, cfg, page=16, max_seq=max_seq, prefill_chunk=16)
+    rt = Runtime(art, GoldenDevice(cfg, dram_bytes=-(-art.dram_bytes // 4096) * 4096 + 4096), timeout_s=1e6)
+    seq = rt.new_sequence()
+    res = BaselineResult("golden simulator (host)", "cpu")
+    res.usd_per_hour, res.cost_source = _cpu_cost(costs, 1)
+    meter = cpu_meter(costs, 1)
+    with meter:
+        res.ttft_s, res.decode_tokens_per_s, res.tokens = _greedy(
+            lambda p: rt.prefill(seq, p)[0], lambda t: rt.decode(seq, t)[0], prompt, n_tokens)
+    seq.release()
+    res.extra["note"] = "bit-exact ISA simulation of the default 8x8 config on this host (not an accelerator figure)"
+    return _finish(res, meter)
+
+
+BASELINES = ("numpy", "torch-cpu", "torch-cuda", "llama.cpp", "golden")
 
 
 def run_baselines(model: Model, prompt: Sequence[int], n_tokens: int, which: Sequence[str] = BASELINES,
@@ -196,6 +225,8 @@ def run_baselines(model: Model, prompt: Sequence[int], n_tokens: int, which: Seq
             out.append(run_torch(model, prompt, n_tokens, "cpu", costs, threads=threads))
         elif b == "torch-cuda":
             out.append(run_torch(model, prompt, n_tokens, "cuda", costs))
+        elif b == "golden":
+            out.append(run_golden(model, prompt, n_tokens, costs))
         else:
             out.append(run_llamacpp(gguf_path, prompt, n_tokens, costs, threads))
     return out

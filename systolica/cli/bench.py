@@ -54,7 +54,7 @@ class Bench:
         p.add_argument("--boards", default="kv260,zcu104,pynq-z2", help="comma-separated board names")
         p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt text")
         add_max_tokens(p, 8, old=True)
-        p.add_argument("--baselines", default="numpy,torch-cpu,torch-cuda,llama.cpp",
+        p.add_argument("--baselines", default="numpy,torch-cpu,torch-cuda,llama.cpp,golden",
                        help=f"comma-separated, from {', '.join(BASELINES)} ('' for none)")
         p.add_argument("--gemm", choices=("systolic", "line_dot"), default="systolic",
                        help="GEMM datapath to model: the RTL's systolic array (default) or the earlier line-dot one")

@@ -221,3 +221,23 @@ def test_hypothetical_rows_are_never_the_reference_and_synth_fills_the_fit(tmp_p
     _attach_fit(row, "pynq-z2", load_board("pynq-z2").config, synth=True, timeout=1, progress=lambda s: None)
     assert row.extra["fit"]["state"] == "yes" and row.extra["fit_label"] == "yes (BRAM 36%)"
     assert reference_row([row]) is row
+
+
+def test_golden_host_speed_row_decodes_what_the_runtime_decodes():
+    """The golden simulator's own host-speed row: the same greedy tokens as a plain golden Runtime run."""
+    from systolica.bench.baselines import run_golden
+    from systolica.compiler.compile import compile_model
+    from systolica.config import preset
+    from systolica.driver.device import open_device
+    from systolica.driver.runtime import Runtime
+
+    model = random_model("llama", dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=40, vocab=64, seed=4,
+                         max_seq=32)
+    prompt, n = [3, 9, 27, 17], 4
+    row = run_golden(model, prompt, n)
+    assert row.skipped is None and row.name == "golden simulator (host)" and len(row.tokens) == n
+    assert row.ttft_s > 0 and row.decode_tokens_per_s > 0 and row.usd_per_hour > 0
+    cfg = preset("default")
+    art = compile_model(model, cfg, page=16, max_seq=16, prefill_chunk=16)
+    rt = Runtime(art, open_device("golden", cfg, dram_bytes=art.dram_bytes + 8192))
+    assert [s.token for s in rt.generate(prompt, n, stop=[])] == row.tokens
