@@ -309,6 +309,7 @@ def test_dse_command_line(tmp_path, monkeypatch):
     # the front holds only the measured fit, though the others decode faster
     assert [doc["points"][i]["config"] for i in doc["pareto"]] == ["pynq-z2-8x8-d64"]
     assert png.stat().st_size > 1000
+    assert doc["timing"]["points"] == 4 and doc["timing"]["points_per_s"] > 0 and doc["timing"]["workers"] == 1
     assert main(["dse", "--models", MODEL, "--shapes", "8by8"]) == 2
 
 
