@@ -136,7 +136,7 @@ class PerfModel:
         if self.cache:  # the program's analysis once (systolica.sim.perf_plan), then the timing of these params
             from systolica.sim.perf_plan import plan_for
 
-            return plan_for(self.cfg, words).time(self.p)
+            return plan_for(self.cfg, words, copy=isinstance(program, Program)).time(self.p)
         infos = []
         for _pc, w in enumerate(words):
             info = self._info(w)

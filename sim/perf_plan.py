@@ -35,7 +35,7 @@ __all__ = ["ProgramPlan", "plan_for", "clear_plans"]
 
 _FETCH_FIFO = 8  # words of the prefetch FIFO (hw/fetch.py default); as in systolica.sim.perf
 _MAX_WORDS = 1 << 18  # decoded-word cache entries
-_PLANS_PER_CONFIG = 8  # recently timed programs kept per configuration
+_PLANS_PER_CONFIG = 32  # recently timed programs kept per configuration (a DSE point times 14)
 
 
 class _Table:
@@ -190,6 +190,8 @@ class ProgramPlan:
                                 f"{Engine(infos[blocked][0]).name.lower()} engine waits forever; pushes/pops per "
                                 f"queue: {pu}/{po}")
         self.seq = seq
+        self.prev_or_n = [n if k < 0 else k for k in self.prev]
+        self.zeros = [0] * n
         self._count()
 
     def _count(self) -> None:
@@ -262,26 +264,28 @@ class ProgramPlan:
                           per_op_cycles=per_sig_op)
 
     def _replay(self, ex: list[int], rdb: list[int] | None, seen: list[int] | None, p, wc: int):
-        """One pass of the schedule in the fixed order; with ``seen`` (the first pass's fetch arrivals), the words
-        fetched during a LOAD stretch it (``ex`` is updated in place)."""
+        """One pass of the schedule in the fixed order; with ``rdb`` and ``seen`` (the first pass's fetch
+        arrivals), the words fetched during a LOAD stretch it (``ex`` is updated in place)."""
         n = self.n
         disp = [0] * n
         take = [0] * n
         start = [-1] * n
-        end = [-1] * n
+        end = [-1] * n + [-(1 << 62)]  # end[n]: the "previous instruction" of an engine's first one
         arrivals = [0] * n
         dec1, room_a, room_b = self.dec1, self.room_a, self.room_b
-        prev, dep_end, dep_start = self.prev, self.dep_end, self.dep_start
+        prev, dep_end, dep_start = self.prev_or_n, self.dep_end, self.dep_start
+        rdb = rdb if rdb is not None else self.zeros
         lat = p.token_latency
         arrival = RUN_OVERHEAD + p.fetch_latency + p.rd_latency  # fetch starts with the run
         refill = 1 + p.rd_latency + p.fetch_latency + wc
         first_beat = 2 + p.rd_latency
+        fifo = _FETCH_FIFO
         dec_free = 0
         for x in self.seq:
             if x >= 0:  # the decoder takes word x and dispatches it
                 arrival += wc
-                if x >= _FETCH_FIFO:
-                    v = take[x - _FETCH_FIFO] + refill
+                if x >= fifo:
+                    v = take[x - fifo] + refill
                     if v > arrival:
                         arrival = v
                 arrivals[x] = arrival
@@ -304,20 +308,24 @@ class ProgramPlan:
             else:  # instruction i leaves POP, runs EXEC, retires
                 i = ~x
                 s = disp[i] + 2
-                k = prev[i]
-                if k >= 0 and end[k] + 2 > s:
-                    s = end[k] + 2
-                for j in dep_end[i]:
-                    v = end[j] + lat
-                    if v > s:
-                        s = v
-                for j in dep_start[i]:
-                    v = start[j] + lat
-                    if v > s:
-                        s = v
+                v = end[prev[i]] + 2
+                if v > s:
+                    s = v
+                de = dep_end[i]
+                if de:
+                    for j in de:
+                        v = end[j] + lat
+                        if v > s:
+                            s = v
+                ds = dep_start[i]
+                if ds:
+                    for j in ds:
+                        v = start[j] + lat
+                        if v > s:
+                            s = v
                 start[i] = s
                 e = ex[i]
-                if rdb is not None and rdb[i]:
+                if rdb[i]:
                     lo = bisect_right(seen, s + first_beat)  # words before its first beat do not conflict
                     extra = 0
                     for _ in range(3):
@@ -328,24 +336,28 @@ class ProgramPlan:
                     e += extra
                     ex[i] = e
                 end[i] = s + e + 1
+        del end[n]
         return start, end, arrivals
 
 
-def plan_for(cfg: AccelConfig, words: Sequence[int]) -> ProgramPlan:
+def plan_for(cfg: AccelConfig, words: Sequence[int], *, copy: bool = True) -> ProgramPlan:
     """The plan of ``words`` on ``cfg``: cached; a program that differs from a recently planned one of the same
-    length in a few words that keep every engine, token flag and op reuses that plan.
+    length in a few words that keep every engine, token flag and op reuses that plan.  ``copy=False``: ``words``
+    is a list of Python ints the caller will not change (kept as it is).
 
     Raises
     ------
     PerfError
         An illegal word before FINISH, no FINISH, or a token deadlock.
     """
-    words = [int(w) for w in words]
+    words = [int(w) for w in words] if copy else words
     plans = _PLANS.setdefault(cfg, [])
     n = len(words)
+    key = hash(tuple(words))
     for k, pl in enumerate(plans):
-        if len(pl.words) == n and pl.words == words:
-            plans.insert(0, plans.pop(k))
+        if pl.key == key and pl.words == words:
+            if k:
+                plans.insert(0, plans.pop(k))
             return pl
     limit = max(16, n // 8)
     for pl in plans:
@@ -377,5 +389,6 @@ def plan_for(cfg: AccelConfig, words: Sequence[int]) -> ProgramPlan:
 
 
 def _remember(plans: list[ProgramPlan], pl: ProgramPlan) -> None:
+    pl.key = hash(tuple(pl.words))
     plans.insert(0, pl)
     del plans[_PLANS_PER_CONFIG:]
