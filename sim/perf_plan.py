@@ -71,6 +71,8 @@ class _Table:
         """Costs of every signature known so far under ``p`` (priced once; new signatures appended)."""
         c = self.priced.get(p)
         if c is None:
+            if len(self.priced) >= 256:  # a long sweep of params: keep memory bounded
+                self.priced.clear()
             c = self.priced[p] = ([], [], [], [], [])
         if len(c[0]) < len(self.reps):
             for ins in self.reps[len(c[0]):]:
@@ -88,7 +90,7 @@ _PLANS: dict[AccelConfig, list[ProgramPlan]] = {}
 def _table(cfg: AccelConfig) -> _Table:
     t = _TABLES.get(cfg)
     if t is None:
-        if len(_TABLES) >= 64:
+        if len(_TABLES) >= 16:  # each holds up to _MAX_WORDS decoded words
             _TABLES.clear()
             _PLANS.clear()
         t = _TABLES[cfg] = _Table(cfg)
