@@ -25,13 +25,18 @@ per model among the points whose fit was measured and is ``yes`` only.
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import hashlib
 import itertools
+import json
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 __all__ = ["pareto_front", "front_of", "variants", "evaluate", "make_tasks", "run_tasks", "synthesize_missing",
-           "OBJECTIVES", "truncate_layers"]
+           "OBJECTIVES", "truncate_layers", "programs_for", "program_key"]
 
 #: (key, sense) of the Pareto objectives: decode speed up; DSPs, BRAM and energy per token down.
 OBJECTIVES: tuple[tuple[str, str], ...] = (("decode_tokens_per_s", "max"), ("dsp", "min"), ("bram", "min"),
@@ -99,7 +104,8 @@ def _model(spec: str):
 
 
 def _time(model, cfg, spec, prompt_len: int, gemm: str) -> tuple[int, int, int]:
-    """(decode cycles at context prompt_len, prefill cycles of the prompt, prefill rows)."""
+    """(decode cycles at context prompt_len, prefill cycles of the prompt, prefill rows): compile and time, no cache
+    (the reference :func:`evaluate` agrees with)."""
     from systolica.bench.accel_model import AccelTimer
     from systolica.compiler.compile import compile_model
     from systolica.sim.perf_costs import PerfParams
@@ -113,35 +119,194 @@ def _time(model, cfg, spec, prompt_len: int, gemm: str) -> tuple[int, int, int]:
     return timer.decode_cycles(prompt_len), timer.prefill_cycles(prompt), rows
 
 
-def evaluate(task: dict) -> dict:
-    """One design point: ``task`` = {model, board, config (dict), prompt_len, gemm}; picklable both ways."""
+class _Zero:
+    cycles = 0
+
+
+class _Recorder:
+    """Stands in for an AccelTimer's PerfModel: keeps the words of every run the timer schedules."""
+
+    def __init__(self):
+        self.runs: list[list[int]] = []
+
+    def run(self, words):
+        self.runs.append([int(w) for w in words])
+        return _Zero
+
+
+def _runs(model, cfg, prompt_len: int) -> tuple[list[list[int]], list[list[int]], int]:
+    """The programs (patched words) a point times: (decode runs, prefill runs, prefill rows), compiled once."""
+    from systolica.bench.accel_model import AccelTimer
+    from systolica.compiler.compile import compile_model
+    from systolica.sim.perf_costs import PerfParams
+
+    max_seq = -(-(prompt_len + 2) // 16) * 16
+    art = compile_model(model, cfg, page=16, max_seq=max_seq, prefill_chunk=16)
+    timer = AccelTimer(art, PerfParams())
+    timer.model = rec = _Recorder()
+    timer.decode_cycles(prompt_len)
+    dec = rec.runs
+    timer.model = rec = _Recorder()
+    timer.prefill_cycles([1 + (i % (model.config.vocab_size - 1)) for i in range(prompt_len)])
+    return dec, rec.runs, art.rows("prefill") if "prefill" in art.programs else 1
+
+
+#: Config fields that change no instruction: programs compiled for one serve every clock (and name).
+_NOT_IN_PROGRAMS = ("name", "clock_mhz")
+
+
+def program_key(task: dict) -> str:
+    """What a point's programs depend on: the model, the configuration less its name and clock, the prompt length,
+    the sources of the compiler and the core (a changed compiler never reuses old programs)."""
+    cfg = {k: v for k, v in task["config"].items() if k not in _NOT_IN_PROGRAMS}
+    doc = json.dumps({"model": _model_fingerprint(task["model"]), "config": cfg, "prompt_len": task["prompt_len"],
+                      "sources": _sources_digest()}, sort_keys=True)
+    return hashlib.sha256(doc.encode()).hexdigest()[:24]
+
+
+def _model_fingerprint(spec: str) -> list:
+    from pathlib import Path
+
+    if spec.startswith("random:"):
+        return [spec]
+    if spec == "default":
+        from systolica.compiler.model_zoo import locate_default_model
+
+        found = locate_default_model()
+        path = Path(found) if found else None
+    else:
+        path = Path(spec)
+    if path is None or not path.exists():
+        return [spec]
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    return [spec, str(path.resolve()), *[(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]]
+
+
+@lru_cache(maxsize=1)
+def _sources_digest() -> str:
+    from pathlib import Path
+
+    import systolica
+    import systolica.bench
+    import systolica.compiler
+
+    h = hashlib.sha256()
+    for pkg in (systolica, systolica.compiler):
+        for f in sorted(Path(pkg.__file__).parent.glob("*.py")):
+            h.update(f.name.encode() + f.read_bytes())
+    for name in ("accel_model.py", "dse.py"):
+        f = Path(systolica.bench.__file__).parent / name
+        h.update(name.encode() + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _cache_root():
+    from systolica.compiler.model_zoo import cache_dir
+
+    return cache_dir() / "dse-programs"
+
+
+_PROGRAMS: dict[str, dict] = {}  # program_key -> programs, in this process
+
+
+def programs_for(task: dict) -> dict:
+    """The word lists a point of ``task`` times, per depth (layer extrapolation: 1 and 2 blocks; the whole model when
+    it has at most 2), from this process, the on-disk cache (``$SYSTOLICA_CACHE/dse-programs``), or compiled.
+
+    ``{"n_layers": L, "rows": prefill rows, "depths": [[decode runs, prefill runs], ...], "compiled": bool}``.
+    """
+    key = program_key(task)
+    got = _PROGRAMS.get(key)
+    if got is not None:
+        return {**got, "compiled": False}
+    path = _cache_root() / f"{key}.json.gz"
+    if path.is_file():
+        try:
+            got = json.loads(gzip.decompress(path.read_bytes()))
+            got["depths"] = [[[[int(w, 16) for w in run] for run in runs] for runs in d] for d in got["depths"]]
+            got["compiled"] = False
+        except (OSError, ValueError, KeyError, EOFError):
+            got = None
+    if got is None:
+        from systolica.config import AccelConfig
+
+        cfg = AccelConfig.from_dict(dict(task["config"]))
+        try:
+            model = _model(task["model"])
+            L = model.config.n_layers
+            depths = [truncate_layers(model, 1), truncate_layers(model, 2)] if L > 2 else [model]
+            out = [_runs(m, cfg, task["prompt_len"]) for m in depths]
+        except Exception as e:  # noqa: BLE001 - a config the model does not fit is a result, not a crash
+            return {"error": f"{type(e).__name__}: {e}", "compiled": True}  # not cached: the cause may go away
+        got = {"n_layers": L, "rows": out[0][2], "depths": [[d, p] for d, p, _ in out], "compiled": True}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            doc = {**got, "depths": [[[[format(w, "x") for w in run] for run in runs] for runs in d]
+                                     for d in got["depths"]]}
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(gzip.compress(json.dumps(doc).encode(), 6))
+            tmp.replace(path)
+        except OSError:
+            pass  # no cache: the next process compiles again
+    if len(_PROGRAMS) >= 16:
+        _PROGRAMS.pop(next(iter(_PROGRAMS)))
+    _PROGRAMS[key] = got
+    return got
+
+
+def _timed(cfg, params, progs: dict) -> tuple[int, int]:
+    """(decode cycles, prefill cycles) of the programs under ``params``, extrapolated to all layers."""
+    from systolica.sim.perf import PerfModel
+
+    model = PerfModel(cfg, params)
+    per = [(sum(model.run(w).cycles for w in dec), sum(model.run(w).cycles for w in pre)) for dec, pre in progs["depths"]]
+    if len(per) == 1:
+        return per[0]
+    (d1, p1), (d2, p2) = per
+    L = progs["n_layers"]
+    return d1 + (L - 1) * (d2 - d1), p1 + (L - 1) * (p2 - p1)
+
+
+def evaluate(task: dict, programs: dict | None = None) -> dict:
+    """One design point: ``task`` = {model, board, config (dict), prompt_len, gemm, and optionally clock_mhz and
+    dram_gbps (sweep values; default the board's)}; picklable both ways.  ``programs``: :func:`programs_for`'s
+    (looked up when not given)."""
     from systolica.bench.accel_model import board_spec
     from systolica.boards.board import load_board
     from systolica.config import AccelConfig
+    from systolica.sim.perf_costs import PerfParams
+    from systolica.sim.roofline import board_params
 
     cfg = AccelConfig.from_dict(dict(task["config"]))
-    spec = dataclasses.replace(board_spec(task["board"]), config=cfg)
+    spec = board_spec(task["board"])
     board = load_board(task["board"])
-    model = _model(task["model"])
-    L = model.config.n_layers
+    dram = float(task.get("dram_gbps") or spec.dram_gbps)
     out = {"model": task["model"], "board": task["board"], "config": cfg.name, "rows": cfg.rows, "cols": cfg.cols,
-           "dma_bits": cfg.dma_bits, "clock_mhz": cfg.clock_mhz, "gemm": task["gemm"]}
-    try:
-        if L > 2:  # blocks are alike: extrapolate from one and two of them
-            d1, p1, rows = _time(truncate_layers(model, 1), cfg, spec, task["prompt_len"], task["gemm"])
-            d2, p2, _ = _time(truncate_layers(model, 2), cfg, spec, task["prompt_len"], task["gemm"])
-            dec, pre = d1 + (L - 1) * (d2 - d1), p1 + (L - 1) * (p2 - p1)
-        else:
-            dec, pre, rows = _time(model, cfg, spec, task["prompt_len"], task["gemm"])
-    except Exception as e:  # noqa: BLE001 - a config the model does not fit is a result, not a crash
-        out["error"] = f"{type(e).__name__}: {e}"
-        return out
+           "dma_bits": cfg.dma_bits, "clock_mhz": cfg.clock_mhz, "gemm": task["gemm"], "dram_gbps": dram,
+           "dram_basis": "swept" if task.get("dram_gbps") else "board"}
     from systolica.boards.fit_status import clock_basis, fit_status, power_basis
 
     st = fit_status(cfg, board)
     rec = st.record if st.measured else None
-    measured = rec.resources.as_dict() if rec is not None else {}
     clock = clock_basis(cfg, rec, board)
+    if task.get("clock_mhz"):  # a swept clock: met only where a measured Fmax reaches it
+        f_mhz = float(task["clock_mhz"])
+        fmax = clock.get("measured_fmax_mhz")
+        met = None if fmax is None else f_mhz <= fmax
+        clock = {**clock, "mhz": f_mhz, "basis": "swept", "met": met,
+                 "source": f"swept clock; {'Fmax ' + format(fmax, 'g') + ' MHz measured' if fmax else 'timing not measured'}"}
+    try:
+        progs = programs if programs is not None else programs_for(task)
+        if "error" in progs:
+            out["error"] = progs["error"]
+            return out
+        params = board_params(cfg, dram_gbps=dram, clock_mhz=clock["mhz"], base=PerfParams(gemm=task["gemm"]))
+        dec, pre = _timed(cfg, params, progs)
+        rows = progs["rows"]
+    except Exception as e:  # noqa: BLE001 - a config the model does not fit is a result, not a crash
+        out["error"] = f"{type(e).__name__}: {e}"
+        return out
+    measured = rec.resources.as_dict() if rec is not None else {}
     power = power_basis(board)
     f = clock["mhz"] * 1e6
     tps = f / dec
@@ -160,7 +325,8 @@ def front_of(points: Sequence[dict], objectives: Sequence[tuple[str, str]] = OBJ
     a design that does not fit, or whose fit was never measured, is never ranked."""
     front: set[int] = set()
     for m in dict.fromkeys(p.get("model") for p in points):
-        idx = [i for i, p in enumerate(points) if p.get("model") == m and p.get("fit") == "yes" and "error" not in p]
+        idx = [i for i, p in enumerate(points) if p.get("model") == m and p.get("fit") == "yes" and "error" not in p
+               and (p.get("clock") or {}).get("met") is not False]  # a swept clock above the measured Fmax
         if idx:
             front |= {idx[j] for j in pareto_front([points[i] for i in idx], objectives)}
     return front
@@ -192,8 +358,12 @@ def synthesize_missing(tasks: Sequence[dict], *, timeout: float = 3600.0, say=la
 
 
 def make_tasks(models: Sequence[str], boards: Sequence[str], shapes: Sequence[tuple[int, int]],
-               dma_bits: Sequence[int], prompt_len: int = 16, gemm: str = "systolic") -> list[dict]:
-    """Every (model, board, configuration variant) as a task for :func:`evaluate`."""
+               dma_bits: Sequence[int], prompt_len: int = 16, gemm: str = "systolic",
+               clocks: Sequence[float] = (), dram_gbps: Sequence[float] = ()) -> list[dict]:
+    """Every (model, board, configuration variant, clock, DRAM bandwidth) as a task for :func:`evaluate`.
+
+    ``clocks`` (MHz) and ``dram_gbps`` sweep what the compiled programs do not depend on: a point per value, timed
+    on the same programs (empty: the board's clock basis and DRAM)."""
     from systolica.boards.board import load_board
 
     tasks = []
@@ -202,40 +372,99 @@ def make_tasks(models: Sequence[str], boards: Sequence[str], shapes: Sequence[tu
         widths = [d for d in dma_bits if d <= board.pl_port_bits]  # an HP port is no wider than the board's
         for cfg in variants(board.config, shapes, widths):
             for m in models:
-                tasks.append({"model": m, "board": b, "config": cfg.to_dict(), "prompt_len": prompt_len, "gemm": gemm})
+                for f, g in itertools.product(clocks or [None], dram_gbps or [None]):
+                    t = {"model": m, "board": b, "config": cfg.to_dict(), "prompt_len": prompt_len, "gemm": gemm}
+                    if f is not None:
+                        t["clock_mhz"] = float(f)
+                    if g is not None:
+                        t["dram_gbps"] = float(g)
+                    tasks.append(t)
     return tasks
 
 
+def _prepare(task: dict) -> dict:
+    return programs_for(task)
+
+
+def _evaluate_group(progs: dict, tasks: list[dict]) -> list[dict]:
+    return [evaluate(t, progs) for t in tasks]
+
+
+def _groups(tasks: Sequence[dict], size: int) -> tuple[list[str], dict[str, list[int]], list[tuple[str, list[int]]]]:
+    """Tasks by program key (first-seen order) and the chunks of at most ``size`` tasks of one key each."""
+    by_key: dict[str, list[int]] = {}
+    for i, t in enumerate(tasks):
+        by_key.setdefault(program_key(t), []).append(i)
+    chunks = [(k, idx[j:j + size]) for k, idx in by_key.items() for j in range(0, len(idx), size)]
+    return list(by_key), by_key, chunks
+
+
 def run_tasks(tasks: Sequence[dict], *, workers: int | None = None, ray_address: str | None = None,
-              progress: Callable[[int, int], None] = lambda done, total: None) -> list[dict]:
+              progress: Callable[[int, int], None] = lambda done, total: None, stats: dict | None = None) -> list[dict]:
     """Evaluate tasks in parallel: local processes by default, a Ray cluster with ``ray_address``
-    (``"local"`` starts Ray on this machine).  Results come back in task order."""
+    (``"local"`` starts Ray on this machine).  Results come back in task order.
+
+    Points that share programs (:func:`program_key`: the same model, configuration less clock, prompt) are compiled
+    once: first every distinct program set (in parallel, or from the on-disk cache), then the points in chunks of
+    one program set each.  ``stats``, if given, receives ``compiled`` and ``cached`` (program sets) and
+    ``seconds``."""
+    import time
+
+    t0 = time.perf_counter()
     n = len(tasks)
+    if stats is None:
+        stats = {}
     if ray_address:
+        host = ray_address.rpartition(":")[0] if ":" in ray_address else ray_address
+        if (ray_address == "local" or host in ("localhost", "::1") or host.startswith("127.")) \
+                and "ray" not in sys.modules:
+            # Ray swaps a loopback address for the machine's own (and binds there): keep 127.0.0.1, so that a local
+            # instance listens on loopback only and a head started on 127.0.0.1 can be reached; read at import
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         try:
             import ray
         except ImportError:
             raise RuntimeError("--ray needs Ray: pip install -e .[ray] (or pip install ray)") from None
         if not ray.is_initialized():
-            ray.init(address=None if ray_address == "local" else ray_address, ignore_reinit_error=True)
-        remote = ray.remote(evaluate)
-        refs = [remote.remote(t) for t in tasks]
-        out = ray.get(refs)
+            ray.init(address=None if ray_address == "local" else ray_address, ignore_reinit_error=True,
+                     log_to_driver=False)
+        nodes = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        keys, by_key, chunks = _groups(tasks, max(1, math.ceil(n / (4 * nodes))))
+        prep = ray.remote(_prepare)
+        progs = dict(zip(keys, ray.get([prep.remote(tasks[by_key[k][0]]) for k in keys]), strict=True))
+        group = ray.remote(_evaluate_group)
+        refs = {k: ray.put(p) for k, p in progs.items()}
+        parts = ray.get([group.remote(refs[k], [tasks[i] for i in idx]) for k, idx in chunks])
         progress(n, n)
-        return out
-    import os
-    from concurrent.futures import ProcessPoolExecutor
+    else:
+        from concurrent.futures import ProcessPoolExecutor
 
-    w = workers or os.cpu_count() or 1
-    if w == 1 or n == 1:
-        out = []
-        for i, t in enumerate(tasks):
-            out.append(evaluate(t))
-            progress(i + 1, n)
-        return out
-    with ProcessPoolExecutor(max_workers=min(w, n)) as ex:
-        out = []
-        for i, r in enumerate(ex.map(evaluate, tasks, chunksize=max(1, math.ceil(n / (4 * w))))):
-            out.append(r)
-            progress(i + 1, n)
-        return out
+        w = max(1, min(workers or os.cpu_count() or 1, n))
+        keys, by_key, chunks = _groups(tasks, max(1, math.ceil(n / (4 * w))))
+        firsts = [tasks[by_key[k][0]] for k in keys]
+        if w == 1 or len(chunks) == 1:
+            progs = {k: programs_for(t) for k, t in zip(keys, firsts, strict=True)}
+            parts = []
+            done = 0
+            for k, idx in chunks:
+                parts.append(_evaluate_group(progs[k], [tasks[i] for i in idx]))
+                done += len(idx)
+                progress(done, n)
+        else:
+            with ProcessPoolExecutor(max_workers=w) as ex:
+                progs = dict(zip(keys, ex.map(_prepare, firsts), strict=True))
+                parts = []
+                done = 0
+                for (_k, idx), part in zip(chunks, ex.map(_evaluate_group, [progs[k] for k, _ in chunks],
+                                                                     [[tasks[i] for i in idx] for _, idx in chunks]),
+                                                   strict=True):
+                    parts.append(part)
+                    done += len(idx)
+                    progress(done, n)
+    out: list[dict] = [{}] * n
+    for (_k, idx), part in zip(chunks, parts, strict=True):
+        for i, r in zip(idx, part, strict=True):
+            out[i] = r
+    stats.update(compiled=sum(bool(p.get("compiled")) for p in progs.values()),
+                 cached=sum(not p.get("compiled") for p in progs.values()), seconds=time.perf_counter() - t0)
+    return out

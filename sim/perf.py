@@ -96,6 +96,10 @@ class PerfModel:
         The accelerator (array shape, DMA width, burst length, queue depths).
     params : PerfParams, optional
         Timing parameters (latencies, GEMM datapath); default :class:`PerfParams()`.
+    cache : bool
+        Time through the per-program analysis of :mod:`systolica.sim.perf_plan` (default): a program is
+        analysed once and re-timed cheaply under other params or with other patched fields.  ``False`` runs
+        the one-pass work list below on every call (the reference the cached path is tested against).
 
     Examples
     --------
@@ -103,9 +107,10 @@ class PerfModel:
     >>> r.cycles, r.counters()["ARRAY_BUSY"]
     """
 
-    def __init__(self, cfg: AccelConfig, params: PerfParams | None = None):
+    def __init__(self, cfg: AccelConfig, params: PerfParams | None = None, *, cache: bool = True):
         self.cfg = cfg
         self.p = params or PerfParams()
+        self.cache = cache
         self._decoded: dict[int, tuple] = {}  # word -> (engine, pops, pushes, cost, op, decode cycles)
         self._dec_cycles = decode_cycles(cfg)  # TAKE, a CHECK cycle per product of its range checks, DISPATCH
 
@@ -128,6 +133,10 @@ class PerfModel:
         words = program.words if isinstance(program, Program) else [int(w) for w in program]
         if isinstance(program, Program):
             program.check_config(self.cfg)
+        if self.cache:  # the program's analysis once (systolica.sim.perf_plan), then the timing of these params
+            from systolica.sim.perf_plan import plan_for
+
+            return plan_for(self.cfg, words, copy=isinstance(program, Program)).time(self.p)
         infos = []
         for _pc, w in enumerate(words):
             info = self._info(w)

@@ -37,7 +37,7 @@ from functools import lru_cache
 from systolica.config import AccelConfig
 from systolica.isa import Buf, Instr
 
-__all__ = ["PerfParams", "OpCost", "op_cost", "array_latency", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
+__all__ = ["PerfParams", "OpCost", "op_cost", "cost_signature", "COST_FIELDS", "array_latency", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
            "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY"]
 
 GEMM_DATAPATHS = ("line_dot", "systolic")
@@ -296,8 +296,20 @@ def _attn_out(cfg: AccelConfig, p: PerfParams, nq: int, hd: int) -> OpCost:
     return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 1) + 1) if nq and hd else OpCost(1)
 
 
+#: The instruction fields :func:`op_cost` reads (of ``dram`` only the offset in its 4 KiB page, where bursts split):
+#: buffer addresses, shifts, epsilons, masks and flags do not change what an instruction costs.
+COST_FIELDS = frozenset({"buf", "dram", "stride", "rows", "lines", "m", "k", "n", "acc", "split", "heads", "hd", "nq", "t"})
+
+
+def cost_signature(ins: Instr) -> tuple:
+    """What :func:`op_cost` depends on in ``ins``: instructions with equal signatures cost the same on every
+    configuration and :class:`PerfParams` (the performance model prices each signature once)."""
+    return (ins.op, *((v & 4095 if k == "dram" else v) for k, v in ins.fields.items() if k in COST_FIELDS))
+
+
 def op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
-    """The cost of one decoded instruction on accelerator ``cfg`` with timing ``p``."""
+    """The cost of one decoded instruction on accelerator ``cfg`` with timing ``p`` (it reads only the
+    fields in :data:`COST_FIELDS`)."""
     op = ins.op
     f = ins.fields
     if op in ("LOAD", "STORE"):

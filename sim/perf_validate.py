@@ -6,8 +6,8 @@ the Verilator model of :class:`systolica.hw.accelerator.Accelerator`, runs a sui
 random programs), and sets each program's CYCLES beside the model's prediction.  It prints the error
 distribution and the speed of the model relative to the RTL simulation.
 
-The RTL executes NOP, LOAD, STORE, GEMM and FINISH today (``hw/decode.py`` ``RTL_OPS``); programs with
-vector or attention instructions (a compiled model's decode) cannot run on it yet.
+:func:`compiled_programs` adds a compiled tiny llama's decode steps and prefill (with the artifact's DRAM
+image) for :func:`run_fast`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from systolica.sim.perf_costs import PerfParams
 from systolica.config import AccelConfig, load_config
 from systolica.isa import Engine, encode, make
 
-__all__ = ["suite", "run_rtl", "compare", "summarize", "RTL_PARAMS", "main"]
+__all__ = ["suite", "compiled_programs", "run_rtl", "run_fast", "compare", "summarize", "RTL_PARAMS", "main"]
 
 #: Timing of the cocotb testbench's AxiRam behind the ports: the PerfParams defaults were fitted on this
 #: suite (a grid over read/write latency, address gap, burst turnaround, fetch latency, store tail).
@@ -91,6 +91,27 @@ def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
     return out
 
 
+def compiled_programs(cfg: AccelConfig, n_layers: int = 1, seed: int = 2) -> list[dict]:
+    """A compiled tiny llama's decode steps (positions 3 and 17: one and two KV tiles) and a prefill chunk, with
+    the artifact's DRAM image and where its program region lies (``image``, ``prog_base``, ``window``), for
+    :func:`run_fast`."""
+    from systolica.artifact import StepState
+    from systolica.compiler.compile import compile_model
+    from systolica.testmodels import random_model
+
+    model = random_model("llama", dim=32, n_layers=n_layers, n_heads=4, n_kv_heads=2, ffn_dim=48, vocab=64,
+                         seed=seed, max_seq=32)
+    art = compile_model(model, cfg, page=16, max_seq=32, prefill_chunk=4)
+    window = 1 << int(art.dram_bytes - 1).bit_length()
+    out = []
+    for kind, pos in (("decode", 3), ("decode", 17), ("prefill", 0)):
+        rows = art.rows(kind)
+        words = art.patched_program(kind, StepState(pos, [1] * rows, list(range(art.pages_needed(pos, rows)))))
+        out.append({"name": f"compiled_{kind}_pos{pos}", "words": words, "image": art.image, "window": window,
+                    "prog_base": art.region(f"program:{kind}")["offset"]})
+    return out
+
+
 def run_rtl(cfg: AccelConfig, programs: list[dict], build_root: str | Path) -> list[dict]:
     """Run ``programs`` on the Verilator build of the top level; returns the per-program runs."""
     from systolica.hw.accelerator import Accelerator
@@ -121,11 +142,18 @@ def run_fast(cfg: AccelConfig, programs: list[dict], build_root: str | Path) -> 
     data = np.random.default_rng(5).integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
     runs = []
     for p in programs:
-        dram = np.zeros(MEM, np.uint8)
-        dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = data
-        raw = b"".join(int(w).to_bytes(16, "little") for w in p["words"])
-        dram[WIN_BASE:WIN_BASE + len(raw)] = np.frombuffer(raw, np.uint8)
-        r = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(p["words"]))
+        raw = np.frombuffer(b"".join(int(w).to_bytes(16, "little") for w in p["words"]), np.uint8)
+        if "image" in p:  # a compiled program: its own window, image and program region (compiled_programs)
+            dram = np.zeros(p["window"], np.uint8)
+            dram[:len(p["image"])] = p["image"]
+            dram[p["prog_base"]:p["prog_base"] + len(raw)] = raw
+            r = fast.run(dram, window_base=0, window_size=p["window"], prog_base=p["prog_base"],
+                         prog_len=len(p["words"]))
+        else:
+            dram = np.zeros(MEM, np.uint8)
+            dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = data
+            dram[WIN_BASE:WIN_BASE + len(raw)] = raw
+            r = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(p["words"]))
         runs.append({"name": p["name"], "code": int(r.code), "timed_out": not r.done, "counters": r.counters,
                      "wall_s": r.wall_s})
     return runs

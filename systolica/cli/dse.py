@@ -1,7 +1,7 @@
 """``systolica dse``: sweep accelerator configurations x boards x models with the performance model.
 
     systolica dse --models default --boards kv260,zcu104,pynq-z2 --shapes 8x8,16x16,32x32 \\
-        --dma-bits 64,128 --json dse.json --plots plots/
+        --dma-bits 64,128 [--clocks 100,150,200] [--dram-gbps 4,8,16] --json dse.json --plots plots/
 
 Prints the Pareto front (decode tokens/s up; DSPs, BRAM, energy per token down) per model among the
 points whose fit a synthesis measured (:mod:`systolica.boards.fit_status`); points that do not fit or
@@ -14,6 +14,7 @@ starts Ray here).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from systolica.cli.exits import EXIT_OK
@@ -61,6 +62,20 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def _floats(text: str, option: str, what: str) -> list[float]:
+    """``"100,150"`` -> ``[100.0, 150.0]`` (empty: ``[]``); a non-positive or non-numeric item is a usage error."""
+    out = []
+    for x in (x.strip() for x in text.split(",") if x.strip()):
+        try:
+            v = float(x)
+        except ValueError:
+            v = -1.0
+        if not v > 0:
+            raise UsageError(f"{option} item {x!r} is not {what} (a positive number)")
+        out.append(v)
+    return out
+
+
 def _num(v, fmt: str = "g") -> str:
     return "-" if v is None else format(v, fmt)
 
@@ -77,6 +92,11 @@ class Dse:
                        help="context of the timed decode step and prompt (default 16)")
         p.add_argument("--gemm", choices=("systolic", "line_dot"), default="systolic",
                        help="GEMM datapath to model: the RTL's systolic array (default) or the earlier line-dot one")
+        p.add_argument("--clocks", default="", metavar="MHZ,...",
+                       help="sweep the clock: a point per value on the same compiled programs (default: the board's; "
+                            "a clock above a measured Fmax is never on the front)")
+        p.add_argument("--dram-gbps", default="", metavar="GBPS,...",
+                       help="sweep the DRAM bandwidth the board delivers (default: the board's peak x efficiency)")
         add_jobs(p, "local processes", None, old=("--workers",))
         p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster ('local' starts one here)")
         p.add_argument("--synth", action="store_true",
@@ -108,7 +128,8 @@ class Dse:
             widths.append(int(x))
         models = split_models(args.models)
         tasks = make_tasks(models, [b.strip() for b in args.boards.split(",") if b.strip()], shapes, widths,
-                           args.prompt_len, args.gemm)
+                           args.prompt_len, args.gemm, clocks=_floats(args.clocks, "--clocks", "a clock in MHz"),
+                           dram_gbps=_floats(args.dram_gbps, "--dram-gbps", "a bandwidth in GB/s"))
         if not tasks:
             raise UsageError("no valid configuration: check --shapes and --dma-bits against the boards")
         if args.synth:
@@ -118,8 +139,10 @@ class Dse:
                 con.print(f"synthesized {r['config']} for {r['board']} in {r['seconds']:.0f} s -> {r['cache']}")
         with Progress(console=Console(stderr=True), transient=True, disable=not progress_enabled(args)) as prog:
             job = prog.add_task(f"{len(tasks)} design points", total=len(tasks))
-            points = run_tasks(tasks, workers=args.jobs, ray_address=args.ray,
+            stats: dict = {}
+            points = run_tasks(tasks, workers=args.jobs, ray_address=args.ray, stats=stats,
                                progress=lambda d, n: prog.update(job, completed=d))
+        rate = len(points) / stats["seconds"] if stats["seconds"] > 0 else float("inf")
         ok = [p for p in points if "error" not in p]
         front = front_of(ok)
         n_fit = sum(p["fit"] == "yes" for p in ok)
@@ -141,6 +164,9 @@ class Dse:
                       "*" if i in front else "", style=None if p["fit"] == "yes" else "dim")
         if not to_stdout:
             con.print(t)
+        where = f"Ray at {args.ray}" if args.ray else f"{args.jobs or os.cpu_count() or 1} local process(es)"
+        con.print(f"{len(points)} points in {stats['seconds']:.2f} s: {rate:.1f} points/s on {where}; programs: "
+                  f"{stats['compiled']} compiled, {stats['cached']} from the cache")
         if n_unmeasured:
             con.print(f"[yellow]{n_unmeasured} point(s) have no measured synthesis: their speed is what the design "
                       "would do IF it fit (systolica hw build --board B --config C, or dse --synth, measures it)")
@@ -149,7 +175,12 @@ class Dse:
                 con.print(f"[yellow]{p['board']} {p['config']}: {p['error']}[/yellow]")
         written = emit_json(args.json, {"points": ok, "pareto": sorted(front),
                                         "pareto_basis": "measured fits only (fit == 'yes')",
-                                        "failed": [p for p in points if "error" in p]})
+                                        "failed": [p for p in points if "error" in p],
+                                        "timing": {"points": len(points), "seconds": stats["seconds"],
+                                                   "points_per_s": rate, "programs_compiled": stats["compiled"],
+                                                   "programs_cached": stats["cached"],
+                                                   "workers": None if args.ray else (args.jobs or os.cpu_count()),
+                                                   "ray": args.ray}})
         if written is not None:
             con.print(f"JSON: {written}")
         plot = getattr(args, "plot_file", None)

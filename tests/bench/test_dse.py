@@ -89,6 +89,39 @@ def _fake_synth(cfg, board_name, **used):
                  memories=[{"name": "spad_mem", "kind": "bram", "cell": "$__XILINX_BLOCKRAM_SDP_", "bits": None}])
 
 
+def test_cached_programs_time_as_a_fresh_compile(tmp_path, monkeypatch):
+    """A point times the programs a compile gives: from this process, from the disk cache, for any clock or name."""
+    from systolica.bench import dse
+    from systolica.bench.accel_model import board_spec
+
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    two = "random:llama:dim=32,n_layers=2,n_heads=4,n_kv_heads=2,vocab=128"  # no layer extrapolation: exact
+    t = make_tasks([two], ["pynq-z2"], [(8, 8)], [64])[0]
+    dec, pre, rows = _time(_model(two), AccelConfig.from_dict(t["config"]), board_spec("pynq-z2"), 16, "systolic")
+    first = evaluate(t)
+    assert (first["decode_cycles"], first["prefill_cycles"], first["prefill_rows"]) == (dec, pre, rows)
+    dse._PROGRAMS.clear()  # as a new process: from the disk cache, not compiled
+    progs = dse.programs_for(t)
+    assert progs["compiled"] is False and evaluate(t, progs) == first
+    # the clock and the name change no instruction: one program key, and a compile gives the same words
+    other = {**t, "config": {**t["config"], "clock_mhz": 150.0, "name": "renamed"}}
+    assert dse.program_key(other) == dse.program_key(t)
+    assert dse._runs(_model(two), AccelConfig.from_dict(other["config"]), 16)[:2] == tuple(progs["depths"][0])
+
+
+def test_swept_clock_and_dram_are_points_on_the_same_programs(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
+    tasks = make_tasks([MODEL], ["pynq-z2"], [(8, 8)], [64], clocks=[50, 100], dram_gbps=[0.2, 4.0])
+    stats: dict = {}
+    pts = run_tasks(tasks, workers=1, stats=stats)
+    assert stats["compiled"] == 1 and stats["cached"] == 0 and len(pts) == 4
+    by = {(p["clock"]["mhz"], p["dram_gbps"]): p for p in pts}
+    assert all(p["clock"]["basis"] == "swept" and p["dram_basis"] == "swept" for p in pts)
+    assert by[(100, 4.0)]["decode_tokens_per_s"] > by[(50, 4.0)]["decode_tokens_per_s"]
+    assert by[(100, 4.0)]["decode_cycles"] < by[(100, 0.2)]["decode_cycles"]  # below the port: DRAM-bound
+    assert run_tasks(tasks, workers=1, stats=stats) == pts and stats["compiled"] == 0  # this process's programs
+
+
 def test_points_are_fits_only_when_synthesis_measured_them(tmp_path, monkeypatch):
     monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
     t8, t16 = make_tasks([MODEL], ["pynq-z2"], [(8, 8), (16, 16)], [64])
@@ -121,14 +154,141 @@ def test_parallel_run_equals_serial():
     assert [p["decode_cycles"] for p in serial] == [p["decode_cycles"] for p in parallel]
 
 
+def _need_ray() -> None:
+    """Skip without Ray; not imported here: run_tasks imports it after choosing loopback addresses."""
+    import importlib.util
+    import shutil
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed (optional extra: pip install -e .[ray])")
+    if not (Path(sys.executable).with_name("ray").exists() or shutil.which("ray")):
+        pytest.skip(f"Ray is installed but its `ray` command is not beside {sys.executable} nor on PATH")
+
+
+def _ray_shutdown() -> None:
+    import sys
+
+    if "ray" in sys.modules:
+        sys.modules["ray"].shutdown()
+
+
 def test_ray_local_mode():
-    ray = pytest.importorskip("ray", reason="Ray is not installed (optional extra: pip install -e .[ray])")
+    _need_ray()
     tasks = make_tasks([MODEL], ["pynq-z2"], [(8, 8)], [64])
     try:
         got = run_tasks(tasks, ray_address="local")
     finally:
-        ray.shutdown()
+        _ray_shutdown()
     assert got[0]["decode_cycles"] == run_tasks(tasks, workers=1)[0]["decode_cycles"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ray_cluster(tmp_path, monkeypatch):
+    """A real Ray head node on 127.0.0.1 (one CPU), started with `ray start --head --block` in its own process
+    group and stopped by that group, also when the test fails."""
+    import os
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    from pathlib import Path
+
+    _need_ray()
+    exe = Path(sys.executable).with_name("ray")
+    exe = exe if exe.exists() else Path(shutil.which("ray"))
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    port = _free_port()
+    tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: Ray keeps 127.0.0.1 as the node address (else it swaps in the machine's
+    # address and binds its ports there); SYSTOLICA_CACHE: the workers see the test's caches
+    # RAY_AUTH_MODE=disabled: no token (the head listens on loopback only; without it, a token some earlier Ray run
+    # left in ~/.ray switches the head to token mode while this driver does not send one)
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "SYSTOLICA_CACHE": str(tmp_path / "cache"),
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    log = open(tmp_path / "ray.log", "wb")  # noqa: SIM115 - closed in the finally below
+    proc = subprocess.Popen([str(exe), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+                             "--num-cpus=1", "--include-dashboard=false", f"--temp-dir={tmp}",
+                             "--disable-usage-stats"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"ray start exited with {proc.returncode}: {(tmp_path / 'ray.log').read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"Ray's head did not listen on 127.0.0.1:{port} within 90 s")
+                time.sleep(0.5)
+        yield f"127.0.0.1:{port}", tmp_path / "cache"
+    finally:
+        _ray_shutdown()
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):  # Ray drains up to 30 s on SIGTERM: not waited for
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            # the group outlives `ray start` while its daemons stop: wait for the group to be gone
+            end = time.monotonic() + wait
+            while time.monotonic() < end:
+                try:
+                    os.killpg(proc.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.2)
+            else:
+                continue
+            break
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_sweep_on_a_real_local_ray_cluster_gives_the_local_front(ray_cluster, monkeypatch):
+    """The same sweep (shapes x clocks, two measured fits) on local processes and on a Ray head node on 127.0.0.1."""
+    import importlib.util
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from systolica.boards import synth_cache
+
+    address, cache = ray_cluster
+    monkeypatch.setenv("SYSTOLICA_CACHE", str(cache))
+    # the Ray workers run outside this process, without tests/conftest.py's stand-in digest of hw/: store and read
+    # the records under the real one (hw_digest's own computation)
+    root = Path(next(iter(importlib.util.find_spec("systolica.hw").submodule_search_locations)))
+    real = synth_cache._hw_digest_cached(str(root), tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size)
+                                                          for p in sorted(root.glob("*.py"))))
+    monkeypatch.setattr(synth_cache, "hw_digest", lambda: real)
+    tasks = make_tasks([MODEL], ["pynq-z2"], [(8, 8), (16, 16), (32, 32)], [64], clocks=[80, 100])
+    _fake_synth(AccelConfig.from_dict(tasks[0]["config"]), "pynq-z2", lut=20000, ff=30000, dsp=80, bram=60)
+    _fake_synth(AccelConfig.from_dict(tasks[2]["config"]), "pynq-z2", lut=30000, ff=30000, dsp=150, bram=40)
+    local = run_tasks(tasks, workers=1)
+    with ThreadPoolExecutor(1) as ex:  # bounded: a hung cluster fails the test, and the fixture stops it
+        remote = ex.submit(run_tasks, tasks, ray_address=address).result(timeout=240)
+    assert all("error" not in p for p in local)
+    for a, b in zip(local, remote, strict=True):
+        assert a == b, {k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    front = front_of(local)
+    assert front == front_of(remote) and len(front) >= 2
 
 
 def test_dse_command_line(tmp_path, monkeypatch):
@@ -149,6 +309,7 @@ def test_dse_command_line(tmp_path, monkeypatch):
     # the front holds only the measured fit, though the others decode faster
     assert [doc["points"][i]["config"] for i in doc["pareto"]] == ["pynq-z2-8x8-d64"]
     assert png.stat().st_size > 1000
+    assert doc["timing"]["points"] == 4 and doc["timing"]["points_per_s"] > 0 and doc["timing"]["workers"] == 1
     assert main(["dse", "--models", MODEL, "--shapes", "8by8"]) == 2
 
 

@@ -31,3 +31,22 @@ def test_model_within_5_percent_of_rtl_cycles(build_dir, lanes, nonlinear, pack)
     for r in rows:  # the counters the model derives exactly from the instructions
         assert r["model"]["ARRAY_BUSY"] == r["rtl"]["ARRAY_BUSY"], r["name"]
         assert r["model"]["DMA_BEATS"] == r["rtl"]["DMA_BEATS"], r["name"]
+
+
+def test_compiled_decode_and_prefill_within_5_percent_of_rtl_cycles(build_dir):
+    """A compiled one-block llama on the fast harness (Verilator + C++ DRAM model, the artifact's image): decode
+    steps with one and two KV tiles and a prefill chunk."""
+    from systolica.sim.perf_validate import compiled_programs, run_fast
+
+    cfg = preset("tiny")
+    progs = compiled_programs(cfg)
+    runs = run_fast(cfg, progs, build_dir)
+    assert all(r["code"] == 0 and not r["timed_out"] for r in runs), runs
+    rows = compare(cfg, progs, runs)
+    for r in rows:
+        print(f"{r['name']:24s} RTL {r['rtl_cycles']:7d} model {r['model_cycles']:7d} {100 * r['error']:+.2f}%")
+    bad = [(r["name"], round(100 * r["error"], 2)) for r in rows if abs(r["error"]) > 0.05]
+    assert not bad, f"programs off by more than 5%: {bad}"
+    for r in rows:
+        assert r["model"]["ARRAY_BUSY"] == r["rtl"]["ARRAY_BUSY"], r["name"]
+        assert r["model"]["DMA_BEATS"] == r["rtl"]["DMA_BEATS"], r["name"]
