@@ -22,8 +22,11 @@ Implemented ops (bit-exact with :mod:`systolica.numerics`):
 
 ADD, MUL, REQUANT and ROPE share one datapath per lane: a 32 x 32 -> 64-bit product (or
 a sum, or ROPE's difference / sum of two products), then a round-half-up arithmetic shifter and an int32 saturator — exactly the
-scalar form of ``numerics.rshift_round`` followed by ``sat32``.  Two pipeline stages
-(product, shift/saturate), stalled as a whole by output back-pressure like the array.
+scalar form of ``numerics.rshift_round`` followed by ``sat32``.  Three pipeline stages
+(input register, product, shift/saturate), stalled as a whole by output back-pressure like the
+array.  The input register keeps the sequencer's operand muxes out of the multiplier's stage
+(the line-op sequencer's slowest ECP5 path was instruction word -> lane operands -> 32 x 32
+product, 38.5 MHz).
 
 SILU / GELU live in :mod:`~systolica.hw.activation` (a deeper pipeline), RMSNorm /
 LayerNorm in :mod:`~systolica.hw.norm_unit` (several passes over a row); SOFTMAX (the
@@ -83,14 +86,20 @@ class VectorUnit(LineUnit):
         en = Signal()
         m.d.comb += [en.eq(~o.valid | o.ready), i.ready.eq(en)]
         fire = i.valid & i.ready
-        p = i.payload
+
+        # ---- stage 0: the beat registered, so that the lane operands (muxed by the sequencer from the
+        # instruction and the buffer line) and the multipliers are stages of their own ----
+        v0 = Signal()
+        p = Signal(i.payload.shape())
+        with m.If(en):
+            m.d.sync += [v0.eq(fire), p.eq(i.payload)]
 
         # ---- stage 1: product or sum per lane; the line's first maximum for ARGMAX ----
         v1, op1, last1, first1 = Signal(), Signal(3), Signal(), Signal()
         s1 = Signal(signed(10))
         x1 = [Signal(signed(64), name=f"x1_{c}") for c in range(C)]
         with m.If(en):
-            m.d.sync += [v1.eq(fire), op1.eq(p.op), last1.eq(p.last), first1.eq(p.first),
+            m.d.sync += [v1.eq(v0), op1.eq(p.op), last1.eq(p.last), first1.eq(p.first),
                          s1.eq(Mux(p.op == VecOp.ADD, 0, Mux(p.op == VecOp.ROPE, TRIG_FRAC, p.shift)))]
             for c in range(C):
                 # ROPE: lane 2j gives x0*cos - x1*sin, lane 2j+1 x0*sin + x1*cos (cos/sin of pair j)

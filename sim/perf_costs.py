@@ -61,9 +61,11 @@ NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
 #: pipelined divider (``hw/activation.py``); SOFTMAX's exp pipeline drains after the last beat; the norm
 #: unit's output pass is combinational (its last line is written with its last beat); a ROPE line waits a
-#: cycle for its sin line (read through the same vector-buffer port as cos).  Calibrated on
+#: cycle for its sin line (read through the same vector-buffer port as cos); the vector unit's ops (ADD, MUL,
+#: REQUANT, ROPE, ARGMAX) pass its input register (``hw/vector_unit.py`` stage 0).  Calibrated on
 #: the RTL top level (tiny, line_lanes 0 and 2: every line op within 1 cycle for rows of 16+ lines).
-VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 18, "GELU": 18, "ROPE": 1, "SOFTMAX": 2, "RMSNORM": -2, "LAYERNORM": -2}
+VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 18, "GELU": 18, "ROPE": 2, "SOFTMAX": 2, "RMSNORM": -2, "LAYERNORM": -2,
+                                        "ADD": 1, "MUL": 1, "REQUANT": 1, "ARGMAX": 1}
 
 
 @dataclass(frozen=True)
