@@ -126,16 +126,19 @@ def test_busy_counters_add_up():
     assert all(s < e for s, e in zip(r.start, r.end, strict=False))
 
 
-#: RTL exec cycles (fast harness CYCLES minus the 19 of fetch / start / FINISH) of single line ops on the
-#: tiny preset: (line_lanes, nonlinear_lanes) = full width; 2 lanes (2 beats a line); 2 lanes with one-lane
-#: activation, norm and softmax units (4 beats a line on those)
+#: RTL exec cycles of single line ops on the tiny preset, from the fast harness's CYCLES of ``[op, FINISH]``
+#: minus the fetch / start / decode / FINISH overhead (21 cycles for an op with one range-check product,
+#: 22 for ROPE's two; 19 before the decoder's multiplier had its operand register): (line_lanes,
+#: nonlinear_lanes) = full width; 2 lanes (2 beats a line); 2 lanes with one-lane activation, norm and
+#: softmax units (4 beats a line on those).  Measured again 2026-12-01 after the vector unit's input
+#: register (ADD, ROPE one cycle more; the other units unchanged).
 RTL_LINE_OPS = {
-    (0, 0): {"ADD": 66, "SILU": 84, "QUANT": 142, "QUANT_SPLIT": 214, "SOFTMAX": 340, "RMSNORM": 364,
-             "LAYERNORM": 480, "ROPE": 131},
-    (2, 0): {"ADD": 130, "SILU": 148, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 532, "RMSNORM": 556,
-             "LAYERNORM": 692, "ROPE": 132},
-    (2, 1): {"ADD": 130, "SILU": 276, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 916, "RMSNORM": 940,
-             "LAYERNORM": 1204, "ROPE": 132},
+    (0, 0): {"ADD": 67, "SILU": 84, "QUANT": 142, "QUANT_SPLIT": 214, "SOFTMAX": 340, "RMSNORM": 364,
+             "LAYERNORM": 480, "ROPE": 132},
+    (2, 0): {"ADD": 131, "SILU": 148, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 532, "RMSNORM": 556,
+             "LAYERNORM": 692, "ROPE": 133},
+    (2, 1): {"ADD": 131, "SILU": 276, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 916, "RMSNORM": 940,
+             "LAYERNORM": 1204, "ROPE": 133},
 }
 
 
