@@ -50,6 +50,20 @@ class PerfError(ValueError):
     """A program the model cannot time: an illegal word, or a token deadlock (with the pc)."""
 
 
+def fetch_stretch(seen: Sequence[int], start: int, exec_cycles: int, first_beat: int, word_cycles: int) -> int:
+    """Cycles a LOAD starting at ``start`` is stretched by instruction words fetched during it (``seen``:
+    sorted arrival cycles): fetch and LOAD share one read port; words before its first beat do not conflict.
+    The words that arrive inside the stretched window stretch it further (a fixed point, three rounds)."""
+    lo = bisect_right(seen, start + first_beat)
+    extra = 0
+    for _ in range(3):
+        got = bisect_right(seen, start + exec_cycles + extra) - lo
+        if got * word_cycles == extra:
+            break
+        extra = got * word_cycles
+    return extra
+
+
 @dataclass
 class PerfResult:
     """Timeline of one program run (cycles from START).
@@ -261,15 +275,7 @@ class PerfModel:
                         pops[q].append(s)
                     ex = exec_l[i]
                     if e == 0 and load_port and rdb_l[i]:
-                        # fetch and LOAD share one read port: words fetched meanwhile stretch the LOAD
-                        lo = bisect_right(seen, s + first_beat)  # words before its first beat do not conflict
-                        extra = 0
-                        for _ in range(3):
-                            got = bisect_right(seen, s + ex + extra) - lo
-                            if got * word_cycles == extra:
-                                break
-                            extra = got * word_cycles
-                        ex += extra
+                        ex += fetch_stretch(seen, s, ex, first_beat, word_cycles)
                         exl[i] = ex
                     r = s + ex + 1
                     end[i] = r

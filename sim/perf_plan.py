@@ -22,13 +22,12 @@ token flag and op alone (a patched decode step) reuses that plan: only those wor
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Sequence
 
 from systolica.config import AccelConfig
 from systolica.hw.decode import decode_cycles
 from systolica.isa import WORD_BYTES, Engine, IllegalInstruction, decode
-from systolica.sim.perf import RUN_OVERHEAD, PerfError, PerfResult, _plan
+from systolica.sim.perf import RUN_OVERHEAD, PerfError, PerfResult, _plan, fetch_stretch
 from systolica.sim.perf_costs import cost_signature, op_cost
 
 __all__ = ["ProgramPlan", "plan_for", "clear_plans"]
@@ -328,14 +327,7 @@ class ProgramPlan:
                 start[i] = s
                 e = ex[i]
                 if rdb[i]:
-                    lo = bisect_right(seen, s + first_beat)  # words before its first beat do not conflict
-                    extra = 0
-                    for _ in range(3):
-                        got = bisect_right(seen, s + e + extra) - lo
-                        if got * wc == extra:
-                            break
-                        extra = got * wc
-                    e += extra
+                    e += fetch_stretch(seen, s, e, first_beat, wc)
                     ex[i] = e
                 end[i] = s + e + 1
         del end[n]
