@@ -50,6 +50,14 @@ class PerfError(ValueError):
     """A program the model cannot time: an illegal word, or a token deadlock (with the pc)."""
 
 
+def decode_timed(word: int) -> Instr:
+    """The instruction of ``word``, or :class:`PerfError` naming it: a word the model cannot time."""
+    try:
+        return decode(word)
+    except IllegalInstruction as e:
+        raise PerfError(f"cannot time an illegal instruction word {word:#034x}: {e}") from None
+
+
 def fetch_stretch(seen: Sequence[int], start: int, exec_cycles: int, first_beat: int, word_cycles: int) -> int:
     """Cycles a LOAD starting at ``start`` is stretched by instruction words fetched during it (``seen``:
     sorted arrival cycles): fetch and LOAD share one read port; words before its first beat do not conflict.
@@ -131,10 +139,7 @@ class PerfModel:
     def _info(self, word: int) -> tuple:
         info = self._decoded.get(word)
         if info is None:
-            try:
-                ins = decode(word)
-            except IllegalInstruction as e:
-                raise PerfError(f"cannot time an illegal instruction word {word:#034x}: {e}") from None
+            ins = decode_timed(word)
             pops, pushes = _plan(ins)
             info = (int(ins.engine), pops, pushes, op_cost(self.cfg, self.p, ins), ins.op,
                     self._dec_cycles[ins.op])

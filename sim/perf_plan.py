@@ -26,8 +26,8 @@ from collections.abc import Sequence
 
 from systolica.config import AccelConfig
 from systolica.hw.decode import decode_cycles
-from systolica.isa import WORD_BYTES, Engine, IllegalInstruction, decode
-from systolica.sim.perf import RUN_OVERHEAD, PerfError, PerfResult, _plan, fetch_stretch
+from systolica.isa import WORD_BYTES, Engine
+from systolica.sim.perf import RUN_OVERHEAD, PerfError, PerfResult, _plan, decode_timed, fetch_stretch
 from systolica.sim.perf_costs import cost_signature, op_cost
 
 __all__ = ["ProgramPlan", "plan_for", "clear_plans"]
@@ -51,10 +51,7 @@ class _Table:
     def info(self, word: int) -> tuple:
         got = self.words.get(word)
         if got is None:
-            try:
-                ins = decode(word)
-            except IllegalInstruction as e:
-                raise PerfError(f"cannot time an illegal instruction word {word:#034x}: {e}") from None
+            ins = decode_timed(word)
             sig = cost_signature(ins)
             sid = self.sig_ids.get(sig)
             if sid is None:

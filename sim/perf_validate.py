@@ -6,7 +6,7 @@ the Verilator model of :class:`systolica.hw.accelerator.Accelerator`, runs a sui
 random programs), and sets each program's CYCLES beside the model's prediction.  It prints the error
 distribution and the speed of the model relative to the RTL simulation.
 
-:func:`compiled_programs` adds a compiled tiny llama's decode steps and prefill (with the artifact's DRAM
+:func:`compiled_programs` adds a compiled model's decode steps and prefill (with the artifact's DRAM
 image) for :func:`run_fast`.
 """
 
@@ -91,17 +91,12 @@ def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
     return out
 
 
-def compiled_programs(cfg: AccelConfig, n_layers: int = 1, seed: int = 2) -> list[dict]:
-    """A compiled tiny llama's decode steps (positions 3 and 17: one and two KV tiles) and a prefill chunk, with
-    the artifact's DRAM image and where its program region lies (``image``, ``prog_base``, ``window``), for
-    :func:`run_fast`."""
+def compiled_programs(art) -> list[dict]:
+    """The decode steps (positions 3 and 17: one and two KV tiles) and a prefill chunk of a compiled artifact
+    (:class:`systolica.artifact.Artifact`), with its DRAM image and where its program region lies (``image``,
+    ``prog_base``, ``window``), for :func:`run_fast`.  The caller compiles (sim does not import the compiler)."""
     from systolica.artifact import StepState
-    from systolica.compiler.compile import compile_model
-    from systolica.testmodels import random_model
 
-    model = random_model("llama", dim=32, n_layers=n_layers, n_heads=4, n_kv_heads=2, ffn_dim=48, vocab=64,
-                         seed=seed, max_seq=32)
-    art = compile_model(model, cfg, page=16, max_seq=32, prefill_chunk=4)
     window = 1 << int(art.dram_bytes - 1).bit_length()
     out = []
     for kind, pos in (("decode", 3), ("decode", 17), ("prefill", 0)):

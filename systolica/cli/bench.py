@@ -18,9 +18,9 @@ from systolica.cli.options import (
     add_json,
     add_max_tokens,
     add_plots,
+    add_synth,
     emit_json,
     json_to_stdout,
-    real,
 )
 from systolica.cli.progress import progress_enabled, steps
 
@@ -61,11 +61,7 @@ class Bench:
         p.add_argument("--sweep-prompts", default="", help="prompt lengths for the tokens/s-vs-prompt plot, e.g. 8,32,128")
         p.add_argument("--batches", default="", help="batch sizes for the tokens/s-vs-batch plot, e.g. 1,2,4")
         add_jobs(p, "CPU threads of the PyTorch and llama.cpp baselines", None, old=("--threads",))
-        p.add_argument("--synth", action="store_true",
-                       help="run Yosys for a board configuration without a cached synthesis (10 to 40 minutes each "
-                            "for the presets on 2 cores); without it the row says 'fit: not measured'")
-        p.add_argument("--synth-timeout", type=real(0.0, open_lo=True), default=3600.0, metavar="SECONDS",
-                       help="seconds per Yosys run (default 3600)")
+        add_synth(p, "the row says 'fit: not measured'")
         add_json(p, "the comparison (rows, sweeps, metadata)")
         add_plots(p, "the plots: roofline, tokens/s vs prompt length and batch, energy per token")
 

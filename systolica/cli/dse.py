@@ -24,10 +24,10 @@ from systolica.cli.options import (
     add_jobs,
     add_json,
     add_plots,
+    add_synth,
     emit_json,
     json_to_stdout,
     positive_int,
-    real,
 )
 from systolica.cli.progress import progress_enabled
 
@@ -99,11 +99,7 @@ class Dse:
                        help="sweep the DRAM bandwidth the board delivers (default: the board's peak x efficiency)")
         add_jobs(p, "local processes", None, old=("--workers",))
         p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster ('local' starts one here)")
-        p.add_argument("--synth", action="store_true",
-                       help="run Yosys for configurations without a cached synthesis (10 to 40 minutes each on 2 cores); "
-                            "without it they are reported as 'fit: not measured'")
-        p.add_argument("--synth-timeout", type=real(0.0, open_lo=True), default=3600.0, metavar="SECONDS",
-                       help="seconds per Yosys run (default 3600)")
+        add_synth(p, "they are reported as 'fit: not measured'")
         add_json(p, "every point, the Pareto front and the failed points")
         add_plots(p, f"the Pareto plot ({PLOT_NAME})")
         add_deprecated(p, "--plot", "--plots DIR", "plot_file")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["UsageError", "positive_int", "count", "real", "add_output", "add_json", "add_max_tokens", "add_jobs",
-           "add_plots", "add_config", "add_board", "add_deprecated", "normalize_json_args", "json_to_stdout",
+           "add_plots", "add_synth", "add_config", "add_board", "add_deprecated", "normalize_json_args", "json_to_stdout",
            "emit_json", "JSON_STDOUT"]
 
 JSON_STDOUT = "-"  # the value of args.json when --json was given without a FILE
@@ -130,6 +130,16 @@ def add_jobs(p, what: str, default: int | None, *, old: Sequence[str] = ()) -> N
                    help=f"{what} (default {default if default is not None else 'one per core'})")
     for o in old:
         add_deprecated(p, o, "-j/--jobs", "jobs", type=positive_int)
+
+
+def add_synth(p, without: str) -> None:
+    """``--synth`` (run Yosys for configurations without a cached synthesis) and ``--synth-timeout SECONDS``;
+    ``without``: what the output says for them when ``--synth`` is not given."""
+    p.add_argument("--synth", action="store_true",
+                   help="run Yosys for configurations without a cached synthesis (10 to 40 minutes each for the "
+                        f"presets on 2 cores); without it {without}")
+    p.add_argument("--synth-timeout", type=real(0.0, open_lo=True), default=3600.0, metavar="SECONDS",
+                   help="seconds per Yosys run (default 3600)")
 
 
 def add_plots(p, what: str) -> None:
