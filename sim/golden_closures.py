@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from systolica import numerics as nx
+from systolica import wstream
 from systolica.isa import Buf, Instr
-from systolica.layout import attn_state_lines, dma_line_bytes, kv_tile
+from systolica.layout import WPAGE, attn_state_lines, dma_line_bytes, kv_tile
 from systolica.sim.golden_ops import EXECUTE, _dma_plan, _dram_rows, _lines, _rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,6 +43,9 @@ def word_counters(sim: GoldenSim, ins: Instr) -> tuple[int, int, int, int]:
         return (b, 0, 0, 0) if ins.op == "LOAD" else (0, b, 0, 0)
     if ins.op == "GEMM":
         return 0, 0, (ins.m * ins.k * cols * ins.n * cols if ins.m and ins.n else 0), 0
+    if ins.op == "GEMM_STREAM":
+        rd = wstream.port_bytes(ins.n, ins.k, sim.cfg) * sim.cfg.dma_ports
+        return rd, 0, (ins.m * ins.k * cols * ins.n * cols if ins.m and ins.n else 0), 0
     if ins.op == "ATTN":
         return 0, 0, 0, (2 * ins.nq * ins.t * ins.hd * cols if ins.nq and ins.hd else 0)
     return 0, 0, 0, 0
@@ -73,22 +77,70 @@ def _store(sim: GoldenSim, ins: Instr) -> Op | None:
     return lambda: np.copyto(dst, src)
 
 
+def _stream_reader(sim: GoldenSim, ins: Instr) -> tuple[np.ndarray, Op]:
+    """GEMM_STREAM's ``W`` as a view of a buffer, and the closure that refills that buffer from DRAM.
+
+    The view is 5-D, ``[j, g, p, kk, r]`` for ``W[j*cols + g*P + p, kk*cols + r]`` (a 2-D reshape would copy).
+
+    Each port's bytes are one strided copy of whole pages (its pages are ``dma_ports`` pages apart), so a
+    stream costs what the LOADs of the spad path cost."""
+    cfg, P, C = sim.cfg, sim.cfg.dma_ports, sim.cfg.cols
+    n, k, w0 = ins.n, ins.k, ins.w
+    nb = wstream.port_bytes(n, k, cfg)
+    first = w0 - w0 % WPAGE
+    off = w0 - first
+    pages = -(-(off + nb) // WPAGE)
+    buf = np.empty((P, pages, WPAGE), np.uint8)
+    win = sim.window
+    tail = off + nb - (pages - 1) * WPAGE  # bytes of the last page each port reads (the window may end there)
+    srcs = [(np.lib.stride_tricks.as_strided(win[first + p * WPAGE:], shape=(pages - 1, WPAGE),
+                                             strides=(P * WPAGE, 1)),
+             win[first + p * WPAGE + (pages - 1) * P * WPAGE:][:tail]) for p in range(P)]
+    w = buf.reshape(P, -1)[:, off:off + nb].view(np.int8).reshape(P, n, k, C // P, C) \
+        .transpose(1, 3, 0, 2, 4) if nb else np.empty((n * C, 0), np.int8)  # [j, g, p, kk, r]: a view of buf
+
+    def fill() -> None:
+        for p, (full, last) in enumerate(srcs):
+            np.copyto(buf[p, :pages - 1], full)
+            buf[p, pages - 1, :tail] = last
+
+    return w, fill
+
+
 def _gemm(sim: GoldenSim, ins: Instr) -> Op | None:
     m, k, n, cols = ins.m, ins.k, ins.n, sim.cfg.cols
     dst = _lines(sim, "acc", ins, "dst", m * n, "result")
     if not dst.size:
         return None
     a = _rows(_lines(sim, "spad", ins, "a", m * k, "A"), m)
-    w = _rows(_lines(sim, "spad", ins, "w", n * cols * k, "W"), n * cols)
+    if ins.op == "GEMM_STREAM":
+        w, fill = _stream_reader(sim, ins)
+    else:
+        w, fill = _rows(_lines(sim, "spad", ins, "w", n * cols * k, "W"), n * cols), None
     out = _rows(dst, m)
+    if fill is not None and k:  # the weights are read when the instruction runs, as the hardware does
+        inner = _gemm_math(a, w, out, m, k, n, cols, bool(ins.acc))
+
+        def streamed() -> None:
+            fill()
+            inner()
+
+        return streamed
+    return _gemm_math(a, w, out, m, k, n, cols, bool(ins.acc))
+
+
+def _gemm_math(a, w, out, m: int, k: int, n: int, cols: int, ins_acc: bool) -> Op:
+    """``out (+)= a @ W^T`` as a closure; ``w`` is ``W`` (2-D) or any view with ``W``'s elements in row-major order
+    of a reshape (read again at every call)."""
     if k == 0:
-        if ins.acc:
+        if ins_acc:
             return lambda: None  # adds zero
         return lambda: out.fill(0)
     kk, nn = k * cols, n * cols
     if kk * (1 << 14) > 1 << 53:  # pragma: no cover - K beyond 2**39: numerics' int64 path
-        matmul = nx.matmul
-        if ins.acc:
+        def matmul(a, w, mm=nx.matmul):
+            return mm(a, w.reshape(nn, kk))
+        if ins_acc:
             return lambda: np.add(out, matmul(a, w), out=out, casting="unsafe")
         return lambda: np.copyto(out, matmul(a, w))
     # as numerics.matmul: |a*w| <= 2**14, so float32 sums are exact while K * 2**14 <= 2**24, float64 up to 2**53;
@@ -96,6 +148,7 @@ def _gemm(sim: GoldenSim, ins: Instr) -> Op | None:
     ft = np.float32 if kk * (1 << 14) <= 1 << 24 else np.float64
     af, wf, r = np.empty((m, kk), ft), np.empty((nn, kk), ft), np.empty((m, nn), ft)
     wft = wf.T
+    wf = wf.reshape(w.shape)  # the copy target in the source's own shape (a view of the same floats)
     if ft == np.float32:  # |result| <= 2**24: fits int32 as it is
         ri = np.empty((m, nn), np.int32)
 
@@ -109,10 +162,8 @@ def _gemm(sim: GoldenSim, ins: Instr) -> Op | None:
             else:
                 np.copyto(out, r, casting="unsafe")
 
-        ins_acc = bool(ins.acc)
         return gemm32
     r64 = np.empty((m, nn), _I64)
-    ins_acc = bool(ins.acc)
 
     def gemm64() -> None:
         np.copyto(af, a)
@@ -413,7 +464,8 @@ def _nothing(sim: GoldenSim, ins: Instr) -> Op | None:
 
 
 _COMPILERS: dict[str, Callable[[GoldenSim, Instr], Op | None]] = {
-    "NOP": _nothing, "FINISH": _nothing, "LOAD": _load, "STORE": _store, "GEMM": _gemm, "REQUANT": _requant,
+    "NOP": _nothing, "FINISH": _nothing, "LOAD": _load, "STORE": _store, "GEMM": _gemm, "GEMM_STREAM": _gemm,
+    "REQUANT": _requant,
     "ADD": _binary, "MUL": _binary, "ATTN": _attn, "QUANT": _quant,
 }
 

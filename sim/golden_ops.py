@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from systolica import numerics as nx
+from systolica import wstream
 from systolica.faults import Fault
 from systolica.isa import Buf, Instr
-from systolica.layout import EXTENTS, attn_state_lines, dma_end, dma_line_bytes, dma_lines, kv_tile, lines_for
+from systolica.layout import (EXTENTS, attn_state_lines, dma_end, dma_line_bytes, dma_lines, kv_tile, lines_for,
+                              wstream_end)
 
 if TYPE_CHECKING:  # pragma: no cover
     from systolica.sim.golden import GoldenSim
@@ -75,6 +77,40 @@ def gemm(sim: GoldenSim, ins: Instr) -> None:
     out = _rows(dst, m)
     if ins.acc:
         np.add(out, res, out=out, casting="unsafe")  # int32 + int32 wraps modulo 2**32 like the adder
+    else:
+        out[...] = res
+    sim.counters.macs += m * k * cols * n * cols
+
+
+def _wstream_check(sim: GoldenSim, ins: Instr) -> None:
+    """GEMM_STREAM's DRAM checks, in the decoder's order: line alignment of ``w``, then the window."""
+    cols = sim.cfg.cols
+    if ins.w % cols:
+        raise OpFault(Fault.DMA_ALIGN, f"GEMM_STREAM.w={ins.w:#x} is not a multiple of the {cols}-byte scratchpad "
+                                       f"line (cols={cols})")
+    if ins.n and ins.k:
+        end = wstream_end(ins.fields, sim.cfg)
+        if end > sim.window.size:
+            raise OpFault(Fault.DMA_WINDOW,
+                          f"GEMM_STREAM.w={ins.w:#x}: {ins.n} x {ins.k} weight tiles over {sim.cfg.dma_ports} "
+                          f"port(s) end at {end:#x}, past the {sim.window.size:#x}-byte DRAM window")
+
+
+def gemm_stream(sim: GoldenSim, ins: Instr) -> None:
+    _wstream_check(sim, ins)
+    m, k, n, cols = ins.m, ins.k, ins.n, sim.cfg.cols
+    a = _lines(sim, "spad", ins, "a", m * k, f"A (m={m} rows x k={k} lines)")
+    dst = _lines(sim, "acc", ins, "dst", m * n, f"result (m={m} rows x n={n} lines)")
+    if not n:
+        return
+    w = wstream.gather(sim.window, ins.w, n, k, sim.cfg) if k else None
+    sim.counters.dma_read_bytes += wstream.port_bytes(n, k, sim.cfg) * sim.cfg.dma_ports
+    if not dst.size:
+        return
+    res = np.zeros((m, n * cols), np.int32) if k == 0 else nx.matmul(_rows(a, m), w)
+    out = _rows(dst, m)
+    if ins.acc:
+        np.add(out, res, out=out, casting="unsafe")
     else:
         out[...] = res
     sim.counters.macs += m * k * cols * n * cols
@@ -295,7 +331,8 @@ def store(sim: GoldenSim, ins: Instr) -> None:
 
 
 EXECUTE: dict[str, Callable[[GoldenSim, Instr], None]] = {
-    "NOP": nothing, "FINISH": nothing, "LOAD": load, "STORE": store, "GEMM": gemm, "REQUANT": requant,
+    "NOP": nothing, "FINISH": nothing, "LOAD": load, "STORE": store, "GEMM": gemm, "GEMM_STREAM": gemm_stream,
+    "REQUANT": requant,
     "QUANT": quant, "ADD": add, "MUL": mul, "RMSNORM": rmsnorm, "LAYERNORM": layernorm, "SILU": silu,
     "GELU": gelu, "ROPE": rope, "SOFTMAX": softmax, "ARGMAX": argmax, "ATTN": attn, "ATTN_OUT": attn_out,
 }
@@ -310,6 +347,8 @@ def check_operands(sim: GoldenSim, ins: Instr) -> None:
     if ins.op in ("LOAD", "STORE"):
         _dma_plan(sim, ins)
         return
+    if ins.op == "GEMM_STREAM":
+        _wstream_check(sim, ins)
     for ext in EXTENTS.get(ins.op, ()):
         n = ext.lines(ins.fields, sim.cfg)
         size = getattr(sim, ext.buf).shape[0]

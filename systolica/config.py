@@ -181,6 +181,9 @@ class AccelConfig:
             yield f"dma_bits={self.dma_bits} must be one of 32, 64, 128, 256, 512 (AXI data widths)"
         if not 1 <= self.dma_ports <= 4:
             yield f"dma_ports={self.dma_ports} must be in 1..4 (Zynq has 4 HP ports)"
+        if 1 <= self.dma_ports <= 4 and self.cols % self.dma_ports:
+            yield (f"cols={self.cols} must be a multiple of dma_ports={self.dma_ports} (each weight port feeds "
+                   f"cols / dma_ports columns of the array, see GEMM_STREAM)")
         if not (_pow2(self.max_burst) and self.max_burst <= 256):
             yield f"max_burst={self.max_burst} must be a power of two <= 256 (AXI4 burst length)"
         for k in ("queue_depth", "cmd_depth"):

@@ -142,6 +142,19 @@ OPS: tuple[OpSpec, ...] = (
     ), "acc[dst] (+)= A @ W^T. A: m rows x k lines (int8) at `a`; W: n*cols rows x k lines (int8, "
        "PyTorch [out, in] layout) at `w`; result m rows x n lines (int32). m=1 is decode (matrix x vector, "
        "weights streamed tile by tile into the scratchpad by the load engine)."),
+    OpSpec("GEMM_STREAM", 0x12, Engine.COMPUTE, (
+        _addr("dst", "acc"), _addr("a", "spad"),
+        Field("w", 32, buf="dram", why="byte offset in the DRAM window of weight port 0's first byte (port p starts "
+              "p x 4 KiB later): 32 bits like a DMA address; must be aligned to one scratchpad line"),
+        Field("m", 16, why="rows of A (tokens): " + _ROWS),
+        Field("k", 16, why="lines of the reduction dimension K: " + _LINES),
+        Field("n", 16, why="lines of the output dimension N (W has n*cols rows): " + _LINES),
+        Field("acc", 1, why="1: add into dst, 0: overwrite"),
+    ), "acc[dst] (+)= A @ W^T with W streamed from DRAM, not the scratchpad: every weight port (one per "
+       "`dma_ports`) reads its share of W's tiles from its own 4 KiB pages (see *Weight streams*), and the "
+       "array takes `dma_ports` weight lines a cycle. A: m rows x k lines (int8) at `a`; result m rows x n "
+       "lines (int32), as GEMM. Decode (m=1) runs at the DRAM rate of all ports; prefill chunks read each "
+       "weight once per chunk."),
     OpSpec("REQUANT", 0x04, Engine.COMPUTE, (
         _addr("dst", "vbuf"), _addr("src", "acc"), _addr("mult", "vbuf"), _addr("exps", "spad"),
         Field("rows", 16, why=_ROWS), Field("lines", 16, why=_LINES),

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["CONVENTIONS", "lines_for", "KvTile", "kv_tile", "attn_state_lines", "EXTENTS", "Extent", "select",
-           "dma_line_bytes", "dma_lines", "dma_end"]
+           "dma_line_bytes", "dma_lines", "dma_end",
+           "WPAGE", "wstream_port_bytes", "wstream_addr", "wstream_end"]
 
 # Every formula below is plain arithmetic (+ - * // <<, ==, and :func:`select`) with no Python ``if`` on
 # a field value, so the same function evaluates to an int in the golden simulator and to a circuit in
@@ -92,6 +93,8 @@ EXTENTS: dict[str, tuple[Extent, ...]] = {
     "GEMM": (Extent("a", "spad", lambda f, c: f["m"] * f["k"], "m*k"),
              Extent("w", "spad", lambda f, c: f["n"] * c.cols * f["k"], "n*cols*k"),
              Extent("dst", "acc", lambda f, c: f["m"] * f["n"], "m*n")),
+    "GEMM_STREAM": (Extent("a", "spad", lambda f, c: f["m"] * f["k"], "m*k"),
+                    Extent("dst", "acc", lambda f, c: f["m"] * f["n"], "m*n")),
     "REQUANT": (Extent("src", "acc", _rows_lines, "rows*lines"), Extent("mult", "vbuf", lambda f, c: f["lines"], "lines"),
                 Extent("exps", "spad", lambda f, c: f["rows"], "rows"), Extent("dst", "vbuf", _rows_lines, "rows*lines")),
     "QUANT": (Extent("src", "vbuf", _rows_lines, "rows*lines"),
@@ -143,6 +146,30 @@ def dma_end(f: Mapping[str, Any], c) -> Any:
     return f["dram"] + f["rows"] * f["stride"] - f["stride"] + f["lines"] * dma_line_bytes(f["buf"], c.cols)
 
 
+#: bytes of one weight-stream page: each weight port reads whole pages of its own (AXI bursts never cross 4 KiB)
+WPAGE = 4096
+
+
+def wstream_port_bytes(f: Mapping[str, Any], c) -> Any:
+    """Bytes each weight port reads for a GEMM_STREAM: ``n * k`` tiles of ``cols / dma_ports`` lines of ``cols`` bytes."""
+    return f["n"] * f["k"] * (c.cols * c.cols // c.dma_ports)
+
+
+def wstream_addr(w, p: int, x, c) -> Any:
+    """DRAM window offset of byte ``x`` of weight port ``p``'s stream of a GEMM_STREAM at ``w``.
+
+    Port ``p`` starts ``p`` pages after ``w``; each time a port's address crosses a 4 KiB page it skips the
+    ``dma_ports - 1`` pages of the other ports, so the ports read interleaved pages and never the same one.
+    """
+    page_off = w - (w // WPAGE) * WPAGE
+    return w + p * WPAGE + x + (c.dma_ports - 1) * WPAGE * ((page_off + x) // WPAGE)
+
+
+def wstream_end(f: Mapping[str, Any], c) -> Any:
+    """One past the last DRAM byte (window offset) a GEMM_STREAM with ``n * k > 0`` reads: the last port's last byte."""
+    return wstream_addr(f["w"], c.dma_ports - 1, wstream_port_bytes(f, c) - 1, c) + 1
+
+
 #: Markdown bullet list of the conventions (printed into docs/isa.md).
 CONVENTIONS = """\
 - **Line.** A buffer line is `cols` elements: int8 in the scratchpad (`cols` bytes), int32 in the
@@ -165,6 +192,13 @@ CONVENTIONS = """\
   `kv + 2 * P * hd + P`; the first `t <= P` slots are valid (`t > P` is `ILLEGAL_FIELD`).
 - **GEMM** reads A as `m` rows of `k` lines and W as `n * cols` rows of `k` lines (PyTorch
   `[out, in]` layout) and writes `m` rows of `n` lines to the accumulator; `acc=1` adds modulo 2^32.
+- **Weight streams.** GEMM_STREAM reads W from DRAM through `P = dma_ports` weight ports. Port `p`
+  carries the columns `c` with `c % P == p`: for each output line `j < n` and K line `kk < k` (in that
+  order), the `cols / P` lines `W[j*cols + g*P + p, kk]` for `g < cols / P`, `cols` bytes each, one after
+  the other. Port `p`'s byte `x` lies at `w + p*4096 + x + (P-1)*4096*floor((w % 4096 + x) / 4096)`:
+  the ports read interleaved 4 KiB pages (`w` is port 0's first byte and must be line aligned,
+  `DMA_ALIGN`; a stream past the window is `DMA_WINDOW`). The compiler lays every matrix out this way
+  once, and any block of whole output lines is then one GEMM_STREAM.
 - **DMA.** LOAD/STORE move `rows` rows of `lines` buffer lines; DRAM addresses are byte offsets in the
   DRAM window, and `dram` and `stride` must be multiples of the buffer's line bytes (`DMA_ALIGN`).
   A transfer that would touch any byte outside the window faults (`DMA_WINDOW`) before moving anything.
