@@ -3,10 +3,11 @@
 Ports (flat names, so that Vivado's IP packager infers the interfaces):
 ``ap_clk``, ``ap_rst_n`` (active low, synchronous), the AXI4-Lite subordinate
 ``s_axi_control_*``, the AXI4 manager(s) ``m_axi_gmem<i>_*`` with **64-bit
-addresses** (``WIN_BASE_HI:WIN_BASE_LO`` + the 32-bit offsets of the program),
-and ``interrupt``.  With one DMA port everything shares ``gmem0``; with two or
-more, fetch and LOAD read through ``gmem0`` and STORE writes through ``gmem1``
-(the other channels of each port stay idle).
+addresses** (``WIN_BASE_HI:WIN_BASE_LO`` + the 32-bit offsets of the program;
+WIN_BASE must be 4 KiB aligned, as GEMM_STREAM's weight pages are), and
+``interrupt``.  Reads: fetch, LOAD and GEMM_STREAM's weight port 0 share
+``gmem0``; weight port ``p`` has ``gmem<p>`` to itself.  Writes: STORE through
+``gmem1`` (``gmem0`` with one port); the other write channels stay idle.
 
 Run control: START resets the engines (the buffers keep their contents),
 then fetch begins at PROG_BASE.  A run ends when the decoder has stopped
@@ -138,20 +139,24 @@ class Accelerator(wiring.Component):
         load = core("load", LoadEngine(cfg))
         comp = core("compute", ComputeEngine(cfg))
         store = core("store", StoreEngine(cfg))
-        arb = core("rd_arb", ReadArbiter(cfg, 2))
+        arb = core("rd_arb", ReadArbiter(cfg, 3))
         q = {n: core(f"tq_{n}", TokenQueue(cfg.queue_depth)) for n in ("l2c", "c2l", "c2s", "s2c")}
         engines = (load, comp, store)
 
-        # ---- AXI: fetch and LOAD share the read channels; STORE owns the write channels
+        # ---- AXI: fetch, LOAD and weight port 0 share gmem0's read channels; weight port p > 0 owns gmem<p>'s;
+        # STORE owns the write channels of gmem1 (gmem0 with one port)
         wiring.connect(m, fetch=fetch.axi, arb=arb.m0)
         wiring.connect(m, load=load.rd, arb=arb.m1)
-        rd_port = "m_axi_gmem0"
+        wiring.connect(m, compute=comp.wrd0, arb=arb.m2)
         wr_port = "m_axi_gmem1" if cfg.dma_ports > 1 else "m_axi_gmem0"
-        connect_flat(m, self, rd_port, arb.out, arb.out.signature, manager=True)
+        connect_flat(m, self, "m_axi_gmem0", arb.out, arb.out.signature, manager=True)
+        for p in range(1, cfg.dma_ports):
+            wrd = getattr(comp, f"wrd{p}")
+            connect_flat(m, self, f"m_axi_gmem{p}", wrd, wrd.signature, manager=True)
         connect_flat(m, self, wr_port, store.wr, store.wr.signature, manager=True)
         for p in range(cfg.dma_ports):  # channels nobody uses: never valid, always ready
             for name, mem in axi4_signature(ADDR_BITS, cfg.dma_bits).members.items():
-                used = (p == 0 and name.startswith(("ar", "r"))) or \
+                used = name.startswith(("ar", "r")) or \
                        (f"m_axi_gmem{p}" == wr_port and name.startswith(("aw", "w", "b")))
                 if not used and mem.flow == wiring.Out:
                     port = getattr(self, f"m_axi_gmem{p}_{name}")
@@ -162,7 +167,8 @@ class Accelerator(wiring.Component):
         m.d.comb += win_base.eq(csr.win_base_lo | (csr.win_base_hi << 32))
         m.d.comb += [fetch.prog_base.eq(csr.prog_base), fetch.prog_len.eq(csr.prog_len),
                      fetch.win_base.eq(win_base), fetch.win_size.eq(csr.win_size),
-                     dec.win_size.eq(csr.win_size), load.win_base.eq(win_base), store.win_base.eq(win_base)]
+                     dec.win_size.eq(csr.win_size), load.win_base.eq(win_base), store.win_base.eq(win_base),
+                     comp.win_base.eq(win_base)]
         m.d.comb += [dec.in_valid.eq(fetch.valid), fetch.ready.eq(dec.in_ready), dec.in_word.eq(fetch.word),
                      dec.in_pc.eq(fetch.pc), dec.in_end.eq(fetch.end), dec.in_end_code.eq(fetch.end_code),
                      fetch.stop.eq(dec.stopped)]
@@ -184,7 +190,7 @@ class Accelerator(wiring.Component):
         run = Signal(_Run)
         abort = Signal()
         start = Signal()
-        quiet = fetch.quiet & load.dma_quiet & store.dma_quiet
+        quiet = fetch.quiet & load.dma_quiet & store.dma_quiet & comp.dma_quiet
         # The engines' reset is a register (one flip-flop drives the whole fan-out, which place and route
         # can put on a global net): it is 1 in the RESET cycle, and the cycle after a bus fault has drained
         # (nothing queued runs on; abort holds the DMA still in that cycle).
@@ -192,7 +198,8 @@ class Accelerator(wiring.Component):
         m.d.sync += core_rst.eq(rst_next)
         m.d.comb += [start.eq(run == _Run.START),
                      fetch.start.eq(start), dec.start.eq(start),
-                     fetch.abort.eq(abort | core_rst), load.abort.eq(abort | core_rst), store.abort.eq(abort | core_rst)]
+                     fetch.abort.eq(abort | core_rst), load.abort.eq(abort | core_rst), store.abort.eq(abort | core_rst),
+                     comp.abort.eq(abort | core_rst)]
         busy = Signal()
         done = Signal()
         error = Signal()
@@ -213,9 +220,11 @@ class Accelerator(wiring.Component):
         m01 = Mux(c0 < c1, c0, c1)
         m.d.comb += oldest.eq(Mux(m01 < c2, m01, c2))
 
-        bus_err = load.bus_error | store.bus_error
-        bus_pc = Signal(32)
-        m.d.comb += bus_pc.eq(Mux(load.bus_error & (~store.bus_error | (load.pc < store.pc)), load.pc, store.pc))
+        bus_err = load.bus_error | store.bus_error | comp.bus_error
+        bus_pc = Signal(32)  # the oldest (smallest pc) of the engines whose transfer got an error response
+        e0, e1, e2 = (Mux(e.bus_error, e.pc, 0xFFFF_FFFF) for e in engines)
+        e01 = Mux(e0 < e1, e0, e1)
+        m.d.comb += bus_pc.eq(Mux(e01 < e2, e01, e2))
 
         ctrl = csr.ctrl_data
         with m.Switch(run):
@@ -262,16 +271,19 @@ class Accelerator(wiring.Component):
     def _counters(self, m, csr, run, engines, comp):
         cfg = self.cfg
         bb = cfg.dma_bytes
-        rd = self.m_axi_gmem0_rvalid & self.m_axi_gmem0_rready
+        rd_p = [getattr(self, f"m_axi_gmem{p}_rvalid") & getattr(self, f"m_axi_gmem{p}_rready")
+                for p in range(cfg.dma_ports)]
+        rd_beats = Signal(range(cfg.dma_ports + 1))
+        m.d.comb += rd_beats.eq(sum(rd_p))
         wp = "m_axi_gmem1" if cfg.dma_ports > 1 else "m_axi_gmem0"
         wr = getattr(self, f"{wp}_wvalid") & getattr(self, f"{wp}_wready") & (getattr(self, f"{wp}_wstrb") != 0)
         events = {
             "cycles": run == _Run.RUN,
             "load_busy": engines[0].executing, "compute_busy": engines[1].executing,
             "store_busy": engines[2].executing,
-            "dma_rd_bytes": Mux(rd, bb, 0), "dma_wr_bytes": Mux(wr, bb, 0),
+            "dma_rd_bytes": rd_beats * bb, "dma_wr_bytes": Mux(wr, bb, 0),
             "instrs": engines[0].retire + engines[1].retire + engines[2].retire,
-            "array_busy": comp.mac_active, "dma_beats": rd,
+            "array_busy": comp.mac_active, "dma_beats": rd_beats,
         }
         for name, inc in events.items():
             cnt = Signal(64, name=f"cnt_{name}")

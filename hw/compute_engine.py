@@ -1,8 +1,10 @@
-"""The compute engine: NOP, FINISH, GEMM (systolic array) and the line ops (vector / activation units).
+"""The compute engine: NOP, FINISH, GEMM and GEMM_STREAM (systolic array) and the line ops (vector / activation units).
 
 GEMM is handed to :class:`~systolica.hw.gemm_sequencer.GemmSequencer`, which
 streams the operand lines of the instruction from the scratchpad into the
-systolic array and lets its accumulator write the result lines; ADD, MUL,
+systolic array and lets its accumulator write the result lines; GEMM_STREAM
+too, with its weights from :class:`~systolica.hw.weight_stream.WeightStream`
+(the engine's own AXI read masters, one per DMA port) instead of the scratchpad; ADD, MUL,
 REQUANT, ARGMAX, SILU, GELU and ROPE to :class:`~systolica.hw.vector_sequencer.VectorSequencer`;
 QUANT, SOFTMAX, RMSNORM and LAYERNORM to :class:`~systolica.hw.rowpass_sequencer.RowPassSequencer`;
 ATTN and ATTN_OUT to :class:`~systolica.hw.attn_sequencer.AttnSequencer`.
@@ -19,10 +21,13 @@ from systolica.config import AccelConfig
 from systolica.isa import OP_BY_NAME
 
 from .attn_sequencer import ATTN_OPS, AttnSequencer
+from .axi import axi4_read_signature
+from .dma import ADDR_BITS
 from .engines import buffer_ports, engine_members, token_fsm
 from .gemm_sequencer import GemmSequencer
 from .rowpass_sequencer import ROWPASS_OPS, RowPassSequencer
 from .vector_sequencer import VECTOR_OPS, VectorSequencer
+from .weight_stream import WeightStream
 
 __all__ = ["ComputeEngine"]
 
@@ -51,18 +56,33 @@ class ComputeEngine(wiring.Component):
             "out_addr": Out(p["vbuf"][0]), "out_en": Out(1), "out_data": Out(p["vbuf"][1]),
             "spad_waddr": Out(p["spad"][0]), "spad_wen": Out(1), "spad_wdata": Out(p["spad"][1]),
             "mac_active": Out(1),
+            "win_base": In(ADDR_BITS), "abort": In(1), "dma_quiet": Out(1), "bus_error": Out(1),
         }
+        for port in range(cfg.dma_ports):  # GEMM_STREAM's weight ports (read channels only)
+            members[f"wrd{port}"] = Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits))
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         ins, exec_start, exec_done, _ = token_fsm(m, self, cfg)
-        g = ins.gemm
-        is_gemm = ins.nop.h.opcode == OP_BY_NAME["GEMM"].code
+        g, gs = ins.gemm, ins.gemm_stream
+        is_stream = ins.nop.h.opcode == OP_BY_NAME["GEMM_STREAM"].code
+        is_gemm = (ins.nop.h.opcode == OP_BY_NAME["GEMM"].code) | is_stream
         m.submodules.gemm = seq = self.gemm
-        m.d.comb += [seq.start.eq(exec_start & is_gemm), seq.a.eq(g.a), seq.w.eq(g.w), seq.dst.eq(g.dst),
-                     seq.m.eq(g.m), seq.k.eq(g.k), seq.n.eq(g.n), seq.acc.eq(g.acc)]
+        # GEMM and GEMM_STREAM share dst, a, m, k, n, acc except for where the fields sit in the word
+        m.d.comb += [seq.start.eq(exec_start & is_gemm), seq.a.eq(Mux(is_stream, gs.a, g.a)), seq.w.eq(g.w),
+                     seq.dst.eq(Mux(is_stream, gs.dst, g.dst)), seq.m.eq(Mux(is_stream, gs.m, g.m)),
+                     seq.k.eq(Mux(is_stream, gs.k, g.k)), seq.n.eq(Mux(is_stream, gs.n, g.n)),
+                     seq.acc.eq(Mux(is_stream, gs.acc, g.acc)), seq.stream.eq(is_stream)]
+        m.submodules.wstream = ws = WeightStream(cfg)
+        for port in range(cfg.dma_ports):
+            wiring.connect(m, wiring.flipped(getattr(self, f"wrd{port}")), getattr(ws, f"axi{port}"))
+        # the weights are read only when a tile uses them: no rows, no K or no outputs read nothing
+        m.d.comb += [ws.start.eq(exec_start & is_stream & (gs.m != 0) & (gs.n != 0) & (gs.k != 0)),
+                     ws.base.eq(self.win_base), ws.w.eq(gs.w), ws.n.eq(gs.n), ws.k.eq(gs.k), ws.abort.eq(self.abort),
+                     seq.ws_valid.eq(ws.beat_valid), ws.beat_ready.eq(seq.ws_ready), seq.ws_data.eq(ws.beat_data),
+                     self.dma_quiet.eq(ws.quiet), self.bus_error.eq(ws.bus_error & ~self.abort)]
         m.submodules.vseq = vs = self.vseq
         is_vec = 0
         for name in VECTOR_OPS:
@@ -109,5 +129,5 @@ class ComputeEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.accum_rd), seq.acc_rd)
         wiring.connect(m, wiring.flipped(self.accum_wr), seq.acc_wr)
         # NOP and FINISH finish at once; GEMM when the sequencer has written its last line
-        m.d.comb += exec_done.eq(self.executing & ~seq.busy & ~vs.busy & ~rs.busy & ~at.busy)
+        m.d.comb += exec_done.eq(self.executing & ~seq.busy & ~vs.busy & ~rs.busy & ~at.busy & ~ws.busy)
         return m

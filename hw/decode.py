@@ -26,7 +26,7 @@ from amaranth.lib.wiring import In, Out
 from systolica.config import AccelConfig
 from systolica.faults import Fault
 from systolica.isa import HEADER_FIELDS, OP_BY_NAME, OPS, WORD_BITS, Engine
-from systolica.layout import EXTENTS, dma_end, dma_line_bytes, dma_lines
+from systolica.layout import EXTENTS, dma_end, dma_line_bytes, dma_lines, wstream_end
 
 from .range_check import Lowering, sym_fields
 
@@ -35,7 +35,7 @@ __all__ = ["instr_layout", "HEADER_LAYOUT", "InstructionDecoder", "RTL_OPS", "CM
 HEADER_LAYOUT = data.StructLayout({f.name: unsigned(f.bits) for f in HEADER_FIELDS})
 
 #: Ops the RTL executes; any other opcode of the table is reported as ILLEGAL_OPCODE.
-RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "FINISH", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE",
+RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "GEMM_STREAM", "FINISH", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE",
            "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM", "ATTN", "ATTN_OUT")
 
 CMD_BITS = WORD_BITS + 32  # what an engine's command FIFO holds: the word and its pc
@@ -123,6 +123,10 @@ class InstructionDecoder(wiring.Component):
                        Mux(v.buf == 1, _past_end(v.sram, n, lines["acc"]), _past_end(v.sram, n, lines["vbuf"])))
             checks += [((v.rows != 0) & (v.lines != 0) & (end > self.win_size), Fault.DMA_WINDOW),
                        (past, Fault.SRAM_RANGE)]
+        if op.name == "GEMM_STREAM":  # the weight ports' pages, then the on-chip operands (the golden order)
+            end = low(wstream_end(sym, cfg))
+            self.extent_lines[op.name, "wstream_end"] = end
+            checks.append(((v.n != 0) & (v.k != 0) & (end > self.win_size), Fault.DMA_WINDOW))
         for ext in EXTENTS.get(op.name, ()):
             n = low(ext.lines(sym, cfg))
             self.extent_lines[op.name, ext.field] = n
@@ -152,6 +156,8 @@ class InstructionDecoder(wiring.Component):
                         mis = [_misaligned(v.dram, lb) | _misaligned(v.stride, lb)
                                for lb in (dma_line_bytes(0, cfg.cols), dma_line_bytes(1, cfg.cols))]
                         checks.append((Mux(v.buf == 0, mis[0], mis[1]), Fault.DMA_ALIGN))
+                    if op.name == "GEMM_STREAM":
+                        checks.append((_misaligned(v.w, cfg.cols), Fault.DMA_ALIGN))
                     bad_flags = ((eng == Engine.LOAD) & (h.pop_prev | h.push_prev)) | \
                                 ((eng == Engine.STORE) & (h.pop_next | h.push_next)) | (eng == 3)
                     checks.append((bad_flags, Fault.ILLEGAL_FIELD))

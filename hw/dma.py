@@ -63,8 +63,9 @@ class _Walker:
     computed from the start inputs.
     """
 
-    def __init__(self, m, cfg: AccelConfig, start, base, addr, stride, rows, beats, name):
+    def __init__(self, m, cfg: AccelConfig, start, base, addr, stride, rows, beats, name, skip: int = 0):
         bb = cfg.dma_bytes
+        self.skip = skip  # > 0: a paged stream (see DmaReader), rows continue where the last one ended
         self.row_left = Signal(16, name=f"{name}_rows_left")
         self.row_base = Signal(32, name=f"{name}_row_base")
         self.off = Signal(32, name=f"{name}_off")
@@ -92,6 +93,15 @@ class _Walker:
     def advance(self, m):
         """Step past the burst of ``self.len`` beats just issued (the next length is ready a cycle later)."""
         m.d.sync += self.ready.eq(0)
+        if self.skip:  # a paged stream: one run of bytes, jumping over the other ports' pages at every 4 KiB
+            step = self.len * self._bb
+            lo = Signal(13, name="pg_lo")
+            m.d.comb += lo.eq(self.lo12 + step)
+            nxt = self.off + step + Mux(lo[12], self.skip, 0)  # a burst never crosses 4 KiB: lo[12] is "page done"
+            m.d.sync += [self.off.eq(nxt), self.lo12.eq(lo[:12]), self.rem.eq(self.rem - self.len)]
+            with m.If(self.rem == self.len):
+                m.d.sync += [self.row_left.eq(self.row_left - 1), self.rem.eq(self.beats)]
+            return
         with m.If(self.rem == self.len):
             nxt = self.row_base + self.stride
             m.d.sync += [self.row_left.eq(self.row_left - 1), self.row_base.eq(nxt), self.off.eq(nxt),
@@ -104,10 +114,15 @@ class _Walker:
 
 
 class DmaReader(wiring.Component):
-    """Reads ``rows`` x ``beats`` beats from DRAM and streams them out in order; ``beat_ready`` holds the R channel."""
+    """Reads ``rows`` x ``beats`` beats from DRAM and streams them out in order; ``beat_ready`` holds the R channel.
 
-    def __init__(self, cfg: AccelConfig, outstanding: int = 4):
-        self.cfg, self.outstanding = cfg, outstanding
+    ``skip > 0`` makes it a *paged* reader (a weight port of GEMM_STREAM): the ``rows * beats`` beats are one
+    run from ``addr`` that jumps ``skip`` bytes (the other ports' pages) every time it reaches a 4 KiB page
+    boundary of the window (``base`` is page aligned); ``stride`` is unused.
+    """
+
+    def __init__(self, cfg: AccelConfig, outstanding: int = 4, skip: int = 0):
+        self.cfg, self.outstanding, self.skip = cfg, outstanding, skip
         super().__init__({
             "axi": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)),
             "start": In(1), "base": In(ADDR_BITS), "addr": In(32), "stride": In(32), "rows": In(16), "beats": In(32),
@@ -119,7 +134,7 @@ class DmaReader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, axi = self.cfg, self.axi
-        w = _Walker(m, cfg, self.start, self.base, self.addr, self.stride, self.rows, self.beats, "rd")
+        w = _Walker(m, cfg, self.start, self.base, self.addr, self.stride, self.rows, self.beats, "rd", self.skip)
         m.d.comb += self.bus_error.eq(axi.rvalid & axi.rready & (axi.rresp != 0))
         inflight = Signal(range(self.outstanding + 2))
         ar_hs = axi.arvalid & axi.arready

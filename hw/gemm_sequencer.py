@@ -17,7 +17,7 @@ so the weights of the next tile stream in while the current one computes
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -49,13 +49,15 @@ class GemmSequencer(wiring.Component):
             raise ValueError(f"the accelerator's GEMM needs a square array (a K tile = one scratchpad line); "
                              f"config {cfg.name!r} has rows={cfg.rows}, cols={cfg.cols}")
         self.cfg = cfg
-        self.array = SystolicArray(cfg, w_cols=1)
+        self.P = cfg.dma_ports  # weight lines per array beat: GEMM_STREAM's ports deliver one each a cycle
+        self.array = SystolicArray(cfg, w_cols=self.P)
         self.accum = Accumulator(cfg, self.array.o_layout)
         sbits = (cfg.spad_lines - 1).bit_length()
         abits = self.accum.abits
         super().__init__({
             "start": In(1), "a": In(16), "w": In(16), "dst": In(16), "m": In(16), "k": In(16), "n": In(16),
-            "acc": In(1), "busy": Out(1), "fire": Out(1),
+            "acc": In(1), "stream": In(1), "busy": Out(1), "fire": Out(1),
+            "ws_valid": In(1), "ws_ready": Out(1), "ws_data": In(self.P * cfg.cols * 8),
             "a_addr": Out(sbits), "a_en": Out(1), "a_rdata": In(cfg.cols * 8),
             "w_addr": Out(sbits), "w_en": Out(1), "w_rdata": In(cfg.cols * 8),
             "acc_rd": In(memory.ReadPort.Signature(addr_width=abits, shape=self.accum.line)),
@@ -95,10 +97,12 @@ class GemmSequencer(wiring.Component):
         # partial lines read but not yet written by the accumulator (prefetch FIFO + array + accumulator)
         inflight = Signal(16)
 
+        streaming = Signal()  # this GEMM's weights come from the weight ports (GEMM_STREAM), not the scratchpad
         with m.If(self.start):
             nonempty = (self.m != 0) & (self.n != 0)
             m.d.sync += [
-                w_more.eq((self.n != 0) & (self.k != 0)), a_more.eq(nonempty & (self.k != 0)),
+                streaming.eq(self.stream),
+                w_more.eq((self.n != 0) & (self.k != 0) & ~self.stream), a_more.eq(nonempty & (self.k != 0)),
                 zeros.eq((self.k == 0) & ~self.acc & nonempty), z_i.eq(0), z_j.eq(0), zptr.eq(self.dst),
                 w_base.eq(self.w), w_ptr.eq(self.w), w_c.eq(0), w_kk.eq(0), w_j.eq(0),
                 a_ptr.eq(self.a), t_ptr.eq(self.dst), a_i.eq(0), a_kk.eq(0), a_j.eq(0),
@@ -120,8 +124,28 @@ class GemmSequencer(wiring.Component):
                     m.d.sync += [w_kk.eq(w_kk + 1), w_ptr.eq(w_base + w_kk + 1)]
             with m.Else():
                 m.d.sync += [w_c.eq(w_c + 1), w_ptr.eq(w_ptr + self.k)]
-        m.d.comb += [arr.w_stream.valid.eq(wq.r_rdy), wq.r_en.eq(arr.w_stream.ready)]
-        m.d.comb += [arr.w_stream.payload[0][r].eq(wq.r_data[8 * r:8 * r + 8]) for r in range(C)]
+        # P scratchpad lines make one array beat: the first P - 1 wait in a gather register (one line a cycle,
+        # as before: a tile still takes C cycles from the scratchpad)
+        P = self.P
+        beat = Signal(P * C * 8)
+        beat_valid = Signal()
+        if P == 1:
+            m.d.comb += [beat.eq(wq.r_data), beat_valid.eq(wq.r_rdy), wq.r_en.eq(arr.w_stream.ready & ~streaming)]
+        else:
+            held = Signal((P - 1) * C * 8)
+            have = Signal(range(P))
+            full = have == P - 1
+            m.d.comb += [beat.eq(Cat(held, wq.r_data)), beat_valid.eq(wq.r_rdy & full),
+                         wq.r_en.eq(Mux(full, arr.w_stream.ready & ~streaming, 1))]
+            with m.If(wq.r_rdy & wq.r_en):
+                m.d.sync += have.eq(Mux(full, 0, have + 1))
+                with m.If(~full):
+                    m.d.sync += held.eq(Cat(held[C * 8:], wq.r_data) if P > 2 else wq.r_data)
+        src = Mux(streaming, self.ws_data, beat)
+        m.d.comb += [arr.w_stream.valid.eq(Mux(streaming, self.ws_valid, beat_valid)),
+                     self.ws_ready.eq(streaming & arr.w_stream.ready)]
+        m.d.comb += [arr.w_stream.payload[j][r].eq(src[(j * C + r) * 8:(j * C + r) * 8 + 8])
+                     for j in range(P) for r in range(C)]
 
         # ---- activations (tag: accumulator line, accumulate flag; last row of the tile)
         side = 16 + 1 + 1

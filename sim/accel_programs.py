@@ -21,14 +21,15 @@ import numpy as np
 
 from systolica.config import AccelConfig
 from systolica.isa import OP_BY_CODE, OPCODE_BITS, WORD_BITS, Engine, Instr, encode, make
+from systolica.layout import wstream_end
 
 __all__ = ["RandomProgram", "random_program", "dump_stores", "dump_bytes", "FAULT_KINDS", "weight_stream_program", "RTL_RANDOM_OPS"]
 
 #: Ops the random generator draws (those the RTL executes; see hw.decode.RTL_OPS).
 RTL_RANDOM_OPS = ("LOAD", "STORE", "GEMM", "NOP", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE",
-                  "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM", "ATTN", "ATTN_OUT")
+                  "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM", "ATTN", "ATTN_OUT", "GEMM_STREAM")
 _OP_WEIGHTS = (0.28,  # relative weights
-                0.18, 0.18, 0.04, 0.03, 0.03, 0.04, 0.03, 0.03, 0.03, 0.02, 0.04, 0.03, 0.03, 0.03, 0.04, 0.02)
+                0.18, 0.18, 0.04, 0.03, 0.03, 0.04, 0.03, 0.03, 0.03, 0.02, 0.04, 0.03, 0.03, 0.03, 0.04, 0.02, 0.10)
 
 _EXEC_FAULTS = ("window", "align", "sram", "gemm_sram")
 FAULT_KINDS = ("opcode", "reserved", "buf", "nop_engine", "flags", "window", "align", "sram", "gemm_sram",
@@ -84,6 +85,18 @@ class _Gen:
         region = self.region[0]
         return dict(dst=self.r(0, self.region[1] - m * n), a=self.r(0, region - m * k),
                     w=self.r(0, region - n * cols * k), m=m, k=k, n=n, acc=self.r(0, 1))
+
+    def gemm_stream(self) -> dict:
+        """GEMM_STREAM fields with the whole weight stream (every port's pages) inside the data region."""
+        cols = self.cfg.cols
+        m, k, n = self.r(1, 3), self.r(0, 3), self.r(1, 2)
+        region = self.region[0]
+        d = dict(dst=self.r(0, self.region[1] - m * n), a=self.r(0, region - m * k), m=m, k=k, n=n, acc=self.r(0, 1))
+        for _ in range(32):
+            w = self.data_lo + cols * self.r(0, max(0, (self.data_hi - self.data_lo) // cols - 1))
+            if k == 0 or wstream_end(d | {"w": w}, self.cfg) <= self.data_hi:
+                return d | {"w": w}
+        return d | {"w": self.data_lo, "k": 0}  # a region too small for this stream: a zero-K GEMM
 
     def vector(self, name: str) -> dict:
         """Fields of a line op; sources and destination in different halves of the region (the RTL streams
@@ -156,6 +169,8 @@ class _Gen:
             return make(name, **self.dma(name))
         if name == "GEMM":
             return make("GEMM", **self.gemm())
+        if name == "GEMM_STREAM":
+            return make("GEMM_STREAM", **self.gemm_stream())
         if name == "NOP":
             return make("NOP", engine=self.r(0, 2))
         return make(name, **self.vector(name))
@@ -206,6 +221,15 @@ def _inject(g: _Gen, kind: str) -> tuple[Instr | int, bool]:
         if rng.random() < 0.5:
             return make("LOAD", **g.dma("LOAD"), **{str(rng.choice(["pop_prev", "push_prev"])): True}), False
         return make("STORE", **g.dma("STORE"), **{str(rng.choice(["pop_next", "push_next"])): True}), False
+    if kind == "window" and rng.random() < 0.25:  # the last weight port's pages run past the window
+        d = g.gemm_stream()
+        d["k"] = max(d["k"], 1)
+        d["w"] = g.win_size - cfg.cols * g.r(1, 2)  # past the end: one port reads >= cols*cols >= 2*cols bytes, or port 1 starts a page later
+        return make("GEMM_STREAM", **d), False
+    if kind == "align" and rng.random() < 0.25:
+        d = g.gemm_stream()
+        d["w"] += g.r(1, cfg.cols - 1)
+        return make("GEMM_STREAM", **d), False
     if kind == "window":
         d = g.dma("LOAD")
         lb = g.lb(d["buf"])

@@ -1,0 +1,97 @@
+"""GEMM_STREAM's weight ports: ``dma_ports`` paged DMA readers joined into beats of ``P`` weight lines.
+
+Weight port ``p`` reads its own stream (``systolica/layout.py``, *Weight streams*): ``n * k * cols / P``
+scratchpad lines from window offset ``w + p * 4 KiB``, skipping the other ports' pages at every 4 KiB
+boundary.  Each port keeps several bursts in flight (enough to cover the DRAM latency) and assembles its
+beats into lines in a FIFO of its own; a beat for the array leaves when every port has a line, carrying
+line ``p`` of the beat from port ``p``, which is column ``g * P + p`` of the tile, exactly what
+:class:`~systolica.hw.systolic_array.SystolicArray` takes with ``w_cols = P``.  So the array swallows
+``P`` lines (``P * cols`` bytes) a cycle when the ports deliver, and the R channels wait (``rready`` low)
+when it does not.
+
+``abort`` stops issuing bursts and drains those in flight (data dropped); ``quiet`` says nothing is in flight.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+from systolica.layout import WPAGE
+
+from .axi import axi4_read_signature
+from .dma import ADDR_BITS, DmaReader
+
+__all__ = ["WeightStream", "stream_outstanding", "STREAM_FIFO_LINES"]
+
+#: lines each port's FIFO holds: absorbs the skew between ports (their bursts arrive independently)
+STREAM_FIFO_LINES = 32
+
+
+def stream_outstanding(cfg: AccelConfig, latency: int = 192) -> int:
+    """Bursts each weight port keeps in flight: enough that ``latency`` cycles of DRAM hide behind the data
+    of the bursts before (``ceil(latency / burst) + 1``), at least 4, at most 16."""
+    beats = min(cfg.max_burst, WPAGE // cfg.dma_bytes)
+    return max(4, min(16, -(-latency // beats) + 1))
+
+
+class WeightStream(wiring.Component):
+    """The weight ports of one GEMM_STREAM: ``start`` with ``w``, ``n``, ``k``; beats of ``P`` lines on ``beat_*``."""
+
+    def __init__(self, cfg: AccelConfig):
+        self.cfg = cfg
+        self.ports = cfg.dma_ports
+        members = {f"axi{p}": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)) for p in range(self.ports)}
+        members |= {
+            "start": In(1), "base": In(ADDR_BITS), "w": In(32), "n": In(16), "k": In(16), "abort": In(1),
+            "beat_valid": Out(1), "beat_ready": In(1), "beat_data": Out(self.ports * cfg.cols * 8),
+            "busy": Out(1), "quiet": Out(1), "bus_error": Out(1),
+        }
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, P, C = self.cfg, self.ports, self.cfg.cols
+        db = cfg.dma_bits
+        bpl = C // cfg.dma_bytes  # DMA beats per scratchpad line
+        lines_per_row = C // P  # lines one output line x one K line adds to each port's stream
+        beats = Signal(32)
+        m.d.comb += beats.eq(self.k * (lines_per_row * bpl))  # a constant multiple: shifts and adds
+        all_ready = 1
+        quiet, busy, err = 1, 0, 0
+        heads = []
+        for p in range(P):
+            rd = DmaReader(cfg, outstanding=stream_outstanding(cfg), skip=(P - 1) * WPAGE)
+            m.submodules[f"rd{p}"] = rd
+            wiring.connect(m, wiring.flipped(getattr(self, f"axi{p}")), rd.axi)
+            m.d.comb += [rd.start.eq(self.start), rd.base.eq(self.base), rd.addr.eq(self.w + p * WPAGE),
+                         rd.stride.eq(self.k * (lines_per_row * C)), rd.rows.eq(self.n), rd.beats.eq(beats),
+                         rd.abort.eq(self.abort)]
+            q = fifo.SyncFIFOBuffered(width=C * 8, depth=STREAM_FIFO_LINES)
+            m.submodules[f"q{p}"] = q
+            if bpl == 1:
+                m.d.comb += [q.w_data.eq(rd.beat_data), q.w_en.eq(rd.beat_valid), rd.beat_ready.eq(q.w_rdy)]
+            else:  # assemble a line from its beats, the first beat in the low bits
+                asm = Signal(C * 8 - db, name=f"asm{p}")
+                cnt = Signal(range(bpl), name=f"cnt{p}")
+                last = cnt == bpl - 1
+                m.d.comb += [rd.beat_ready.eq(q.w_rdy | ~last), q.w_data.eq(Cat(asm, rd.beat_data)),
+                             q.w_en.eq(rd.beat_valid & last)]
+                with m.If(rd.beat_valid & rd.beat_ready):
+                    m.d.sync += cnt.eq(0 if bpl == 1 else (cnt + 1) % bpl)
+                    with m.If(~last):
+                        m.d.sync += asm.eq(Cat(asm[db:], rd.beat_data) if C * 8 - db > db else rd.beat_data)
+                with m.If(self.start):
+                    m.d.sync += cnt.eq(0)
+            heads.append(q)
+            all_ready = all_ready & q.r_rdy
+            quiet = quiet & rd.quiet
+            busy = busy | rd.busy | q.r_rdy
+            err = err | rd.bus_error
+        m.d.comb += [self.beat_valid.eq(all_ready), self.beat_data.eq(Cat(*(q.r_data for q in heads))),
+                     self.quiet.eq(quiet), self.busy.eq(busy), self.bus_error.eq(err)]
+        for q in heads:
+            m.d.comb += q.r_en.eq(all_ready & self.beat_ready)
+        return m
