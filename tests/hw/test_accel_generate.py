@@ -33,7 +33,7 @@ def _check_ports(cfg, verilog_text: str) -> None:
 
 
 def test_two_port_config_has_gmem1(tmp_path):
-    cfg = preset("tiny").replace(name="tiny2", dma_ports=2)  # fetch + LOAD on gmem0, STORE on gmem1
+    cfg = preset("tiny").replace(name="tiny2", dma_ports=2)  # fetch, LOAD, weight port 0 on gmem0; weight port 1 reads gmem1, STORE writes it
     _check_ports(cfg, generate(cfg, tmp_path)["verilog"].read_text())
 
 
