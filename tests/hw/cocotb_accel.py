@@ -25,7 +25,7 @@ from systolica.sim.tb_accel import AccelTB
 MEM = 1 << 18  # DRAM model: 256 KiB of physical addresses
 WIN_BASE = 0x1_0000  # the window the accelerator is given; everything else must stay untouched
 WIN_SIZE = 0x2_0000
-DATA_LO, DATA_HI = 0x1000, 0x5000  # DMA data region inside the window (the program sits below DATA_LO)
+DATA_LO, DATA_HI = 0x1000, 0x9000  # DMA data region inside the window (the program sits below DATA_LO)
 
 
 def params() -> dict:
@@ -311,4 +311,25 @@ async def bus_errors(dut):
         mirror.dram[:] = np.frombuffer(tb.dram(), np.uint8)
         res, gold = await mirror.run(words)
         assert not mirror.diff(res, gold), (what, mirror.diff(res, gold))
+    # GEMM_STREAM: an error on the last weight port's first page stops the run at the GEMM_STREAM (pc 1);
+    # the STORE behind it never runs
+    k, n, w_at = 4, 2, DATA_LO + 0x4000
+    stream = [make("LOAD", buf=0, sram=0, dram=src, rows=1, lines=k, stride=k * cfg.cols, push_next=True),
+              make("GEMM_STREAM", dst=0, a=0, w=w_at, m=1, k=k, n=n, acc=0, pop_prev=True, push_next=True),
+              make("STORE", buf=1, sram=0, dram=dst, rows=1, lines=n, stride=n * line, pop_prev=True),
+              make("FINISH")]
+    words = [encode(i) for i in stream]
+    for pause in (0.0, 0.3):
+        tb.set_pauses(pause, seed=7)
+        mirror.write(dst, bytes(n * line))
+        tb.poison("read", WIN_BASE + w_at + (cfg.dma_ports - 1) * 4096 + cfg.cols, 4)
+        res = await tb.run(words, prog_base=0, timeout_cycles=50_000)
+        tb.clear_poison()
+        assert not res.timed_out and res.done and res.error, ("GEMM_STREAM weight read", res)
+        assert res.code == Fault.BUS_ERROR and res.pc == 1, ("GEMM_STREAM weight read", res.code.name, res.pc)
+        assert tb.dram(WIN_BASE + dst, n * line) == bytes(n * line), "the STORE after a failed GEMM_STREAM wrote DRAM"
+        tb.set_pauses(0.0)
+        mirror.dram[:] = np.frombuffer(tb.dram(), np.uint8)
+        res, gold = await mirror.run(words)
+        assert not mirror.diff(res, gold), ("GEMM_STREAM after a bus error", mirror.diff(res, gold))
     assert not tb.violations, tb.violations

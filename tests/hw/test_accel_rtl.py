@@ -24,6 +24,13 @@ def tiny(build_dir):
     return cfg, cocotb_build(cfg, build_dir)
 
 
+@pytest.fixture(scope="module")
+def tiny_d2(build_dir):
+    """tiny with two DMA ports: fetch, LOAD and weight port 0 on gmem0, weight port 1 and STORE on gmem1."""
+    cfg = preset("tiny").replace(name="tiny_d2", dma_ports=2)
+    return cfg, cocotb_build(cfg, build_dir)
+
+
 def _run(tiny, testcase, **params):
     cfg, b = tiny
     return b.run("cocotb_accel", HERE, params={"cfg": cfg.to_dict(), **params}, testcase=testcase).check()
@@ -37,7 +44,9 @@ def test_gemm_by_hand(tiny):
     _run(tiny, "gemm_by_hand")
 
 
-def test_random_programs_match_golden(tiny):
+@pytest.mark.parametrize("which", ["tiny", "tiny_d2"])
+def test_random_programs_match_golden(which, request):
+    tiny = request.getfixturevalue(which)
     res = _run(tiny, "random_vs_golden", programs=60, seed=1, pause=0.25)
     r = res.metrics["random"]
     print(f"\nrandom programs: {r['programs']}, words: {r['words']}, instructions retired (golden): "
@@ -66,5 +75,6 @@ def test_weight_streaming_overlap(tiny):
     assert s["steady_state"] >= 0.85, s
 
 
-def test_axi_error_responses_stop_with_bus_error(tiny):
-    _run(tiny, "bus_errors")
+@pytest.mark.parametrize("which", ["tiny", "tiny_d2"])
+def test_axi_error_responses_stop_with_bus_error(which, request):
+    _run(request.getfixturevalue(which), "bus_errors")
