@@ -22,8 +22,8 @@ the accumulator per instruction); ``"line_dot"`` is the top level's first comput
 engine (one ``cols``-lane dot product per cycle, then 4 cycles to add the output
 line into the accumulator), kept to compare datapaths.
 GEMM_STREAM (:func:`_gemm_stream`) is the systolic GEMM with its weights read from DRAM by the
-``dma_ports`` weight ports (``hw/weight_stream.py``) instead of the scratchpad: a first-order cost, not
-yet calibrated on the RTL.
+``dma_ports`` weight ports (``hw/weight_stream.py``) instead of the scratchpad: a first-order cost whose
+RTL calibration is pending (one constant checked on "tiny", :data:`WSTREAM_STARTUP`).
 The line ops (ADD, MUL, REQUANT, ARGMAX, SILU, GELU, ROPE; QUANT, SOFTMAX, RMSNORM,
 LAYERNORM) follow the RTL's vector and row-pass sequencers: ``cfg.line_beats`` cycles per
 buffer line and pass (the line units have ``cfg.line_width`` lanes; SILU, GELU, the norms and
@@ -257,15 +257,16 @@ def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0)
     return OpCost(cycles, array_busy=tiles * m, macs=macs)
 
 
-#: GEMM_STREAM's cycles from EXEC to the first request of the weight ports, and from the last weight line to the
-#: sequencer's start on the array, beyond the DRAM read latency (``rd_latency``).  RTL CALIBRATION PENDING: a
-#: guess from ``hw/weight_stream.py`` (address issue 2 cycles, the line FIFO 1, the P-line join 1) until the
-#: RTL-vs-model suite times GEMM_STREAM.
+#: GEMM_STREAM's fixed cycles beyond the DRAM read latency (``rd_latency``) and the tiles: the weight ports'
+#: first request, the line FIFO and P-line join (``hw/weight_stream.py``), the array's drain into the accumulator.
+#: First order, RTL CALIBRATION PENDING: this constant makes COMPUTE_BUSY exact for single GEMM_STREAMs
+#: (m 1..16, k 1..16, n 1..4) on the fast RTL harness of "tiny" with 1 and 2 ports and rd_latency 2, where the
+#: DRAM keeps up; latency, other configs and contention with LOADs are not fitted (RTL-vs-model tests to come).
 WSTREAM_STARTUP = 4
 
 
 def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0) -> OpCost:
-    """GEMM_STREAM, first order (RTL CALIBRATION PENDING: the constants and the overlap are not yet fitted).
+    """GEMM_STREAM, first order (RTL CALIBRATION PENDING: see :data:`WSTREAM_STARTUP`).
 
     The systolic GEMM's tile schedule (:func:`_gemm`) with each tile's weights coming from the weight ports: a
     ``cols x cols`` tile is ``cols`` weight lines of ``bpl = cols / dma_bytes`` beats, ``cols / P`` of them per
@@ -286,7 +287,7 @@ def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: i
     per_tile = cols * bpl * p.beat_cycles if p.beat_cycles > 1 else cols * bpl / P
     tiles = n * -(-k * cols // rows)
     load = max(1, math.ceil(per_tile * n * k / tiles))  # an array tile's share of the stream (square: per_tile)
-    cycles = (p.rd_latency + WSTREAM_STARTUP + load + (tiles - 1) * max(m, load) + m + array_latency(cfg) + 5)
+    cycles = p.rd_latency + WSTREAM_STARTUP + load + (tiles - 1) * max(m, load) + m + array_latency(cfg)
     return OpCost(cycles, array_busy=tiles * m, rd_beats=n * k * cols * bpl, macs=macs)
 
 
