@@ -16,7 +16,7 @@ from systolica.compiler.image import KvGeometry, MatrixInfo
 from systolica.compiler.ir import Graph, Node
 from systolica.compiler.memory import MemoryError_, OnChipPlan
 from systolica.compiler.schedule import Scheduler
-from systolica.compiler.tiling import MatrixTiling, gemm_calls, tile_matrix
+from systolica.compiler.tiling import MatrixTiling, Tile, tile_matrix
 from systolica.isa import Buf
 from systolica.layout import attn_state_lines, lines_for
 
@@ -41,7 +41,11 @@ def _tensor_lines(t, rows: int, cols: int) -> int:
 
 
 def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, rows: int) -> ProgramPlan:
-    """Allocate every on-chip block of a program of ``rows`` token rows; raises MemoryError_ when it does not fit."""
+    """Allocate every on-chip block of a program of ``rows`` token rows; raises MemoryError_ when it does not fit.
+
+    Weights stay in DRAM (GEMM_STREAM), so the scratchpad holds only activations and the two KV-tile slots.
+    The vector-buffer slots whose size follows the output blocks (mult rows, logits, SwiGLU's gate and up
+    blocks) go last, and the blocks are as tall as the accumulator allows and those slots still fit."""
     c, cols = g.config, cfg.cols
     chip = OnChipPlan.for_config(cfg)
     Dl, hdl, G = lines_for(c.dim, cols), kv.hd_lines, c.group
@@ -52,38 +56,16 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     for name, t in g.tensors.items():  # scratchpad tensors by live range
         if t.space in ("spad", "exps"):
             chip.spad.alloc(name, _tensor_lines(t, rows, cols), *live[name])
-    free = cfg.spad_lines - chip.spad.peak()
-    need = max(m.Nl * cols * m.Kl for m in mats.values())
-    slot = min(free // 2, need)
-    if slot < cols:
-        raise MemoryError_(f"spad: after activations ({chip.spad.peak()} lines) only {free} of {cfg.spad_lines} lines "
-                           f"remain, not enough for two weight tiles of {cols} lines; use a smaller prefill chunk "
-                           "or a config with a bigger scratchpad")
-    for s in (0, 1):
-        chip.spad.alloc(f"w{s}", slot)
-    tilings = {}
     k = 2 if g.act_split else 1  # GEMM rows per token row
-    for name, m in mats.items():
-        m_rows = k * (1 if name == "output" else rows)
-        tilings[name] = tile_matrix(name, m.Nl, m.Kl, cols, slot, cfg.acc_lines, m_rows)
-    chip.acc.alloc("acc", max(t.nt * k * (1 if n == "output" else rows) for n, t in tilings.items()))
+    m_rows = {name: k * (1 if name == "output" else rows) for name in mats}
     chip.vbuf.alloc("x", rows * Dl)
     chip.vbuf.alloc("gamma", (2 if c.arch == "gpt2" else 1) * Dl)
-    mslot = max(t.nt for t in tilings.values())
-    for s in (0, 1):
-        chip.vbuf.alloc(f"m{s}", mslot)
-        chip.vbuf.alloc(f"lg{s}", k * tilings["output"].nt)
     if c.arch == "gpt2":
         chip.vbuf.alloc("pos", rows * Dl)
         chip.vbuf.alloc("bias", max(m.Nl for m in mats.values() if m.bias_off is not None))
     else:
         chip.vbuf.alloc("rope", rows * hdl)
     chip.vbuf.alloc("state", rows * attn_state_lines(G, hdl))
-    glu = [nd for nd in g.nodes if nd.op == "glu"]
-    if glu:
-        nt = max(tilings[nd.attrs["gate"]].nt for nd in glu)
-        for b in ("gbuf", "ubuf"):
-            chip.vbuf.alloc(b, k * rows * nt)
     alias = _inplace_aliases(g, live, cols)
     span = {}
     for name, rep in alias.items():  # a representative lives as long as every tensor sharing its lines
@@ -92,6 +74,44 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     for name, t in g.tensors.items():
         if t.space == "vbuf" and t.buffer is None and alias.get(name, name) == name:
             chip.vbuf.alloc(name, _tensor_lines(t, rows, cols), *span.get(name, live[name]))
+    gates = [nd.attrs["gate"] for nd in g.nodes if nd.op == "glu"]
+    glu_mats = set(gates) | {nd.attrs["up"] for nd in g.nodes if nd.op == "glu"}
+
+    def tile_all(cap_glu: int | None, cap: int | None) -> dict[str, MatrixTiling]:
+        return {name: tile_matrix(name, m.Nl, m.Kl, cfg.acc_lines, m_rows[name], cap_glu if name in glu_mats else cap)
+                for name, m in mats.items()}
+
+    def slots(tl: dict[str, MatrixTiling]) -> dict[str, int]:
+        """Lines of each vector-buffer block the output blocks of ``tl`` need: mult rows and logits double
+        buffered, one gate and one up block."""
+        mslot, lg = max(t.nt for t in tl.values()), k * tl["output"].nt
+        out = {"m0": mslot, "lg0": lg, "m1": mslot, "lg1": lg}
+        if gates:
+            out["gbuf"] = out["ubuf"] = k * rows * max(tl[w].nt for w in gates)
+        return out
+
+    free = cfg.vbuf_lines - chip.vbuf.peak()
+    tilings = tile_all(None, None)
+
+    def fits(cap_glu: int, cap: int) -> bool:
+        return sum(slots(tile_all(cap_glu, cap)).values()) <= free
+
+    if sum(slots(tilings).values()) > free:
+        # The tallest blocks whose slots still fit: first one cap for every matrix, then, SwiGLU's gate and up
+        # blocks (whose slots grow with the rows) kept at that, a taller one for the others.
+        top = max(t.nt for t in tilings.values())
+        cap_glu = _largest(lambda c: fits(c, c), top)
+        if cap_glu == 0:
+            need = slots(tile_all(1, 1))
+            raise MemoryError_(f"vbuf overflow: after activations ({chip.vbuf.peak()} lines) only {free} of "
+                               f"{cfg.vbuf_lines} lines remain, fewer than the {sum(need.values())} that "
+                               f"one-line output blocks need ({', '.join(f'{b} {v}' for b, v in need.items())}); "
+                               "use a smaller prefill chunk or a config with a bigger vector buffer")
+        cap = cap_glu + _largest(lambda c: fits(cap_glu, cap_glu + c), top - cap_glu)
+        tilings = tile_all(cap_glu, cap)
+    chip.acc.alloc("acc", max(t.nt * m_rows[n] for n, t in tilings.items()))
+    for b, size in slots(tilings).items():
+        chip.vbuf.alloc(b, size)
     addr, spans = {}, {}
     for b in ("spad", "acc", "vbuf"):
         for name, blk in chip.buf(b).blocks.items():
@@ -102,6 +122,16 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     overlaps = {k: tuple(k2 for k2, (b2, lo2, hi2) in spans.items() if b2 == b and lo2 < hi and lo < hi2)
                 for k, (b, lo, hi) in spans.items()}
     return ProgramPlan(rows, chip, tilings, addr, overlaps, alias)
+
+
+def _largest(ok, hi: int) -> int:
+    """The largest ``c`` in ``1..hi`` with ``ok(c)`` (``ok`` true up to some point, false after), or 0."""
+    lo = 0  # ok(lo) (0: vacuously)
+    hi += 1  # not ok(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
 
 
 _INPLACE = ("silu", "gelu", "mul", "rope")
@@ -129,7 +159,6 @@ class _Gen:
         self.reg, self.rb, self.max_pages = regions, rows_bytes, max_pages
         self.T, self.cols = plan.rows, cfg.cols
         self.s = Scheduler(plan.overlaps, cfg.queue_depth)
-        self.wslot = 0
         self.mslot = 0
         self.kvslot = 0
 
@@ -206,36 +235,28 @@ class _Gen:
         self.s.emit("QUANT", dst=self.a(dq), src=self.a(src), exps=self.a(de), rows=r, lines=lines, **split,
                     reads=[self.key(src)], writes=[self.key(dq), self.key(de)])
 
-    def _stream_block(self, aq: str, wname: str, m_rows: int, tiles) -> str:
-        """Load the mult row and stream the K tiles of one output block through the weight slots into ``acc``
-        (``m_rows`` rows of ``nt`` lines); returns the mult slot."""
+    def _stream_block(self, aq: str, wname: str, m_rows: int, t: Tile) -> str:
+        """Load the mult row of output block ``t`` and stream its weights from DRAM into ``acc`` (``m_rows`` rows
+        of ``t.nt`` lines, all of K in one GEMM_STREAM); returns the mult slot.
+
+        The weights need no token: nothing writes them, and GEMM_STREAM reads them itself on the compute engine."""
         m, cols, acc = self.mats[wname], self.cols, self.a("acc", "acc")
         ms = f"m{self.mslot}"
         self.mslot ^= 1
-        self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a(ms, "vbuf"), dram=m.mult_off + tiles[0].n0 * cols * 4, rows=1,
-                    lines=tiles[0].nt, stride=0, writes=[f"vbuf:{ms}"])
-        for t in tiles:
-            ws = f"w{self.wslot}"
-            self.wslot ^= 1
-            self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(ws, "spad"),
-                        dram=m.w_off + (t.n0 * cols * m.Kl + t.k0) * cols, rows=t.nt * cols, lines=t.kt,
-                        stride=m.Kl * cols, writes=[f"spad:{ws}"])
-            for _r, mm, a_off, d_off in gemm_calls(t, m_rows, m.Kl):
-                self.s.emit("GEMM", dst=acc + d_off, a=self.a(aq) + a_off, w=self.a(ws, "spad"), m=mm, k=t.kt,
-                            n=t.nt, acc=int(t.k0 > 0), reads=[self.key(aq), f"spad:{ws}"], writes=["acc:acc"])
+        self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a(ms, "vbuf"), dram=m.mult_off + t.n0 * cols * 4, rows=1,
+                    lines=t.nt, stride=0, writes=[f"vbuf:{ms}"])
+        self.s.emit("GEMM_STREAM", dst=acc, a=self.a(aq), w=m.w_addr(t.n0, self.cfg), m=m_rows, k=m.Kl, n=t.nt,
+                    acc=0, reads=[self.key(aq)], writes=["acc:acc"])
         return ms
 
-    def _blocks(self, wname: str) -> list[list]:
-        out: dict[int, list] = {}
-        for t in self.p.tilings[wname].tiles():
-            out.setdefault(t.n0, []).append(t)
-        return list(out.values())
+    def _blocks(self, wname: str) -> list[Tile]:
+        return self.p.tilings[wname].tiles()
 
     def _matmul(self, aq: str, ae: str, wname: str, m_rows: int, sink) -> None:
         """Every output block of ``wname``; ``sink(n0, nt, mslot)`` consumes each from ``acc``."""
-        for tiles in self._blocks(wname):
-            ms = self._stream_block(aq, wname, m_rows, tiles)
-            sink(tiles[0].n0, tiles[0].nt, ms)
+        for t in self._blocks(wname):
+            ms = self._stream_block(aq, wname, m_rows, t)
+            sink(t.n0, t.nt, ms)
 
     def _requant(self, ae: str, wname: str, rows: int, dst: int, dst_key: str, dst_lines: int, n0: int, nt: int,
                  ms: str) -> None:
@@ -283,9 +304,9 @@ class _Gen:
         rows, F = self.rows_of(aq), self.lines(dst)
         g, u = self.a("gbuf", "vbuf"), self.a("ubuf", "vbuf")
         for gt, ut in zip(self._blocks(n.attrs["gate"]), self._blocks(n.attrs["up"]), strict=True):
-            n0, nt = gt[0].n0, gt[0].nt
-            for w, tiles, buf in ((n.attrs["gate"], gt, "gbuf"), (n.attrs["up"], ut, "ubuf")):
-                ms = self._stream_block(aq, w, self.k * rows, tiles)
+            n0, nt = gt.n0, gt.nt
+            for w, t, buf in ((n.attrs["gate"], gt, "gbuf"), (n.attrs["up"], ut, "ubuf")):
+                ms = self._stream_block(aq, w, self.k * rows, t)
                 self._requant(ae, w, self.k * rows, self.a(buf, "vbuf"), f"vbuf:{buf}", nt, 0, nt, ms)
                 self._fold(self.a(buf, "vbuf"), f"vbuf:{buf}", rows, nt)
             self.s.emit("SILU", dst=g, src=g, rows=rows, lines=nt, reads=["vbuf:gbuf"], writes=["vbuf:gbuf"])

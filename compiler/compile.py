@@ -13,11 +13,13 @@ rest of a prompt with ``decode``.
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
 
+from systolica import wstream
 from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, StepState
 from systolica.compiler.codegen import generate, plan_program
 from systolica.compiler.image import build_image
@@ -27,6 +29,7 @@ from systolica.compiler.quantize_pass import quantize
 from systolica.compiler.schedule import verify_tokens
 from systolica.config import AccelConfig
 from systolica.isa import WORD_BYTES, IsaError, encode
+from systolica.layout import WPAGE, dma_line_bytes
 from systolica.model import Model
 from systolica.program import Program
 
@@ -136,8 +139,7 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         per_op = Counter(i.op for i in instrs)
         stats[kind] = {"rows": rows, "instructions": len(words), "per_engine": dict(per_engine),
                        "per_op": dict(per_op), "patches": len(patches), **extra,
-                       "weight_bytes": sum(i.rows * i.lines * cfg.cols * (1 if i.buf == 0 else 4) for i in instrs
-                                           if i.op == "LOAD" and i.dram < lay["token_embd"].offset),
+                       **_weight_bytes(instrs, lay, cfg),
                        "onchip": {b: list(u) for b, u in plan.chip.usage().items()},
                        "tilings": {k: [t.nt, t.kt] for k, t in plan.tilings.items()}}
         infos[kind]["_base"] = base
@@ -152,6 +154,7 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
                   "tied_output": c.tied_output, "metadata": _jsonable(model.metadata)},
         "tokenizer": _tokenizer_json(model.tokenizer),
         "max_seq": max_seq, "act_split": bool(act_split), "kv": kv.to_json(), "regions": [r.to_json() for r in lay.regions.values()],
+        "weights": _weights_json(mats, lay, cfg),
         "rows": {**rows_b, "embd_offset": lay["token_embd"].offset,
                  **({"pos_offset": lay["pos_embd"].offset} if "pos_embd" in lay.regions else {}),
                  **({"rope_offset": lay["rope"].offset} if "rope" in lay.regions else {})},
@@ -165,6 +168,31 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         art.programs[kind] = Program(art.patched_program(kind, info["_base"]), cfg)
     man["compile_seconds"] = round(time.perf_counter() - t0, 3)
     return art
+
+
+def _weights_json(mats, lay, cfg: AccelConfig) -> dict:
+    """Where every matrix lies in the weight-stream region (``systolica.wstream``): its offset ``x0`` in each
+    port's stream, its padded ``Nl x Kl`` lines, and its mult row's region offset."""
+    return {"region": "weights", "page": WPAGE, "ports": cfg.dma_ports,
+            "port_bytes": sum(wstream.port_bytes(m.Nl, m.Kl, cfg) for m in mats.values()),
+            "matrices": {n: {"x0": m.w_x0, "Nl": m.Nl, "Kl": m.Kl, "mult": m.mult_off} for n, m in mats.items()}}
+
+
+def _weight_bytes(instrs, lay, cfg: AccelConfig) -> dict[str, int]:
+    """DRAM bytes one run of a program reads of the model's parameters: ``weight_bytes`` (everything),
+    ``stream_bytes`` (the int8 matrices GEMM_STREAM reads through the weight ports) and the rest loaded by LOADs
+    from the weight and vector regions (mult rows, biases, norm gains)."""
+    params = sorted((r.offset, r.end) for r in lay.regions.values() if r.kind in ("weight", "vector"))
+    starts = [lo for lo, _ in params]
+
+    def is_param(dram: int) -> bool:
+        j = bisect_right(starts, dram) - 1
+        return j >= 0 and dram < params[j][1]
+
+    stream = sum(wstream.port_bytes(i.n, i.k, cfg) * cfg.dma_ports for i in instrs if i.op == "GEMM_STREAM")
+    loads = sum(i.rows * i.lines * dma_line_bytes(i.buf, cfg.cols) for i in instrs
+                if i.op == "LOAD" and is_param(i.dram))
+    return {"weight_bytes": stream + loads, "stream_bytes": stream}
 
 
 def _jsonable(d: dict) -> dict:

@@ -3,9 +3,13 @@
 Padding rules (zeros everywhere, so padded lanes contribute nothing to any dot product, norm or
 maximum, and stay zero through every row-wise op):
 
-- a matrix of ``N x K`` becomes ``Nl*cols`` rows of ``Kl*cols`` bytes; when its output (input) is
-  split in heads, each head's rows (columns) start on a line boundary, so head ``h`` element ``e``
-  sits at ``h * ceil(hd/cols) * cols + e``; its ``mult`` row and bias are scattered the same way;
+- a matrix of ``N x K`` becomes ``Nl*cols`` rows of ``Kl*cols`` int8 (zero padded); when its output
+  (input) is split in heads, each head's rows (columns) start on a line boundary, so head ``h``
+  element ``e`` sits at ``h * ceil(hd/cols) * cols + e``; its ``mult`` row and bias are scattered the
+  same way.  The int8 weights are stored once, in the weight-stream layout GEMM_STREAM reads
+  (:mod:`systolica.wstream`): every matrix in one page-aligned ``weights`` region, each at its own
+  offset ``x0`` of every port's stream, one after the other (``x0`` stays a multiple of a line, so
+  the ``w`` field of any block of whole output lines is line aligned);
 - fx vectors are padded to whole vbuf lines; a LayerNorm's beta follows its gamma;
 - a RoPE row is ``hd' / 2`` cos then ``hd' / 2`` sin with ``hd' = ceil(hd/cols)*cols`` (the padded
   pairs rotate zeros);
@@ -18,9 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from systolica import wstream
 from systolica.compiler.ir import Graph
 from systolica.compiler.memory import DramLayout, MemoryError_, dram_align
-from systolica.layout import kv_tile, lines_for
+from systolica.layout import WPAGE, kv_tile, lines_for
 
 __all__ = ["KvGeometry", "MatrixInfo", "build_image", "scatter_index"]
 
@@ -57,10 +62,15 @@ class MatrixInfo:
     K: int
     Nl: int
     Kl: int
-    w_off: int
+    w_region: int  # byte offset of the (page-aligned) weight-stream region
+    w_x0: int  # offset of the matrix in each port's stream of that region (a multiple of a line)
     mult_off: int
     shift: int  # REQUANT shift field
     bias_off: int | None
+
+    def w_addr(self, n0: int, cfg) -> int:
+        """GEMM_STREAM's ``w`` for the block of output lines from ``n0`` (all ``Kl`` K lines)."""
+        return wstream.address(self.w_region, self.w_x0 + n0 * wstream.port_row_bytes(self.Kl, cfg), cfg)
 
 
 def scatter_index(n: int, heads: int, cols: int) -> np.ndarray:
@@ -97,18 +107,31 @@ def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int):
             heads[n.attrs["weight"]] = (n.attrs.get("out_heads", 1), n.attrs.get("in_heads", 1), n.attrs.get("bias"))
         elif n.op == "glu":
             heads[n.attrs["gate"]] = heads[n.attrs["up"]] = (1, 1, None)
+    if WPAGE % cols:
+        raise MemoryError_(f"cols={cols} does not divide the {WPAGE}-byte weight-stream page: GEMM_STREAM's w "
+                           "would leave the line grid at a page crossing; use a power-of-two cols")
+    shapes = {}  # name -> (N, K, Nl, Kl, port offset x0)
+    x = 0
+    for name, (oh, ih, _bias) in heads.items():
+        N, K = qm.mats[name].q.shape
+        Nl, Kl = oh * lines_for(N // oh, cols), ih * lines_for(K // ih, cols)
+        shapes[name] = (N, K, Nl, Kl, x)
+        x += wstream.port_bytes(Nl, Kl, cfg)  # a multiple of cols: every x0 is line aligned
+    # one region of whole page groups for every matrix's streams (P interleaved pages per 4 KiB of a port)
+    rw = lay.add("weights", wstream.port_span(x, cfg), "weight", align=WPAGE)
+    streams: list[tuple[int, np.ndarray]] = []  # (w of the matrix's first output line, per-port streams)
     for name, (oh, ih, bias) in heads.items():
         qmat = qm.mats[name]
-        N, K = qmat.q.shape
-        Nl, Kl = oh * lines_for(N // oh, cols), ih * lines_for(K // ih, cols)
+        N, K, Nl, Kl, x0 = shapes[name]
         ri, ci = scatter_index(N, oh, cols), scatter_index(K, ih, cols)
         w = np.zeros((Nl * cols, Kl * cols), np.int8)
         w[np.ix_(ri, ci)] = qmat.q
+        streams.append((wstream.address(rw.offset, x0, cfg), wstream.port_streams(w, cfg)))
+        del w
         mult = np.zeros(Nl * cols, "<i4")
         mult[ri] = qmat.mult
-        rw = lay.add(f"w:{name}", w.nbytes, "weight")
         rm = lay.add(f"mult:{name}", mult.nbytes, "weight")
-        parts += [(rw.offset, w), (rm.offset, mult)]
+        parts.append((rm.offset, mult))
         boff = None
         if bias is not None:
             b = np.zeros(Nl * cols, "<i4")
@@ -116,7 +139,7 @@ def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int):
             rb = lay.add(f"bias:{bias}", b.nbytes, "vector")
             parts.append((rb.offset, b))
             boff = rb.offset
-        mats[name] = MatrixInfo(name, N, K, Nl, Kl, rw.offset, rm.offset, qmat.requant_shift, boff)
+        mats[name] = MatrixInfo(name, N, K, Nl, Kl, rw.offset, x0, rm.offset, qmat.requant_shift, boff)
     gpt2 = c.arch == "gpt2"
     for n in g.nodes:
         if n.op == "norm":
@@ -160,4 +183,8 @@ def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int):
     img = bytearray(init_end)
     for off, arr in parts:
         _put(img, off, arr)
+    win = np.frombuffer(img, np.uint8)  # a writable view of img
+    for w0, st in streams:
+        wstream.scatter(win, w0, st, cfg)
+    del win
     return lay, img, mats, kv, rows

@@ -2,21 +2,24 @@
 
 DRAM (byte offsets inside the accelerator's window, see ``systolica.csr``)::
 
-    programs   one region per program (the runtime copies the patched words there)
-    weights    per matrix: int8 rows padded to whole scratchpad lines, then its int32 mult row
+    weights    every matrix's int8 weights once, in the weight-stream layout of GEMM_STREAM
+               (``systolica.wstream``): one region aligned to a 4 KiB page, matrix after matrix
+    mult:*     per matrix: its int32 requantization multipliers (one vector-buffer row)
     vectors    fx int32 norm gains (+ betas right after, as LAYERNORM wants), biases
     token_embd fx int32, one vector-buffer row per token id
     pos_embd   fx int32, one row per position (GPT-2)
     rope       fx int32, one row per position: padded head_dim/2 cos, then padded head_dim/2 sin
     kv         paged KV cache: layer -> physical page -> kv head -> KV tile (systolica.layout.kv_tile)
     logits     fx int32, one row (the last token of the run)
+    programs   one region per program (the runtime copies the patched words there)
 
 Every region starts on a multiple of :func:`dram_align` so that a DMA to any buffer is aligned
 (``DMA_ALIGN``: addresses and strides are multiples of the target buffer's line bytes).
 
 On chip, tensors of the IR get line ranges by first-fit over their live ranges
 (:class:`LinearAllocator`); regions that the load engine fills while compute works on the
-previous one (weight tiles, KV tiles, mult rows) come in pairs (double buffering).
+previous one (KV tiles, mult rows) come in pairs (double buffering).  Weights never enter the
+scratchpad: GEMM_STREAM reads them from DRAM straight into the array.
 """
 
 from __future__ import annotations
@@ -64,10 +67,12 @@ class DramLayout:
     regions: dict[str, Region] = field(default_factory=dict)
     top: int = 0
 
-    def add(self, name: str, size: int, kind: str) -> Region:
+    def add(self, name: str, size: int, kind: str, align: int | None = None) -> Region:
+        """A region of ``size`` bytes after the last one, at a multiple of ``align`` (default the layout's)."""
         if name in self.regions:
             raise MemoryError_(f"DRAM region {name!r} allocated twice")
-        off = -(-self.top // self.align) * self.align
+        a = math.lcm(self.align, align) if align else self.align
+        off = -(-self.top // a) * a
         r = Region(name, off, int(size), kind)
         self.regions[name] = r
         self.top = off + int(size)

@@ -1,11 +1,12 @@
-"""Tiling of matrices to the systolic array and the double-buffered weight slots.
+"""Tiling of matrices to the accumulator: output blocks of whole output lines, all of K at once.
 
-A matrix of ``N`` outputs and ``K`` inputs is stored in DRAM as ``Nl * cols`` rows of ``Kl``
-scratchpad lines (``Nl = ceil(N / cols)``, ``Kl = ceil(K / cols)``, zero padded).  A tile is
-``nt * cols`` rows by ``kt`` lines: one strided LOAD brings it into a weight slot, one GEMM (or
-one per token row, see :func:`gemm_calls`) consumes it.  Tiles are as large as the slot and the
-accumulator allow, whole rows (``kt = Kl``) first, because a full-K tile needs no partial sums
-and gives the longest DMA bursts.
+A matrix of ``N`` outputs and ``K`` inputs is ``Nl * cols`` rows of ``Kl`` lines
+(``Nl = ceil(N / cols)``, ``Kl = ceil(K / cols)``, zero padded), stored once in DRAM in the
+weight-stream layout (:mod:`systolica.wstream`).  GEMM_STREAM reads the weights of any block of
+whole output lines straight from DRAM, so nothing limits a block's K: every block spans all of K
+(no partial sums) and ``nt`` output lines, as many as the accumulator holds for the GEMM's ``m``
+rows (``m * nt`` lines), the 16-bit ``n`` field and the caller's ``cap`` allow (the code generator
+caps ``nt`` so that the vector-buffer slots sized by it fit).
 """
 
 from __future__ import annotations
@@ -14,18 +15,19 @@ from dataclasses import dataclass
 
 from systolica.compiler.memory import MemoryError_
 
-__all__ = ["Tile", "MatrixTiling", "tile_matrix", "gemm_calls"]
+__all__ = ["Tile", "MatrixTiling", "tile_matrix", "FIELD_MAX"]
+
+FIELD_MAX = 0xFFFF  # GEMM_STREAM's m, k and n fields are 16 bits
 
 
 @dataclass(frozen=True)
 class Tile:
+    """One output block: output lines ``n0 .. n0 + nt`` over all ``kt`` (= ``Kl``) K lines."""
+
     n0: int  # first output line
     nt: int  # output lines
-    k0: int  # first input line
+    k0: int  # first input line (always 0: blocks span all of K)
     kt: int  # input lines
-
-    def spad_lines(self, cols: int) -> int:
-        return self.nt * cols * self.kt
 
 
 @dataclass(frozen=True)
@@ -34,65 +36,38 @@ class MatrixTiling:
     Nl: int
     Kl: int
     nt: int
-    kt: int
+    kt: int  # = Kl
 
     def tiles(self) -> list[Tile]:
-        """Output blocks in order; within one block the K tiles in order (the GEMMs accumulate)."""
-        out = []
-        for n0 in range(0, self.Nl, self.nt):
-            for k0 in range(0, self.Kl, self.kt):
-                out.append(Tile(n0, min(self.nt, self.Nl - n0), k0, min(self.kt, self.Kl - k0)))
-        return out
+        """The output blocks in order, one GEMM_STREAM each."""
+        return [Tile(n0, min(self.nt, self.Nl - n0), 0, self.kt) for n0 in range(0, self.Nl, self.nt)]
 
     @property
     def n_blocks(self) -> int:
         return -(-self.Nl // self.nt)
 
 
-def tile_matrix(name: str, Nl: int, Kl: int, cols: int, slot_lines: int, acc_lines: int, rows: int) -> MatrixTiling:
-    """Pick ``(nt, kt)`` for a matrix of ``Nl x Kl`` lines.
+def tile_matrix(name: str, Nl: int, Kl: int, acc_lines: int, rows: int, cap: int | None = None) -> MatrixTiling:
+    """Pick the block height ``nt`` of a matrix of ``Nl x Kl`` lines (``kt = Kl``).
 
     Parameters
     ----------
-    slot_lines : int
-        Scratchpad lines of one weight slot.
     acc_lines : int
-        Accumulator lines available to the partial results (``rows * nt`` must fit).
+        Accumulator lines available to one block's results (``rows * nt`` must fit).
     rows : int
-        Token rows of the activation (the GEMM's ``m``).
+        Token rows of the activation (the GEMM_STREAM's ``m``).
+    cap : int, optional
+        Largest ``nt`` the caller allows (vector-buffer slots); default no limit.
     """
-    if slot_lines < cols:
-        raise MemoryError_(f"weight slot of {slot_lines} scratchpad lines cannot hold even one {cols}x{cols} tile "
-                           f"of {name!r}")
     if acc_lines < rows:
         raise MemoryError_(f"accumulator of {acc_lines} lines cannot hold {rows} rows of one output line of {name!r}")
-    nt_acc = max(1, acc_lines // rows)
-    if cols * Kl <= slot_lines:
-        kt = Kl
-        nt = min(Nl, slot_lines // (cols * Kl), nt_acc)
-    else:  # a row block of the whole K does not fit: split K, accumulate in the acc buffer
-        nt = 1
-        kt = slot_lines // cols
-    # Even out the blocks: the same number of tiles with a smaller last-tile imbalance.
+    for v, what in ((Kl, "k (its input lines)"), (rows, "m (its activation rows)")):
+        if v > FIELD_MAX:
+            raise MemoryError_(f"GEMM_STREAM of {name!r} needs {what} = {v}, more than the 16-bit field holds")
+    nt = min(Nl, acc_lines // rows, FIELD_MAX, cap if cap is not None else Nl)
+    if nt < 1:
+        raise MemoryError_(f"no block height fits {name!r} (cap {cap})")
+    # Even out the blocks: the same number of blocks with a smaller last-block imbalance.
     nb = -(-Nl // nt)
     nt = -(-Nl // nb)
-    kb = -(-Kl // kt)
-    kt = -(-Kl // kb)
-    for v, what in ((nt, "n"), (kt, "k")):
-        if v > 0xFFFF:
-            raise MemoryError_(f"tile of {name!r} has {v} lines along {what}, more than a 16-bit field holds")
-    return MatrixTiling(name, Nl, Kl, nt, kt)
-
-
-def gemm_calls(t: Tile, m: int, Kl: int) -> list[tuple[int, int, int, int]]:
-    """The GEMMs of one tile as ``(row, m, a_offset, dst_offset)`` in lines.
-
-    GEMM reads A as ``m`` rows of ``k`` lines and writes ``m`` rows of ``n`` lines.  When the tile
-    spans all of K the activation rows are already ``kt`` lines apart and one GEMM does every row;
-    otherwise the rows of A are ``Kl`` lines apart and each row gets its own GEMM (``m = 1``)
-    so that partial sums of one row land in the same accumulator lines.  Either way the
-    accumulator block holds ``m`` rows of ``t.nt`` lines.
-    """
-    if t.kt == Kl or m == 1:
-        return [(0, m, t.k0, 0)]
-    return [(r, 1, r * Kl + t.k0, r * t.nt) for r in range(m)]
+    return MatrixTiling(name, Nl, Kl, nt, Kl)

@@ -4,7 +4,8 @@ It runs the same programs as the golden simulator and follows the same rules
 (``docs/isa.md``), but with time instead of data:
 
 - fetch reads instruction words through the read port (``16 / dma_bytes`` beats a word, a prefetch
-  FIFO of 8 words, the read latency at each refill); the decoder takes one word every 3 cycles
+  FIFO of 8 words, the read latency at each refill); LOADs and GEMM_STREAM's weight port 0 share it
+  (``hw/accelerator.py``), so the words fetched while one of them runs stretch it; the decoder takes one word every 3 cycles
   (TAKE, CHECK, DISPATCH) into the engine's command FIFO (``cmd_depth - 1`` deep) and waits while
   that FIFO is full;
 - each engine executes its FIFO in order: IDLE (read the FIFO) -> POP (wait until every queue its
@@ -59,8 +60,9 @@ def decode_timed(word: int) -> Instr:
 
 
 def fetch_stretch(seen: Sequence[int], start: int, exec_cycles: int, first_beat: int, word_cycles: int) -> int:
-    """Cycles a LOAD starting at ``start`` is stretched by instruction words fetched during it (``seen``:
-    sorted arrival cycles): fetch and LOAD share one read port; words before its first beat do not conflict.
+    """Cycles a LOAD (or GEMM_STREAM) starting at ``start`` is stretched by instruction words fetched during it
+    (``seen``: sorted arrival cycles): fetch, LOAD and weight port 0 share one read port; words before its first
+    beat do not conflict.
     The words that arrive inside the stretched window stretch it further (a fixed point, three rounds)."""
     lo = bisect_right(seen, start + first_beat)
     extra = 0
@@ -279,7 +281,7 @@ class PerfModel:
                     for q in qpop_l[i]:
                         pops[q].append(s)
                     ex = exec_l[i]
-                    if e == 0 and load_port and rdb_l[i]:
+                    if load_port and rdb_l[i]:  # a LOAD, or a GEMM_STREAM (weight port 0 shares gmem0)
                         ex += fetch_stretch(seen, s, ex, first_beat, word_cycles)
                         exl[i] = ex
                     r = s + ex + 1

@@ -21,6 +21,9 @@ active ones compute one activation row per cycle; the array's pipeline (:func:`a
 the accumulator per instruction); ``"line_dot"`` is the top level's first compute
 engine (one ``cols``-lane dot product per cycle, then 4 cycles to add the output
 line into the accumulator), kept to compare datapaths.
+GEMM_STREAM (:func:`_gemm_stream`) is the systolic GEMM with its weights read from DRAM by the
+``dma_ports`` weight ports (``hw/weight_stream.py``) instead of the scratchpad: a first-order cost whose
+RTL calibration is pending (one constant checked on "tiny", :data:`WSTREAM_STARTUP`).
 The line ops (ADD, MUL, REQUANT, ARGMAX, SILU, GELU, ROPE; QUANT, SOFTMAX, RMSNORM,
 LAYERNORM) follow the RTL's vector and row-pass sequencers: ``cfg.line_beats`` cycles per
 buffer line and pass (the line units have ``cfg.line_width`` lanes; SILU, GELU, the norms and
@@ -31,6 +34,7 @@ sequencer (one K or V line a cycle; a reciprocal per ATTN_OUT row), calibrated o
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
@@ -38,7 +42,7 @@ from systolica.config import AccelConfig
 from systolica.isa import Buf, Instr
 
 __all__ = ["PerfParams", "OpCost", "op_cost", "cost_signature", "COST_FIELDS", "array_latency", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
-           "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY"]
+           "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY", "WSTREAM_STARTUP"]
 
 GEMM_DATAPATHS = ("line_dot", "systolic")
 RECIP_CYCLES = 33  # hw/recip.py: one reciprocal, request to result
@@ -108,8 +112,8 @@ class PerfParams:
     token_latency : int
         Cycles from a token push to the consumer seeing it (the token queue's register).
     fetch_contention : bool
-        Instruction fetch shares the load engine's read port (``hw/accelerator.py``): words fetched while
-        a LOAD runs stretch it by their beats.
+        Instruction fetch shares the load engine's read port with GEMM_STREAM's weight port 0
+        (``hw/accelerator.py``): words fetched while a LOAD or a GEMM_STREAM runs stretch it by their beats.
     """
 
     rd_latency: int = 2
@@ -253,6 +257,40 @@ def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0)
     return OpCost(cycles, array_busy=tiles * m, macs=macs)
 
 
+#: GEMM_STREAM's fixed cycles beyond the DRAM read latency (``rd_latency``) and the tiles: the weight ports'
+#: first request, the line FIFO and P-line join (``hw/weight_stream.py``), the array's drain into the accumulator.
+#: First order, RTL CALIBRATION PENDING: this constant makes COMPUTE_BUSY exact for single GEMM_STREAMs
+#: (m 1..16, k 1..16, n 1..4) on the fast RTL harness of "tiny" with 1 and 2 ports and rd_latency 2, where the
+#: DRAM keeps up; latency, other configs and contention with LOADs are not fitted (RTL-vs-model tests to come).
+WSTREAM_STARTUP = 4
+
+
+def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0) -> OpCost:
+    """GEMM_STREAM, first order (RTL CALIBRATION PENDING: see :data:`WSTREAM_STARTUP`).
+
+    The systolic GEMM's tile schedule (:func:`_gemm`) with each tile's weights coming from the weight ports: a
+    ``cols x cols`` tile is ``cols`` weight lines of ``bpl = cols / dma_bytes`` beats, ``cols / P`` of them per
+    port, so the ports fill it in ``cols * bpl / P`` cycles when the DRAM keeps up with all ``P`` ports
+    (``beat_cycles == 1``; the board parameters do not say how far beyond one port it keeps up) and in
+    ``cols * bpl * beat_cycles`` when it does not keep up with even one (then more ports add nothing).  Tiles
+    overlap their weights with the previous tile's ``m`` rows, so a tile costs ``max(load, m)``; then the
+    DRAM latency and :data:`WSTREAM_STARTUP` once per instruction.  Not modelled yet: LOADs and instruction
+    fetch sharing the DRAM with the weight ports while both run, burst and page boundaries (``w`` is not in
+    :data:`COST_FIELDS`), and the ``line_dot`` datapath (GEMM_STREAM is costed as on the systolic array)."""
+    cols, rows, P = cfg.cols, cfg.rows, cfg.dma_ports
+    macs = m * k * cols * n * cols
+    if m == 0 or n == 0:
+        return OpCost(1)
+    if k == 0:
+        return OpCost((0 if acc else m * n) + 1)  # no weights to read: as GEMM
+    bpl = max(1, cols // cfg.dma_bytes)  # beats of one weight line (a narrower line still takes a beat)
+    per_tile = cols * bpl * p.beat_cycles if p.beat_cycles > 1 else cols * bpl / P
+    tiles = n * -(-k * cols // rows)
+    load = max(1, math.ceil(per_tile * n * k / tiles))  # an array tile's share of the stream (square: per_tile)
+    cycles = p.rd_latency + WSTREAM_STARTUP + load + (tiles - 1) * max(m, load) + m + array_latency(cfg)
+    return OpCost(cycles, array_busy=tiles * m, rd_beats=n * k * cols * bpl, macs=macs)
+
+
 def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     f = ins.fields
     key = "QUANT_SPLIT" if ins.op == "QUANT" and f.get("split") else ins.op
@@ -318,6 +356,8 @@ def op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         return _dma_cost(cfg, p, op, f["buf"], f["dram"] & 4095, f["stride"], f["rows"], f["lines"])
     if op == "GEMM":
         return _gemm(cfg, p, f["m"], f["k"], f["n"], f["acc"])
+    if op == "GEMM_STREAM":
+        return _gemm_stream(cfg, p, f["m"], f["k"], f["n"], f["acc"])
     if op in VECTOR_PASSES:
         return _vector(cfg, p, ins)
     if op == "ATTN":

@@ -250,10 +250,11 @@ class ProgramPlan:
             array_busy += cost_arr[s] * c
             wr += cost_wr[s] * c
             macs += cost_macs[s] * c
-        if exl is not ex:  # the read-port contention stretched LOADs (load engine)
-            extra = sum(exl) - sum(ex)
-            busy[0] += extra
-            per_sig_op["LOAD"] = per_sig_op.get("LOAD", 0) + extra
+        if exl is not ex:  # the read-port contention stretched LOADs and GEMM_STREAMs (gmem0's read channels)
+            for i, (a, b) in enumerate(zip(exl, ex, strict=True)):
+                if a != b:
+                    busy[self.eng[i]] += a - b
+                    per_sig_op[self.ops[i]] = per_sig_op.get(self.ops[i], 0) + a - b
         pad = [-1] * (len(self.words) - self.n)
         ibeats = max(1, WORD_BYTES // self.cfg.dma_bytes)
         return PerfResult(cycles=max(end) + RUN_OVERHEAD, start=start + pad, end=end + pad,
@@ -263,7 +264,7 @@ class ProgramPlan:
 
     def _replay(self, ex: list[int], rdb: list[int] | None, seen: list[int] | None, p, wc: int):
         """One pass of the schedule in the fixed order; with ``rdb`` and ``seen`` (the first pass's fetch
-        arrivals), the words fetched during a LOAD stretch it (``ex`` is updated in place)."""
+        arrivals), the words fetched during a LOAD or GEMM_STREAM stretch it (``ex`` is updated in place)."""
         n = self.n
         disp = [0] * n
         take = [0] * n
@@ -350,7 +351,7 @@ def plan_for(cfg: AccelConfig, words: Sequence[int], *, copy: bool = True) -> Pr
             if k:
                 plans.insert(0, plans.pop(k))
             return pl
-    limit = max(16, n // 8)
+    limit = max(64, n // 8)  # a decode step of a small model patches ~1/7 of its words
     for pl in plans:
         if len(pl.words) != n:
             continue

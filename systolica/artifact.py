@@ -3,7 +3,8 @@
 File format (a zip archive, ``.systolica``)::
 
     manifest.json        format name and version, accelerator config and hash, model metadata,
-                         tokenizer, page size, KV layout, DRAM regions, programs and patch tables
+                         tokenizer, page size, KV layout, DRAM regions, where each matrix lies in the
+                         weight-stream region (``weights``), programs and patch tables
     programs/<kind>.bin  systolica.program binaries ("prefill", "decode"), stamped with the config hash
     image.bin            the initialised DRAM image (weights and tables), byte 0 = window offset 0
 
@@ -49,7 +50,9 @@ from systolica.program import Program
 __all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "ArtifactError", "StepState"]
 
 FORMAT = "systolica-artifact"
-FORMAT_VERSION = 1
+#: 2: weights in the weight-stream layout (one ``weights`` region, the manifest's ``weights`` table) and every
+#: matmul a GEMM_STREAM; version 1 kept a row-major copy per matrix and LOADed its tiles into the scratchpad.
+FORMAT_VERSION = 2
 
 
 class ArtifactError(ValueError):

@@ -48,17 +48,18 @@ def test_programs_pass_the_deadlock_check(art):
         assert max(peaks.values()) <= art.config.queue_depth
 
 
-def test_weight_tiles_double_buffered(art):
-    """Weight and multiplier LOADs wait for the tile before last, never the GEMM just before them."""
+def test_mult_rows_double_buffered(art):
+    """Multiplier LOADs wait for the block before last, never the GEMM_STREAM just before them."""
     ins = art.programs["decode"].instrs()
     embd = art.region("token_embd")["offset"]
     waits = dict((c, p) for p, c in _pairs(ins))
     last_gemm, checked = -1, 0
     for i, x in enumerate(ins):
-        if x.op == "GEMM":
+        if x.op == "GEMM_STREAM":
             last_gemm = i
         elif x.op == "LOAD" and x.dram < embd and i in waits and last_gemm >= 0:
-            assert waits[i] < last_gemm, f"LOAD {i} waits for {ins[waits[i]].op} {waits[i]}, GEMM {last_gemm} is last"
+            assert waits[i] < last_gemm, (f"LOAD {i} waits for {ins[waits[i]].op} {waits[i]}, GEMM_STREAM {last_gemm} "
+                                          "is last")
             checked += 1
     assert checked >= 5
 

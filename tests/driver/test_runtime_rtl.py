@@ -70,10 +70,11 @@ def test_fast_rtl_backend_generates_the_golden_tokens(build_dir, tmp_path):
     assert m_r.decode_tokens_per_s is not None
 
 
-@pytest.mark.parametrize("kind, region", [("read", "w:blk.0.ffn_up"), ("write", "logits")])
+@pytest.mark.parametrize("kind, region", [("read", "weights"), ("write", "logits")])
 def test_bus_error_during_generation_raises_bus_error(build_dir, kind, region):
     """An AXI SLVERR on a weight read or on the logits write stops the run: the runtime raises BusError
-    naming the faulting instruction, a LOAD or a STORE (the C++ DRAM model injects the error)."""
+    naming the faulting instruction, a GEMM_STREAM (the weight ports) or a STORE (the C++ DRAM model injects
+    the error)."""
     from systolica.isa import decode as decode_word
     from systolica.sim.faults import BusError, SimFault
 
@@ -90,7 +91,7 @@ def test_bus_error_during_generation_raises_bus_error(build_dir, kind, region):
         list(rt.generate(PROMPT, N, stop=[]))
     assert isinstance(e.value, SimFault) and e.value.fault.name == "BUS_ERROR"
     op = decode_word(art.programs["prefill"].words[e.value.pc]).op  # the first run (prefill) faulted
-    assert op == ("LOAD" if kind == "read" else "STORE"), (op, str(e.value))
+    assert op == ("GEMM_STREAM" if kind == "read" else "STORE"), (op, str(e.value))
     dev.slverr = {}  # the device runs cleanly afterwards: the same tokens as a fresh golden run
     golden = [s.token for s in Runtime(art, open_device("golden", cfg, dram_bytes=art.dram_bytes + 8192))
               .generate(PROMPT, N, stop=[])]

@@ -164,3 +164,29 @@ def test_line_op_costs_match_the_rtl(lanes, nonlinear):
     for op, rtl in RTL_LINE_OPS[(lanes, nonlinear)].items():
         model = op_cost(cfg, PerfParams(), _line_op(op)).exec_cycles
         assert model == rtl if op not in ("LAYERNORM", "ROPE") else abs(model - rtl) <= 0.01 * rtl, (op, model, rtl)
+
+
+def test_gemm_stream_decode_runs_at_the_ports_rate():
+    """GEMM_STREAM (first-order cost, RTL calibration pending): one row (decode) is weight-bound, ``cols * bpl / P``
+    cycles a tile, so twice the ports halve the stream; many rows are row-bound like GEMM, and the counters
+    carry every port's beats."""
+    two = CFG.replace(name="tiny2", dma_ports=2)
+    p = PerfParams()
+    n, k = 8, 16
+    one_port = op_cost(CFG, p, make("GEMM_STREAM", m=1, k=k, n=n))
+    two_ports = op_cost(two, p, make("GEMM_STREAM", m=1, k=k, n=n))
+    tiles = n * k
+    assert one_port.exec_cycles >= tiles * C and two_ports.exec_cycles >= tiles * C // 2
+    assert one_port.exec_cycles - two_ports.exec_cycles == pytest.approx(tiles * C / 2, abs=C)
+    assert one_port.rd_beats == two_ports.rd_beats == n * k * C * (C // CFG.dma_bytes)
+    assert one_port.macs == n * k * C * C
+    many = op_cost(two, p, make("GEMM_STREAM", m=64, k=k, n=n)).exec_cycles
+    gemm = op_cost(two, p, make("GEMM", m=64, k=k, n=n)).exec_cycles
+    assert tiles * 64 <= many <= gemm + p.rd_latency + 10  # row-bound: as GEMM, plus the stream's start
+    slow = op_cost(two, p.replace(beat_cycles=3.0), make("GEMM_STREAM", m=1, k=k, n=n)).exec_cycles
+    assert slow >= 3 * tiles * C  # the DRAM does not keep up with one port: the second adds nothing
+    # in a program: the model times it, the DMA counter carries the weights, the cached plan agrees
+    prog = words(make("GEMM_STREAM", dst=0, a=0, w=0, m=1, k=k, n=n, acc=0))
+    r = PerfModel(two).run(prog)
+    assert r.counters()["DMA_BEATS"] == one_port.rd_beats + 2 * (16 // two.dma_bytes)
+    assert r.cycles == PerfModel(two, cache=False).run(prog).cycles > two_ports.exec_cycles
