@@ -44,6 +44,16 @@ class GoldenDevice(RunToCompletionDevice):
         self.cycle_model = cycle_model
         self.last_result = None
         self._fetched: dict[tuple[int, int], tuple] = {}  # (base, words) -> (bytes seen, their words)
+        self._readonly: list[tuple[int, int]] = []  # arena (offset, size) ranges nothing writes any more
+
+    def declare_readonly(self, buffer, offset: int, size: int) -> None:
+        """Promise that ``size`` bytes at ``offset`` of ``buffer`` (one of :meth:`alloc`'s) are not written again
+        (the weights, once placed): the golden simulator then keeps what GEMM_STREAM reads there converted
+        instead of reading it again every run, and a STORE into it raises instead of running."""
+        if not (0 <= offset and offset + size <= buffer.view.size):
+            raise ValueError(f"read-only range of {size} bytes at {offset:#x} is outside the {buffer.view.size}-byte buffer")
+        self._readonly.append((buffer.offset + offset, size))
+        self._sim_window = None  # the next run builds a simulator that knows it
 
     def _soft_reset(self) -> None:
         super()._soft_reset()
@@ -52,7 +62,9 @@ class GoldenDevice(RunToCompletionDevice):
 
     def _execute(self, off: int, win_size: int, base: int, n: int) -> tuple[Fault, int, dict]:
         if self._sim_window != (off, win_size):
-            self._sim = GoldenSim(self.cfg, self.arena, window_base=off, window_size=win_size)
+            ro = [(max(o, off) - off, min(o + n, off + win_size) - max(o, off)) for o, n in self._readonly
+                  if o < off + win_size and off < o + n]
+            self._sim = GoldenSim(self.cfg, self.arena, window_base=off, window_size=win_size, readonly=ro)
             self._sim_window = (off, win_size)
         sim = self._sim
         # Fetch as the hardware does: words that lie outside the window fault before they run.

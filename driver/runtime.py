@@ -132,6 +132,11 @@ class Runtime:
         self.window = device.alloc(size)
         self.window.view[:artifact.image.size] = artifact.image
         self.window.sync_to_device()
+        declare = getattr(device, "declare_readonly", None)  # a simulator may keep read-only data converted
+        if declare is not None:
+            for r in artifact.manifest["regions"]:
+                if r.get("kind") == "weight":
+                    declare(self.window, int(r["offset"]), int(r["size"]))
         kv = artifact.manifest["kv"]
         self.pool = PagePool(int(kv["n_pages"]), int(kv["page"]))
         self.tokenizer = tokenizer if tokenizer is not None else _artifact_tokenizer(artifact)

@@ -117,12 +117,18 @@ class GoldenSim:
     fast
         Run programs through cached execution plans (:mod:`systolica.sim.golden_plan`), bit-exact with
         the per-instruction path (``fast=False``); default: on unless ``SYSTOLICA_GOLDEN_FAST=0``.
+    readonly
+        ``(offset, size)`` ranges of the window that nothing writes while the simulator lives (the weights,
+        once the host has placed them): the simulator may keep what GEMM_STREAM reads there converted for
+        its matmuls instead of reading it again every run.  A STORE that would write into one raises
+        :class:`~systolica.sim.golden_ops.ReadOnlyStore` (a broken promise, not an accelerator fault); the
+        host must not write there either.
 
     Buffers and DRAM persist between :meth:`run` calls, as in the hardware.
     """
 
     def __init__(self, cfg: AccelConfig, dram: np.ndarray | int | None = None, window_base: int = 0,
-                 window_size: int | None = None, *, fast: bool | None = None):
+                 window_size: int | None = None, *, fast: bool | None = None, readonly=()):
         self.cfg = cfg
         if dram is None or isinstance(dram, (int, np.integer)):
             dram = np.zeros(int(dram if dram is not None else cfg.dram_bytes), dtype=np.uint8)
@@ -142,6 +148,10 @@ class GoldenSim:
         self.acc = np.zeros((cfg.acc_lines, cfg.cols), np.int32)
         self.vbuf = np.zeros((cfg.vbuf_lines, cfg.cols), np.int32)
         self.counters = Counters()
+        self.readonly = tuple((int(o), int(o) + int(n)) for o, n in readonly)
+        for lo, hi in self.readonly:
+            if not 0 <= lo <= hi <= size:
+                raise ValueError(f"read-only range [{lo:#x}, {hi:#x}) is not inside the {size:#x}-byte window")
         self._prepared: OrderedDict = OrderedDict()
         self._words: dict[int, object] = {}  # word -> what _check_word found (it depends on the word alone)
         self._words_window = self.window.size

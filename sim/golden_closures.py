@@ -18,8 +18,8 @@ import numpy as np
 from systolica import numerics as nx
 from systolica import wstream
 from systolica.isa import Buf, Instr
-from systolica.layout import WPAGE, attn_state_lines, dma_line_bytes, kv_tile
-from systolica.sim.golden_ops import EXECUTE, _dma_plan, _dram_rows, _lines, _rows
+from systolica.layout import WPAGE, attn_state_lines, dma_line_bytes, kv_tile, wstream_end
+from systolica.sim.golden_ops import EXECUTE, _dma_plan, _dram_rows, _lines, _rows, readonly_cover
 
 if TYPE_CHECKING:  # pragma: no cover
     from systolica.sim.golden import GoldenSim
@@ -118,6 +118,10 @@ def _gemm(sim: GoldenSim, ins: Instr) -> Op | None:
     else:
         w, fill = _rows(_lines(sim, "spad", ins, "w", n * cols * k, "W"), n * cols), None
     out = _rows(dst, m)
+    if fill is not None and k and readonly_cover(sim, ins.w, wstream_end(ins.fields, sim.cfg)):
+        # weights the host declared read-only: read and converted on the first run, then kept
+        fill()
+        return _gemm_math(a, w, out, m, k, n, cols, bool(ins.acc), w_once=True)
     if fill is not None and k:  # the weights are read when the instruction runs, as the hardware does
         inner = _gemm_math(a, w, out, m, k, n, cols, bool(ins.acc))
 
@@ -129,9 +133,9 @@ def _gemm(sim: GoldenSim, ins: Instr) -> Op | None:
     return _gemm_math(a, w, out, m, k, n, cols, bool(ins.acc))
 
 
-def _gemm_math(a, w, out, m: int, k: int, n: int, cols: int, ins_acc: bool) -> Op:
+def _gemm_math(a, w, out, m: int, k: int, n: int, cols: int, ins_acc: bool, w_once: bool = False) -> Op:
     """``out (+)= a @ W^T`` as a closure; ``w`` is ``W`` (2-D) or any view with ``W``'s elements in row-major order
-    of a reshape (read again at every call)."""
+    of a reshape (read again at every call, or only at the first with ``w_once``)."""
     if k == 0:
         if ins_acc:
             return lambda: None  # adds zero
@@ -152,9 +156,15 @@ def _gemm_math(a, w, out, m: int, k: int, n: int, cols: int, ins_acc: bool) -> O
     if ft == np.float32:  # |result| <= 2**24: fits int32 as it is
         ri = np.empty((m, nn), np.int32)
 
+        fresh = [not w_once]  # with w_once the weights are converted here, once
+
+        if w_once:
+            np.copyto(wf, w)
+
         def gemm32() -> None:
             np.copyto(af, a)
-            np.copyto(wf, w)
+            if fresh[0]:
+                np.copyto(wf, w)
             np.matmul(af, wft, out=r)
             if ins_acc:
                 np.copyto(ri, r, casting="unsafe")
@@ -165,9 +175,13 @@ def _gemm_math(a, w, out, m: int, k: int, n: int, cols: int, ins_acc: bool) -> O
         return gemm32
     r64 = np.empty((m, nn), _I64)
 
+    if w_once:
+        np.copyto(wf, w)
+
     def gemm64() -> None:
         np.copyto(af, a)
-        np.copyto(wf, w)
+        if not w_once:
+            np.copyto(wf, w)
         np.matmul(af, wft, out=r)
         np.copyto(r64, r, casting="unsafe")  # exact: |r| <= 2**53
         if ins_acc:

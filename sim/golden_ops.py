@@ -24,7 +24,16 @@ from systolica.layout import (EXTENTS, attn_state_lines, dma_end, dma_line_bytes
 if TYPE_CHECKING:  # pragma: no cover
     from systolica.sim.golden import GoldenSim
 
-__all__ = ["OpFault", "EXECUTE", "check_static", "check_operands"]
+__all__ = ["OpFault", "ReadOnlyStore", "EXECUTE", "check_static", "check_operands", "readonly_cover"]
+
+
+class ReadOnlyStore(RuntimeError):
+    """A STORE into a window range the host declared read-only (``GoldenSim(readonly=...)``)."""
+
+
+def readonly_cover(sim: GoldenSim, lo: int, hi: int) -> bool:
+    """Whether ``[lo, hi)`` lies inside one of the simulator's read-only ranges."""
+    return any(a <= lo and hi <= b for a, b in sim.readonly)
 
 
 class OpFault(Exception):
@@ -294,6 +303,12 @@ def _dma_plan(sim: GoldenSim, ins: Instr) -> tuple[np.ndarray, int, int, int]:
                           f"{ins.op}.dram={dram:#x}: {rows} rows of {row_bytes} bytes, stride {stride:#x}, end at "
                           f"{end:#x}, past the {sim.window.size:#x}-byte DRAM window")
     view = _lines(sim, name, ins, "sram", dma_lines(ins.fields, sim.cfg), f"{rows} rows x {lines} lines")
+    if ins.op == "STORE" and rows and lines and sim.readonly:
+        end = dma_end(ins.fields, sim.cfg)
+        for lo, hi in sim.readonly:
+            if dram < hi and lo < end:
+                raise ReadOnlyStore(f"STORE.dram={dram:#x}..{end:#x} writes into the read-only range [{lo:#x}, "
+                                    f"{hi:#x}) of the window (the weights the host declared read-only)")
     return view, lb, row_bytes, rows
 
 

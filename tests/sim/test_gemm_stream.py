@@ -81,3 +81,29 @@ def test_gemm_stream_faults(fields, fault):
     with pytest.raises(SimFault) as e:
         h.run(f"GEMM_STREAM dst={f['dst']} a={f['a']} w={f['w']} m={f['m']} k={f['k']} n={f['n']} acc=0\nFINISH")
     assert e.value.fault == fault
+
+
+def test_readonly_weights_are_converted_once_and_stay_exact():
+    """Weights declared read-only: every run still equals numerics.matmul (A changes between runs), and a
+    STORE into the range is refused with ReadOnlyStore instead of silently leaving stale weights behind."""
+    from systolica.sim.golden import GoldenSim
+    from systolica.sim.golden_ops import ReadOnlyStore
+
+    cfg = preset("tiny").replace(name="tiny2", dma_ports=2)
+    c, m, k, n = cfg.cols, 1, 6, 3
+    rng = np.random.default_rng(5)
+    w = rng.integers(-128, 128, (n * c, k * c), dtype=np.int8)
+    dram = np.zeros(1 << 17, np.uint8)
+    wa = 0x8000 + 12 * c
+    wstream.scatter(dram, wa, wstream.port_streams(w, cfg), cfg)
+    end = wstream_end({"w": wa, "n": n, "k": k}, cfg)
+    sim = GoldenSim(cfg, dram, fast=True, readonly=[(0x8000, end - 0x8000)])
+    h = Harness(cfg)
+    h.sim = sim
+    for _ in range(3):
+        a = rng.integers(-128, 128, (m, k * c), dtype=np.int8)
+        h.put(0, a)
+        h.run(_program(cfg, m, k, n, wa, False))
+        assert np.array_equal(h.get(0x3000, np.int32, (m, n * c)), nx.matmul(a, w))
+    with pytest.raises(ReadOnlyStore, match="read-only"):
+        h.run(f"STORE buf=SPAD sram=0 dram={0x8000 + 64:#x} rows=1 lines=1 stride={c}\nFINISH")
