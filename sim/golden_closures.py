@@ -147,23 +147,23 @@ def _gemm_math(a, w, out, m: int, k: int, n: int, cols: int, ins_acc: bool, w_on
         if ins_acc:
             return lambda: np.add(out, matmul(a, w), out=out, casting="unsafe")
         return lambda: np.copyto(out, matmul(a, w))
-    # as numerics.matmul: |a*w| <= 2**14, so float32 sums are exact while K * 2**14 <= 2**24, float64 up to 2**53;
-    # the exact integer result then wraps to int32 as the accumulator does
-    ft = np.float32 if kk * (1 << 14) <= 1 << 24 else np.float64
-    af, wf, r = np.empty((m, kk), ft), np.empty((nn, kk), ft), np.empty((m, nn), ft)
+    # as numerics.matmul: |a*w| <= 2**14, so float32 sums are exact while K * 2**14 <= 2**24 (K <= 1024); a longer K
+    # is summed in float32 chunks of 1024, each exact, added up exactly in int64 (|sum| <= 2**53); the exact integer
+    # result then wraps to int32 as the accumulator does.  Weights stay float32 either way (half the memory
+    # traffic of a float64 copy: decode is this matmul's memory bandwidth)
+    chunk = (1 << 24) >> 14
+    af, wf = np.empty((m, kk), np.float32), np.empty((nn, kk), np.float32)
     wft = wf.T
     wf = wf.reshape(w.shape)  # the copy target in the source's own shape (a view of the same floats)
-    if ft == np.float32:  # |result| <= 2**24: fits int32 as it is
+    r = np.empty((m, nn), np.float32)
+    if w_once:  # the weights are converted here, once
+        np.copyto(wf, w)
+    if kk <= chunk:  # |result| <= 2**24: fits int32 as it is
         ri = np.empty((m, nn), np.int32)
-
-        fresh = [not w_once]  # with w_once the weights are converted here, once
-
-        if w_once:
-            np.copyto(wf, w)
 
         def gemm32() -> None:
             np.copyto(af, a)
-            if fresh[0]:
+            if not w_once:
                 np.copyto(wf, w)
             np.matmul(af, wft, out=r)
             if ins_acc:
@@ -174,16 +174,16 @@ def _gemm_math(a, w, out, m: int, k: int, n: int, cols: int, ins_acc: bool, w_on
 
         return gemm32
     r64 = np.empty((m, nn), _I64)
-
-    if w_once:
-        np.copyto(wf, w)
+    parts = [(af[:, c:c + chunk], wft[c:c + chunk]) for c in range(0, kk, chunk)]
 
     def gemm64() -> None:
         np.copyto(af, a)
         if not w_once:
             np.copyto(wf, w)
-        np.matmul(af, wft, out=r)
-        np.copyto(r64, r, casting="unsafe")  # exact: |r| <= 2**53
+        r64.fill(0)
+        for ap, wp in parts:
+            np.matmul(ap, wp, out=r)
+            np.add(r64, r, out=r64, casting="unsafe")  # exact: integers below 2**53 in float64, then int64
         if ins_acc:
             np.add(r64, out, out=r64)
         np.bitwise_and(r64, 0xFFFFFFFF, out=r64)  # two's complement low 32 bits

@@ -107,3 +107,25 @@ def test_readonly_weights_are_converted_once_and_stay_exact():
         assert np.array_equal(h.get(0x3000, np.int32, (m, n * c)), nx.matmul(a, w))
     with pytest.raises(ReadOnlyStore, match="read-only"):
         h.run(f"STORE buf=SPAD sram=0 dram={0x8000 + 64:#x} rows=1 lines=1 stride={c}\nFINISH")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_long_k_is_exact_past_float32(fast):
+    """K = 1200 elements of -128 x -128: sums of 19.7 M, past float32's 2**24 (the fast path sums chunks of
+    1024 exactly); with acc=1 the int32 addition wraps like the adder."""
+    cfg = preset("tiny").replace(name="tiny2", dma_ports=2)
+    c, m, k, n = cfg.cols, 2, 300, 2
+    rng = np.random.default_rng(9)
+    a = np.full((m, k * c), -128, np.int8)
+    a[1] = rng.integers(-128, 128, k * c)
+    w = np.full((n * c, k * c), -128, np.int8)
+    w[1::2] = rng.integers(-128, 128, (n * c // 2, k * c))
+    c0 = np.full((m, n * c), 2**31 - 1000, np.int32)
+    h = Harness(cfg, dram_bytes=1 << 17, fast=fast)
+    h.put(0, a)
+    h.put(0x1000, c0)
+    wa = 0x8000
+    wstream.scatter(h.sim.window, wa, wstream.port_streams(w, cfg), cfg)
+    h.run(_program(cfg, m, k, n, wa, True))
+    want = (nx.matmul(a, w).astype(np.int64) + c0).astype(np.int32)  # wraps modulo 2**32
+    assert np.array_equal(h.get(0x3000, np.int32, (m, n * c)), want)
