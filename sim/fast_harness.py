@@ -6,6 +6,10 @@ writing the DRAM image to a file, running the binary and reading the image and
 a JSON result back.  The CSR offsets the C++ uses are generated from
 :data:`systolica.csr.REGISTERS`, so the harness cannot drift from the map.
 
+The DRAM model answers every burst after a fixed latency (``dram_latency=`` of :meth:`FastRtl.run`, or
+``$SYSTOLICA_DRAM_LATENCY``; default 0, the model's minimum of one cycle) with any number of bursts
+outstanding; :attr:`FastResult.ports` counts the beats and bursts of every AXI port.
+
 ``python -m systolica.sim.fast_harness --bench`` runs one weight-streaming program
 on this path and on the cocotb path (cocotbext-axi models in Python) and prints
 the simulated cycles per second of both.
@@ -34,12 +38,14 @@ from systolica.faults import Fault
 
 from .rtl_build import WAVES_ARGS, _patched_environ, verilator_env, waves_format
 
-__all__ = ["FastRtl", "FastResult", "FastHarnessError", "cocotb_build", "top_verilog", "bench", "default_build_root"]
+__all__ = ["FastRtl", "FastResult", "PortStats", "FastHarnessError", "DRAM_LATENCY_ENV", "cocotb_build", "top_verilog", "bench", "default_build_root"]
 
 _CPP = Path(__file__).with_name("fast_harness.cpp")
 TOP = "systolica_accel"
 # -O3 and --x-assign fast: ~1.8x the simulated cycles/s of -O2 on the tiny top level (measured: 218k vs 122k)
 _FAST_ARGS = ("-Wno-fatal", "-O3", "--x-assign", "fast")
+#: environment variable with the DRAM model's read / write-response latency in cycles (default 0)
+DRAM_LATENCY_ENV = "SYSTOLICA_DRAM_LATENCY"
 
 
 def default_build_root() -> Path:
@@ -49,6 +55,16 @@ def default_build_root() -> Path:
 
 class FastHarnessError(RuntimeError):
     """The harness could not be built or did not run."""
+
+
+@dataclass(frozen=True)
+class PortStats:
+    """What the DRAM model saw on one AXI port ``m_axi_gmem<i>`` during a run (handshakes)."""
+
+    rd_beats: int  # R beats
+    wr_beats: int  # W beats (strobed or not)
+    ar_bursts: int
+    aw_bursts: int
 
 
 @dataclass
@@ -61,10 +77,16 @@ class FastResult:
     wall_s: float  # wall time of those cycles inside the binary
     violations: int  # DRAM bytes touched outside the window (must be 0)
     counters: dict
+    dram_latency: int = 0  # the DRAM model's latency in cycles for this run
+    ports: tuple[PortStats, ...] = ()  # per AXI port, gmem0 first
 
     @property
     def cycles_per_s(self) -> float:
         return self.sim_cycles / self.wall_s if self.wall_s else float("inf")
+
+    def read_bytes_per_cycle(self, port: int, beat_bytes: int) -> float:
+        """Bytes read through ``port`` per cycle of the run (``beat_bytes``: the config's ``dma_bytes``)."""
+        return self.ports[port].rd_beats * beat_bytes / self.sim_cycles if self.sim_cycles else 0.0
 
 
 def _headers(cfg: AccelConfig) -> dict[str, str]:
@@ -135,19 +157,23 @@ class FastRtl:
     def run(self, dram: np.ndarray, *, window_base: int, window_size: int, prog_base: int, prog_len: int,
             max_cycles: int = 50_000_000, stall_percent: int = 0, seed: int = 0,
             waves_file: str | Path | None = None,
-            slverr: dict[str, tuple[int, int]] | None = None) -> FastResult:
+            slverr: dict[str, tuple[int, int]] | None = None, dram_latency: int | None = None) -> FastResult:
         """Run the program already in ``dram`` (a 1-D uint8 array, updated in place).
 
         ``stall_percent`` > 0: the C++ DRAM model withholds ready/valid at random on every AXI channel.
         ``slverr``: ``{"read": (lo, hi), "write": (lo, hi)}`` physical ranges the DRAM model answers with
         SLVERR (error injection; a beat beyond the DRAM image is always answered DECERR).
         ``waves_file``: write the run's waveform there (a tracing build only: ``waves`` of the constructor).
+        ``dram_latency``: cycles from a burst's AR handshake to its first R beat, and from a write burst's last
+        W beat to its B response (0 and 1: one cycle, the minimum); ``None`` takes ``$SYSTOLICA_DRAM_LATENCY``
+        (default 0).  Bursts are answered in order per port, any number outstanding.
         """
         if dram.dtype != np.uint8 or dram.ndim != 1:
             raise TypeError(f"dram must be a 1-D uint8 array, got {dram.dtype} {dram.shape}")
         if waves_file is not None and not self.waves:
             raise FastHarnessError("waves_file needs a tracing build: FastRtl(..., waves=True)")
         env = dict(os.environ, SYSTOLICA_WAVES_FILE=str(Path(waves_file).resolve()) if waves_file else "")
+        env[DRAM_LATENCY_ENV] = str(_dram_latency(dram_latency))
         for kind, rng in (slverr or {}).items():
             if kind not in ("read", "write"):
                 raise ValueError(f"slverr keys are 'read' and 'write', not {kind!r}")
@@ -163,7 +189,21 @@ class FastRtl:
             dram[:] = np.fromfile(dst, np.uint8)
         d = json.loads(proc.stdout.strip().splitlines()[-1])
         return FastResult(d["done"], d["status"], Fault(d["code"]), d["pc"], d["sim_cycles"], d["wall_s"],
-                          d["violations"], d["counters"])
+                          d["violations"], d["counters"], d["dram_latency"], tuple(PortStats(**q) for q in d["ports"]))
+
+
+def _dram_latency(value: int | None) -> int:
+    """The latency a run uses: ``value``, else ``$SYSTOLICA_DRAM_LATENCY``, else 0 (checked: a whole number >= 0)."""
+    src = "dram_latency"
+    if value is None:
+        value, src = os.environ.get(DRAM_LATENCY_ENV, "").strip() or 0, f"${DRAM_LATENCY_ENV}"
+    try:
+        lat = int(value)
+    except (TypeError, ValueError):
+        lat = -1
+    if lat < 0 or (isinstance(value, float) and value != lat):
+        raise ValueError(f"{src}={value!r}: the DRAM latency is a whole number of cycles >= 0 (e.g. 100)")
+    return lat
 
 
 @functools.lru_cache(maxsize=4)
