@@ -13,7 +13,8 @@ import pytest
 
 from systolica.config import preset
 from systolica.faults import Fault
-from systolica.isa import Engine, encode, make
+from systolica.isa import encode, make
+from systolica.sim.accel_programs import load_store_program
 from systolica.sim.fast_harness import DRAM_LATENCY_ENV, FastRtl
 from systolica.sim.golden import GoldenSim
 from systolica.sim.perf import PerfModel
@@ -29,14 +30,7 @@ OUTSTANDING = 4  # DmaReader / DmaWriter default (hw/dma.py)
 
 def _program() -> list[int]:
     """Three 4 KiB LOADs into the scratchpad, then one 12 KiB STORE of what they loaded."""
-    lines = CHUNK // CFG.cols
-    prog = [make("LOAD", buf=0, sram=i * lines, dram=DATA + i * CHUNK, rows=1, lines=lines, stride=CHUNK,
-                 push_next=i == N_LOADS - 1) for i in range(N_LOADS)]
-    prog += [make("NOP", engine=int(Engine.COMPUTE), pop_prev=True, push_next=True),
-             make("STORE", buf=0, sram=0, dram=OUT, rows=1, lines=N_LOADS * lines, stride=N_LOADS * CHUNK,
-                  pop_prev=True),
-             make("FINISH")]
-    return [encode(i) for i in prog]
+    return [encode(i) for i in load_store_program(CFG, data=DATA, out=OUT, chunk=CHUNK, loads=N_LOADS)]
 
 
 def _image(words: list[int]) -> np.ndarray:
