@@ -12,7 +12,8 @@ outstanding; :attr:`FastResult.ports` counts the beats and bursts of every AXI p
 
 ``python -m systolica.sim.fast_harness --bench`` runs one weight-streaming program
 on this path and on the cocotb path (cocotbext-axi models in Python) and prints
-the simulated cycles per second of both.
+the simulated cycles per second of both; ``--read-bandwidth --latency 100`` measures the
+fraction of a port's peak (one beat a cycle) that one long LOAD reaches behind that DRAM latency.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from systolica.faults import Fault
 
 from .rtl_build import WAVES_ARGS, _patched_environ, verilator_env, waves_format
 
-__all__ = ["FastRtl", "FastResult", "PortStats", "FastHarnessError", "DRAM_LATENCY_ENV", "cocotb_build", "top_verilog", "bench", "default_build_root"]
+__all__ = ["FastRtl", "FastResult", "PortStats", "FastHarnessError", "DRAM_LATENCY_ENV", "cocotb_build", "top_verilog", "bench",
+           "read_bandwidth", "default_build_root"]
 
 _CPP = Path(__file__).with_name("fast_harness.cpp")
 TOP = "systolica_accel"
@@ -280,13 +282,55 @@ def bench(cfg: AccelConfig, build_root: Path, tiles: int) -> dict:
             "same_cycles": fr.sim_cycles == m["sim_cycles"], "same_dram": bool(np.array_equal(fdram, cdram))}
 
 
+def read_bandwidth(cfg: AccelConfig, build_root: Path, latency: int, nbytes: int | None = None) -> dict:
+    """What one long LOAD reads per cycle on ``gmem0`` behind a DRAM of ``latency`` cycles.
+
+    Two LOADs of ``nbytes`` and ``2 * nbytes`` (default: a quarter and half the scratchpad, at most
+    64 KiB); ``steady_fraction`` is the extra bytes over the extra cycles, as a fraction of the port's
+    peak of one ``dma_bytes`` beat a cycle (start-up, fetch and the last round trip cancel out);
+    ``run_fraction`` is the longer run's read beats over its cycles.
+    """
+    from systolica.isa import encode, make
+
+    n = nbytes or min(cfg.spad_lines * cfg.cols // 4, 1 << 16)
+    fast = FastRtl(cfg, build_root)
+    runs = []
+    for size in (n, 2 * n):
+        words = [encode(make("LOAD", buf=0, sram=0, dram=0x1000, rows=1, lines=size // cfg.cols, stride=size)),
+                 encode(make("FINISH"))]
+        win = 1 << (0x1000 + size).bit_length()
+        dram = np.zeros(win, np.uint8)
+        dram[:32] = np.frombuffer(b"".join(w.to_bytes(16, "little") for w in words), np.uint8)
+        r = fast.run(dram, window_base=0, window_size=win, prog_base=0, prog_len=2, dram_latency=latency)
+        if not r.done or r.code != Fault.NONE:
+            raise FastHarnessError(f"the {size}-byte LOAD ended with {r.code.name} (done={r.done})")
+        runs.append(r)
+    a, b = runs
+    return {"config": cfg.name, "dram_latency": latency, "dma_bytes": cfg.dma_bytes, "max_burst": cfg.max_burst,
+            "load_bytes": [n, 2 * n], "cycles": [a.sim_cycles, b.sim_cycles],
+            "steady_fraction": n / cfg.dma_bytes / (b.sim_cycles - a.sim_cycles),
+            "run_fraction": b.ports[0].rd_beats / b.sim_cycles,
+            "source": "RTL (fast harness), fixed-latency DRAM model"}
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Fast RTL harness: cycles/s against the cocotb path")
-    ap.add_argument("--config", default="tiny", help="preset or TOML (default: tiny)")
+    ap = argparse.ArgumentParser(description="Fast RTL harness: cycles/s against the cocotb path; read bandwidth "
+                                             "behind a DRAM latency")
+    ap.add_argument("--config", default="tiny", help="preset or TOML, e.g. boards/kv260.toml (default: tiny)")
     ap.add_argument("--tiles", type=int, default=64, help="weight tiles of the benchmark program")
     ap.add_argument("--build-dir", default=os.environ.get("SYSTOLICA_BUILD_DIR", "build"))
-    ap.add_argument("--bench", action="store_true", help="run the benchmark (the only action)")
+    act = ap.add_mutually_exclusive_group(required=True)
+    act.add_argument("--bench", action="store_true", help="fast path against the cocotb path: simulated cycles/s")
+    act.add_argument("--read-bandwidth", action="store_true",
+                     help="the fraction of gmem0's peak one long LOAD reaches behind --latency")
+    ap.add_argument("--latency", type=int, default=100, help="DRAM latency in cycles for --read-bandwidth")
     a = ap.parse_args(argv)
+    if a.read_bandwidth:
+        r = read_bandwidth(load_config(a.config), Path(a.build_dir), a.latency)
+        print(json.dumps(r, indent=2))
+        print(f"{r['config']}: {r['steady_fraction']:.1%} of the port's peak at DRAM latency {a.latency} cycles "
+              f"({r['max_burst']}-beat bursts of {r['dma_bytes']} bytes)")
+        return 0
     r = bench(load_config(a.config), Path(a.build_dir), a.tiles)
     print(json.dumps(r, indent=2))
     print(f"fast path: {r['fast']['cycles_per_s']:,.0f} simulated cycles/s; "

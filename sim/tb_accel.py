@@ -14,10 +14,9 @@ Only imported inside a cocotb simulation (it imports cocotb at module level).
 
 from __future__ import annotations
 
+import collections
 import random
 from dataclasses import dataclass
-
-import collections
 
 import cocotb
 from cocotb.clock import Clock

@@ -18,8 +18,13 @@ from systolica.config import AccelConfig
 from systolica.csr import ID_MAGIC, STATUS_BUSY
 from systolica.faults import Fault
 from systolica.isa import encode, make
-from systolica.sim.accel_programs import (FAULT_KINDS, concurrent_program, load_store_program, random_program,
-                                         weight_stream_program)
+from systolica.sim.accel_programs import (
+    FAULT_KINDS,
+    concurrent_program,
+    load_store_program,
+    random_program,
+    weight_stream_program,
+)
 from systolica.sim.golden import GoldenSim
 from systolica.sim.tb_accel import AccelTB
 
