@@ -112,7 +112,7 @@ def board_roofline(board: Board, cfg: AccelConfig, work: ModelWork, *, clock: di
     tight = min(pre_bounds, key=pre_bounds.get)
     pre = {
         "weight_reuse": _fig(reuse, "tokens per weight pass",
-                             f"runtime schedule: {prompt_tokens} prompt tokens in {passes} passes "
+                             f"runtime schedule: {prompt_tokens} prompt tokens in {passes} pass{'es' if passes != 1 else ''} "
                              f"(chunks of {prefill_rows} rows, the rest one token a pass)"),
         "macs_per_token": _fig(macs, "MAC", f"model shape: {work.matmul_macs} weight MACs + attention at "
                                             f"{pre_ctx} positions"),
