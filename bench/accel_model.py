@@ -4,17 +4,20 @@ The runtime's schedule is replayed without the data: prefill runs whole chunks t
 program and the rest of the prompt through decode; decode runs one step per token.  Every run is the
 program patched for its step (positions, KV pages, valid tokens per tile), so attention costs grow
 with the context as they do on the hardware.  The board gives the DRAM bandwidth and latency
-(:func:`systolica.sim.roofline.board_params`), its power and price (``boards/<name>.toml``).
+(:func:`systolica.sim.roofline.board_params`), its power and price (``boards/<name>.toml``); the row's
+``extra["roofline_report"]`` sets the figures beside the board's and the design's roofs
+(:mod:`systolica.bench.roofline_report`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from systolica.artifact import Artifact, StepState
 from systolica.bench.baselines import BaselineResult
 from systolica.bench.costs import CostInputs, board_usd_per_hour, load_costs
+from systolica.boards.board import Board
 from systolica.config import AccelConfig
 from systolica.sim.perf import PerfModel
 from systolica.sim.perf_costs import PerfParams
@@ -34,6 +37,8 @@ class BoardSpec:
     price_usd: float
     source: str  # the board file
     clock: dict | None = None  # clock_basis(): the clock the rows use and its basis (None: the config's target)
+    # the board file itself (its memory figures and their sources), when loaded from one
+    board: Board | None = field(default=None, compare=False, repr=False)
 
     @property
     def clock_mhz(self) -> float:
@@ -48,7 +53,7 @@ def board_spec(name: str) -> BoardSpec:
     b = load_board(name)
     peak = b.window_peak_gbps or b.dram_peak_gbps
     return BoardSpec(b.name, b.config, peak * b.dram_efficiency, b.power_w, b.price_usd, str(b.path),
-                     clock=clock_basis(b.config, board=b))
+                     clock=clock_basis(b.config, board=b), board=b)
 
 
 class AccelTimer:
@@ -93,7 +98,7 @@ def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_toke
     steps = [timer.decode_cycles(len(prompt) + j) for j in range(max(n_tokens - 1, 1))]
     dec_s = sum(steps) / f
     tps = len(steps) / dec_s
-    roof = Roofline.for_config(cfg, dram_gbps=spec.dram_gbps, name=spec.name)
+    roof = Roofline.for_config(cfg, dram_gbps=spec.dram_gbps, clock_mhz=spec.clock_mhz, name=spec.name)  # tps's clock
     work = model_work(_model_config(art), weight_bytes=int(art.manifest["stats"]["decode"]["weight_bytes"]))
     ctx = len(prompt) + len(steps) // 2
     dec_bound = roof.decode_bound_tokens_per_s(work, ctx)
@@ -109,9 +114,17 @@ def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_toke
                  "decode_bound_tokens_per_s": dec_bound, "decode_fraction_of_bound": tps / dec_bound,
                  "prefill_tokens_per_s": len(prompt) / (pre / f),
                  "prefill_bound_tokens_per_s": pre_bound,
-                 "prefill_fraction_of_bound": len(prompt) / (pre / f) / pre_bound}
+                 "prefill_fraction_of_bound": len(prompt) / (pre / f) / pre_bound,
+                 "decode_context": ctx, "prompt_tokens": len(prompt)}
     if spec.clock:
         res.extra["clock"] = spec.clock
+    if spec.board is not None:
+        from systolica.bench.roofline_report import board_roofline
+
+        rows = art.rows("prefill") if "prefill" in art.programs else 0
+        res.extra["roofline_report"] = board_roofline(
+            spec.board, cfg, work, clock=spec.clock or {"mhz": spec.clock_mhz}, decode_context=ctx,
+            prompt_tokens=len(prompt), prefill_rows=rows, decode_tps=tps, prefill_tps=len(prompt) / (pre / f))
     return res
 
 

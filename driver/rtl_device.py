@@ -109,9 +109,11 @@ class RtlDevice(RunToCompletionDevice):
     name = "rtl"
 
     def __init__(self, cfg: AccelConfig, dram_bytes: int | None = None, build_dir=None, stall_percent: int = 0,
-                 slverr: dict[str, tuple[int, int]] | None = None):
+                 slverr: dict[str, tuple[int, int]] | None = None, dram_latency: int | None = None):
         """``slverr``: error injection, ``{"read" | "write": (lo, hi)}`` physical address ranges (as a buffer's
-        ``physical_address``) that the DRAM model answers with AXI SLVERR."""
+        ``physical_address``) that the DRAM model answers with AXI SLVERR.  ``dram_latency``: the DRAM model's
+        read and write-response latency in cycles (:meth:`FastRtl.run`; ``None``: ``$SYSTOLICA_DRAM_LATENCY``,
+        default 0)."""
         super().__init__(cfg, dram_bytes)
         try:
             from systolica.sim.fast_harness import FastRtl, default_build_root
@@ -123,6 +125,7 @@ class RtlDevice(RunToCompletionDevice):
         self.harness = FastRtl(cfg, root)
         self.stall_percent = stall_percent
         self.slverr = dict(slverr or {})
+        self.dram_latency = dram_latency
         self.last_result = None
 
     def _execute(self, off: int, win_size: int, base: int, n: int):
@@ -130,7 +133,7 @@ class RtlDevice(RunToCompletionDevice):
 
         # the harness maps physical address 0 to the start of its DRAM image: hand it the arena
         res = self.harness.run(self.arena, window_base=off, window_size=win_size, prog_base=base, prog_len=n,
-                               stall_percent=self.stall_percent,
+                               stall_percent=self.stall_percent, dram_latency=self.dram_latency,
                                slverr={k: (lo - PHYS_BASE, hi - PHYS_BASE) for k, (lo, hi) in self.slverr.items()})
         self.last_result = res
         if res.violations:

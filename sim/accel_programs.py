@@ -23,7 +23,8 @@ from systolica.config import AccelConfig
 from systolica.isa import OP_BY_CODE, OPCODE_BITS, WORD_BITS, Engine, Instr, encode, make
 from systolica.layout import wstream_end
 
-__all__ = ["RandomProgram", "random_program", "dump_stores", "dump_bytes", "FAULT_KINDS", "weight_stream_program", "RTL_RANDOM_OPS"]
+__all__ = ["RandomProgram", "random_program", "dump_stores", "dump_bytes", "FAULT_KINDS", "weight_stream_program", "RTL_RANDOM_OPS",
+           "load_store_program"]
 
 #: Ops the random generator draws (those the RTL executes; see hw.decode.RTL_OPS).
 RTL_RANDOM_OPS = ("LOAD", "STORE", "GEMM", "NOP", "ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE",
@@ -355,6 +356,20 @@ def weight_stream_program(cfg: AccelConfig, *, k_lines: int, n_tiles: int, n_lin
                     stride=n_tiles * n_lines * cols * 4, pop_prev=True))
     out.append(make("FINISH"))
     return out
+
+
+def load_store_program(cfg: AccelConfig, *, data: int, out: int, chunk: int = 0x1000, loads: int = 3) -> list[Instr]:
+    """``loads`` LOADs of ``chunk`` bytes each from ``data`` into the scratchpad, then one STORE of all of them
+    to ``out``: long transfers of many bursts, each transfer waiting for the one before (DRAM latency tests)."""
+    lines = chunk // cfg.cols
+    if loads * lines > cfg.spad_lines:
+        raise ValueError(f"{loads} x {chunk} bytes do not fit the {cfg.spad_lines}-line scratchpad")
+    prog = [make("LOAD", buf=0, sram=i * lines, dram=data + i * chunk, rows=1, lines=lines, stride=chunk,
+                 push_next=i == loads - 1) for i in range(loads)]
+    return prog + [make("NOP", engine=int(Engine.COMPUTE), pop_prev=True, push_next=True),
+                   make("STORE", buf=0, sram=0, dram=out, rows=1, lines=loads * lines, stride=loads * chunk,
+                        pop_prev=True),
+                   make("FINISH")]
 
 
 def concurrent_program(cfg: AccelConfig, *, data_lo: int, out_at: int, rounds: int = 4) -> list[Instr]:

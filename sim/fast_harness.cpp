@@ -11,6 +11,11 @@
 // Bus errors: a beat beyond the DRAM image is answered DECERR (as an interconnect answers an unmapped
 // address); $SYSTOLICA_SLVERR_READ / $SYSTOLICA_SLVERR_WRITE = "LO:HI" (physical, hex or decimal) make
 // reads / writes touching [LO, HI) answer SLVERR (a write burst: in its B response).
+// DRAM latency: $SYSTOLICA_DRAM_LATENCY = L cycles (default 0).  A burst whose AR handshakes at clock edge t
+// shows its first R beat for edge t + L at the earliest, a write burst whose last W beat handshakes at t its B
+// response for t + L (0 and 1 both give the model's minimum of one cycle: what it did before there was a
+// latency).  Bursts stay in order per port and any number may be outstanding, each with its own ready
+// time, so a master that keeps L / burst-length bursts in flight still sees one beat a cycle.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -43,8 +48,14 @@ static inline void eval() { top->eval(); if (tfp) tfp->dump(trace_t += 5000); } 
 static inline void eval() { top->eval(); }
 #endif
 
-struct Burst { uint64_t addr; unsigned beats; unsigned done; unsigned resp; };
-struct Port { std::deque<Burst> ar, aw; std::deque<unsigned> bresp; uint64_t rd_beats = 0; bool r_shown = false, b_shown = false; };
+struct Burst { uint64_t addr; unsigned beats; unsigned done; unsigned resp; uint64_t ready; };  // ready: first edge
+struct Bresp { unsigned resp; uint64_t ready; };
+struct Port {
+    std::deque<Burst> ar, aw; std::deque<Bresp> bresp;
+    uint64_t rd_beats = 0, wr_beats = 0, ar_bursts = 0, aw_bursts = 0;
+    bool r_shown = false, b_shown = false;
+};
+static uint64_t dram_latency = 0;  // cycles, $SYSTOLICA_DRAM_LATENCY
 
 struct Range { uint64_t lo = 0, hi = 0; };
 static Range slverr_rd, slverr_wr;
@@ -94,11 +105,12 @@ template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
         top->m_axi_gmem##P##_arready = !stall();                                               \
         top->m_axi_gmem##P##_awready = !stall();                                               \
         top->m_axi_gmem##P##_wready = !p.aw.empty() && !stall();                               \
-        p.r_shown = !p.ar.empty() && (p.r_shown || !stall());                                  \
-        p.b_shown = !p.bresp.empty() && (p.b_shown || !stall());                               \
+        /* cycle: the edge this drive is for; a burst's data waits for its ready edge */      \
+        p.r_shown = !p.ar.empty() && cycle >= p.ar.front().ready && (p.r_shown || !stall());  \
+        p.b_shown = !p.bresp.empty() && cycle >= p.bresp.front().ready && (p.b_shown || !stall()); \
         top->m_axi_gmem##P##_rvalid = p.r_shown;                                               \
         top->m_axi_gmem##P##_rresp = 0;                                                        \
-        top->m_axi_gmem##P##_bresp = p.bresp.empty() ? 0 : p.bresp.front();                    \
+        top->m_axi_gmem##P##_bresp = p.bresp.empty() ? 0 : p.bresp.front().resp;               \
         top->m_axi_gmem##P##_rid = 0; top->m_axi_gmem##P##_bid = 0;                            \
         if (!p.ar.empty()) {                                                                   \
             Burst& b = p.ar.front();                                                           \
@@ -136,13 +148,19 @@ template <typename T> static void get_bytes(const T& sig, uint8_t* dst) {
             if (resp > b.resp) b.resp = resp;                                                  \
             for (unsigned i = 0; i < DMA_BYTES; i++)                                           \
                 if ((strb >> i) & 1) { guard(a + i, 1); if (!resp) mem[a + i] = buf[i]; }      \
-            if (++b.done == b.beats) { p.bresp.push_back(b.resp); p.aw.pop_front(); }          \
+            p.wr_beats++;                                                                      \
+            if (++b.done == b.beats) { p.bresp.push_back({b.resp, cycle + dram_latency}); p.aw.pop_front(); } \
         }                                                                                      \
         if (b_hs) { p.bresp.pop_front(); p.b_shown = false; }                                  \
-        if (top->m_axi_gmem##P##_arvalid && top->m_axi_gmem##P##_arready)                      \
-            p.ar.push_back({top->m_axi_gmem##P##_araddr, (unsigned)top->m_axi_gmem##P##_arlen + 1u, 0, 0}); \
-        if (top->m_axi_gmem##P##_awvalid && top->m_axi_gmem##P##_awready)                      \
-            p.aw.push_back({top->m_axi_gmem##P##_awaddr, (unsigned)top->m_axi_gmem##P##_awlen + 1u, 0, 0}); \
+        if (top->m_axi_gmem##P##_arvalid && top->m_axi_gmem##P##_arready) {                    \
+            p.ar.push_back({top->m_axi_gmem##P##_araddr, (unsigned)top->m_axi_gmem##P##_arlen + 1u, 0, 0, \
+                            cycle + dram_latency});                                            \
+            p.ar_bursts++;                                                                     \
+        }                                                                                      \
+        if (top->m_axi_gmem##P##_awvalid && top->m_axi_gmem##P##_awready) {                    \
+            p.aw.push_back({top->m_axi_gmem##P##_awaddr, (unsigned)top->m_axi_gmem##P##_awlen + 1u, 0, 0, 0}); \
+            p.aw_bursts++;                                                                     \
+        }                                                                                      \
     }
 
 static void tick() {
@@ -216,6 +234,7 @@ int main(int argc, char** argv) {
     win_lo = wbase; win_hi = wbase + wsize;
     slverr_rd = parse_range("SYSTOLICA_SLVERR_READ");
     slverr_wr = parse_range("SYSTOLICA_SLVERR_WRITE");
+    if (const char* v = std::getenv("SYSTOLICA_DRAM_LATENCY"); v && *v) dram_latency = std::strtoull(v, nullptr, 0);
 
     auto ctx = new VerilatedContext;
 #if VM_TRACE
@@ -250,6 +269,8 @@ int main(int argc, char** argv) {
     }
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     uint64_t run_cycles = cycle - c0;
+    Port snap[NPORTS];  // the beats of the run itself (the CSR reads below add none, but keep it exact)
+    for (int i = 0; i < NPORTS; i++) snap[i] = ports[i];
     std::printf("{\"done\": %s, \"status\": %u, \"code\": %u, \"pc\": %u, \"sim_cycles\": %llu, \"wall_s\": %.6f, "
                 "\"violations\": %llu, \"counters\": {", done ? "true" : "false", csr_read(REG_STATUS),
                 csr_read(REG_ERROR_CODE), csr_read(REG_ERROR_PC), (unsigned long long)run_cycles, wall,
@@ -259,7 +280,12 @@ int main(int argc, char** argv) {
         uint64_t hi = csr_read(COUNTER_OFFSETS[i] + 4);
         std::printf("%s\"%s\": %llu", i ? ", " : "", COUNTER_NAMES[i], (unsigned long long)(lo | (hi << 32)));
     }
-    std::printf("}}\n");
+    std::printf("}, \"dram_latency\": %llu, \"ports\": [", (unsigned long long)dram_latency);
+    for (int i = 0; i < NPORTS; i++)
+        std::printf("%s{\"rd_beats\": %llu, \"wr_beats\": %llu, \"ar_bursts\": %llu, \"aw_bursts\": %llu}", i ? ", " : "",
+                    (unsigned long long)snap[i].rd_beats, (unsigned long long)snap[i].wr_beats,
+                    (unsigned long long)snap[i].ar_bursts, (unsigned long long)snap[i].aw_bursts);
+    std::printf("]}\n");
     f = std::fopen(argv[2], "wb");
     if (!f || std::fwrite(mem.data(), 1, mem.size(), f) != mem.size()) { std::perror(argv[2]); return 2; }
     std::fclose(f);

@@ -6,9 +6,14 @@ writing the DRAM image to a file, running the binary and reading the image and
 a JSON result back.  The CSR offsets the C++ uses are generated from
 :data:`systolica.csr.REGISTERS`, so the harness cannot drift from the map.
 
+The DRAM model answers every burst after a fixed latency (``dram_latency=`` of :meth:`FastRtl.run`, or
+``$SYSTOLICA_DRAM_LATENCY``; default 0, the model's minimum of one cycle) with any number of bursts
+outstanding; :attr:`FastResult.ports` counts the beats and bursts of every AXI port.
+
 ``python -m systolica.sim.fast_harness --bench`` runs one weight-streaming program
 on this path and on the cocotb path (cocotbext-axi models in Python) and prints
-the simulated cycles per second of both.
+the simulated cycles per second of both; ``--read-bandwidth --latency 100`` measures the
+fraction of a port's peak (one beat a cycle) that one long LOAD reaches behind that DRAM latency.
 """
 
 from __future__ import annotations
@@ -34,12 +39,15 @@ from systolica.faults import Fault
 
 from .rtl_build import WAVES_ARGS, _patched_environ, verilator_env, waves_format
 
-__all__ = ["FastRtl", "FastResult", "FastHarnessError", "cocotb_build", "top_verilog", "bench", "default_build_root"]
+__all__ = ["FastRtl", "FastResult", "PortStats", "FastHarnessError", "DRAM_LATENCY_ENV", "cocotb_build", "top_verilog", "bench",
+           "read_bandwidth", "default_build_root"]
 
 _CPP = Path(__file__).with_name("fast_harness.cpp")
 TOP = "systolica_accel"
 # -O3 and --x-assign fast: ~1.8x the simulated cycles/s of -O2 on the tiny top level (measured: 218k vs 122k)
 _FAST_ARGS = ("-Wno-fatal", "-O3", "--x-assign", "fast")
+#: environment variable with the DRAM model's read / write-response latency in cycles (default 0)
+DRAM_LATENCY_ENV = "SYSTOLICA_DRAM_LATENCY"
 
 
 def default_build_root() -> Path:
@@ -49,6 +57,16 @@ def default_build_root() -> Path:
 
 class FastHarnessError(RuntimeError):
     """The harness could not be built or did not run."""
+
+
+@dataclass(frozen=True)
+class PortStats:
+    """What the DRAM model saw on one AXI port ``m_axi_gmem<i>`` during a run (handshakes)."""
+
+    rd_beats: int  # R beats
+    wr_beats: int  # W beats (strobed or not)
+    ar_bursts: int
+    aw_bursts: int
 
 
 @dataclass
@@ -61,10 +79,16 @@ class FastResult:
     wall_s: float  # wall time of those cycles inside the binary
     violations: int  # DRAM bytes touched outside the window (must be 0)
     counters: dict
+    dram_latency: int = 0  # the DRAM model's latency in cycles for this run
+    ports: tuple[PortStats, ...] = ()  # per AXI port, gmem0 first
 
     @property
     def cycles_per_s(self) -> float:
         return self.sim_cycles / self.wall_s if self.wall_s else float("inf")
+
+    def read_bytes_per_cycle(self, port: int, beat_bytes: int) -> float:
+        """Bytes read through ``port`` per cycle of the run (``beat_bytes``: the config's ``dma_bytes``)."""
+        return self.ports[port].rd_beats * beat_bytes / self.sim_cycles if self.sim_cycles else 0.0
 
 
 def _headers(cfg: AccelConfig) -> dict[str, str]:
@@ -135,19 +159,23 @@ class FastRtl:
     def run(self, dram: np.ndarray, *, window_base: int, window_size: int, prog_base: int, prog_len: int,
             max_cycles: int = 50_000_000, stall_percent: int = 0, seed: int = 0,
             waves_file: str | Path | None = None,
-            slverr: dict[str, tuple[int, int]] | None = None) -> FastResult:
+            slverr: dict[str, tuple[int, int]] | None = None, dram_latency: int | None = None) -> FastResult:
         """Run the program already in ``dram`` (a 1-D uint8 array, updated in place).
 
         ``stall_percent`` > 0: the C++ DRAM model withholds ready/valid at random on every AXI channel.
         ``slverr``: ``{"read": (lo, hi), "write": (lo, hi)}`` physical ranges the DRAM model answers with
         SLVERR (error injection; a beat beyond the DRAM image is always answered DECERR).
         ``waves_file``: write the run's waveform there (a tracing build only: ``waves`` of the constructor).
+        ``dram_latency``: cycles from a burst's AR handshake to its first R beat, and from a write burst's last
+        W beat to its B response (0 and 1: one cycle, the minimum); ``None`` takes ``$SYSTOLICA_DRAM_LATENCY``
+        (default 0).  Bursts are answered in order per port, any number outstanding.
         """
         if dram.dtype != np.uint8 or dram.ndim != 1:
             raise TypeError(f"dram must be a 1-D uint8 array, got {dram.dtype} {dram.shape}")
         if waves_file is not None and not self.waves:
             raise FastHarnessError("waves_file needs a tracing build: FastRtl(..., waves=True)")
         env = dict(os.environ, SYSTOLICA_WAVES_FILE=str(Path(waves_file).resolve()) if waves_file else "")
+        env[DRAM_LATENCY_ENV] = str(_dram_latency(dram_latency))
         for kind, rng in (slverr or {}).items():
             if kind not in ("read", "write"):
                 raise ValueError(f"slverr keys are 'read' and 'write', not {kind!r}")
@@ -163,7 +191,21 @@ class FastRtl:
             dram[:] = np.fromfile(dst, np.uint8)
         d = json.loads(proc.stdout.strip().splitlines()[-1])
         return FastResult(d["done"], d["status"], Fault(d["code"]), d["pc"], d["sim_cycles"], d["wall_s"],
-                          d["violations"], d["counters"])
+                          d["violations"], d["counters"], d["dram_latency"], tuple(PortStats(**q) for q in d["ports"]))
+
+
+def _dram_latency(value: int | None) -> int:
+    """The latency a run uses: ``value``, else ``$SYSTOLICA_DRAM_LATENCY``, else 0 (checked: a whole number >= 0)."""
+    src = "dram_latency"
+    if value is None:
+        value, src = os.environ.get(DRAM_LATENCY_ENV, "").strip() or 0, f"${DRAM_LATENCY_ENV}"
+    try:
+        lat = int(value)
+    except (TypeError, ValueError):
+        lat = -1
+    if lat < 0 or (isinstance(value, float) and value != lat):
+        raise ValueError(f"{src}={value!r}: the DRAM latency is a whole number of cycles >= 0 (e.g. 100)")
+    return lat
 
 
 @functools.lru_cache(maxsize=4)
@@ -240,13 +282,55 @@ def bench(cfg: AccelConfig, build_root: Path, tiles: int) -> dict:
             "same_cycles": fr.sim_cycles == m["sim_cycles"], "same_dram": bool(np.array_equal(fdram, cdram))}
 
 
+def read_bandwidth(cfg: AccelConfig, build_root: Path, latency: int, nbytes: int | None = None) -> dict:
+    """What one long LOAD reads per cycle on ``gmem0`` behind a DRAM of ``latency`` cycles.
+
+    Two LOADs of ``nbytes`` and ``2 * nbytes`` (default: a quarter and half the scratchpad, at most
+    64 KiB); ``steady_fraction`` is the extra bytes over the extra cycles, as a fraction of the port's
+    peak of one ``dma_bytes`` beat a cycle (start-up, fetch and the last round trip cancel out);
+    ``run_fraction`` is the longer run's read beats over its cycles.
+    """
+    from systolica.isa import encode, make
+
+    n = nbytes or min(cfg.spad_lines * cfg.cols // 4, 1 << 16)
+    fast = FastRtl(cfg, build_root)
+    runs = []
+    for size in (n, 2 * n):
+        words = [encode(make("LOAD", buf=0, sram=0, dram=0x1000, rows=1, lines=size // cfg.cols, stride=size)),
+                 encode(make("FINISH"))]
+        win = 1 << (0x1000 + size).bit_length()
+        dram = np.zeros(win, np.uint8)
+        dram[:32] = np.frombuffer(b"".join(w.to_bytes(16, "little") for w in words), np.uint8)
+        r = fast.run(dram, window_base=0, window_size=win, prog_base=0, prog_len=2, dram_latency=latency)
+        if not r.done or r.code != Fault.NONE:
+            raise FastHarnessError(f"the {size}-byte LOAD ended with {r.code.name} (done={r.done})")
+        runs.append(r)
+    a, b = runs
+    return {"config": cfg.name, "dram_latency": latency, "dma_bytes": cfg.dma_bytes, "max_burst": cfg.max_burst,
+            "load_bytes": [n, 2 * n], "cycles": [a.sim_cycles, b.sim_cycles],
+            "steady_fraction": n / cfg.dma_bytes / (b.sim_cycles - a.sim_cycles),
+            "run_fraction": b.ports[0].rd_beats / b.sim_cycles,
+            "source": "RTL (fast harness), fixed-latency DRAM model"}
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Fast RTL harness: cycles/s against the cocotb path")
-    ap.add_argument("--config", default="tiny", help="preset or TOML (default: tiny)")
+    ap = argparse.ArgumentParser(description="Fast RTL harness: cycles/s against the cocotb path; read bandwidth "
+                                             "behind a DRAM latency")
+    ap.add_argument("--config", default="tiny", help="preset or TOML, e.g. boards/kv260.toml (default: tiny)")
     ap.add_argument("--tiles", type=int, default=64, help="weight tiles of the benchmark program")
     ap.add_argument("--build-dir", default=os.environ.get("SYSTOLICA_BUILD_DIR", "build"))
-    ap.add_argument("--bench", action="store_true", help="run the benchmark (the only action)")
+    act = ap.add_mutually_exclusive_group(required=True)
+    act.add_argument("--bench", action="store_true", help="fast path against the cocotb path: simulated cycles/s")
+    act.add_argument("--read-bandwidth", action="store_true",
+                     help="the fraction of gmem0's peak one long LOAD reaches behind --latency")
+    ap.add_argument("--latency", type=int, default=100, help="DRAM latency in cycles for --read-bandwidth")
     a = ap.parse_args(argv)
+    if a.read_bandwidth:
+        r = read_bandwidth(load_config(a.config), Path(a.build_dir), a.latency)
+        print(json.dumps(r, indent=2))
+        print(f"{r['config']}: {r['steady_fraction']:.1%} of the port's peak at DRAM latency {a.latency} cycles "
+              f"({r['max_burst']}-beat bursts of {r['dma_bytes']} bytes)")
+        return 0
     r = bench(load_config(a.config), Path(a.build_dir), a.tiles)
     print(json.dumps(r, indent=2))
     print(f"fast path: {r['fast']['cycles_per_s']:,.0f} simulated cycles/s; "

@@ -2,7 +2,10 @@
 
 The two roofs: the array's peak (``rows x cols`` MACs a cycle at the clock) and the DRAM bandwidth the
 accelerator can read with (the load engine's one read port, ``dma_bits`` wide, capped by what the
-board's DRAM delivers: fetch and LOAD share ``gmem0``; a second port only carries stores).  Decode
+board's DRAM delivers: fetch and LOAD share ``gmem0``; a second port only carries stores).  GEMM_STREAM
+reads weights through every port (``dma_ports x dma_bits``: :attr:`Roofline.stream_bytes_per_s`), and
+the board itself caps any design at :func:`board_bandwidth` (DRAM peak x controller efficiency, or
+what its PL ports carry at the clock, whichever is less).  Decode
 (one token, matrix x vector) must read every weight once per token, so its bound is
 ``bandwidth / bytes per token``; prefill reuses each weight across the rows of a chunk, so its bound
 is ``peak MAC/s / MACs per token``.  :func:`board_params` turns a board's DRAM figures into the
@@ -16,12 +19,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from systolica.sim.perf_costs import PerfParams
-
 from systolica.config import AccelConfig
 from systolica.model import ModelConfig
+from systolica.sim.perf_costs import PerfParams
 
-__all__ = ["Roofline", "ModelWork", "model_work", "board_params", "DRAM_LATENCY_NS"]
+__all__ = ["Roofline", "ModelWork", "model_work", "board_params", "board_bandwidth", "DRAM_LATENCY_NS"]
 
 #: Read latency of a Zynq PS DDR controller seen from a PL AXI port (~100-150 ns: interconnect + DDR
 #: page miss); used when a board gives no figure.  UG1085 quotes no single number; measured HP-port
@@ -38,6 +40,7 @@ class Roofline:
     peak_macs_per_s: float
     dram_bytes_per_s: float  # what the load engine can read
     port_bytes_per_s: float  # the read port's width x clock (before the DRAM cap)
+    stream_bytes_per_s: float = 0.0  # every port's width x clock: GEMM_STREAM's weight path (before the DRAM cap)
 
     @classmethod
     def for_config(cls, cfg: AccelConfig, *, clock_mhz: float | None = None, dram_gbps: float | None = None,
@@ -56,7 +59,7 @@ class Roofline:
             raise ValueError(f"dram_gbps={dram_gbps} must be positive")
         port = cfg.dma_bytes * f * 1e6
         bw = port if dram_gbps is None else min(port, dram_gbps * 1e9)
-        return cls(name or cfg.name, f, cfg.rows * cfg.cols * f * 1e6, bw, port)
+        return cls(name or cfg.name, f, cfg.rows * cfg.cols * f * 1e6, bw, port, cfg.dma_ports * port)
 
     @property
     def ridge_macs_per_byte(self) -> float:
@@ -108,6 +111,28 @@ def model_work(c: ModelConfig, *, weight_bytes: int | None = None) -> ModelWork:
     return ModelWork(name=c.name, weight_bytes=int(weight_bytes if weight_bytes is not None else macs),
                      kv_bytes_per_position=2 * c.n_layers * kv, attn_macs_per_position=2 * c.n_layers * c.n_heads * hd,
                      matmul_macs=macs)
+
+
+def board_bandwidth(*, dram_peak_gbps: float, dram_efficiency: float, pl_ports: int, pl_port_bits: int,
+                    clock_mhz: float) -> dict[str, float | str]:
+    """The board's bandwidth roof in bytes/s: ``min(DRAM peak x efficiency, PL ports x port bits / 8 x clock)``.
+
+    Returns ``dram`` and ``pl`` (the two terms), ``roof`` (the smaller) and ``limit`` (``"dram"`` or
+    ``"pl ports"``: which one it is).  No accelerator on the board reads faster, however many ports it has.
+
+    Raises
+    ------
+    ValueError
+        For a non-positive figure, or an efficiency above 1.
+    """
+    figs = {"dram_peak_gbps": dram_peak_gbps, "pl_ports": pl_ports, "pl_port_bits": pl_port_bits,
+            "clock_mhz": clock_mhz, "dram_efficiency": dram_efficiency}
+    bad = {k: v for k, v in figs.items() if not v > 0}
+    if bad or dram_efficiency > 1:
+        raise ValueError(f"board bandwidth needs positive figures and an efficiency in (0, 1]: got {bad or figs}")
+    dram = dram_peak_gbps * dram_efficiency * 1e9
+    pl = pl_ports * pl_port_bits / 8 * clock_mhz * 1e6
+    return {"dram": dram, "pl": pl, "roof": min(dram, pl), "limit": "dram" if dram <= pl else "pl ports"}
 
 
 def board_params(cfg: AccelConfig, *, dram_gbps: float, clock_mhz: float | None = None,

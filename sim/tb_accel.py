@@ -6,19 +6,22 @@ back-pressure on every AXI channel (pause generators), and a memory guard: any
 byte the accelerator reads or writes outside the DRAM window it was given is
 recorded in :attr:`AccelTB.violations` (tests fail on any).  :meth:`AccelTB.poison` makes
 reads or writes of an address range fail, which cocotbext-axi answers with an
-AXI ``SLVERR`` response (a bus error).
+AXI ``SLVERR`` response (a bus error).  :meth:`AccelTB.set_dram_latency` gives every port a fixed DRAM
+latency with many bursts outstanding, as the fast harness's ``dram_latency`` does.
 
 Only imported inside a cocotb simulation (it imports cocotb at module level).
 """
 
 from __future__ import annotations
 
+import collections
 import random
 from dataclasses import dataclass
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, Event, First, RisingEdge, Timer
+from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from systolica.config import AccelConfig
@@ -27,6 +30,11 @@ from systolica.faults import Fault
 from systolica.isa import WORD_BYTES
 
 __all__ = ["AccelTB", "RunResult", "random_pauses"]
+
+PERIOD_NS = 10
+#: cycles from an AR handshake to the first R beat (and from the last W beat to B) that AxiRam takes by
+#: itself (the performance model's rd_latency / wr_latency fitted on this testbench: sim/perf_validate.py)
+AXIRAM_LATENCY = 2
 
 
 def random_pauses(rng: random.Random, p: float):
@@ -82,8 +90,10 @@ class AccelTB:
         self.window = (0, mem_size)
         self.violations: list[str] = []
         self.poisoned: list[tuple[str, int, int]] = []  # (kind, lo, hi): accesses answered with SLVERR
+        self.dram_latency = 0
         for ram in self.rams:
             self._guard(ram)
+            self._add_latency(ram)
 
     # ------------------------------------------------------------- guards
     def _guard(self, ram) -> None:
@@ -101,6 +111,85 @@ class AccelTB:
             await wr(address, data)
 
         ram.read_if._read, ram.write_if._write = checked_read, checked_write
+
+    def _add_latency(self, ram) -> None:
+        """Hold each read burst until ``dram_latency`` cycles after its AR handshake and each B response until
+        that long after the burst's last W beat (AxiRam answers after ``AXIRAM_LATENCY`` by itself).
+
+        The AR and W sinks stamp every transaction with the time of its handshake; AxiRam's read process
+        waits for the stamp of the burst it takes next (bursts stay in order), and its write process hands
+        B to a queue that one task drains in order, so W beats of the next burst are not held up.
+        """
+        rd, wr = ram.read_if, ram.write_if
+
+        def stamp(ch):
+            make = ch._transaction_obj
+
+            def stamped():  # called at the handshake: the sink samples the bus into a fresh object
+                obj = make()
+                obj.systolica_t = get_sim_time("ns")
+                return obj
+            ch._transaction_obj = stamped
+
+        stamp(rd.ar_channel)
+        stamp(wr.w_channel)
+
+        def extra_ns(t_handshake: float) -> float:
+            return t_handshake + (self.dram_latency - AXIRAM_LATENCY) * PERIOD_NS - get_sim_time("ns")
+
+        ar_recv, w_recv, b_send = rd.ar_channel.recv, wr.w_channel.recv, wr.b_channel.send
+
+        async def ar_delayed():
+            ar = await ar_recv()
+            wait = extra_ns(ar.systolica_t)
+            if self.dram_latency and wait > 0:
+                await Timer(wait, unit="ns")
+            return ar
+
+        last_w = [0.0]
+
+        async def w_stamped():
+            w = await w_recv()
+            last_w[0] = w.systolica_t
+            return w
+
+        pending: collections.deque = collections.deque()  # (B transaction, ready time in ns)
+        more = Event()
+
+        async def b_delayed(b):
+            if not self.dram_latency and not pending:
+                await b_send(b)
+                return
+            pending.append((b, last_w[0] + (self.dram_latency - AXIRAM_LATENCY) * PERIOD_NS))
+            more.set()
+
+        async def b_drain():
+            while True:
+                if not pending:
+                    more.clear()
+                    await more.wait()
+                    continue
+                b, ready = pending[0]
+                wait = ready - get_sim_time("ns")
+                if wait > 0:
+                    await Timer(wait, unit="ns")
+                pending.popleft()
+                await b_send(b)
+
+        rd.ar_channel.recv, wr.w_channel.recv, wr.b_channel.send = ar_delayed, w_stamped, b_delayed
+        cocotb.start_soon(b_drain())
+
+    def set_dram_latency(self, cycles: int) -> None:
+        """A fixed DRAM latency on every port, as the fast harness's ``dram_latency``: a read burst's first beat
+        ``cycles`` after its AR handshake at the earliest, a write burst's B that long after its last W beat;
+        0 turns it off (AxiRam's own timing).  With a latency up to 64 read bursts wait in AxiRam's AR queue
+        (its default is 2), so the accelerator's outstanding bursts overlap as they would on a DDR controller."""
+        if cycles < 0:
+            raise ValueError(f"dram latency {cycles} must be >= 0 cycles")
+        self.dram_latency = int(cycles)
+        for ram in self.rams:
+            ram.read_if.ar_channel.queue_occupancy_limit = 64 if cycles else 2
+            ram.write_if.aw_channel.queue_occupancy_limit = 64 if cycles else 2
 
     def _check(self, kind: str, address: int, length: int) -> None:
         lo, size = self.window

@@ -74,6 +74,7 @@ class Bench:
 
         from systolica.bench.compare import load_any_model, prompt_ids, run_bench
         from systolica.bench.report import render_table, write_json
+        from systolica.bench.roofline_report import render_roofline, roofline_sources
 
         to_stdout = json_to_stdout(args)
         con = Console(emoji=False, stderr=to_stdout)  # model specs like random:llama:... are not emoji codes
@@ -97,8 +98,13 @@ class Bench:
                                      batches=batches, gguf_path=gguf, threads=args.jobs, synth=args.synth,
                                      synth_timeout=args.synth_timeout, progress=step)
         title = f"{model.config.name}: prompt {len(prompt)} tokens, {args.max_tokens} generated"
+        roofs = [r.extra["roofline_report"] for r in rows if r.extra.get("roofline_report")]
         if not to_stdout:
             con.print(render_table(rows, title))
+            if roofs:
+                con.print(render_roofline(roofs, f"roofline per board ({model.config.name})"))
+                for line in roofline_sources(roofs):
+                    con.print(line, highlight=False, markup=False)
         hypothetical = [r.name for r in rows if r.extra.get("fit") and r.extra["fit"]["state"] != "yes"]
         if hypothetical:
             con.print(f"[yellow]hypothetical (no measured fit): {', '.join(hypothetical)} -- their figures are what "

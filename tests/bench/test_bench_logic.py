@@ -92,6 +92,13 @@ def test_bench_rows_on_a_tiny_model(bench_run):
     assert 0 < ex["decode_fraction_of_bound"] <= 1.0  # the model never beats the DRAM roof
     assert 0 < ex["prefill_fraction_of_bound"] <= 1.0  # nor the array's peak
     assert ex["decode_cycles_per_token"] == pytest.approx(ex["clock_mhz"] * 1e6 / acc.decode_tokens_per_s)
+    roof = ex["roofline_report"]  # the board's and the design's roofs beside the modelled figures
+    assert roof["board"] == "pynq-z2" and roof["figures"]["board_roof"]["value"] == pytest.approx(1.575)
+    assert roof["decode"]["modelled_tps"]["value"] == acc.decode_tokens_per_s
+    assert roof["prefill"]["modelled_tps"]["value"] == pytest.approx(ex["prefill_tokens_per_s"])
+    assert 0 < roof["decode"]["fraction"] <= 1.0 and 0 < roof["prefill"]["fraction"] <= 1.0
+    # the LOAD path (gmem0: 0.8 GB/s) is the tighter roof of today's programs: the old bound, same fraction
+    assert roof["decode"]["fraction_of_load_path"] == pytest.approx(ex["decode_fraction_of_bound"], rel=1e-6)
     assert len(ref_np.tokens) == 3 and ref_np.decode_tokens_per_s > 0
     torch_row = rows[2]
     if torch_row.skipped is None:  # the same float model in torch and numpy: the same greedy tokens
@@ -115,13 +122,16 @@ def test_plots_are_written(bench_run, tmp_path):
         assert f.stat().st_size > 1000 and f.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_bench_command_line(tmp_path):
+def test_bench_command_line(tmp_path, capsys):
     from systolica.cli import main
 
     out = tmp_path / "bench.json"
     rc = main(["bench", "--model", MODEL_SPEC, "--boards", "pynq-z2", "-n", "2", "--baselines", "numpy,llama.cpp",
                "--json", str(out)])
     assert rc == 0
+    text = capsys.readouterr().out
+    assert "roofline per board" in text and "1.575 (DRAM)" in text
+    assert "pynq-z2.toml dram_efficiency = 0.75 (datasheet" in text  # every figure with its source
     doc = json.loads(out.read_text())
     assert doc["meta"]["tokens"] == 2 and len(doc["rows"]) == 3
     assert doc["rows"][2]["skipped"]  # llama.cpp: not a GGUF model (or not installed)

@@ -68,6 +68,10 @@ def test_fast_rtl_backend_generates_the_golden_tokens(build_dir, tmp_path):
     assert (m_r.prefill.instrs, m_r.decode.instrs) == (m_g.prefill.instrs, m_g.decode.instrs)
     assert m_r.decode.dma_rd_bytes == m_g.decode.dma_rd_bytes and m_r.decode.cycles > 0
     assert m_r.decode_tokens_per_s is not None
+    # behind a 64-cycle DRAM (RtlDevice passes dram_latency to the harness): the same tokens
+    slow = open_device("rtl", cfg, dram_bytes=art.dram_bytes + 8192, build_dir=build_dir, dram_latency=64)
+    assert [s.token for s in Runtime(art, slow).generate(PROMPT, N, stop=[])] == golden
+    assert slow.last_result.dram_latency == 64 and slow.last_result.ports[0].rd_beats > 0
 
 
 @pytest.mark.parametrize("kind, region", [("read", "weights"), ("write", "logits")])

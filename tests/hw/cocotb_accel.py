@@ -18,7 +18,13 @@ from systolica.config import AccelConfig
 from systolica.csr import ID_MAGIC, STATUS_BUSY
 from systolica.faults import Fault
 from systolica.isa import encode, make
-from systolica.sim.accel_programs import FAULT_KINDS, concurrent_program, random_program, weight_stream_program
+from systolica.sim.accel_programs import (
+    FAULT_KINDS,
+    concurrent_program,
+    load_store_program,
+    random_program,
+    weight_stream_program,
+)
 from systolica.sim.golden import GoldenSim
 from systolica.sim.tb_accel import AccelTB
 
@@ -333,3 +339,26 @@ async def bus_errors(dut):
         res, gold = await mirror.run(words)
         assert not mirror.diff(res, gold), ("GEMM_STREAM after a bus error", mirror.diff(res, gold))
     assert not tb.violations, tb.violations
+
+
+@cocotb.test()
+async def dram_latency(dut):
+    """Long LOADs and a STORE with AxiRam's own timing, then behind a fixed DRAM latency: the same bytes as
+    the golden simulator both times; CYCLES of each go to the metrics (the pytest side sets them beside
+    the fast harness at the same latencies)."""
+    p = params()
+    tb, cfg = await make_tb(dut)
+    tb.set_pauses(0.0)
+    mirror = Mirror(tb, cfg)
+    rng = np.random.default_rng(7)
+    words = [encode(i) for i in load_store_program(cfg, data=DATA_LO, out=p["out"], chunk=p["chunk"],
+                                                   loads=p["loads"])]
+    cycles = {}
+    for lat in (0, p["latency"]):
+        mirror.write(DATA_LO, rng.integers(0, 256, p["loads"] * p["chunk"], dtype=np.uint8).tobytes())
+        tb.set_dram_latency(lat)
+        res, gold = await mirror.run(words, timeout_cycles=400_000)
+        assert not mirror.diff(res, gold), (lat, mirror.diff(res, gold))
+        cycles[lat] = res.counters["CYCLES"]
+    tb.set_dram_latency(0)
+    write_metrics({"latency": {"cycles": cycles, "words": len(words)}})

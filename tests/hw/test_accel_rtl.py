@@ -78,3 +78,30 @@ def test_weight_streaming_overlap(tiny):
 @pytest.mark.parametrize("which", ["tiny", "tiny_d2"])
 def test_axi_error_responses_stop_with_bus_error(which, request):
     _run(request.getfixturevalue(which), "bus_errors")
+
+
+def test_dram_latency_in_the_cocotb_testbench(tiny, build_dir):
+    """AccelTB.set_dram_latency: the same bytes at latency 0 and 100, and the cycles of the fast harness's
+    DRAM model at the same latency (the two models differ in AxiRam's own 2-cycle timing only)."""
+    import numpy as np
+
+    from systolica.isa import encode
+    from systolica.sim.accel_programs import load_store_program
+    from systolica.sim.fast_harness import FastRtl
+
+    cfg, lat, chunk, loads, out = tiny[0], 100, 0x1000, 3, 0x8000
+    res = _run(tiny, "dram_latency", latency=lat, chunk=chunk, loads=loads, out=out)
+    cyc = {int(k): v for k, v in res.metrics["latency"]["cycles"].items()}
+    words = [encode(i) for i in load_store_program(cfg, data=0x1000, out=out, chunk=chunk, loads=loads)]
+    fast = FastRtl(cfg, build_dir)
+    fcyc = {}
+    for latency in (0, lat):
+        dram = np.zeros(0x4_0000, np.uint8)
+        raw = np.frombuffer(b"".join(int(w).to_bytes(16, "little") for w in words), np.uint8)
+        dram[0x1_0000:0x1_0000 + len(raw)] = raw
+        r = fast.run(dram, window_base=0x1_0000, window_size=0x2_0000, prog_base=0, prog_len=len(words),
+                     dram_latency=latency)
+        fcyc[latency] = r.counters["CYCLES"]
+    print(f"\nCYCLES at DRAM latency 0 / {lat}: cocotb {cyc[0]} / {cyc[lat]}, fast harness {fcyc[0]} / {fcyc[lat]}")
+    assert cyc[lat] - cyc[0] > lat * loads  # the latency is there
+    assert abs(cyc[lat] - fcyc[lat]) <= 0.03 * fcyc[lat], (cyc, fcyc)  # and is the same latency

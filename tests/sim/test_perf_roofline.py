@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from systolica.sim.perf import PerfModel
-from systolica.sim.roofline import Roofline, board_params, model_work
 
 from systolica.config import preset
 from systolica.isa import encode, make
 from systolica.model import ModelConfig
+from systolica.sim.perf import PerfModel
+from systolica.sim.roofline import Roofline, board_params, model_work
 
 
 def test_roofs_of_a_config():
@@ -62,3 +62,27 @@ def test_board_params_and_the_model_never_beat_the_roof():
     assert achieved > 0.9 * 0.4e9
     with pytest.raises(ValueError, match="dram_gbps"):
         board_params(cfg, dram_gbps=-1)
+
+
+@pytest.mark.parametrize("name, roof, limit", [("kv260", 12.8e9, "pl ports"), ("pynq-z2", 1.575e9, "dram")])
+def test_board_bandwidth_of_the_board_files(name, roof, limit):
+    """min(DRAM peak x efficiency, PL ports x port bits / 8 x clock) from boards/<name>.toml."""
+    from systolica.boards.board import load_board
+    from systolica.sim.roofline import board_bandwidth
+
+    b = load_board(name)
+    bw = board_bandwidth(dram_peak_gbps=b.dram_peak_gbps, dram_efficiency=b.dram_efficiency, pl_ports=b.pl_ports,
+                         pl_port_bits=b.pl_port_bits, clock_mhz=b.config.clock_mhz)
+    assert bw["roof"] == pytest.approx(roof) and bw["limit"] == limit
+    if name == "kv260":  # min(19.2 x 0.8, 4 x 128 / 8 x 200 MHz): the four HP ports, not the DDR4
+        assert bw["dram"] == pytest.approx(19.2e9 * 0.8) and bw["pl"] == pytest.approx(4 * 16 * 200e6)
+    else:  # min(2.1 x 0.75, 4 x 64 / 8 x 100 MHz): the 16-bit DDR3
+        assert bw["dram"] == pytest.approx(2.1e9 * 0.75) and bw["pl"] == pytest.approx(4 * 8 * 100e6)
+    assert bw["pl"] == pytest.approx(b.pl_bandwidth_computed_gbps * 1e9)  # the board module's own figure
+    half = board_bandwidth(dram_peak_gbps=b.dram_peak_gbps, dram_efficiency=b.dram_efficiency, pl_ports=b.pl_ports,
+                           pl_port_bits=b.pl_port_bits, clock_mhz=b.config.clock_mhz / 4)
+    assert half["pl"] == pytest.approx(bw["pl"] / 4) and half["roof"] == min(half["pl"], half["dram"])
+    r = Roofline.for_config(b.config, dram_gbps=bw["roof"] / 1e9)
+    assert r.stream_bytes_per_s == pytest.approx(b.config.dma_ports * b.config.dma_bytes * b.config.clock_mhz * 1e6)
+    with pytest.raises(ValueError, match="efficiency"):
+        board_bandwidth(dram_peak_gbps=2.1, dram_efficiency=1.5, pl_ports=4, pl_port_bits=64, clock_mhz=100)

@@ -1,0 +1,98 @@
+"""One SmolLM2-shaped transformer layer, compiled for a board preset, decoded on the Verilated accelerator.
+
+    python -m systolica.bench.layer_rtl --board kv260 --context 256 --latency 100
+
+Compiles a one-block llama with SmolLM2-135M's shapes (dim 576, 9 query / 3 KV heads of 64, ffn 1536; a small
+vocabulary so that the layer, not the LM head, is what is timed) for the board's accelerator, runs the decode
+step at position ``--context`` on the fast RTL harness (Verilator + C++ DRAM model with ``--latency`` cycles of
+read latency), and prints the RTL counters -- ``DMA_RD_BYTES / CYCLES`` beside the ports' peak
+(``dma_ports x dma_bytes``) and the weight bytes per cycle -- beside the cycle performance model of the same
+program at the same DRAM latency.  The run is checked bit for bit against the golden simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from systolica.config import AccelConfig
+
+__all__ = ["run_layer", "main"]
+
+SMOLLM2_LAYER = dict(arch="llama", dim=576, n_layers=1, n_heads=9, n_kv_heads=3, ffn_dim=1536, vocab=256, seed=3)
+
+
+def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: Path | None = None,
+              say=print) -> dict:
+    """RTL and model figures of the decode step at position ``context`` (see the module docstring)."""
+    from systolica.artifact import StepState
+    from systolica.compiler.compile import compile_model
+    from systolica.sim.fast_harness import FastRtl
+    from systolica.sim.golden import GoldenSim
+    from systolica.sim.perf import PerfModel
+    from systolica.sim.perf_costs import PerfParams
+    from systolica.testmodels import random_model
+
+    page = 16
+    max_seq = -(-(context + 1) // page) * page
+    model = random_model(**SMOLLM2_LAYER, max_seq=max_seq)
+    say(f"compiling a SmolLM2-shaped layer for {cfg.name} (context {context})")
+    art = compile_model(model, cfg, page=page, max_seq=max_seq, prefill_chunk=16)
+    words = art.patched_program("decode", StepState(context, [7], list(range(art.pages_needed(context, 1)))))
+    window = 1 << int(art.dram_bytes - 1).bit_length()
+    dram = np.zeros(window, np.uint8)
+    dram[:len(art.image)] = art.image
+    rng = np.random.default_rng(1)  # a KV cache of earlier tokens: any int8 data is a valid cache
+    kv = art.region("kv")
+    dram[kv["offset"]:kv["offset"] + kv["size"]] = rng.integers(0, 256, kv["size"], dtype=np.uint8)
+    base = art.region("program:decode")["offset"]
+    raw = np.frombuffer(b"".join(int(w).to_bytes(16, "little") for w in words), np.uint8)
+    dram[base:base + len(raw)] = raw
+    gold = dram.copy()
+    GoldenSim(cfg, gold, window_size=window).run(words)
+    say(f"building / running the RTL ({len(words)} instructions, DRAM latency {latency} cycles)")
+    fr = FastRtl(cfg, build_dir or Path.home() / ".cache" / "systolica" / "rtl")
+    t0 = time.perf_counter()
+    res = fr.run(dram, window_base=0, window_size=window, prog_base=base, prog_len=len(words),
+                 max_cycles=100_000_000, dram_latency=latency)
+    wall = time.perf_counter() - t0
+    c = res.counters
+    weight_bytes = int(art.manifest["stats"]["decode"].get("stream_bytes", 0))
+    model = PerfModel(cfg, PerfParams(rd_latency=latency + 2, wr_latency=latency + 2)).run(words)
+    peak = cfg.dma_ports * cfg.dma_bytes
+    return {"config": cfg.name, "context": context, "latency": latency, "instructions": len(words),
+            "exact": bool(np.array_equal(dram, gold)) and res.code.name == "NONE", "code": res.code.name,
+            "cycles": c["CYCLES"], "dma_rd_bytes": c["DMA_RD_BYTES"], "weight_bytes": weight_bytes,
+            "rd_bytes_per_cycle": c["DMA_RD_BYTES"] / c["CYCLES"], "weight_bytes_per_cycle": weight_bytes / c["CYCLES"],
+            "peak": peak, "compute_busy": c["COMPUTE_BUSY"], "array_busy": c["ARRAY_BUSY"],
+            "model_cycles": model.cycles, "model_error": (model.cycles - c["CYCLES"]) / c["CYCLES"],
+            "model_per_op_cycles": model.per_op_cycles, "rtl_wall_s": wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from systolica.bench.stream_rate import _config
+
+    ap = argparse.ArgumentParser(prog="python -m systolica.bench.layer_rtl", description=__doc__.splitlines()[0])
+    ap.add_argument("--board", default="kv260", help="board preset or config preset (default kv260)")
+    ap.add_argument("--context", type=int, default=256, help="position of the decoded token (default 256)")
+    ap.add_argument("--latency", type=int, default=100, help="DRAM read latency in cycles (default 100)")
+    args = ap.parse_args(argv)
+    cfg = _config(args.board)
+    r = run_layer(cfg, args.context, latency=args.latency, say=lambda s: print(s, file=sys.stderr))
+    print(f"{args.board}: one SmolLM2-shaped layer, decode at context {r['context']}, DRAM latency {r['latency']} "
+          f"cycles, {r['instructions']} instructions [RTL counters]: {r['cycles']} cycles, "
+          f"DMA_RD_BYTES/CYCLES = {r['rd_bytes_per_cycle']:.2f} B/cycle of {r['peak']} "
+          f"({100 * r['rd_bytes_per_cycle'] / r['peak']:.1f}%), weights {r['weight_bytes_per_cycle']:.2f} B/cycle "
+          f"({100 * r['weight_bytes_per_cycle'] / r['peak']:.1f}%), compute busy {r['compute_busy']}, "
+          f"array busy {r['array_busy']}; bit-exact vs golden: {r['exact']}")
+    print(f"  performance model of the same program: {r['model_cycles']} cycles ({100 * r['model_error']:+.1f}% vs RTL); "
+          f"per op: {dict(sorted(r['model_per_op_cycles'].items(), key=lambda kv: -kv[1]))}")
+    return 0 if r["exact"] else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
