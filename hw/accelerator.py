@@ -50,7 +50,10 @@ from .engines import LoadEngine, StoreEngine, buffer_ports
 from .fetch import InstructionFetch
 from .token_queue import TokenQueue
 
-__all__ = ["Accelerator", "top_port_names"]
+__all__ = ["Accelerator", "top_port_names", "ARB_DEPTH"]
+
+#: bursts gmem0's read arbiter keeps in flight (its grant FIFO): weight port 0 keeps up to 16 (stream_outstanding)
+ARB_DEPTH = 16
 
 
 class _Run(aenum.Enum, shape=3):
@@ -139,7 +142,7 @@ class Accelerator(wiring.Component):
         load = core("load", LoadEngine(cfg))
         comp = core("compute", ComputeEngine(cfg))
         store = core("store", StoreEngine(cfg))
-        arb = core("rd_arb", ReadArbiter(cfg, 3))
+        arb = core("rd_arb", ReadArbiter(cfg, 3, depth=ARB_DEPTH))  # as many bursts as weight port 0 keeps
         q = {n: core(f"tq_{n}", TokenQueue(cfg.queue_depth)) for n in ("l2c", "c2l", "c2s", "s2c")}
         engines = (load, comp, store)
 

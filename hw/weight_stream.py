@@ -30,11 +30,12 @@ __all__ = ["WeightStream", "stream_outstanding", "STREAM_FIFO_LINES"]
 STREAM_FIFO_LINES = 32
 
 
-def stream_outstanding(cfg: AccelConfig, latency: int = 192) -> int:
+def stream_outstanding(cfg: AccelConfig, latency: int = 256) -> int:
     """Bursts each weight port keeps in flight: enough that ``latency`` cycles of DRAM hide behind the data
-    of the bursts before (``ceil(latency / burst) + 1``), at least 4, at most 16."""
+    of the bursts before (``ceil(latency / burst) + 2``: one more for the address register's turnaround),
+    at least 6, at most 16 (weight port 0's share of gmem0's read arbiter, ``ARB_DEPTH``)."""
     beats = min(cfg.max_burst, WPAGE // cfg.dma_bytes)
-    return max(4, min(16, -(-latency // beats) + 1))
+    return max(6, min(16, -(-latency // beats) + 2))
 
 
 class WeightStream(wiring.Component):
