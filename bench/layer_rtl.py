@@ -27,8 +27,11 @@ SMOLLM2_LAYER = dict(arch="llama", dim=576, n_layers=1, n_heads=9, n_kv_heads=3,
 
 
 def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: Path | None = None,
-              say=print) -> dict:
-    """RTL and model figures of the decode step at position ``context`` (see the module docstring)."""
+              say=print, model=None) -> dict:
+    """RTL and model figures of the decode step at position ``context`` (see the module docstring).
+
+    ``model``: a :class:`~systolica.model.Model` to decode instead of the one SmolLM2-shaped layer (for
+    example the whole SmolLM2, ``--model default``)."""
     from systolica.artifact import StepState
     from systolica.compiler.compile import compile_model
     from systolica.sim.fast_harness import FastRtl
@@ -39,8 +42,9 @@ def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: 
 
     page = 16
     max_seq = -(-(context + 1) // page) * page
-    model = random_model(**SMOLLM2_LAYER, max_seq=max_seq)
-    say(f"compiling a SmolLM2-shaped layer for {cfg.name} (context {context})")
+    what = "the model" if model is not None else "a SmolLM2-shaped layer"
+    model = model if model is not None else random_model(**SMOLLM2_LAYER, max_seq=max_seq)
+    say(f"compiling {what} for {cfg.name} (context {context})")
     art = compile_model(model, cfg, page=page, max_seq=max_seq, prefill_chunk=16)
     words = art.patched_program("decode", StepState(context, [7], list(range(art.pages_needed(context, 1)))))
     window = 1 << int(art.dram_bytes - 1).bit_length()
@@ -80,10 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--board", default="kv260", help="board preset or config preset (default kv260)")
     ap.add_argument("--context", type=int, default=256, help="position of the decoded token (default 256)")
     ap.add_argument("--latency", type=int, default=100, help="DRAM read latency in cycles (default 100)")
+    ap.add_argument("--model", help="decode this model instead of one layer: 'default' (SmolLM2-135M) or a "
+                                    "checkpoint path (a whole token of SmolLM2 on kv260 is ~2.5 M cycles)")
     args = ap.parse_args(argv)
     cfg = _config(args.board)
-    r = run_layer(cfg, args.context, latency=args.latency, say=lambda s: print(s, file=sys.stderr))
-    print(f"{args.board}: one SmolLM2-shaped layer, decode at context {r['context']}, DRAM latency {r['latency']} "
+    model = None
+    if args.model:
+        from systolica.compiler.frontend import load_model
+        from systolica.compiler.model_zoo import fetch_default_model
+        model = load_model(fetch_default_model(verbose=False) if args.model == "default" else args.model)
+    r = run_layer(cfg, args.context, latency=args.latency, say=lambda s: print(s, file=sys.stderr), model=model)
+    what = f"model {args.model}" if args.model else "one SmolLM2-shaped layer"
+    print(f"{args.board}: {what}, decode at context {r['context']}, DRAM latency {r['latency']} "
           f"cycles, {r['instructions']} instructions [RTL counters]: {r['cycles']} cycles, "
           f"DMA_RD_BYTES/CYCLES = {r['rd_bytes_per_cycle']:.2f} B/cycle of {r['peak']} "
           f"({100 * r['rd_bytes_per_cycle'] / r['peak']:.1f}%), weights {r['weight_bytes_per_cycle']:.2f} B/cycle "
