@@ -77,6 +77,8 @@ class AccelTimer:
         while chunk and len(prompt) - i >= chunk:
             total += self._cycles("prefill", i, prompt[i:i + chunk])
             i += chunk
+        if chunk and i and i < len(prompt):  # the rest: one more chunk ending with the prompt (Runtime.prefill)
+            return total + self._cycles("prefill", len(prompt) - chunk, prompt[len(prompt) - chunk:])
         for t in prompt[i:]:
             total += self._cycles("decode", i, [t])
             i += 1

@@ -165,6 +165,9 @@ class Runtime:
     def prefill(self, seq: SequenceState, tokens: Sequence[int]) -> tuple[np.ndarray, RunStats]:
         """Feed a prompt: whole chunks through the prefill program, the rest through decode (same integers).
 
+        A rest after at least one whole chunk is one more chunk that ends with the prompt: it recomputes the
+        last ``chunk - rest`` positions of the chunk before (the same integers again: their KV entries are
+        rewritten with what they hold), which costs one weight pass instead of ``rest`` decode steps.
         Returns the fx int32 logits after the last token and the summed counters of the runs.
         """
         toks = [int(t) for t in tokens]
@@ -175,6 +178,12 @@ class Runtime:
         while chunk and len(toks) - i >= chunk:
             logits, st = self._run("prefill", seq, toks[i:i + chunk])
             total, i = total + st, i + chunk
+        if chunk and i and i < len(toks):
+            back = chunk - (len(toks) - i)
+            seq.pos -= back
+            del seq.tokens[len(seq.tokens) - back:]
+            logits, st = self._run("prefill", seq, toks[len(toks) - chunk:])
+            return logits, total + st
         for t in toks[i:]:
             logits, st = self._run("decode", seq, [t])
             total = total + st

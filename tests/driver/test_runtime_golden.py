@@ -100,3 +100,25 @@ def test_page_pool_runs_out_with_a_clear_message():
     pool.take(), pool.take()
     with pytest.raises(KVCacheFull, match="all 2 KV pages"):
         pool.take()
+
+
+def test_last_chunk_overlaps_and_equals_token_by_token(compiled):
+    """A prompt of whole chunks and a rest: the rest runs as one more chunk ending with the prompt
+    (recomputing positions of the chunk before) -- its logits and the continuation equal feeding every token
+    through decode, bit for bit."""
+    model, art = compiled
+    chunk = art.rows("prefill")
+    assert 21 % chunk and 21 > chunk  # the case under test: a rest after a whole chunk
+    rt = Runtime(art, open_device("golden", CFG, dram_bytes=art.dram_bytes + (1 << 16)))
+    prompt = [int(t) for t in np.random.default_rng(3).integers(0, 300, 21)]
+    a = rt.new_sequence()
+    la, sa = rt.prefill(a, prompt)
+    assert a.pos == len(prompt) and a.tokens == prompt
+    b = rt.new_sequence()
+    for t in prompt:
+        lb, _ = rt.decode(b, t)
+    assert np.array_equal(la, lb)
+    ta, tb = int(np.argmax(la)), int(np.argmax(lb))
+    assert np.array_equal(rt.decode(a, ta)[0], rt.decode(b, tb)[0])  # the rewritten KV entries are the same
+    a.release()
+    b.release()
