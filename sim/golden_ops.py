@@ -18,8 +18,16 @@ from systolica import numerics as nx
 from systolica import wstream
 from systolica.faults import Fault
 from systolica.isa import Buf, Instr
-from systolica.layout import (EXTENTS, attn_state_lines, dma_end, dma_line_bytes, dma_lines, kv_tile, lines_for,
-                              wstream_end)
+from systolica.layout import (
+    EXTENTS,
+    attn_state_lines,
+    dma_end,
+    dma_line_bytes,
+    dma_lines,
+    kv_tile,
+    lines_for,
+    wstream_end,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from systolica.sim.golden import GoldenSim
