@@ -50,7 +50,7 @@ class GoldenDevice(RunToCompletionDevice):
         """Promise that ``size`` bytes at ``offset`` of ``buffer`` (one of :meth:`alloc`'s) are not written again
         (the weights, once placed): the golden simulator then keeps what GEMM_STREAM reads there converted
         instead of reading it again every run, and a STORE into it raises instead of running."""
-        if not (0 <= offset and offset + size <= buffer.view.size):
+        if not (offset >= 0 and offset + size <= buffer.view.size):
             raise ValueError(f"read-only range of {size} bytes at {offset:#x} is outside the {buffer.view.size}-byte buffer")
         self._readonly.append((buffer.offset + offset, size))
         self._sim_window = None  # the next run builds a simulator that knows it
