@@ -17,7 +17,7 @@ from systolica.faults import Fault
 from systolica.hw.decode import RTL_OPS, InstructionDecoder, decode_cycles
 from systolica.hw.range_check import Sym, sym_fields
 from systolica.isa import OP_BY_CODE, OP_BY_NAME, OPS, encode, make
-from systolica.layout import EXTENTS, dma_end, dma_lines, select
+from systolica.layout import EXTENTS, dma_end, dma_lines, select, wstream_end
 from systolica.sim.golden import GoldenSim, _check_word
 
 WIN = 1 << 16  # DRAM window of these tests (bytes)
@@ -120,6 +120,8 @@ def test_decoder_extents_and_faults_match_layout_and_golden(config):
             want_ext = {e.field: e.lines(ins.fields, cfg) for e in EXTENTS.get(ins.op, ())}
             if ins.op in ("LOAD", "STORE"):
                 want_ext = {"dma_end": dma_end(ins.fields, cfg), "sram": dma_lines(ins.fields, cfg)}
+            if ins.op == "GEMM_STREAM":  # the last weight port's end, from the same formula as golden's check
+                want_ext["wstream_end"] = wstream_end(ins.fields, cfg)
             assert ext == want_ext, ins
             nprod.setdefault(ins.op, set()).add(cycles - 3)
     # the fault mix is wide enough to mean something
@@ -127,7 +129,7 @@ def test_decoder_extents_and_faults_match_layout_and_golden(config):
     assert seen[Fault.DMA_WINDOW] > 3 and seen[Fault.DMA_ALIGN] > 3
     # latency: TAKE, CHECK, two more CHECK cycles per product (operand register, product), DISPATCH
     # (docs/hardware.md's table)
-    products = {"NOP": 0, "FINISH": 0, "LOAD": 2, "STORE": 2, "ROPE": 2, "GEMM": 3}
+    products = {"NOP": 0, "FINISH": 0, "LOAD": 2, "STORE": 2, "ROPE": 2, "GEMM": 3, "GEMM_STREAM": 3}
     assert nprod == {op: {2 * products.get(op, 1)} for op in RTL_OPS}, nprod
     # ... and what the performance model is told (decode_cycles traces the same formulas)
     assert {op: {c - 3} for op, c in decode_cycles(cfg).items()} == nprod
