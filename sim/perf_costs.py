@@ -114,6 +114,9 @@ class PerfParams:
     fetch_contention : bool
         Instruction fetch shares the load engine's read port with GEMM_STREAM's weight port 0
         (``hw/accelerator.py``): words fetched while a LOAD or a GEMM_STREAM runs stretch it by their beats.
+    dram_bytes_per_cycle : float
+        What the DRAM behind all ports delivers per cycle (the board's DRAM peak x efficiency / clock); 0 for
+        no limit beyond the ports (the RTL harnesses).  GEMM_STREAM's ports together never read faster.
     """
 
     rd_latency: int = 2
@@ -132,6 +135,7 @@ class PerfParams:
     fetch_latency: int = 0
     token_latency: int = 1
     fetch_contention: bool = True
+    dram_bytes_per_cycle: float = 0.0
 
     def __post_init__(self) -> None:
         if self.gemm not in GEMM_DATAPATHS:
@@ -140,6 +144,8 @@ class PerfParams:
                   "fetch_latency", "token_latency"):
             if getattr(self, k) < 0:
                 raise ValueError(f"{k}={getattr(self, k)} must be >= 0 cycles")
+        if not self.dram_bytes_per_cycle >= 0:
+            raise ValueError(f"dram_bytes_per_cycle={self.dram_bytes_per_cycle} must be >= 0 (0: no limit)")
         if self.outstanding < 1 or self.weight_cols_per_cycle < 1:
             raise ValueError(f"outstanding={self.outstanding} and weight_cols_per_cycle="
                              f"{self.weight_cols_per_cycle} must be >= 1")
@@ -285,6 +291,8 @@ def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: i
         return OpCost((0 if acc else m * n) + 1)  # no weights to read: as GEMM
     bpl = max(1, cols // cfg.dma_bytes)  # beats of one weight line (a narrower line still takes a beat)
     per_tile = cols * bpl * p.beat_cycles if p.beat_cycles > 1 else cols * bpl / P
+    if p.dram_bytes_per_cycle > 0:  # all ports share the board's DRAM: a tile's cols x cols bytes at its rate
+        per_tile = max(per_tile, cols * cols / p.dram_bytes_per_cycle)
     tiles = n * -(-k * cols // rows)
     load = max(1, math.ceil(per_tile * n * k / tiles))  # an array tile's share of the stream (square: per_tile)
     cycles = p.rd_latency + WSTREAM_STARTUP + load + (tiles - 1) * max(m, load) + m + array_latency(cfg)

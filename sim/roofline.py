@@ -147,4 +147,4 @@ def board_params(cfg: AccelConfig, *, dram_gbps: float, clock_mhz: float | None 
     per_cycle = dram_gbps * 1e9 / (f * 1e6)
     beat = max(1.0, cfg.dma_bytes / per_cycle)
     b = base or PerfParams()
-    return b.replace(rd_latency=lat, wr_latency=lat, beat_cycles=beat)
+    return b.replace(rd_latency=lat, wr_latency=lat, beat_cycles=beat, dram_bytes_per_cycle=per_cycle)

@@ -86,3 +86,29 @@ def test_board_bandwidth_of_the_board_files(name, roof, limit):
     assert r.stream_bytes_per_s == pytest.approx(b.config.dma_ports * b.config.dma_bytes * b.config.clock_mhz * 1e6)
     with pytest.raises(ValueError, match="efficiency"):
         board_bandwidth(dram_peak_gbps=2.1, dram_efficiency=1.5, pl_ports=4, pl_port_bits=64, clock_mhz=100)
+
+
+def test_weight_ports_never_read_faster_than_the_board_dram():
+    """pynq-z2: two 64-bit ports at 100 MHz (16 B a cycle) over a DRAM of 1.575 GB/s (15.75 B a cycle): a decode
+    GEMV's GEMM_STREAM costs at least its bytes at the DRAM's rate with board parameters, and the ports' rate
+    without them; the cached and the reference model agree."""
+    from systolica.boards.board import load_board
+    from systolica.isa import encode, make
+    from systolica.sim.perf import PerfModel
+    from systolica.sim.perf_costs import PerfParams
+    from systolica.sim.roofline import board_params
+
+    b = load_board("pynq-z2")
+    cfg = b.config
+    n, k = 96, 72
+    words = [encode(make("GEMM_STREAM", dst=0, a=0, w=0, m=1, k=k, n=n, acc=0)), encode(make("FINISH"))]
+    nbytes = n * k * cfg.cols * cfg.cols
+    board = board_params(cfg, dram_gbps=b.dram_peak_gbps * b.dram_efficiency)
+    assert board.dram_bytes_per_cycle == pytest.approx(15.75)
+    slow = PerfModel(cfg, board).run(words).cycles
+    assert slow >= nbytes / 15.75
+    assert PerfModel(cfg, board, cache=False).run(words).cycles == slow
+    fast = PerfModel(cfg, PerfParams(rd_latency=board.rd_latency)).run(words).cycles
+    assert nbytes / 16 <= fast < slow
+    with pytest.raises(ValueError, match="dram_bytes_per_cycle"):
+        PerfParams(dram_bytes_per_cycle=-1.0)
