@@ -294,8 +294,9 @@ def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: i
     if p.dram_bytes_per_cycle > 0:  # all ports share the board's DRAM: a tile's cols x cols bytes at its rate
         per_tile = max(per_tile, cols * cols / p.dram_bytes_per_cycle)
     tiles = n * -(-k * cols // rows)
-    load = max(1, math.ceil(per_tile * n * k / tiles))  # an array tile's share of the stream (square: per_tile)
-    cycles = p.rd_latency + WSTREAM_STARTUP + load + (tiles - 1) * max(m, load) + m + array_latency(cfg)
+    load = max(1.0, per_tile * n * k / tiles)  # an array tile's share of the stream (square: per_tile), fractional
+    # at a DRAM rate that is not a whole number of cycles a tile: rounded once for the whole stream, not per tile
+    cycles = p.rd_latency + WSTREAM_STARTUP + math.ceil(load + (tiles - 1) * max(m, load)) + m + array_latency(cfg)
     return OpCost(cycles, array_busy=tiles * m, rd_beats=n * k * cols * bpl, macs=macs)
 
 
