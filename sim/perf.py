@@ -59,6 +59,12 @@ def decode_timed(word: int) -> Instr:
         raise PerfError(f"cannot time an illegal instruction word {word:#034x}: {e}") from None
 
 
+def deadlock_error(pc: int, op: str, engine: int, pushes: Sequence[int], pops: Sequence[int]) -> PerfError:
+    """The error of a program whose instruction ``pc`` waits forever for a token (pushes / pops per queue)."""
+    return PerfError(f"token deadlock: instruction {pc} ({op}) on the {Engine(engine).name.lower()} engine "
+                     f"waits forever; pushes/pops per queue: {list(pushes)}/{list(pops)}")
+
+
 def fetch_stretch(seen: Sequence[int], start: int, exec_cycles: int, first_beat: int, word_cycles: int) -> int:
     """Cycles a LOAD (or GEMM_STREAM) starting at ``start`` is stretched by instruction words fetched during it
     (``seen``: sorted arrival cycles): fetch, LOAD and weight port 0 share one read port; words before its first
@@ -295,9 +301,8 @@ class PerfModel:
                 head[e] = h
             if not moved:
                 blocked = min(order[e][head[e]] for e in range(3) if head[e] < len(order[e]))
-                raise PerfError(f"token deadlock: instruction {blocked} ({infos[blocked][4]}) on the "
-                                f"{Engine(infos[blocked][0]).name.lower()} engine waits forever; pushes/pops per "
-                                f"queue: {[len(x) for x in pushes]}/{[len(x) for x in pops]}")
+                raise deadlock_error(blocked, infos[blocked][4], infos[blocked][0],
+                                     [len(x) for x in pushes], [len(x) for x in pops])
         last = max(end)
         fetch_beats = n * ibeats
         busy = [0, 0, 0]

@@ -26,8 +26,9 @@ from collections.abc import Sequence
 
 from systolica.config import AccelConfig
 from systolica.hw.decode import decode_cycles
-from systolica.isa import WORD_BYTES, Engine
-from systolica.sim.perf import RUN_OVERHEAD, PerfError, PerfResult, _plan, decode_timed, fetch_stretch
+from systolica.isa import WORD_BYTES
+from systolica.sim.perf import (RUN_OVERHEAD, PerfError, PerfResult, _plan, deadlock_error, decode_timed,
+                                fetch_stretch)
 from systolica.sim.perf_costs import cost_signature, op_cost
 
 __all__ = ["ProgramPlan", "plan_for", "clear_plans"]
@@ -184,9 +185,7 @@ class ProgramPlan:
                 blocked = min(order[e][head[e]] for e in range(3) if head[e] < len(order[e]))
                 pu = [sum(ready[j] for j in pushers[q]) for q in range(4)]
                 po = [sum(ready[j] for j in poppers[q]) for q in range(4)]
-                raise PerfError(f"token deadlock: instruction {blocked} ({infos[blocked][3]}) on the "
-                                f"{Engine(infos[blocked][0]).name.lower()} engine waits forever; pushes/pops per "
-                                f"queue: {pu}/{po}")
+                raise deadlock_error(blocked, infos[blocked][3], infos[blocked][0], pu, po)
         self.seq = seq
         self.prev_or_n = [n if k < 0 else k for k in self.prev]
         self.zeros = [0] * n

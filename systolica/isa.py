@@ -126,6 +126,13 @@ _DMA_FIELDS = (
     Field("stride", 32, why="DRAM bytes from one row to the next: 32 bits like an address (2-D strided access)"),
 )
 
+_GEMM_SHAPE = (  # the shape fields GEMM and GEMM_STREAM share
+    Field("m", 16, why="rows of A (tokens): " + _ROWS),
+    Field("k", 16, why="lines of the reduction dimension K: " + _LINES),
+    Field("n", 16, why="lines of the output dimension N (W has n*cols rows): " + _LINES),
+    Field("acc", 1, why="1: add into dst, 0: overwrite"),
+)
+
 OPS: tuple[OpSpec, ...] = (
     OpSpec("NOP", 0x1F, None, (Field("engine", 2, why="2 bits: LOAD=0, COMPUTE=1, STORE=2; moves tokens only"),),
            "Does nothing on the named engine but pop and push its tokens."),
@@ -135,21 +142,15 @@ OPS: tuple[OpSpec, ...] = (
            "Buffer -> DRAM: the mirror of LOAD."),
     OpSpec("GEMM", 0x03, Engine.COMPUTE, (
         _addr("dst", "acc"), _addr("a", "spad"), _addr("w", "spad"),
-        Field("m", 16, why="rows of A (tokens): " + _ROWS),
-        Field("k", 16, why="lines of the reduction dimension K: " + _LINES),
-        Field("n", 16, why="lines of the output dimension N (W has n*cols rows): " + _LINES),
-        Field("acc", 1, why="1: add into dst, 0: overwrite"),
+        *_GEMM_SHAPE,
     ), "acc[dst] (+)= A @ W^T. A: m rows x k lines (int8) at `a`; W: n*cols rows x k lines (int8, "
-       "PyTorch [out, in] layout) at `w`; result m rows x n lines (int32). m=1 is decode (matrix x vector, "
-       "weights streamed tile by tile into the scratchpad by the load engine)."),
+       "PyTorch [out, in] layout) at `w`; result m rows x n lines (int32). m=1 is decode (matrix x vector); "
+       "the compiler streams model weights with GEMM_STREAM instead."),
     OpSpec("GEMM_STREAM", 0x12, Engine.COMPUTE, (
         _addr("dst", "acc"), _addr("a", "spad"),
         Field("w", 32, buf="dram", why="byte offset in the DRAM window of weight port 0's first byte (port p starts "
               "p x 4 KiB later): 32 bits like a DMA address; must be aligned to one scratchpad line"),
-        Field("m", 16, why="rows of A (tokens): " + _ROWS),
-        Field("k", 16, why="lines of the reduction dimension K: " + _LINES),
-        Field("n", 16, why="lines of the output dimension N (W has n*cols rows): " + _LINES),
-        Field("acc", 1, why="1: add into dst, 0: overwrite"),
+        *_GEMM_SHAPE,
     ), "acc[dst] (+)= A @ W^T with W streamed from DRAM, not the scratchpad: every weight port (one per "
        "`dma_ports`) reads its share of W's tiles from its own 4 KiB pages (see *Weight streams*), and the "
        "array takes `dma_ports` weight lines a cycle. A: m rows x k lines (int8) at `a`; result m rows x n "
