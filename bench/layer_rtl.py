@@ -86,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency", type=int, default=100, help="DRAM read latency in cycles (default 100)")
     ap.add_argument("--model", help="decode this model instead of one layer: 'default' (SmolLM2-135M) or a "
                                     "checkpoint path (a whole token of SmolLM2 on kv260 is ~2.5 M cycles)")
+    ap.add_argument("--attn-rows", type=int, help="the board preset with this many attention rows (config.attn_rows)")
     args = ap.parse_args(argv)
     cfg = _config(args.board)
+    if args.attn_rows is not None:
+        cfg = cfg.replace(name=f"{cfg.name}_a{args.attn_rows}", attn_rows=args.attn_rows)
     model = None
     if args.model:
         from systolica.compiler.frontend import load_model

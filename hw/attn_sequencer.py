@@ -1,17 +1,21 @@
 """ATTN and ATTN_OUT on the hardware core's :class:`~systolica.hw.attention_unit.AttentionUnit`.
 
-One job per query row ``r`` (the rows of a GQA group share the tile, which stays
-in the scratchpad).  Beats of an ATTN job, in the unit's contract order:
+The ``nq`` query rows (a GQA group) go through the tile in jobs of up to ``R =
+cfg.attn_rows`` rows (the unit reads each K and V line once for all rows of a job; the
+tile stays in the scratchpad for the next job).  Beats of an ATTN job of rows
+``r0 .. r0+n-1``, in the unit's contract order:
 
-- ``HDR``: the row's state line ``state + r`` (``m`` lane 0, ``l`` lane 1; ``init``:
-  the empty state ``m = INT32_MIN, l = 0``), ``offset``, ``causal``;
-- ``Q``: ``hd`` lines ``q + r*hd + li`` (int8 lanes), ``exp`` = lane 0 of ``qexp + r``;
+- ``HDR`` per row: the state line ``state + r`` (``m`` lane 0, ``l`` lane 1; ``init``:
+  the empty state ``m = INT32_MIN, l = 0``), ``offset``, ``causal``; ``last`` on the job's last;
+- ``Q`` per row: ``hd`` lines ``q + r*hd + li`` (int8 lanes), ``exp`` = lane 0 of ``qexp + r``,
+  ``eot`` on the row's last line, ``last`` on the job's;
 - ``K``/``V``: ``t*hd`` lines of the tile (``layout.kv_tile``), ``exp`` = lane 0 of the
   token's exponent line, ``eot`` on each token's last line, ``last`` on the tile's;
-- ``STATE_O``: the ``hd`` lines of the row's running output (``init``: zeros).
+- ``STATE_O`` per row: the ``hd`` lines of its running output (``init``: zeros), ``last`` on
+  each row's last.
 
-The unit answers with the new state line, then ``hd`` output lines, written back
-in place.  A tile with ``t = 0`` has no K/V beats for the unit to frame, and
+The unit answers, row by row, with the new state line, then ``hd`` output lines, written
+back in place.  A tile with ``t = 0`` has no K/V beats for the unit to frame, and
 its result is the old state unchanged, so those jobs bypass the unit: the state
 line (with lanes 2.. cleared) and the ``o`` lines are written back as read.
 ATTN_OUT jobs: a ``FIN`` beat (``l``), then the ``hd`` lines of ``o`` -> ``hd`` lines at
@@ -82,30 +86,38 @@ class AttnSequencer(wiring.Component):
         php = Signal(21)  # P * hd: lines of K (or V) in the tile layout
         m.d.comb += php.eq(hd << at.page_log2)
 
-        # ---- walk: job r, phase, line li (and token j / its last line for K, V)
+        # ---- walk: jobs of up to R rows (r0 .. r0+n-1), phase, row r, line li of K / V (and token j / its
+        # line tli; tli is also the line of a row's query or state lines)
+        R = self.cfg.attn_rows
         active = Signal()
-        r = Signal(6)
+        r, r0, gi = Signal(6), Signal(6), Signal(range(R))  # row, the job's first row, row within the job
         ph = Signal(_Ph)
-        li = Signal(32)  # line within the phase
-        tli = Signal(8)  # line within the token
+        li = Signal(32)  # line within the K or V phase
+        tli = Signal(8)  # line within the token (K, V) or the row (Q, OUT)
         tok = Signal(13)
-        rhd = Signal(12)  # r * hd
+        rhd, r0hd = Signal(12), Signal(12)  # r * hd, r0 * hd
         with m.If(self.start):
-            m.d.sync += [active.eq((nq != 0) & (hd != 0)), r.eq(0), rhd.eq(0), ph.eq(_Ph.HDR), li.eq(0), tli.eq(0),
-                         tok.eq(0)]
+            m.d.sync += [active.eq((nq != 0) & (hd != 0)), r.eq(0), r0.eq(0), gi.eq(0), rhd.eq(0), r0hd.eq(0),
+                         ph.eq(_Ph.HDR), li.eq(0), tli.eq(0), tok.eq(0)]
         m.submodules.q = q = fifo.SyncFIFO(width=3 + C * 32 + 8 + 2, depth=_DEPTH)
         pending = Signal()
         room = (q.level + pending) < _DEPTH
         read = Signal()
         m.d.comb += read.eq(active & ~self.start & room)
         eot = tli == hd - 1
-        last_line = Mux(ph == _Ph.HDR, li == 0, Mux((ph == _Ph.K) | (ph == _Ph.V), eot & (tok == at.t - 1),
-                                                      li == hd - 1))
+        # ATTN_OUT and the bypass are jobs of one row; an ATTN job ends at R rows or at the group's last
+        job_last = is_out | bypass | (r == nq - 1) | (gi == R - 1)
+        kv_end = eot & (tok == at.t - 1)
+        beat_last = Mux(ph == _Ph.HDR, job_last, Mux(ph == _Ph.Q, eot & job_last,
+                                                      Mux((ph == _Ph.K) | (ph == _Ph.V), kv_end, eot)))
+        phase_end = Mux(ph == _Ph.OUT, eot & job_last, beat_last)
+        next_row = [r.eq(r + 1), rhd.eq(rhd + hd), gi.eq(gi + 1)]
+        first_row = [r.eq(r0), rhd.eq(r0hd), gi.eq(0)]
         kv = at.kv
         m.d.comb += [
-            self.va_addr.eq(Mux(ph == _Ph.HDR, state + r, state + nq + rhd + li)),
+            self.va_addr.eq(Mux(ph == _Ph.HDR, state + r, state + nq + rhd + tli)),
             self.va_en.eq(read),
-            self.sa_addr.eq(Mux(ph == _Ph.Q, at.q + rhd + li, Mux(ph == _Ph.K, kv + li, kv + php + li))),
+            self.sa_addr.eq(Mux(ph == _Ph.Q, at.q + rhd + tli, Mux(ph == _Ph.K, kv + li, kv + php + li))),
             self.sa_en.eq(read),
             self.sb_addr.eq(Mux(ph == _Ph.Q, at.qexp + r, Mux(ph == _Ph.K, kv + (php << 1) + tok,
                                                                kv + (php << 1) + P + tok))),
@@ -113,24 +125,32 @@ class AttnSequencer(wiring.Component):
         ]
         with m.If(read):
             m.d.sync += [li.eq(li + 1), tli.eq(Mux(eot, 0, tli + 1)), tok.eq(tok + eot)]
-            with m.If(last_line):
-                m.d.sync += [li.eq(0), tli.eq(0), tok.eq(0)]
-                with m.Switch(ph):
-                    with m.Case(_Ph.HDR):
-                        m.d.sync += ph.eq(Mux(is_out | bypass, _Ph.OUT, _Ph.Q))
-                    with m.Case(_Ph.Q):
-                        m.d.sync += ph.eq(_Ph.K)
-                    with m.Case(_Ph.K):
-                        m.d.sync += ph.eq(_Ph.V)
-                    with m.Case(_Ph.V):
-                        m.d.sync += ph.eq(_Ph.OUT)
-                    with m.Case(_Ph.OUT):
-                        m.d.sync += [ph.eq(_Ph.HDR), r.eq(r + 1), rhd.eq(rhd + hd)]
+            with m.Switch(ph):
+                with m.Case(_Ph.HDR):
+                    m.d.sync += next_row
+                    with m.If(phase_end):
+                        m.d.sync += [ph.eq(Mux(is_out | bypass, _Ph.OUT, _Ph.Q)), *first_row]
+                with m.Case(_Ph.Q):
+                    with m.If(eot):
+                        m.d.sync += next_row
+                    with m.If(phase_end):
+                        m.d.sync += [ph.eq(_Ph.K), *first_row]
+                with m.Case(_Ph.K), m.If(phase_end):
+                    m.d.sync += ph.eq(_Ph.V)
+                with m.Case(_Ph.V), m.If(phase_end):
+                    m.d.sync += ph.eq(_Ph.OUT)
+                with m.Case(_Ph.OUT):
+                    with m.If(eot):
+                        m.d.sync += next_row
+                    with m.If(phase_end):  # the job's last state line: the next job starts at the next row
+                        m.d.sync += [ph.eq(_Ph.HDR), r0.eq(r + 1), r0hd.eq(rhd + hd), gi.eq(0)]
                         with m.If(r == nq - 1):
                             m.d.sync += active.eq(0)
+            with m.If(phase_end):
+                m.d.sync += [li.eq(0), tli.eq(0), tok.eq(0)]
         # the beat, one cycle later with its data
         p_ph, p_last, p_eot = Signal(_Ph), Signal(), Signal()
-        m.d.sync += [pending.eq(read), p_ph.eq(ph), p_last.eq(last_line), p_eot.eq(eot)]
+        m.d.sync += [pending.eq(read), p_ph.eq(ph), p_last.eq(beat_last), p_eot.eq(eot)]
         kind = Signal(3)
         with m.Switch(p_ph):
             with m.Case(_Ph.HDR):

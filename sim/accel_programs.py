@@ -110,7 +110,7 @@ class _Gen:
         def at(lo: int, n: int) -> int:
             return lo + self.r(0, half - n)
         if name in ("ATTN", "ATTN_OUT"):
-            nq, hd = self.r(1, 3), self.r(1, 2)
+            nq, hd = self.r(1, 5), self.r(1, 2)  # up to 5 rows: jobs of attn_rows rows and a shorter last one
             state = at(src_lo, nq + nq * hd)
             if name == "ATTN_OUT":
                 return dict(dst=at(dst_lo, nq * hd), state=state, nq=nq, hd=hd)

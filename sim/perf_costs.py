@@ -106,7 +106,10 @@ class PerfParams:
     vector_latency : int
         Pipeline depth of the vector unit (fill + drain per instruction).
     attn_latency : int
-        Fixed cycles per query row of one ATTN tile (header, rescale, the unit's pipeline).
+        Fixed cycles per job of one ATTN tile (a job: up to ``attn_rows`` query rows through the tile together;
+        the pipeline drains between K and V and the rescale).
+    attn_row_latency : int
+        Fixed cycles per query row of one ATTN tile (its header, the new sum and shift, the header line out).
     fetch_latency : int
         Extra cycles of instruction fetch beyond the read latency (prefetch FIFO, registers).
     token_latency : int
@@ -131,7 +134,8 @@ class PerfParams:
     gemm: str = "systolic"
     weight_cols_per_cycle: int = 1
     vector_latency: int = 2
-    attn_latency: int = 9
+    attn_latency: int = 6
+    attn_row_latency: int = 3
     fetch_latency: int = 0
     token_latency: int = 1
     fetch_contention: bool = True
@@ -141,6 +145,7 @@ class PerfParams:
         if self.gemm not in GEMM_DATAPATHS:
             raise ValueError(f"gemm={self.gemm!r} must be one of {', '.join(GEMM_DATAPATHS)}")
         for k in ("rd_latency", "wr_latency", "ar_wait", "aw_wait", "ar_gap", "burst_min", "store_tail", "vector_latency", "attn_latency",
+                  "attn_row_latency",
                   "fetch_latency", "token_latency"):
             if getattr(self, k) < 0:
                 raise ValueError(f"{k}={getattr(self, k)} must be >= 0 cycles")
@@ -326,16 +331,24 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     return OpCost(beats + rows * per_row + p.vector_latency + VECTOR_EXTRA_LATENCY.get(key, 0))
 
 
+#: Cycles of an ATTN over an empty tile (t = 0) beyond its rows' lines (the sequencer's start and drain; RTL)
+ATTN_BYPASS_LATENCY = 3
+
+
 def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     f = ins.fields
     nq, hd, t, cols = f["nq"], f["hd"], f["t"], cfg.cols
     if nq == 0 or hd == 0:
         return OpCost(1)
-    # per query row (hw/attn_sequencer.py, hw/attention_unit.py): the header and the hd query lines, then K
-    # and V at one line a cycle (2 * t * hd), the rescale, the hd state lines in and out (line_beats cycles
-    # each: the state-line datapath has line_width lanes), the unit's pipeline (attn_latency); rows follow
-    # each other through the same tile (calibrated on the RTL)
-    cyc = nq * (2 * t * hd + hd + hd * cfg.line_beats + p.attn_latency) + 1
+    # (hw/attn_sequencer.py, hw/attention_unit.py) per job of up to attn_rows query rows: K and V at one line a
+    # cycle (2 * t * hd) and the pipeline drains (attn_latency); per row: the header and the hd query lines, the
+    # hd state lines in and out (line_beats cycles each: the state-line datapath has line_width lanes), the new
+    # sum (attn_row_latency).  A tile with t = 0 bypasses the unit: each row's state line and hd output lines
+    # are copied through at a line a cycle (calibrated on the RTL)
+    if t == 0:
+        return OpCost(nq * (1 + hd) + ATTN_BYPASS_LATENCY, array_busy=0, macs=0)
+    jobs = -(-nq // cfg.attn_rows)
+    cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 1
     return OpCost(cyc, array_busy=0, macs=2 * nq * t * hd * cols)
 
 

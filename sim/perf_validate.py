@@ -83,6 +83,12 @@ def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
         out.append({"name": f"stream_k{k_lines}_n{n_lines}_t{n_tiles}", "words": [encode(i) for i in prog]})
     for op, rows, lines in vector_cases():  # one line a cycle through the vector / activation units
         out.append({"name": f"{op.lower()}_{rows}x{lines}", "words": _finish([_vector_instr(cfg, op, rows, lines)])})
+    for nq, hd, t in ((1, 1, 16), (3, 2, 16), (5, 2, 8), (4, 1, 15), (2, 2, 0), (5, 1, 0), (9, 1, 16)):
+        # GQA groups of several rows (jobs of attn_rows rows through each tile), two tiles and the finish
+        kv = [dict(q=0, qexp=256, kv=512 + 128 * j, state=0, nq=nq, hd=hd, t=t, page_log2=4, offset=20, causal=1,
+                   init=int(j == 0)) for j in range(2)]
+        prog = [make("ATTN", **f) for f in kv] + [make("ATTN_OUT", dst=nq * (hd + 1), state=0, nq=nq, hd=hd)]
+        out.append({"name": f"attn_nq{nq}_hd{hd}_t{t}", "words": _finish(prog)})
     rng = np.random.default_rng(seed)
     for i in range(n_random):
         rp = random_program(cfg, rng, n_ops=int(rng.integers(4, 20)), data_lo=d, data_hi=d + 0x4000,

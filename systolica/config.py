@@ -68,6 +68,9 @@ class AccelConfig:
     macs_per_dsp: int = 1  # int8 MACs per DSP multiplier of the systolic array: 2 packs the two products of
     # horizontally adjacent PEs (same broadcast activation) into one 8 x 25-bit multiply (half the DSPs; the
     # column adds then go to fabric carry chains)
+    attn_rows: int = 1  # query rows the attention unit takes through one KV tile together (parallel dot
+    # products): the rows of a GQA group share each K and V line read; at most line_width (each row's score
+    # scaling uses one lane multiplier of the state-line datapath)
 
     # ----------------------------------------------------------------- sizes
     @property
@@ -115,6 +118,7 @@ class AccelConfig:
             while width % nl:
                 nl -= 1
             nl = 0 if nl >= width else nl
+        changes.setdefault("attn_rows", min(self.attn_rows, width, 8))  # each row needs a lane multiplier
         return self.replace(rows=rows, cols=cols, line_lanes=lanes, nonlinear_lanes=nl, **changes)
 
     @property
@@ -173,6 +177,9 @@ class AccelConfig:
         if self.macs_per_dsp not in (1, 2) or (self.macs_per_dsp == 2 and self.cols % 2):
             yield (f"macs_per_dsp={self.macs_per_dsp} must be 1, or 2 with an even cols (two adjacent columns "
                    f"share one multiplier); cols={self.cols}")
+        if not (isinstance(self.attn_rows, int) and 1 <= self.attn_rows <= min(8, self.line_width)):
+            yield (f"attn_rows={self.attn_rows} must be in 1..min(8, line_width={self.line_width}) (each query row "
+                   f"of a tile scales its scores on one lane multiplier of the attention unit's state-line datapath)")
         if self.in_bits != 8:
             yield f"in_bits={self.in_bits}: only int8 operands are implemented"
         if self.acc_bits != 32:
@@ -218,6 +225,8 @@ class AccelConfig:
             d.pop("macs_per_dsp")
         if d["nonlinear_lanes"] in (0, self.line_width):  # as wide as the line datapath: the hash of before the field
             d.pop("nonlinear_lanes")
+        if d["attn_rows"] == 1:  # one query row per tile pass: the hardware (and hash) of before the field
+            d.pop("attn_rows")
         d["clock_mhz"] = float(d["clock_mhz"])
         return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 

@@ -129,6 +129,19 @@ def test_reshaped_keeps_the_nonlinear_share():
     assert AccelConfig(rows=8, cols=8, line_lanes=2).reshaped(16, 16).nonlinear_lanes == 0
 
 
+def test_attn_rows_validates_keeps_the_default_hash_and_reshapes():
+    """attn_rows: query rows through a KV tile together; each needs a lane multiplier of the state-line datapath."""
+    base = AccelConfig(cols=8, line_lanes=4)
+    assert base.attn_rows == 1 and base.replace(attn_rows=1).hash32() == base.hash32()
+    three = base.replace(attn_rows=3)
+    assert three.hash32() != base.hash32() and AccelConfig.from_toml(three.to_toml()) == three
+    for bad in (0, 5, 9):  # 5 > line_width 4
+        with pytest.raises(ConfigError, match=f"attn_rows={bad} must be in 1..min"):
+            base.replace(attn_rows=bad)
+    assert base.replace(attn_rows=4).reshaped(4, 4).attn_rows == 2  # a 2-lane line datapath holds 2 rows
+    assert three.reshaped(16, 16).attn_rows == 3
+
+
 def test_macs_per_dsp_validates_and_keeps_the_default_hash():
     base = AccelConfig(cols=8)
     assert base.replace(macs_per_dsp=1).hash32() == base.hash32()

@@ -26,8 +26,9 @@ def tiny(build_dir):
 
 @pytest.fixture(scope="module")
 def tiny_d2(build_dir):
-    """tiny with two DMA ports: fetch, LOAD and weight port 0 on gmem0, weight port 1 and STORE on gmem1."""
-    cfg = preset("tiny").replace(name="tiny_d2", dma_ports=2)
+    """tiny with two DMA ports (fetch, LOAD and weight port 0 on gmem0, weight port 1 and STORE on gmem1) and
+    two query rows a KV pass in the attention unit."""
+    cfg = preset("tiny").replace(name="tiny_d2", dma_ports=2, attn_rows=2)
     return cfg, cocotb_build(cfg, build_dir)
 
 

@@ -19,25 +19,32 @@ pytestmark = [pytest.mark.amaranth, pytest.mark.filterwarnings("ignore::amaranth
 
 
 def job_beats(C, q, qexp, k, kexp, v, vexp, m, lsum, o, offset, causal):
-    """The input beats of one query row over one tile (see hw/attention_unit.py)."""
-    hdl = q.shape[0] // C
+    """The input beats of one job over one tile (see hw/attention_unit.py): the rows of ``q`` (``n x hd``,
+    or one row ``hd``) with their ``qexp``, old ``m``, ``lsum`` and ``o``, through one pass of K and V."""
+    q, o = np.atleast_2d(q), np.atleast_2d(o)
+    qexp, m, lsum = np.atleast_1d(qexp), np.atleast_1d(m), np.atleast_1d(lsum)
+    n, hdl = q.shape[0], q.shape[1] // C
     t = k.shape[0]
     zero = {"exp": 0, "eot": 0, "last": 0, "offset": 0, "causal": 0}
 
     def line(kind, vals, **kw):
         return {**zero, "kind": int(kind), "data": [int(x) for x in vals], **kw}
 
-    beats = [line(AttnBeat.HDR, [m, lsum] + [0] * (C - 2), offset=int(offset), causal=int(causal))]
-    beats += [line(AttnBeat.Q, q[i * C:(i + 1) * C], exp=int(qexp), last=int(i == hdl - 1)) for i in range(hdl)]
+    beats = [line(AttnBeat.HDR, [int(m[r]), int(lsum[r])] + [0] * (C - 2), offset=int(offset), causal=int(causal),
+                  last=int(r == n - 1)) for r in range(n)]
+    beats += [line(AttnBeat.Q, q[r, i * C:(i + 1) * C], exp=int(qexp[r]), eot=int(i == hdl - 1),
+                   last=int(r == n - 1 and i == hdl - 1)) for r in range(n) for i in range(hdl)]
     for kind, x, xe in ((AttnBeat.K, k, kexp), (AttnBeat.V, v, vexp)):
         beats += [line(kind, x[j, i * C:(i + 1) * C], exp=int(xe[j]), eot=int(i == hdl - 1),
                        last=int(j == t - 1 and i == hdl - 1)) for j in range(t) for i in range(hdl)]
-    beats += [line(AttnBeat.STATE_O, o[i * C:(i + 1) * C], last=int(i == hdl - 1)) for i in range(hdl)]
+    beats += [line(AttnBeat.STATE_O, o[r, i * C:(i + 1) * C], last=int(i == hdl - 1))
+              for r in range(n) for i in range(hdl)]
     return beats
 
 
-def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), causal: bool = True):
-    """Jobs for nq query rows (a GQA group) over a chain of tiles, and the expected state lines."""
+def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), causal: bool = True, R: int = 1):
+    """Jobs for nq query rows (a GQA group) over a chain of tiles, and the expected state lines; the
+    rows go through each tile in jobs of up to ``R`` rows (the unit's ``attn_rows``)."""
     rng = np.random.default_rng(seed)
     q = rng.integers(-127, 128, size=(nq, hd), dtype=np.int8)
     qexp = rng.integers(-9, -5, size=nq)
@@ -52,11 +59,13 @@ def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), ca
         vexp = rng.integers(-10, 5, size=t)  # some above 3: clamped by numerics and the unit
         offset = qpos - pos0
         new = numerics.attn_tile(q, qexp, k, kexp, v, vexp, state, offset, causal)
-        for r in range(nq):  # GQA: the rows of the group are consecutive jobs over the same tile
-            beats += job_beats(C, q[r], qexp[r], k, kexp, v, vexp, int(state.m[r]), int(state.l[r]),
-                               state.o[r], offset, causal)
-            want.append([int(new.m[r]), int(new.l[r])] + [0] * (C - 2))
-            want += [[int(x) for x in new.o[r, i * C:(i + 1) * C]] for i in range(hd // C)]
+        for r0 in range(0, nq, R):  # GQA: the rows of the group share the tile, R of them a job
+            rs = slice(r0, min(nq, r0 + R))
+            beats += job_beats(C, q[rs], qexp[rs], k, kexp, v, vexp, state.m[rs], state.l[rs],
+                               state.o[rs], offset, causal)
+            for r in range(r0, rs.stop):
+                want.append([int(new.m[r]), int(new.l[r])] + [0] * (C - 2))
+                want += [[int(x) for x in new.o[r, i * C:(i + 1) * C]] for i in range(hd // C)]
         state = new
         pos0 += t
     # ATTN_OUT: o / l of every row, plus one row that never saw a token (l = 0 gives 0)
@@ -65,21 +74,25 @@ def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), ca
     rows = [(int(state.l[r]), state.o[r], out[r]) for r in range(nq)]
     rows.append((0, rng.integers(-1000, 1000, size=hd), np.zeros(hd, np.int64)))
     for lsum, o, fx in rows:
-        beats.append({**zero, "kind": int(AttnBeat.FIN), "data": [0, lsum] + [0] * (C - 2)})
+        beats.append({**zero, "kind": int(AttnBeat.FIN), "data": [0, lsum] + [0] * (C - 2), "last": 1})
         beats += [{**zero, "kind": int(AttnBeat.STATE_O), "data": [int(x) for x in o[i * C:(i + 1) * C]],
                    "last": int(i == hd // C - 1)} for i in range(hd // C)]
         want += [[int(x) for x in fx[i * C:(i + 1) * C]] for i in range(hd // C)]
     return beats, want
 
 
-@pytest.mark.parametrize("cols,lanes,hd,causal,tiles", [
-    (4, 0, 8, True, (5, 8, 3)), (4, 0, 12, False, (5, 8, 3)), (8, 0, 16, True, (5, 8, 3)), (4, 0, 4, False, (1, 2, 1)),
+@pytest.mark.parametrize("cols,lanes,hd,causal,tiles,R,nq", [
+    (4, 0, 8, True, (5, 8, 3), 1, 2), (4, 0, 12, False, (5, 8, 3), 1, 2), (8, 0, 16, True, (5, 8, 3), 1, 2),
+    (4, 0, 4, False, (1, 2, 1), 1, 2),
     # state lines (O pass, ATTN_OUT) through a datapath of fewer lanes than the line: cols / lanes cycles each
-    (4, 2, 8, True, (5, 8, 3)), (8, 2, 16, False, (3, 4, 2)), (8, 4, 16, True, (5, 8, 3))])
-def test_attention_bit_exact(cols, lanes, hd, causal, tiles):
-    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes)
+    (4, 2, 8, True, (5, 8, 3), 1, 2), (8, 2, 16, False, (3, 4, 2), 1, 2), (8, 4, 16, True, (5, 8, 3), 1, 2),
+    # rows of a GQA group through each tile together: whole jobs of R rows, and a last job of fewer
+    (4, 0, 8, True, (5, 8, 3), 3, 3), (4, 0, 8, True, (5, 8, 3), 2, 3), (8, 4, 16, False, (3, 4, 2), 4, 5),
+    (4, 2, 8, True, (1, 2, 1), 2, 2)])
+def test_attention_bit_exact(cols, lanes, hd, causal, tiles, R, nq):
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes, attn_rows=R)
     dut = AttentionUnit(cfg, max_tokens=16, max_lines=8)
-    beats, want = attention_cases(cols, seed=cols + hd, hd=hd, causal=causal, tiles=tiles)
+    beats, want = attention_cases(cols, seed=cols + hd + R, hd=hd, nq=nq, causal=causal, tiles=tiles, R=R)
     got = []
     run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.3),
               lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.3, out=got)])
