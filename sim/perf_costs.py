@@ -56,7 +56,7 @@ RECIP_CYCLES = 33  # hw/recip.py: one reciprocal, request to result
 #: ``n``, the rsqrt's Newton steps, the output pass.  ``QUANT_SPLIT`` is QUANT with ``split = 1``.
 VECTOR_PASSES: dict[str, tuple[int, int]] = {
     "REQUANT": (1, 0), "QUANT": (2, 3), "QUANT_SPLIT": (3, 5), "ADD": (1, 0), "MUL": (1, 0),
-    "RMSNORM": (3, 43), "LAYERNORM": (4, 45), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 36),
+    "RMSNORM": (3, 61), "LAYERNORM": (4, 64), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 36),
     "ARGMAX": (1, 0),
 }
 ROWPASS_FIFO_LINES = 4  # hw/rowpass_sequencer.py _DEPTH
@@ -64,11 +64,11 @@ ROWPASS_FIFO_LINES = 4  # hw/rowpass_sequencer.py _DEPTH
 NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
 #: pipelined divider (``hw/activation.py``); SOFTMAX's exp pipeline drains after the last beat; the norm
-#: unit's output pass is combinational (its last line is written with its last beat); a ROPE line waits a
+#: unit's output pass is a pipeline of five stages (its last line is written four cycles after its last beat); a ROPE line waits a
 #: cycle for its sin line (read through the same vector-buffer port as cos); the vector unit's ops (ADD, MUL,
 #: REQUANT, ROPE, ARGMAX) pass its input register (``hw/vector_unit.py`` stage 0).  Calibrated on
 #: the RTL top level (tiny, line_lanes 0 and 2: every line op within 1 cycle for rows of 16+ lines).
-VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 18, "GELU": 18, "ROPE": 2, "SOFTMAX": 2, "RMSNORM": -2, "LAYERNORM": -2,
+VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 18, "GELU": 18, "ROPE": 2, "SOFTMAX": 2, "RMSNORM": 3, "LAYERNORM": 4,
                                         "ADD": 1, "MUL": 1, "REQUANT": 1, "ARGMAX": 1}
 
 

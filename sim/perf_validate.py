@@ -83,6 +83,11 @@ def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
         out.append({"name": f"stream_k{k_lines}_n{n_lines}_t{n_tiles}", "words": [encode(i) for i in prog]})
     for op, rows, lines in vector_cases():  # one line a cycle through the vector / activation units
         out.append({"name": f"{op.lower()}_{rows}x{lines}", "words": _finish([_vector_instr(cfg, op, rows, lines)])})
+    for op in ("RMSNORM", "LAYERNORM"):  # the norm unit's passes, its scalar states and its output pipeline
+        for rows, lines in ((1, 4), (4, 16), (2, 40)):
+            big = rows * lines
+            ins = make(op, dst=0, src=big, gamma=2 * big, rows=rows, n=lines * cfg.cols, eps=43)
+            out.append({"name": f"{op.lower()}_{rows}x{lines}", "words": _finish([ins])})
     for nq, hd, t in ((1, 1, 16), (3, 2, 16), (5, 2, 8), (4, 1, 15), (2, 2, 0), (5, 1, 0), (9, 1, 16)):
         # GQA groups of several rows (jobs of attn_rows rows through each tile), two tiles and the finish
         kv = [dict(q=0, qexp=256, kv=512 + 128 * j, state=0, nq=nq, hd=hd, t=t, page_log2=4, offset=20, causal=1,
