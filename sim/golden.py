@@ -152,6 +152,7 @@ class GoldenSim:
         for lo, hi in self.readonly:
             if not 0 <= lo <= hi <= size:
                 raise ValueError(f"read-only range [{lo:#x}, {hi:#x}) is not inside the {size:#x}-byte window")
+        self._stream_weights: dict = {}  # (w, n, k) -> read-only GEMM_STREAM weights as float32 (golden_closures)
         self._prepared: OrderedDict = OrderedDict()
         self._words: dict[int, object] = {}  # word -> what _check_word found (it depends on the word alone)
         self._words_window = self.window.size
