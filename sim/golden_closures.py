@@ -18,7 +18,7 @@ import numpy as np
 from systolica import numerics as nx
 from systolica import wstream
 from systolica.isa import Buf, Instr
-from systolica.layout import WPAGE, attn_state_lines, dma_line_bytes, kv_tile, wstream_end
+from systolica.layout import WPAGE, attn_state_lines, dma_line_bytes, kv_tile, lines_for, wstream_end
 from systolica.sim.golden_ops import EXECUTE, _dma_plan, _dram_rows, _lines, _rows, readonly_cover
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -538,6 +538,134 @@ def _rshift_round_inplace_arr(p: np.ndarray, s: np.ndarray) -> None:
     np.right_shift(p, 1, out=p)
 
 
+def _recip_int(d: int) -> tuple[int, int]:
+    """numerics.recip of one Python integer: ``(y, k)`` with ``1/d ≈ y * 2**-k`` (``d <= 0`` counts as 1)."""
+    d = max(d, 1)
+    n = d.bit_length()
+    m = d << (31 - n) if n <= 31 else d >> (n - 31)
+    return (1 << 60) // m, n + 29
+
+
+_RSQRT_SEED = nx.RSQRT_SEED.tolist()
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _rsqrt_int(v: int, e: int) -> tuple[int, int]:
+    """numerics.rsqrt_fx of one Python integer (the same integer formula, see its docstring)."""
+    v = max(v, 1)
+    K = (v.bit_length() - 1 + e) >> 1
+    sh = 29 + e - 2 * K
+    m = v << min(sh, 63) if sh >= 0 else v >> min(-sh, 63)
+    y = _RSQRT_SEED[(m >> 23) - 64]
+    for _ in range(2):
+        y2 = (y * y) >> 30
+        t = (m * y2) >> 29
+        y = (y * (3 * (1 << 30) - t)) >> 31
+    return y, 30 + K
+
+
+def _rr_sat64(x: int, s: int) -> int:
+    """numerics.rshift_round of a Python integer by any ``s`` (``s <= 0``: a left shift saturated to int64)."""
+    if s > 0:
+        return 0 if s >= 64 else (x >> s) + ((x >> (s - 1)) & 1)
+    return min(max(x << -s, _INT64_MIN), _INT64_MAX) if x else 0
+
+
+def _wrap64(x: int) -> int:
+    return ((x + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
+
+
+def _rmsnorm(sim: GoldenSim, ins: Instr) -> Op | None:
+    """numerics.rmsnorm: the per-row scalars (shift, sum of squares, 1/rms) as Python integers, the rows as int64
+    arrays; a row shift outside 1..63 (or a bad eps) takes the reference op."""
+    rows, n, eps, cols = ins.rows, ins.n, ins.eps, sim.cfg.cols
+    lines = lines_for(n, cols)
+    dst = _lines(sim, "vbuf", ins, "dst", rows * lines, "result")
+    if not dst.size:
+        return None
+    if n == 0 or not 0 <= eps < 1 << 24:
+        return _generic(sim, ins)  # numerics raises: the reference op does it
+    src = _rows(_lines(sim, "vbuf", ins, "src", rows * lines, "source"), rows)[:, :n]
+    gamma = _lines(sim, "vbuf", ins, "gamma", lines, "gamma").reshape(-1)[:n]
+    out = _rows(dst, rows)
+    res, pad = out[:, :n], out[:, n:]
+    ry, rk = _recip_int(n)
+    d, p = np.empty((rows, n), _I64), np.empty((rows, n), _I64)
+    s_col, y_col, t_col = (np.empty((rows, 1), _I64) for _ in range(3))
+    reference = EXECUTE["RMSNORM"]
+    guard, ffrac, nfrac = nx.NORM_GUARD, nx.FX_FRAC, nx.NORM_FRAC
+
+    def run() -> None:
+        np.copyto(d, src)
+        np.left_shift(d, guard, out=d)  # Q24: |d| < 2**39
+        ss = [max(hi, -lo).bit_length() - 23 for hi, lo in zip(d.max(axis=1).tolist(), d.min(axis=1).tolist(),
+                                                                strict=True)]
+        ss = [max(s, 0) for s in ss]
+        if max(ss) > 0:  # ds = rshift_round(d, s) = (d + 2**(s-1)) >> s in place (|d| < 2**39); s = 0 keeps d
+            s_col[:, 0] = ss
+            y_col[:, 0] = [(1 << s) >> 1 for s in ss]
+            np.add(d, y_col, out=d)
+            np.right_shift(d, s_col, out=d)
+        np.multiply(d, d, out=p)
+        sq = p.sum(axis=1).tolist()
+        ys, ts = [], []
+        for s, q in zip(ss, sq, strict=True):
+            tot = _wrap64(q + _rr_sat64(n * eps, 2 * s - 2 * guard))
+            tot = max(tot, 1)
+            c = max(tot.bit_length() - 31, 0)
+            y, k = _rsqrt_int((tot >> c) * ry, c + 2 * s - 2 * (ffrac + guard) - rk)
+            ys.append(y)
+            ts.append(k + ffrac + guard - nfrac - s)
+        if min(ts) < 1 or max(ts) > 63:
+            return reference(sim, ins)
+        y_col[:, 0], t_col[:, 0] = ys, ts
+        np.multiply(d, y_col, out=p)  # (x - mu) / rms, Q20
+        np.subtract(t_col, 1, out=t_col)
+        np.right_shift(p, t_col, out=p)
+        np.add(p, 1, out=p)
+        np.right_shift(p, 1, out=p)
+        np.multiply(p, gamma, out=p)
+        _rshift_round_inplace(p, nfrac)
+        _sat32_into(res, p)
+        pad.fill(0)
+        return None
+
+    return run
+
+
+def _attn_out(sim: GoldenSim, ins: Instr) -> Op | None:
+    """numerics.attn_finish with each row's reciprocal as Python integers."""
+    nq, hd, cols = ins.nq, ins.hd, sim.cfg.cols
+    dst = _lines(sim, "vbuf", ins, "dst", nq * hd, "result")
+    if not dst.size:
+        return None
+    st = _lines(sim, "vbuf", ins, "state", attn_state_lines(nq, hd), "state")
+    ml, o = st[:nq], st[nq:].reshape(nq, hd * cols)
+    out = dst.reshape(nq, hd * cols)
+    p = np.empty(out.shape, _I64)
+    y_col, s_col = np.empty((nq, 1), _I64), np.empty((nq, 1), _I64)
+    ffrac = nx.FX_FRAC
+
+    def run() -> None:
+        ys, ss = [], []
+        for ell in ml[:, 1].tolist():
+            if ell > 0:  # k = bitlen(l) + 29 >= 30: a shift in 14..44
+                y, k = _recip_int(ell)
+                ys.append(y)
+                ss.append(k - ffrac - 1)
+            else:  # no token seen: 0
+                ys.append(0)
+                ss.append(0)
+        y_col[:, 0], s_col[:, 0] = ys, ss
+        np.multiply(o, y_col, out=p, dtype=_I64)  # |o * y| < 2**61
+        np.right_shift(p, s_col, out=p)
+        np.add(p, 1, out=p)
+        np.right_shift(p, 1, out=p)
+        _sat32_into(out, p)
+
+    return run
+
+
 def _nothing(sim: GoldenSim, ins: Instr) -> Op | None:
     return None
 
@@ -545,7 +673,7 @@ def _nothing(sim: GoldenSim, ins: Instr) -> Op | None:
 _COMPILERS: dict[str, Callable[[GoldenSim, Instr], Op | None]] = {
     "NOP": _nothing, "FINISH": _nothing, "LOAD": _load, "STORE": _store, "GEMM": _gemm, "GEMM_STREAM": _gemm,
     "REQUANT": _requant,
-    "ADD": _binary, "MUL": _binary, "ATTN": _attn, "QUANT": _quant,
+    "ADD": _binary, "MUL": _binary, "ATTN": _attn, "ATTN_OUT": _attn_out, "QUANT": _quant, "RMSNORM": _rmsnorm,
 }
 
 
