@@ -9,6 +9,7 @@ them.  :func:`word_counters` gives what the instruction adds to the run's counte
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -120,6 +121,9 @@ def _gemm(sim: GoldenSim, ins: Instr) -> Op | None:
     out = _rows(dst, m)
     if fill is not None and k and readonly_cover(sim, ins.w, wstream_end(ins.fields, sim.cfg)):
         # weights the host declared read-only: read and converted once per simulator, shared by every program
+        kernel = int8_kernel() if m <= _KERNEL_MAX_M and k * cols <= _KERNEL_MAX_K else None
+        if kernel is not None:
+            return _gemm_int8(kernel, a, _readonly_weights(sim, ins, w, fill, int8=True)[0], out, bool(ins.acc))
         wkn, exact = _readonly_weights(sim, ins, w, fill)
         return _gemm_kn(a, wkn, out, m, bool(ins.acc), exact)
     if fill is not None and k:  # the weights are read when the instruction runs, as the hardware does
@@ -136,26 +140,86 @@ def _gemm(sim: GoldenSim, ins: Instr) -> Op | None:
 _CHUNK = (1 << 24) >> 14  # K elements whose int8 x int8 products any float32 sum adds exactly (K * 2**14 <= 2**24)
 
 
-def _readonly_weights(sim: GoldenSim, ins: Instr, w: np.ndarray, fill: Op) -> tuple[np.ndarray, bool]:
-    """GEMM_STREAM's read-only ``W`` as float32 ``W^T`` (K-major, C order), and whether one float32 matmul of it
-    is exact for any int8 ``A``.
+def _readonly_weights(sim: GoldenSim, ins: Instr, w: np.ndarray, fill: Op, int8: bool = False) -> tuple[np.ndarray, bool]:
+    """GEMM_STREAM's read-only ``W`` as ``W^T`` (K-major, C order): float32, or int8 for :func:`int8_kernel`; and
+    whether one float32 matmul of it is exact for any int8 ``A``.
 
     K-major because a matmul of a few rows of ``A`` streams it at the memory's rate (``A @ W^T`` with ``W``
     row-major runs a third slower at m = 2).  Exact when ``128 * max_n sum_k |W[n, k]| <= 2**24``: every partial
     sum of ``a_k * w_k`` (with or without FMA, in any order) is then an integer of at most 2**24 in magnitude,
-    which float32 holds exactly; else the K axis is summed in chunks of 1024.  Kept per ``(w, n, k)`` in
+    which float32 holds exactly; else the K axis is summed in chunks of 1024.  Kept per ``(w, n, k, type)`` in
     ``sim._stream_weights`` (the prefill and the decode program read the same matrices)."""
     cols = sim.cfg.cols
-    key = (ins.w, ins.n, ins.k)
+    key = (ins.w, ins.n, ins.k, int8)
     hit = sim._stream_weights.get(key)
     if hit is None:
         fill()
         wi = np.empty((ins.n * cols, ins.k * cols), np.int8)
         np.copyto(wi.reshape(w.shape), w)  # W, row-major
-        wkn = np.array(wi.T, dtype=np.float32, order="C")
-        l1 = float(np.abs(wkn).sum(axis=0).max()) if wkn.size else 0.0  # float32 sums of |w| <= 2**21: exact
-        hit = sim._stream_weights[key] = (wkn, 128 * l1 <= 1 << 24)
+        if int8:
+            hit = (np.ascontiguousarray(wi.T), True)
+        else:
+            wkn = np.array(wi.T, dtype=np.float32, order="C")
+            l1 = float(np.abs(wkn).sum(axis=0).max()) if wkn.size else 0.0  # float32 sums of |w| <= 2**21: exact
+            hit = (wkn, 128 * l1 <= 1 << 24)
+        sim._stream_weights[key] = hit
     return hit
+
+
+# ------------------------------------------------------------------ optional compiled kernel
+_KERNEL_MAX_M = 16  # rows of A up to which the int8 kernel beats float32 BLAS (measured: 4x at m=2, even at 16)
+_KERNEL_MAX_K = ((1 << 31) - 1) >> 14  # |sum of K int8 products| < 2**31: the kernel's int32 sums never overflow
+_kernel: list = []  # [the compiled kernel or None], filled on first use
+
+
+def _gemm_kn_int8(a, wkn, res):  # pragma: no cover - runs compiled (numba), its Python source is the definition
+    """``res = a @ wkn`` for int8 ``a (m, K)``, int8 ``wkn (K, N)``, int32 ``res (m, N)``: exact integer sums."""
+    m, kk = a.shape
+    nn = wkn.shape[1]
+    res[:, :] = 0
+    for k in range(kk):
+        wr = wkn[k]
+        for i in range(m):
+            p = np.int16(a[i, k])
+            if p != 0:
+                ri = res[i]
+                for n in range(nn):
+                    ri[n] += np.int32(p * np.int16(wr[n]))  # |p * w| <= 2**14, |sum| < 2**31 (K <= _KERNEL_MAX_K)
+
+
+def int8_kernel():
+    """The numba-compiled int8 GEMM of read-only weights, or ``None`` (numba not installed, or
+    ``SYSTOLICA_GOLDEN_NUMBA=0``): then float32 BLAS, exact too, reads four times the bytes."""
+    if not _kernel:
+        fn = None
+        if os.environ.get("SYSTOLICA_GOLDEN_NUMBA", "1") != "0":
+            try:
+                import numba
+            except ImportError:
+                pass
+            else:
+                fn = numba.njit(cache=True, nogil=True, boundscheck=False)(_gemm_kn_int8)
+        _kernel.append(fn)
+    return _kernel[0]
+
+
+def _gemm_int8(kernel, a: np.ndarray, wkn: np.ndarray, out: np.ndarray, ins_acc: bool) -> Op:
+    """``out (+)= a @ wkn`` through the int8 kernel; the accumulation wraps modulo 2**32 like the adder."""
+    if not ins_acc and out.flags.c_contiguous:
+        return lambda: kernel(a, wkn, out)
+    res = np.empty(out.shape, np.int32)
+    if not ins_acc:
+        def gemm() -> None:
+            kernel(a, wkn, res)
+            np.copyto(out, res)
+
+        return gemm
+
+    def gemm_acc() -> None:
+        kernel(a, wkn, res)
+        np.add(out, res, out=out)
+
+    return gemm_acc
 
 
 def _gemm_kn(a: np.ndarray, wkn: np.ndarray, out: np.ndarray, m: int, ins_acc: bool, exact: bool) -> Op:

@@ -48,12 +48,25 @@ def _stream_program(cfg, m, k, n, w, acc):
         "FINISH"])
 
 
+@pytest.fixture(params=["int8", "float32"])
+def stream_kernel(request, monkeypatch):
+    """Read-only GEMM_STREAMs through the compiled int8 kernel (when numba is installed) or float32 BLAS."""
+    from systolica.sim import golden_closures as gc
+
+    if request.param == "int8":
+        if gc.int8_kernel() is None:
+            pytest.skip("numba is not installed: no int8 kernel")
+    else:
+        monkeypatch.setattr(gc, "_kernel", [None])
+    return request.param
+
+
 @pytest.mark.parametrize("acc", [False, True])
 @pytest.mark.parametrize("weights", ["extreme", "small"])
-def test_readonly_stream_long_k(weights, acc):
-    """Read-only weights with K = 1600: ``extreme`` rows of -128 (sums past 2**24: the chunked path) and
+def test_readonly_stream_long_k(weights, acc, stream_kernel):
+    """Read-only weights with K = 1600: ``extreme`` rows of -128 (sums past 2**24: float32 sums chunks) and
     ``small`` ones (|w| <= 7: one float32 matmul, exact by the weights' L1 bound), fast == reference, also
-    for a second run with other activations and a prefill-shaped m."""
+    for a second run with other activations and a prefill-shaped m; through either kernel."""
     cfg, c = CFG2, CFG2.cols
     k, n = 1600 // c, 3
     rng = np.random.default_rng(11)
