@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -169,7 +170,33 @@ def _readonly_weights(sim: GoldenSim, ins: Instr, w: np.ndarray, fill: Op, int8:
 # ------------------------------------------------------------------ optional compiled kernel
 _KERNEL_MAX_M = 16  # rows of A up to which the int8 kernel beats float32 BLAS (measured: 4x at m=2, even at 16)
 _KERNEL_MAX_K = ((1 << 31) - 1) >> 14  # |sum of K int8 products| < 2**31: the kernel's int32 sums never overflow
-_kernel: list = []  # [the compiled kernel or None], filled on first use
+_jitted: dict = {}  # Python kernel -> its numba compilation, or None
+
+
+_HELPERS = ("_rr_i64", "_sat32_i64", "_exp2_i64", "_bitlen_i64", "_quant_shift_i64")  # scalar kernels the others call (compiled first, by name)
+
+
+def compiled(fn):
+    """``fn`` compiled by numba (cached on disk), or ``None`` when numba is not installed or
+    ``SYSTOLICA_GOLDEN_NUMBA=0``: the closures then take their numpy formulas, exact as well.
+
+    The kernels are plain Python (their source is the definition); the scalar helpers they call are
+    compiled under their own names in this module's namespace first, where numba looks them up."""
+    if fn not in _jitted:
+        out = None
+        if os.environ.get("SYSTOLICA_GOLDEN_NUMBA", "1") != "0":
+            try:
+                import numba
+            except ImportError:
+                pass
+            else:
+                g = globals()
+                for name in _HELPERS:
+                    if not hasattr(g[name], "py_func"):
+                        g[name] = numba.njit(cache=True, nogil=True)(g[name])
+                out = numba.njit(cache=True, nogil=True, boundscheck=False)(fn)
+        _jitted[fn] = out
+    return _jitted[fn]
 
 
 def _gemm_kn_int8(a, wkn, res):  # pragma: no cover - runs compiled (numba), its Python source is the definition
@@ -188,19 +215,150 @@ def _gemm_kn_int8(a, wkn, res):  # pragma: no cover - runs compiled (numba), its
 
 
 def int8_kernel():
-    """The numba-compiled int8 GEMM of read-only weights, or ``None`` (numba not installed, or
-    ``SYSTOLICA_GOLDEN_NUMBA=0``): then float32 BLAS, exact too, reads four times the bytes."""
-    if not _kernel:
-        fn = None
-        if os.environ.get("SYSTOLICA_GOLDEN_NUMBA", "1") != "0":
-            try:
-                import numba
-            except ImportError:
-                pass
-            else:
-                fn = numba.njit(cache=True, nogil=True, boundscheck=False)(_gemm_kn_int8)
-        _kernel.append(fn)
-    return _kernel[0]
+    """The compiled int8 GEMM of read-only weights (:func:`compiled`), or ``None``: then float32 BLAS, exact too,
+    reads four times the bytes."""
+    return compiled(_gemm_kn_int8)
+
+
+def _rr_i64(x, s):  # pragma: no cover - compiled (numba) with its callers
+    """numerics.rshift_round of one int64 by any shift ``s`` (``s <= 0``: a left shift saturated to int64)."""
+    if s >= 64:
+        return np.int64(0)
+    if s > 0:
+        return (x >> s) + ((x >> (s - 1)) & 1)
+    if s == 0 or x == 0:
+        return x
+    if s < -63:
+        return np.int64(_INT64_MIN) if x < 0 else np.int64(_INT64_MAX)
+    left = np.int64(np.uint64(x) << np.uint64(-s))
+    if (left >> -s) == x:
+        return left
+    return np.int64(_INT64_MIN) if x < 0 else np.int64(_INT64_MAX)
+
+
+def _sat32_i64(x):  # pragma: no cover - compiled
+    return max(min(x, np.int64(nx.INT32_MAX)), np.int64(nx.INT32_MIN))
+
+
+def _exp2_i64(u, ufrac, frac, base, delta):  # pragma: no cover - compiled
+    """numerics.exp2_fx of one int64 (``8 <= ufrac <= 24``, ``0 <= frac <= 30``)."""
+    u = min(u, 0)
+    ip = u >> ufrac
+    f = u & ((1 << ufrac) - 1)
+    lob = ufrac - 8
+    hi = f >> lob
+    p = base[hi] + _rr_i64(delta[hi] * (f & ((1 << lob) - 1)), lob)
+    sh = min((30 - frac) - ip, 40)
+    return (p + ((np.int64(1) << sh) >> 1)) >> sh
+
+
+def _attn_tile_i64(q, qexp, k, kexp, v, vexp, ml, o, init, base, delta):  # pragma: no cover - compiled
+    """numerics.attn_tile over the ``t = k.shape[0] > 0`` valid tokens of a tile, in place on the state lines
+    ``ml`` (lane 0 m, lane 1 l, the other lanes written 0) and ``o``, one query row at a time in int64 scalars
+    (the dot products are exact: ``|q.k| <= hdim * 2**14 < 2**31``)."""
+    nq, hdim = q.shape
+    t = k.shape[0]
+    u = np.empty(t, np.int64)
+    pv = np.empty(hdim, np.int64)
+    for i in range(nq):
+        qe = np.int64(qexp[i])
+        m1 = np.int64(nx.INT32_MIN) if init else np.int64(ml[i, 0])
+        m_old = m1
+        for j in range(t):
+            d = np.int64(0)
+            for c in range(hdim):
+                d += np.int64(q[i, c]) * np.int64(k[j, c])
+            x = _sat32_i64(_rr_i64(d * np.int64(nx.LOG2E_Q30), (30 - nx.ATTN_M_FRAC) - qe - np.int64(kexp[j])))
+            u[j] = x
+            m1 = max(m1, x)
+        a = _exp2_i64(_sat32_i64(m_old - m1), nx.ATTN_M_FRAC, nx.EXP_FRAC, base, delta)
+        psum = np.int64(0)
+        pv[:] = 0
+        for j in range(t):
+            pj = _exp2_i64(u[j] - m1, nx.ATTN_M_FRAC, nx.ATTN_P_FRAC, base, delta)
+            psum += pj
+            sh = -min(np.int64(vexp[j]), np.int64(nx.ATTN_VEXP_MAX))
+            for c in range(hdim):
+                pv[c] += _rr_i64(pj * np.int64(v[j, c]), sh)
+        guard = nx.ATTN_P_FRAC - nx.ATTN_FRAC
+        l_old = np.int64(0) if init else np.int64(ml[i, 1])
+        big_l = _rr_i64(l_old * a, nx.EXP_FRAC) + _rr_i64(psum, guard)
+        r = np.int64(0)
+        al = abs(big_l)
+        while al > 0:  # bitlen
+            r += 1
+            al >>= 1
+        r = max(r - nx.ATTN_L_BITS, 0)
+        for c in range(hdim):
+            o_old = np.int64(0) if init else np.int64(o[i, c])
+            big_o = _rr_i64(o_old * a, nx.EXP_FRAC) + _rr_i64(pv[c], guard)
+            o[i, c] = _sat32_i64(_rr_i64(big_o, r))
+        ml[i, :] = 0
+        ml[i, 0] = _sat32_i64(m1 + (r << nx.ATTN_M_FRAC))
+        ml[i, 1] = _sat32_i64(_rr_i64(big_l, r))
+
+
+def _bitlen_i64(a):  # pragma: no cover - compiled
+    """numerics.bitlen of one non-negative int64."""
+    n = np.int64(0)
+    while a > 0:
+        n += 1
+        a >>= 1
+    return n
+
+
+def _quant_shift_i64(row):  # pragma: no cover - compiled
+    """numerics.quant_rows' shift of one row: ``bitlen(max|x|) - 7``, one more if rounding leaves +-127."""
+    hi = np.int64(row[0])
+    lo = hi
+    for c in range(1, row.shape[0]):
+        x = np.int64(row[c])
+        hi = max(hi, x)
+        lo = min(lo, x)
+    s = _bitlen_i64(max(hi, -lo)) - 7
+    if _rr_i64(hi, s) > 127 or _rr_i64(lo, s) < -127:
+        s += 1
+    return s
+
+
+def _requant_i64(src, mult, exps, shift, out):  # pragma: no cover - compiled
+    """numerics.requant: ``out = sat32(rshift_round(src * mult[col], shift - exps[row]))`` (|product| <= 2**62)."""
+    rows, n = src.shape
+    for r in range(rows):
+        s = np.int64(shift) - np.int64(exps[r])
+        for c in range(n):
+            out[r, c] = _sat32_i64(_rr_i64(np.int64(src[r, c]) * np.int64(mult[c]), s))
+
+
+def _quant_i64(src, dst, exps, split):  # pragma: no cover - compiled
+    """numerics.quant_rows (``split``: quant_rows_split) of ``src (rows, n)`` into ``dst`` (int8 rows, the
+    residuals' after the rows' with ``split``) and the exponent lines ``exps`` (lane 0, the others 0)."""
+    rows, n = src.shape
+    q = np.empty(n, np.int64)
+    res = np.empty(n, np.int64)
+    for i in range(rows):
+        s = _quant_shift_i64(src[i])
+        e = np.int8(s - nx.FX_FRAC)
+        for c in range(n):
+            q[c] = np.int64(np.int8(_rr_i64(np.int64(src[i, c]), s)))
+        exps[i, :] = 0
+        exps[i, 0] = e
+        if split:  # the residual sat32(x - dequant_rows(q, e)), quantized the same way
+            sd = -(np.int64(e) + nx.FX_FRAC)
+            for c in range(n):
+                res[c] = _sat32_i64(np.int64(src[i, c]) - _sat32_i64(_rr_i64(q[c], sd)))
+            s2 = _quant_shift_i64(res)
+            for c in range(n):
+                dst[rows + i, c] = np.int8(_rr_i64(res[c], s2))
+            exps[rows + i, :] = 0
+            exps[rows + i, 0] = np.int8(s2 - nx.FX_FRAC)
+        for c in range(n):
+            dst[i, c] = np.int8(q[c])
+
+
+def attn_kernel():
+    """The compiled ATTN tile (:func:`compiled`), or ``None``: then the numpy formulas."""
+    return compiled(_attn_tile_i64)
 
 
 def _gemm_int8(kernel, a: np.ndarray, wkn: np.ndarray, out: np.ndarray, ins_acc: bool) -> Op:
@@ -338,6 +496,13 @@ def _sat32_into(dst: np.ndarray, p: np.ndarray) -> None:
     np.copyto(dst, p, casting="unsafe")
 
 
+def _overlap_fields(ins: Instr, a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Whether the lines ``[ins.<a>, +n)`` and ``[ins.<b>, +m)`` (of one buffer) overlap."""
+    (fa, na), (fb, nb) = a, b
+    x, y = ins.fields[fa], ins.fields[fb]
+    return na > 0 and nb > 0 and x < y + nb and y < x + na
+
+
 def _requant(sim: GoldenSim, ins: Instr) -> Op | None:
     rows, lines, shift = ins.rows, ins.lines, ins.shift
     dst = _lines(sim, "vbuf", ins, "dst", rows * lines, "result")
@@ -347,6 +512,9 @@ def _requant(sim: GoldenSim, ins: Instr) -> Op | None:
     mult = _lines(sim, "vbuf", ins, "mult", lines, "multipliers").reshape(-1)
     exps = _lines(sim, "spad", ins, "exps", rows, "exponents")[:, 0]
     out = _rows(dst, rows)
+    kernel = compiled(_requant_i64)
+    if kernel is not None and not _overlap_fields(ins, ("dst", rows * lines), ("mult", lines)):
+        return partial(kernel, src, mult, exps, shift, out)  # the kernel writes as it reads: mult apart from dst
     p = np.empty(out.shape, _I64)
     sh = np.empty((rows, 1), _I64)
     requant = nx.requant
@@ -435,6 +603,9 @@ def _quant(sim: GoldenSim, ins: Instr) -> Op | None:
     dst = _rows(_lines(sim, "spad", ins, "dst", k * rows * lines, "result"), k * rows)
     exps = _lines(sim, "spad", ins, "exps", k * rows, "exponent lines")
     split = bool(ins.split)
+    kernel = compiled(_quant_i64)
+    if kernel is not None and not _overlap_fields(ins, ("dst", k * rows * lines), ("exps", k * rows)):
+        return partial(kernel, src, dst, exps, split)  # written row by row: the result lines apart from the exponents
     x = np.empty(src.shape, _I64)
     reference = EXECUTE["QUANT"]
 
@@ -501,6 +672,10 @@ def _attn(sim: GoldenSim, ins: Instr) -> Op | None:
     v = kv[tile.v:tile.v + p_slots * hd].reshape(p_slots, hdim)[:tv]
     kexp, vexp = kv[tile.kexp:tile.kexp + tv, 0], kv[tile.vexp:tile.vexp + tv, 0]
     init = bool(ins.init)
+    kernel = attn_kernel()
+    if kernel is not None:
+        base, delta = nx.EXP_BASE, nx.EXP_DELTA
+        return lambda: kernel(q, qexp, k, kexp, v, vexp, ml, o, init, base, delta)
     qf, kf = np.empty((nq, hdim), np.float32), np.empty((tv, hdim), np.float32)
     reference = EXECUTE["ATTN"]
     exp2_fx, frac_m, frac_e, frac_p = nx.exp2_fx, nx.ATTN_M_FRAC, nx.EXP_FRAC, nx.ATTN_P_FRAC

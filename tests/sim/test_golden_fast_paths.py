@@ -48,22 +48,23 @@ def _stream_program(cfg, m, k, n, w, acc):
         "FINISH"])
 
 
-@pytest.fixture(params=["int8", "float32"])
-def stream_kernel(request, monkeypatch):
-    """Read-only GEMM_STREAMs through the compiled int8 kernel (when numba is installed) or float32 BLAS."""
+@pytest.fixture(params=["compiled", "numpy"])
+def kernels(request, monkeypatch):
+    """The closures with their compiled kernels (numba, when installed) or with the numpy formulas only."""
     from systolica.sim import golden_closures as gc
 
-    if request.param == "int8":
+    if request.param == "compiled":
         if gc.int8_kernel() is None:
-            pytest.skip("numba is not installed: no int8 kernel")
+            pytest.skip("numba is not installed: no compiled kernels")
     else:
-        monkeypatch.setattr(gc, "_kernel", [None])
+        monkeypatch.setenv("SYSTOLICA_GOLDEN_NUMBA", "0")
+        monkeypatch.setattr(gc, "_jitted", {})
     return request.param
 
 
 @pytest.mark.parametrize("acc", [False, True])
 @pytest.mark.parametrize("weights", ["extreme", "small"])
-def test_readonly_stream_long_k(weights, acc, stream_kernel):
+def test_readonly_stream_long_k(weights, acc, kernels):
     """Read-only weights with K = 1600: ``extreme`` rows of -128 (sums past 2**24: float32 sums chunks) and
     ``small`` ones (|w| <= 7: one float32 matmul, exact by the weights' L1 bound), fast == reference, also
     for a second run with other activations and a prefill-shaped m; through either kernel."""
@@ -117,7 +118,7 @@ def _run_same(sims, text: str):
 
 @pytest.mark.parametrize("kind", ["random", "residual", "small", "mixed", "zero", "extreme"])
 @pytest.mark.parametrize("eps", [0, 1, 42950, (1 << 24) - 1])
-def test_rmsnorm_fast_path(kind, eps):
+def test_rmsnorm_fast_path(kind, eps, kernels):
     """RMSNORM's closure (per-row scalars as Python integers) == numerics on rows that take every branch:
     shift 0 (|x| < 0.5) and positive, mixed within one instruction, all-zero rows, int32 extremes."""
     cfg = preset("tiny")
@@ -142,7 +143,7 @@ def test_rmsnorm_fast_path(kind, eps):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_attn_out_fast_path(seed):
+def test_attn_out_fast_path(seed, kernels):
     """ATTN_OUT's closure == numerics.attn_finish on random states, rows with l <= 0 included."""
     cfg = preset("tiny")
     c = cfg.cols
@@ -156,3 +157,89 @@ def test_attn_out_fast_path(seed):
         s.vbuf[40:40 + nq] = ml.astype(np.int32)
         s.vbuf[40 + nq:40 + nq + nq * hd] = o.astype(np.int32)
     _run_same(sims, f"ATTN_OUT dst=80 state=40 nq={nq} hd={hd}\nFINISH")
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_attn_tiles_fast_path(seed, kernels):
+    """ATTN tiles (init, continuations, empty and causal ones) and ATTN_OUT through the compiled tile and
+    through the numpy formulas == the reference, on realistic exponents (seeds 0-5) and on any int8
+    exponents (6-9: shifts out of every fast range, V exponents below -63)."""
+    cfg = preset("tiny")
+    c = cfg.cols
+    sims = _pair(cfg, 500 + seed)
+    rng = np.random.default_rng(seed)
+    nq, hd, page_log2 = int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(0, 4))
+    p = 1 << page_log2
+    tile_lines = (2 * hd + 2) * p
+    wild = seed >= 6
+    body = []
+    for j in range(4):
+        kv = 300 + j % 2 * tile_lines
+        kvals = rng.integers(-128, 128, (tile_lines, c)).astype(np.int8)
+        if not wild:
+            kvals[2 * hd * p:(2 * hd + 1) * p, 0] = rng.integers(-12, -2, p)  # k exponents
+            kvals[(2 * hd + 1) * p:, 0] = rng.integers(*[(-8, 0), (0, 4), (-3, 4)][seed % 3], p)  # v exponents
+        qv = rng.integers(-128, 128, (nq * hd, c)).astype(np.int8)
+        qe = rng.integers(-128, 128, (nq, c)).astype(np.int8)
+        if not wild:
+            qe[:, 0] = rng.integers(-12, -2, nq)
+        for s in sims:
+            s.spad[kv:kv + tile_lines] = kvals
+            s.spad[200:200 + nq * hd] = qv
+            s.spad[260:260 + nq] = qe
+        t = int(rng.integers(0, p + 1))
+        body.append(f"ATTN q=200 qexp=260 kv={kv} state=4 nq={nq} hd={hd} t={t} page_log2={page_log2} "
+                    f"offset={int(rng.integers(-2, p + 2))} causal={int(rng.integers(0, 2))} init={int(j == 0)}")
+        _run_same(sims, body[-1] + "\nFINISH")  # each tile on its own: the state is compared tile by tile
+    _run_same(sims, "\n".join(body + [f"ATTN_OUT dst=100 state=4 nq={nq} hd={hd}", "FINISH"]))
+
+
+_ROWS = {
+    "random": lambda rng, shape: rng.integers(-2**31, 2**31, shape),
+    "small": lambda rng, shape: rng.integers(-200, 200, shape),
+    "extreme": lambda rng, shape: rng.choice([-2**31, 2**31 - 1, -1, 0, 1, 2**30], shape),
+    "zero_row": lambda rng, shape: np.vstack([rng.integers(-2**20, 2**20, (shape[0] - 1, shape[1])),
+                                              np.zeros((1, shape[1]), np.int64)]),
+    "ties": lambda rng, shape: (rng.integers(-127, 128, shape) << 12) + (1 << 11),
+}
+
+
+@pytest.mark.parametrize("split", [0, 1])
+@pytest.mark.parametrize("kind", sorted(_ROWS))
+def test_quant_fast_path(split, kind, kernels):
+    """QUANT (compiled or numpy) == numerics on rows chosen to hit its edges; the last instruction's exponent
+    lines overlap its result lines (written in the reference's order)."""
+    cfg = preset("tiny")
+    c = cfg.cols
+    sims = _pair(cfg, split * 10 + len(kind))
+    rng = np.random.default_rng(split * 10 + len(kind))
+    rows, lines = 3, 4
+    x = _ROWS[kind](rng, (rows, lines * c))
+    for s in sims:
+        s.vbuf[8:8 + rows * lines] = x.reshape(rows * lines, c).astype(np.int32)
+    _run_same(sims, f"QUANT dst=0 src=8 exps=100 rows={rows} lines={lines} split={split}\n"
+                    f"QUANT dst=40 src=8 exps=120 rows=1 lines={lines} split={split}\n"
+                    f"QUANT dst=60 src=8 exps=62 rows={rows} lines={lines} split={split}\nFINISH")
+
+
+@pytest.mark.parametrize("kind", sorted(_ROWS))
+@pytest.mark.parametrize("shift", [0, 1, 20, 40, 63, 64, 100])
+def test_requant_fast_path(kind, shift, kernels):
+    """REQUANT (compiled or numpy) == numerics: any exponents (shifts below 1 and past 63 included), int32
+    extremes; the last instruction's result overlaps its multipliers."""
+    cfg = preset("tiny")
+    c = cfg.cols
+    sims = _pair(cfg, shift + len(kind))
+    rng = np.random.default_rng(shift * 3 + len(kind))
+    rows, lines = 3, 4
+    acc = _ROWS[kind](rng, (rows, lines * c))
+    mult = _ROWS[kind](rng, (1, lines * c))
+    exps = np.zeros((rows, c), np.int8)
+    exps[:, 0] = rng.integers(-128, 128, rows) if kind == "random" else rng.integers(-12, 12, rows)
+    for s in sims:
+        s.acc[8:8 + rows * lines] = acc.reshape(-1, c).astype(np.int32)
+        s.vbuf[300:300 + lines] = mult.reshape(-1, c).astype(np.int32)
+        s.spad[50:50 + rows] = exps
+    _run_same(sims, f"REQUANT dst=100 src=8 mult=300 exps=50 rows={rows} lines={lines} shift={shift}\n"
+                    f"REQUANT dst=200 src=8 mult=300 exps=50 rows=1 lines={lines} shift={shift}\n"
+                    f"REQUANT dst=298 src=8 mult=300 exps=50 rows={rows} lines={lines} shift={shift}\nFINISH")
