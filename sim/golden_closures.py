@@ -173,7 +173,7 @@ _KERNEL_MAX_K = ((1 << 31) - 1) >> 14  # |sum of K int8 products| < 2**31: the k
 _jitted: dict = {}  # Python kernel -> its numba compilation, or None
 
 
-_HELPERS = ("_rr_i64", "_sat32_i64", "_exp2_i64", "_bitlen_i64", "_quant_shift_i64")  # scalar kernels the others call (compiled first, by name)
+_HELPERS = ("_rr_i64", "_sat32_i64", "_exp2_i64", "_bitlen_i64", "_quant_shift_i64", "_rsqrt_i64")  # scalar kernels the others call (compiled first, by name)
 
 
 def compiled(fn):
@@ -356,6 +356,84 @@ def _quant_i64(src, dst, exps, split):  # pragma: no cover - compiled
             dst[i, c] = np.int8(q[c])
 
 
+def _binary_i64(a, b, out, mul, shift):  # pragma: no cover - compiled
+    """ADD ``sat32(a + b)`` or MUL ``sat32(rshift_round(a * b, shift))`` (``b`` of one row: broadcast)."""
+    rows, n = out.shape
+    bc = b.shape[0] == 1
+    for r in range(rows):
+        br = 0 if bc else r
+        for c in range(n):
+            x, y = np.int64(a[r, c]), np.int64(b[br, c])
+            out[r, c] = _sat32_i64(_rr_i64(x * y, shift) if mul else x + y)
+
+
+def _silu_i64(src, out):  # pragma: no cover - compiled
+    """numerics.silu: ``sat32(rshift_round(x * sigmoid_fx(x), 30))``, sigmoid_fx through exp_fx(-|x|)."""
+    rows, n = out.shape
+    for r in range(rows):
+        for c in range(n):
+            x = np.int64(src[r, c])
+            u = _rr_i64(min(-abs(x), 0) * np.int64(nx.LOG2E_Q30), 22)
+            e = _exp2_i64(u, 24, nx.EXP_FRAC, _EXP_BASE_A, _EXP_DELTA_A)
+            sg = (np.int64(1) << 60) // ((np.int64(1) << 30) + e)
+            if x < 0:
+                sg = (np.int64(1) << 30) - sg
+            out[r, c] = _sat32_i64(_rr_i64(x * sg, 30))
+
+
+def _rope_i64(src, table, out, heads):  # pragma: no cover - compiled
+    """numerics.rope: each head's pairs ``(x0, x1)`` rotated by the row's cos (first half) and sin (second)."""
+    rows = out.shape[0]
+    hdim = table.shape[1]
+    half = hdim // 2
+    for r in range(rows):
+        for h in range(heads):
+            for i in range(half):
+                j = h * hdim + 2 * i
+                x0, x1 = np.int64(src[r, j]), np.int64(src[r, j + 1])
+                c, s = np.int64(table[r, i]), np.int64(table[r, half + i])
+                out[r, j] = _sat32_i64(_rr_i64(x0 * c - x1 * s, nx.TRIG_FRAC))
+                out[r, j + 1] = _sat32_i64(_rr_i64(x0 * s + x1 * c, nx.TRIG_FRAC))
+
+
+def _rsqrt_i64(v, e):  # pragma: no cover - compiled
+    """numerics.rsqrt_fx of one int64: ``(y, k)``."""
+    v = max(v, 1)
+    K = (_bitlen_i64(v) - 1 + e) >> 1
+    sh = 29 + e - 2 * K
+    m = v << min(sh, 63) if sh >= 0 else v >> min(-sh, 63)
+    y = _RSQRT_SEED_A[(m >> 23) - 64]
+    for _ in range(2):
+        y2 = (y * y) >> 30
+        t = (m * y2) >> 29
+        y = (y * (3 * (np.int64(1) << 30) - t)) >> 31
+    return y, 30 + K
+
+
+def _rmsnorm_i64(src, gamma, out, n, eps, ry, rk):  # pragma: no cover - compiled
+    """numerics.rmsnorm of the first ``n`` lanes of each row (``(ry, rk) = recip(n)``); lanes past ``n`` 0."""
+    rows = out.shape[0]
+    d = np.empty(n, np.int64)
+    guard = nx.NORM_GUARD
+    for r in range(rows):
+        amax = np.int64(0)
+        for c in range(n):
+            d[c] = np.int64(src[r, c]) << guard  # Q24, |d| < 2**39
+            amax = max(amax, abs(d[c]))
+        s = max(_bitlen_i64(amax) - 23, 0)
+        ss = np.int64(0)
+        for c in range(n):
+            d[c] = _rr_i64(d[c], s)
+            ss += d[c] * d[c]
+        ss = max(ss + _rr_i64(np.int64(n) * np.int64(eps), 2 * s - 2 * guard), 1)
+        cc = max(_bitlen_i64(ss) - 31, 0)
+        y, k = _rsqrt_i64((ss >> cc) * ry, cc + 2 * s - 2 * (nx.FX_FRAC + guard) - rk)
+        sh = k + nx.FX_FRAC + guard - nx.NORM_FRAC - s
+        for c in range(n):
+            out[r, c] = _sat32_i64(_rr_i64(_rr_i64(d[c] * y, sh) * np.int64(gamma[c]), nx.NORM_FRAC))
+        out[r, n:] = 0
+
+
 def attn_kernel():
     """The compiled ATTN tile (:func:`compiled`), or ``None``: then the numpy formulas."""
     return compiled(_attn_tile_i64)
@@ -496,6 +574,48 @@ def _sat32_into(dst: np.ndarray, p: np.ndarray) -> None:
     np.copyto(dst, p, casting="unsafe")
 
 
+def _in_place_ok(ins: Instr, dst: str, n: int, srcs: tuple, bcast: bool = False) -> bool:
+    """Whether a kernel that writes each result element right after reading its operands' elements computes what
+    the reference (all reads, then the write) does: every source of ``n`` lines is ``dst`` itself or apart from it
+    (a broadcast second source must be apart)."""
+    for i, (f, m) in enumerate(srcs):
+        same = ins.fields[f] == ins.fields[dst] and m == n and not (bcast and i == 1)
+        if not same and _overlap_fields(ins, (dst, n), (f, m)):
+            return False
+    return True
+
+
+def _unary_kernel(sim: GoldenSim, ins: Instr, kernel, *extra) -> Op | None:
+    """SILU through its compiled kernel (``None`` when numba is missing or the lines overlap: the generic op)."""
+    rows, lines = ins.rows, ins.lines
+    dst = _lines(sim, "vbuf", ins, "dst", rows * lines, "result")
+    if not dst.size:
+        return None
+    if kernel is None or not _in_place_ok(ins, "dst", rows * lines, (("src", rows * lines),)):
+        return _generic(sim, ins)
+    src = _rows(_lines(sim, "vbuf", ins, "src", rows * lines, "source"), rows)
+    return partial(kernel, src, _rows(dst, rows), *extra)
+
+
+def _silu(sim: GoldenSim, ins: Instr) -> Op | None:
+    return _unary_kernel(sim, ins, compiled(_silu_i64))
+
+
+def _rope(sim: GoldenSim, ins: Instr) -> Op | None:
+    rows, heads, hd, cols = ins.rows, ins.heads, ins.hd, sim.cfg.cols
+    n = rows * heads * hd
+    dst = _lines(sim, "vbuf", ins, "dst", n, "result")
+    if not dst.size:
+        return None
+    kernel = compiled(_rope_i64)
+    if kernel is None or not _in_place_ok(ins, "dst", n, (("src", n), ("table", rows * hd)), bcast=False) \
+            or _overlap_fields(ins, ("dst", n), ("table", rows * hd)):
+        return _generic(sim, ins)
+    src = _rows(_lines(sim, "vbuf", ins, "src", n, "source"), rows)
+    table = _lines(sim, "vbuf", ins, "table", rows * hd, "table").reshape(rows, hd * cols)
+    return partial(kernel, src, table, _rows(dst, rows), heads)
+
+
 def _overlap_fields(ins: Instr, a: tuple[str, int], b: tuple[str, int]) -> bool:
     """Whether the lines ``[ins.<a>, +n)`` and ``[ins.<b>, +m)`` (of one buffer) overlap."""
     (fa, na), (fb, nb) = a, b
@@ -551,6 +671,10 @@ def _binary(sim: GoldenSim, ins: Instr) -> Op | None:
     b = _lines(sim, "vbuf", ins, "b", lines if ins.bcast else rows * lines, "b")
     b = b.reshape(1, -1) if ins.bcast else _rows(b, rows)
     out = _rows(dst, rows)
+    kernel = compiled(_binary_i64)
+    n_b = lines if ins.bcast else rows * lines
+    if kernel is not None and _in_place_ok(ins, "dst", rows * lines, (("a", rows * lines), ("b", n_b)), ins.bcast):
+        return partial(kernel, a, b, out, ins.op == "MUL", ins.shift if ins.op == "MUL" else 0)
     p = np.empty(out.shape, _I64)
     if ins.op == "ADD":
         def add() -> None:  # sat32(a + b)
@@ -786,6 +910,7 @@ def _recip_int(d: int) -> tuple[int, int]:
 
 
 _RSQRT_SEED = nx.RSQRT_SEED.tolist()
+_RSQRT_SEED_A, _EXP_BASE_A, _EXP_DELTA_A = nx.RSQRT_SEED.copy(), nx.EXP_BASE.copy(), nx.EXP_DELTA.copy()  # kernels' tables
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
@@ -829,6 +954,10 @@ def _rmsnorm(sim: GoldenSim, ins: Instr) -> Op | None:
     out = _rows(dst, rows)
     res, pad = out[:, :n], out[:, n:]
     ry, rk = _recip_int(n)
+    kernel = compiled(_rmsnorm_i64)
+    if kernel is not None and not _overlap_fields(ins, ("dst", rows * lines), ("gamma", lines)) and \
+            _in_place_ok(ins, "dst", rows * lines, (("src", rows * lines),)):
+        return partial(kernel, src, gamma, out, n, eps, ry, rk)  # a row is read whole before it is written
     d, p = np.empty((rows, n), _I64), np.empty((rows, n), _I64)
     s_col, y_col, t_col = (np.empty((rows, 1), _I64) for _ in range(3))
     reference = EXECUTE["RMSNORM"]
@@ -913,6 +1042,7 @@ _COMPILERS: dict[str, Callable[[GoldenSim, Instr], Op | None]] = {
     "NOP": _nothing, "FINISH": _nothing, "LOAD": _load, "STORE": _store, "GEMM": _gemm, "GEMM_STREAM": _gemm,
     "REQUANT": _requant,
     "ADD": _binary, "MUL": _binary, "ATTN": _attn, "ATTN_OUT": _attn_out, "QUANT": _quant, "RMSNORM": _rmsnorm,
+    "SILU": _silu, "ROPE": _rope,
 }
 
 

@@ -243,3 +243,28 @@ def test_requant_fast_path(kind, shift, kernels):
     _run_same(sims, f"REQUANT dst=100 src=8 mult=300 exps=50 rows={rows} lines={lines} shift={shift}\n"
                     f"REQUANT dst=200 src=8 mult=300 exps=50 rows=1 lines={lines} shift={shift}\n"
                     f"REQUANT dst=298 src=8 mult=300 exps=50 rows={rows} lines={lines} shift={shift}\nFINISH")
+
+
+@pytest.mark.parametrize("kind", sorted(_ROWS))
+def test_elementwise_fast_paths(kind, kernels):
+    """SILU, ROPE, ADD and MUL (compiled or numpy) == the reference: in place, apart, and overlapping by a line
+    (where a kernel writing as it reads would differ: those take the reference order)."""
+    cfg = preset("tiny")
+    c = cfg.cols
+    sims = _pair(cfg, 900 + len(kind))
+    rng = np.random.default_rng(len(kind))
+    x = _ROWS[kind](rng, (12, 4 * c))
+    table = rng.integers(-(1 << 14), 1 << 14, (3, 4 * c))
+    for s in sims:
+        s.vbuf[100:148] = x.reshape(-1, c).astype(np.int32)
+        s.vbuf[160:172] = table.reshape(-1, c).astype(np.int32)
+    body = []
+    for dst in (100, 101, 300):
+        body += [f"SILU dst={dst} src=100 rows=3 lines=4",
+                 f"ROPE dst={dst} src=104 table=160 rows=3 heads=2 hd=2",
+                 f"ADD dst={dst} a=100 b=120 rows=2 lines=4 bcast=0",
+                 f"ADD dst={dst} a=100 b=101 rows=2 lines=4 bcast=1",
+                 f"MUL dst={dst} a=120 b=100 rows=3 lines=4 shift=17 bcast=0",
+                 f"MUL dst={dst} a=100 b=100 rows=3 lines=4 shift=0 bcast=1"]
+    for line in body:
+        _run_same(sims, line + "\nFINISH")
