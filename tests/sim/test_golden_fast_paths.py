@@ -16,8 +16,6 @@ from systolica.config import preset
 from systolica.layout import wstream_end
 from systolica.sim.golden import GoldenSim
 
-CFG2 = preset("tiny").replace(name="tiny2", dma_ports=2)
-
 
 def _both(cfg, dram: np.ndarray, text: str, readonly=(), runs: int = 1, between=None):
     """Run ``text`` on a fast and a reference simulator over copies of ``dram``; return both final states."""
@@ -62,13 +60,16 @@ def kernels(request, monkeypatch):
     return request.param
 
 
+@pytest.mark.parametrize("ports", [1, 2, 4])
 @pytest.mark.parametrize("acc", [False, True])
 @pytest.mark.parametrize("weights", ["extreme", "small"])
-def test_readonly_stream_long_k(weights, acc, kernels):
+def test_readonly_stream_long_k(weights, acc, ports, kernels):
     """Read-only weights with K = 1600: ``extreme`` rows of -128 (sums past 2**24: float32 sums chunks) and
     ``small`` ones (|w| <= 7: one float32 matmul, exact by the weights' L1 bound), fast == reference, also
-    for a second run with other activations and a prefill-shaped m; through either kernel."""
-    cfg, c = CFG2, CFG2.cols
+    for a second run with other activations and a prefill-shaped m; through either kernel, over 1, 2 or 4 ports
+    (one port: the stream is read in place)."""
+    cfg = preset("tiny").replace(name=f"tiny{ports}", dma_ports=ports)
+    c = cfg.cols
     k, n = 1600 // c, 3
     rng = np.random.default_rng(11)
     if weights == "extreme":
