@@ -21,12 +21,12 @@ from systolica import numerics as nx
 from systolica import wstream
 from systolica.isa import Buf, Instr
 from systolica.layout import WPAGE, attn_state_lines, dma_line_bytes, kv_tile, lines_for, wstream_end
-from systolica.sim.golden_ops import EXECUTE, _dma_plan, _dram_rows, _lines, _rows, readonly_cover
+from systolica.sim.golden_ops import EXECUTE, _dma_plan, _dram_rows, _lines, _rows, check_operands, readonly_cover
 
 if TYPE_CHECKING:  # pragma: no cover
     from systolica.sim.golden import GoldenSim
 
-__all__ = ["Op", "compile_word", "word_counters"]
+__all__ = ["Op", "compile_word", "compile_dma", "word_counters"]
 
 _I64 = np.int64
 _LITTLE = sys.byteorder == "little"  # buffer int32 lines are little-endian in DRAM: views need a little-endian host
@@ -1049,6 +1049,14 @@ _COMPILERS: dict[str, Callable[[GoldenSim, Instr], Op | None]] = {
     "ADD": _binary, "MUL": _binary, "ATTN": _attn, "ATTN_OUT": _attn_out, "QUANT": _quant, "RMSNORM": _rmsnorm,
     "SILU": _silu, "ROPE": _rope,
 }
+
+
+def compile_dma(sim: GoldenSim, ins: Instr) -> Op | None:
+    """:func:`compile_word` of a LOAD/STORE, raising what its dispatch check raises (``OpFault`` for a DMA or range
+    fault, ``ReadOnlyStore``) instead of compiling a faulting instruction."""
+    if not _LITTLE:  # pragma: no cover - the reference op checks only when it runs
+        check_operands(sim, ins)
+    return compile_word(sim, ins)
 
 
 def compile_word(sim: GoldenSim, ins: Instr) -> Op | None:

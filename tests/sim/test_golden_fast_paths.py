@@ -269,3 +269,41 @@ def test_elementwise_fast_paths(kind, kernels):
                  f"MUL dst={dst} a=100 b=100 rows=3 lines=4 shift=0 bcast=1"]
     for line in body:
         _run_same(sims, line + "\nFINISH")
+
+
+@pytest.mark.parametrize("target", ["moved", "misaligned", "past_window", "read_only"])
+def test_patched_dma_address(target):
+    """A run of a program whose LOAD and STORE addresses the host patched (as the KV-cache writes of a decode
+    step are), after a run of the original: the retargeted closures == the reference, and an address that
+    faults reports the same fault, PC and state (or the same ReadOnlyStore refusal)."""
+    from systolica.asm import asm
+    from systolica.isa import decode, encode
+    from systolica.sim.golden_ops import ReadOnlyStore
+
+    cfg = preset("tiny")
+    c = cfg.cols
+    rng = np.random.default_rng(3)
+    dram = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    text = "\n".join(["LOAD buf=VBUF sram=10 dram=0x1000 rows=2 lines=3 stride=0x100 @push_next",
+                      "ADD dst=40 a=10 b=13 rows=1 lines=3 bcast=0 @pop_prev @push_next",
+                      f"STORE buf=VBUF sram=40 dram=0x2000 rows=1 lines=3 stride={12 * c} @pop_prev",
+                      f"STORE buf=SPAD sram=0 dram=0x3000 rows=2 lines=2 stride={4 * c}", "FINISH"])
+    words = asm(text)
+    new = {"moved": 0x2400, "misaligned": 0x2002, "past_window": 0xFFF0, "read_only": 0x8040}[target]
+    patched = list(words)
+    for pc, value in ((0, 0x1200), (2, new), (3, 0x3100)):
+        ins = decode(words[pc])
+        patched[pc] = encode(type(ins)(ins.op, {**ins.fields, "dram": value}, **ins.flags()))
+    out = []
+    for fast in (True, False):
+        sim = GoldenSim(cfg, dram.copy(), fast=fast, readonly=[(0x8000, 0x1000)])
+        sim.run(words)
+        try:
+            res = sim.run(patched, raise_on_fault=False)
+            got = (res.status, res.pc, res.message, res.counters.to_dict())
+        except ReadOnlyStore as e:
+            got = ("ReadOnlyStore", str(e))
+        out.append((got, sim.dram.copy(), sim.spad.copy(), sim.acc.copy(), sim.vbuf.copy()))
+    assert out[0][0] == out[1][0]
+    for x, y in zip(out[0][1:], out[1][1:], strict=True):
+        assert np.array_equal(x, y)
