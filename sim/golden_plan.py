@@ -127,6 +127,7 @@ class Planner:
     """
 
     MAX_PLANS = 8
+    COLLECT_AFTER = 20_000  # instructions of a plan after whose building the cyclic collector runs once
 
     def __init__(self, sim: GoldenSim, check: Callable[[int], object], counters_type: type, fuse: bool = True):
         self.sim, self.check, self.counters_type, self.fuse = sim, check, counters_type, fuse
@@ -165,7 +166,8 @@ class Planner:
         plan = self._patched(words)
         if plan is None:
             # a plan is ~10 long-lived objects per instruction and no garbage: the cyclic collector, which would
-            # walk every object of the process several times while a 100k-instruction plan grows, waits
+            # walk every object of the process several times while a 100k-instruction plan grows, waits; after a
+            # large plan it runs once, here, instead of at some later step of the runs that use the plan
             enabled = gc.isenabled()
             gc.disable()
             try:
@@ -173,6 +175,8 @@ class Planner:
             finally:
                 if enabled:
                     gc.enable()
+            if enabled and len(words) >= self.COLLECT_AFTER:
+                gc.collect()
         self.plans[wkey] = plan
         while len(self.plans) > self.MAX_PLANS:
             del self.plans[next(iter(self.plans))]
