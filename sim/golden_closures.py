@@ -439,6 +439,22 @@ def _rmsnorm_i64(src, gamma, out, n, eps, ry, rk):  # pragma: no cover - compile
         out[r, n:] = 0
 
 
+def _attn_out_i64(ml, o, out):  # pragma: no cover - compiled
+    """numerics.attn_finish: ``sat32(rshift_round(o * y, k - 16))`` with ``y, k = recip(l)``; 0 where ``l <= 0``."""
+    nq, hdim = o.shape
+    for i in range(nq):
+        ell = np.int64(ml[i, 1])
+        if ell <= 0:
+            out[i, :] = 0
+            continue
+        n = _bitlen_i64(ell)
+        m = ell << (31 - n) if n <= 31 else ell >> (n - 31)
+        y = (np.int64(1) << 60) // m
+        sh = n + 29 - nx.FX_FRAC
+        for c in range(hdim):
+            out[i, c] = _sat32_i64(_rr_i64(np.int64(o[i, c]) * y, sh))
+
+
 def attn_kernel():
     """The compiled ATTN tile (:func:`compiled`), or ``None``: then the numpy formulas."""
     return compiled(_attn_tile_i64)
@@ -1015,6 +1031,9 @@ def _attn_out(sim: GoldenSim, ins: Instr) -> Op | None:
     st = _lines(sim, "vbuf", ins, "state", attn_state_lines(nq, hd), "state")
     ml, o = st[:nq], st[nq:].reshape(nq, hd * cols)
     out = dst.reshape(nq, hd * cols)
+    kernel = compiled(_attn_out_i64)
+    if kernel is not None and not _overlap_fields(ins, ("dst", nq * hd), ("state", attn_state_lines(nq, hd))):
+        return partial(kernel, ml, o, out)
     p = np.empty(out.shape, _I64)
     y_col, s_col = np.empty((nq, 1), _I64), np.empty((nq, 1), _I64)
     ffrac = nx.FX_FRAC

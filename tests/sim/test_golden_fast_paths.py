@@ -158,6 +158,7 @@ def test_attn_out_fast_path(seed, kernels):
         s.vbuf[40:40 + nq] = ml.astype(np.int32)
         s.vbuf[40 + nq:40 + nq + nq * hd] = o.astype(np.int32)
     _run_same(sims, f"ATTN_OUT dst=80 state=40 nq={nq} hd={hd}\nFINISH")
+    _run_same(sims, f"ATTN_OUT dst=42 state=40 nq={nq} hd={hd}\nFINISH")  # the result overlaps the state
 
 
 @pytest.mark.parametrize("seed", range(10))
