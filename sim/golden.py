@@ -161,7 +161,7 @@ class GoldenSim:
             else:
                 merged.append((lo, hi))
         self.readonly = tuple(merged)
-        self._stream_weights: dict = {}  # (w, n, k) -> read-only GEMM_STREAM weights as float32 (golden_closures)
+        self._stream_weights: dict = {}  # read-only GEMM_STREAM weights, converted once (golden_closures)
         self._prepared: OrderedDict = OrderedDict()
         self._words: dict[int, object] = {}  # word -> what _check_word found (it depends on the word alone)
         self._words_window = self.window.size
