@@ -53,7 +53,7 @@ def kernels(request, monkeypatch):
 
     if request.param == "compiled":
         if gc.int8_kernel() is None:
-            pytest.skip("numba is not installed: no compiled kernels")
+            pytest.skip("no compiled kernels (numba is not installed, or SYSTOLICA_GOLDEN_NUMBA=0)")
     else:
         monkeypatch.setenv("SYSTOLICA_GOLDEN_NUMBA", "0")
         monkeypatch.setattr(gc, "_jitted", {})
