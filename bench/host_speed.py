@@ -126,6 +126,10 @@ def golden_host_speed(art=None, *, prompt_tokens: int = 128, decode_tokens: int 
         prof.dump_stats(profile)
     dt, dc = time.perf_counter() - t0, time.process_time() - c0
     plan = "plans" if getattr(dev._sim, "fast", False) else "per-instruction"
+    if plan == "plans":
+        from systolica.sim.golden_closures import int8_kernel
+
+        plan += ", numba kernels" if int8_kernel() is not None else ", numpy only (no numba)"
     seq.release()
     rt.close()
     return HostSpeed("golden simulator", decode_tokens / dt if dt > 0 else None, prefill_s, prompt_tokens,

@@ -148,10 +148,20 @@ class GoldenSim:
         self.acc = np.zeros((cfg.acc_lines, cfg.cols), np.int32)
         self.vbuf = np.zeros((cfg.vbuf_lines, cfg.cols), np.int32)
         self.counters = Counters()
-        self.readonly = tuple((int(o), int(o) + int(n)) for o, n in readonly)
-        for lo, hi in self.readonly:
+        spans = sorted((int(o), int(o) + int(n)) for o, n in readonly)
+        for lo, hi in spans:
             if not 0 <= lo <= hi <= size:
                 raise ValueError(f"read-only range [{lo:#x}, {hi:#x}) is not inside the {size:#x}-byte window")
+        merged: list[tuple[int, int]] = []  # adjacent or overlapping ranges as one (a model declares ~200 matrices)
+        for lo, hi in spans:
+            if hi <= lo:
+                continue
+            if merged and lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        self.readonly = tuple(merged)
+        self._stream_weights: dict = {}  # read-only GEMM_STREAM weights, converted once (golden_closures)
         self._prepared: OrderedDict = OrderedDict()
         self._words: dict[int, object] = {}  # word -> what _check_word found (it depends on the word alone)
         self._words_window = self.window.size

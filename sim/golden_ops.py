@@ -324,6 +324,8 @@ def _dram_rows(win: np.ndarray, dram: int, rows: int, row_bytes: int, stride: in
     """The DRAM rows as a (rows, row_bytes) uint8 view (2-D strided access)."""
     if rows == 1 or stride == row_bytes:
         return win[dram:dram + rows * row_bytes].reshape(rows, row_bytes)
+    if stride >= row_bytes and dram + rows * stride <= win.size:  # whole strides fit: a plain view (as_strided
+        return win[dram:dram + rows * stride].reshape(rows, stride)[:, :row_bytes]  # keeps two Python objects each)
     return np.lib.stride_tricks.as_strided(win[dram:], shape=(rows, row_bytes), strides=(stride, 1))
 
 

@@ -25,12 +25,13 @@ fault precisely.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from systolica.isa import Engine
-from systolica.sim.golden_closures import Op, compile_word, word_counters
+from systolica.isa import OP_BY_NAME, Engine, Instr
+from systolica.sim.golden_closures import Op, compile_dma, compile_word, word_counters
 from systolica.sim.golden_fuse import fuse_order
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,6 +127,7 @@ class Planner:
     """
 
     MAX_PLANS = 8
+    COLLECT_AFTER = 20_000  # instructions of a plan after whose building the cyclic collector runs once
 
     def __init__(self, sim: GoldenSim, check: Callable[[int], object], counters_type: type, fuse: bool = True):
         self.sim, self.check, self.counters_type, self.fuse = sim, check, counters_type, fuse
@@ -163,7 +165,18 @@ class Planner:
             return plan
         plan = self._patched(words)
         if plan is None:
-            plan = self._build(words)
+            # a plan is ~10 long-lived objects per instruction and no garbage: the cyclic collector, which would
+            # walk every object of the process several times while a 100k-instruction plan grows, waits; after a
+            # large plan it runs once, here, instead of at some later step of the runs that use the plan
+            enabled = gc.isenabled()
+            gc.disable()
+            try:
+                plan = self._build(words)
+            finally:
+                if enabled:
+                    gc.enable()
+            if enabled and len(words) >= self.COLLECT_AFTER:
+                gc.collect()
         self.plans[wkey] = plan
         while len(self.plans) > self.MAX_PLANS:
             del self.plans[next(iter(self.plans))]
@@ -178,7 +191,8 @@ class Planner:
             diff = [i for i, (a, b) in enumerate(zip(base.words, words, strict=True)) if a != b]
             if len(diff) > max(64, n // 8):
                 continue
-            new = [self._entry(words[i]) for i in diff]
+            new = [self.entries.get(words[i]) or self._retargeted(base.words[i], base.entries[i], words[i])
+                   or self._entry(words[i]) for i in diff]
             if any(e[0] != base.entries[i][0] or e[0] is None for e, i in zip(new, diff, strict=True)):
                 continue  # the schedule may change: plan afresh
             hit = [i for i in diff if i in base.fused]
@@ -203,6 +217,26 @@ class Planner:
                             del c.per_op[old[3]]
             return Plan(list(words), entries, ops, base.slot, base.fused, c, base.finish_pc, base.tokens)
         return None
+
+    def _retargeted(self, old_word: int, old: tuple, word: int) -> tuple | None:
+        """The entry of a LOAD/STORE ``word`` that differs from ``old_word`` in its DRAM address only (a decode
+        step's KV-cache writes), from ``old``'s: the same signature, counters and dispatch checks but the window's,
+        which building the closure makes (any fault, or doubt, gives ``None``: the full check then runs)."""
+        ins = old[4]
+        if ins is None or ins.op not in _DRAM_FIELD:
+            return None
+        lo, mask = _DRAM_FIELD[ins.op]
+        if (old_word ^ word) & ~(mask << lo):
+            return None
+        new = Instr(ins.op, {**ins.fields, "dram": (word >> lo) & mask}, ins.pop_prev, ins.pop_next, ins.push_prev,
+                    ins.push_next)
+        try:
+            op = compile_dma(self.sim, new)  # with the alignment, window and read-only checks
+        except Exception:  # noqa: BLE001 - a fault (or a refused STORE): the full path reports it as the check does
+            return None
+        e = (old[0], op if op is not None else _noop, old[2], old[3], new)
+        self.entries[word] = e
+        return e
 
     def _build(self, words: list[int]) -> Plan | None:
         entries = [self._entry(w) for w in words]
@@ -246,3 +280,5 @@ class Planner:
 
 
 _ENGINE_NAMES = tuple(Engine(e).name for e in range(3))
+_DRAM_FIELD = {op: next((lo, (1 << f.bits) - 1) for f, lo in OP_BY_NAME[op].layout() if f.name == "dram")
+               for op in ("LOAD", "STORE")}  # op -> (lowest bit, mask) of its unsigned dram field
