@@ -76,7 +76,7 @@ def min_chunk(cfg: AccelConfig, act_split: bool = False) -> int:
 def choose_chunk(lower: Callable[[int], tuple], cfg: AccelConfig, requested: int, act_split: bool = False):
     """The lowered prefill program (``lower(rows)``'s result) of the chunk for ``cfg``, or None (no chunk of
     2 rows or more fits).  Chunks from :func:`min_chunk` up to ``requested`` are lowered while they fit and
-    until their compute instructions per row pass 1.5 x the fewest; the largest within :data:`CHUNK_SLACK` of
+    until their compute instructions per row pass 1.2 x the fewest; the largest within :data:`CHUNK_SLACK` of
     the fewest wins.  A ``requested`` below :func:`min_chunk`: the largest chunk up to it that fits."""
     lo = min(requested, min_chunk(cfg, act_split))
     got, per_row = {}, {}
@@ -86,7 +86,7 @@ def choose_chunk(lower: Callable[[int], tuple], cfg: AccelConfig, requested: int
         except MemoryError_:
             break
         per_row[r] = sum(i.engine == Engine.COMPUTE for i in got[r][1]) / r
-        if per_row[r] > 1.5 * min(per_row.values()):
+        if per_row[r] > 1.2 * min(per_row.values()):  # past the vector buffer's cliff: larger chunks are worse
             break
     if not got:
         for r in range(lo - 1, 1, -1):
