@@ -1,7 +1,7 @@
 """systolica on a board, modelled: the compiled programs timed by the performance model at the board's clock.
 
-The runtime's schedule is replayed without the data: prefill runs whole chunks through the prefill
-program and the rest of the prompt through decode; decode runs one step per token.  Every run is the
+The runtime's schedule is replayed without the data: prefill runs the prompt in the runs of
+:func:`systolica.driver.runtime.prefill_runs`; decode runs one step per token.  Every run is the
 program patched for its step (positions, KV pages, valid tokens per tile), so attention costs grow
 with the context as they do on the hardware.  The board gives the DRAM bandwidth and latency
 (:func:`systolica.sim.roofline.board_params`), its power and price (``boards/<name>.toml``); the row's
@@ -19,6 +19,7 @@ from systolica.bench.baselines import BaselineResult
 from systolica.bench.costs import CostInputs, board_usd_per_hour, load_costs
 from systolica.boards.board import Board
 from systolica.config import AccelConfig
+from systolica.driver.runtime import prefill_runs
 from systolica.sim.perf import PerfModel
 from systolica.sim.perf_costs import PerfParams
 from systolica.sim.roofline import Roofline, board_params, model_work
@@ -72,17 +73,8 @@ class AccelTimer:
 
     def prefill_cycles(self, prompt: Sequence[int]) -> int:
         """Cycles of the whole prompt, scheduled as :meth:`Runtime.prefill` schedules it."""
-        chunk = self.art.rows("prefill") if "prefill" in self.art.programs else 0
-        total, i = 0, 0
-        while chunk and len(prompt) - i >= chunk:
-            total += self._cycles("prefill", i, prompt[i:i + chunk])
-            i += chunk
-        if chunk and i and i < len(prompt):  # the rest: one more chunk ending with the prompt (Runtime.prefill)
-            return total + self._cycles("prefill", len(prompt) - chunk, prompt[len(prompt) - chunk:])
-        for t in prompt[i:]:
-            total += self._cycles("decode", i, [t])
-            i += 1
-        return total
+        return sum(self._cycles(r.kind, r.start, prompt[r.start:r.start + r.rows])
+                   for r in prefill_runs(self.art, len(prompt)))
 
     def decode_cycles(self, pos: int, token: int = 0) -> int:
         return self._cycles("decode", pos, [token])
@@ -123,10 +115,11 @@ def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_toke
     if spec.board is not None:
         from systolica.bench.roofline_report import board_roofline
 
-        rows = art.rows("prefill") if "prefill" in art.programs else 0
+        rows = max((art.rows(k) for k in ("prefill", "prefill_nohead") if k in art.programs), default=0)
         res.extra["roofline_report"] = board_roofline(
             spec.board, cfg, work, clock=spec.clock or {"mhz": spec.clock_mhz}, decode_context=ctx,
-            prompt_tokens=len(prompt), prefill_rows=rows, decode_tps=tps, prefill_tps=len(prompt) / (pre / f))
+            prompt_tokens=len(prompt), prefill_rows=rows, decode_tps=tps, prefill_tps=len(prompt) / (pre / f),
+            prefill_passes=len(prefill_runs(art, len(prompt))))
     return res
 
 

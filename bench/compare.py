@@ -65,6 +65,7 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
         progress(f"timing {name}")
         row = model_on_board(art, spec, prompt, n_tokens, gemm=gemm)
         row.extra["prefill_rows"] = art.rows("prefill") if "prefill" in art.programs else 1
+        row.extra["prefill_nohead_rows"] = art.rows("prefill_nohead") if "prefill_nohead" in art.programs else None
         _attach_fit(row, name, spec.config, synth=synth, timeout=synth_timeout, progress=progress)
         rows.append(row)
         timer = AccelTimer(art, board_params(spec.config, dram_gbps=spec.dram_gbps, base=PerfParams(gemm=gemm)))

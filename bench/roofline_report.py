@@ -47,7 +47,7 @@ def _fig(value: float | None, unit: str, source: str) -> dict[str, Any]:
 
 def board_roofline(board: Board, cfg: AccelConfig, work: ModelWork, *, clock: dict, decode_context: int,
                    prompt_tokens: int, prefill_rows: int, decode_tps: float | None = None,
-                   prefill_tps: float | None = None) -> dict[str, Any]:
+                   prefill_tps: float | None = None, prefill_passes: int | None = None) -> dict[str, Any]:
     """The board's and the design's roofs for ``work`` (decode and prefill) and the fractions the model reaches.
 
     Parameters
@@ -61,8 +61,11 @@ def board_roofline(board: Board, cfg: AccelConfig, work: ModelWork, *, clock: di
     decode_context
         Cached positions of the decode steps the model timed (their KV reads are part of a token's bytes).
     prompt_tokens, prefill_rows
-        The prompt, and the rows of the prefill program: the runtime runs whole chunks of ``prefill_rows``
-        and the rest one token at a time, each pass reading every weight once.
+        The prompt, and the rows of the prefill program: without ``prefill_passes``, whole chunks of
+        ``prefill_rows`` and the rest one token at a time, each pass reading every weight once.
+    prefill_passes
+        The runs the runtime's schedule takes for the prompt (:func:`systolica.driver.runtime.prefill_runs`),
+        each reading every weight once.
     decode_tps, prefill_tps
         What the performance model gives at ``clock`` (None: not modelled).
     """
@@ -103,7 +106,11 @@ def board_roofline(board: Board, cfg: AccelConfig, work: ModelWork, *, clock: di
         "bound_tps": _fig(attain / tok_bytes, "tok/s", "min(board roof, design stream bound) / bytes per token"),
         "bound": "board roof" if bw["roof"] <= stream else "design stream bound",
     }
-    passes = prompt_tokens // prefill_rows + prompt_tokens % prefill_rows if prefill_rows > 0 else prompt_tokens
+    if prefill_passes is not None:
+        passes, how = prefill_passes, f"runs of at most {prefill_rows} rows"
+    else:
+        passes = prompt_tokens // prefill_rows + prompt_tokens % prefill_rows if prefill_rows > 0 else prompt_tokens
+        how = f"chunks of {prefill_rows} rows, the rest one token a pass"
     reuse = prompt_tokens / max(passes, 1)
     pre_ctx = prompt_tokens // 2
     macs = work.macs_per_token(pre_ctx)
@@ -113,7 +120,7 @@ def board_roofline(board: Board, cfg: AccelConfig, work: ModelWork, *, clock: di
     pre = {
         "weight_reuse": _fig(reuse, "tokens per weight pass",
                              f"runtime schedule: {prompt_tokens} prompt tokens in {passes} pass{'es' if passes != 1 else ''} "
-                             f"(chunks of {prefill_rows} rows, the rest one token a pass)"),
+                             f"({how})"),
         "macs_per_token": _fig(macs, "MAC", f"model shape: {work.matmul_macs} weight MACs + attention at "
                                             f"{pre_ctx} positions"),
         "compute_tps": _fig(pre_bounds["compute_tps"], "tok/s", "design peak / MACs per token"),

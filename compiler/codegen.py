@@ -5,6 +5,11 @@ One function per IR op lowers it to LOAD / compute / STORE instructions on the b
 writes into token flags.  Fields that change per step carry a patch ``(field, kind, args)``;
 their compiled value is the one of the first step (position 0, token 0) and the runtime rewrites
 them (:mod:`systolica.artifact`).
+
+A program of ``T > 1`` rows runs any ``n <= T`` of them: every row count and GEMM ``m`` is patched to
+``n`` (``n_rows``), the instructions of one row (its embedding load, KV stores, attention) are emptied
+for the rows past ``n`` (``row_on``, ``attn_nq``: zero rows or query heads), and the logits row is row
+``n - 1`` (``last_row``).  No GEMM_STREAM ever gets ``m = 0``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,12 @@ def _tensor_lines(t, rows: int, cols: int) -> int:
     return r * t.lines(cols)
 
 
+def used_matrices(g: Graph) -> set[str]:
+    """The matrices the graph's matmuls read (a head-less prefill graph reads no ``output``)."""
+    keys = {"linear": ("weight",), "logits": ("weight",), "glu": ("gate", "up")}
+    return {nd.attrs[k] for nd in g.nodes for k in keys.get(nd.op, ())}
+
+
 def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, rows: int) -> ProgramPlan:
     """Allocate every on-chip block of a program of ``rows`` token rows; raises MemoryError_ when it does not fit.
 
@@ -47,6 +58,7 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     The vector-buffer slots whose size follows the output blocks (mult rows, logits, SwiGLU's gate and up
     blocks) go last, and the blocks are as tall as the accumulator allows and those slots still fit."""
     c, cols = g.config, cfg.cols
+    mats = {name: m for name, m in mats.items() if name in used_matrices(g)}
     chip = OnChipPlan.for_config(cfg)
     Dl, hdl, G = lines_for(c.dim, cols), kv.hd_lines, c.group
     live = g.live_ranges()
@@ -84,8 +96,8 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     def slots(tl: dict[str, MatrixTiling]) -> dict[str, int]:
         """Lines of each vector-buffer block the output blocks of ``tl`` need: mult rows and logits double
         buffered, one gate and one up block."""
-        mslot, lg = max(t.nt for t in tl.values()), k * tl["output"].nt
-        out = {"m0": mslot, "lg0": lg, "m1": mslot, "lg1": lg}
+        mslot, lg = max(t.nt for t in tl.values()), k * tl["output"].nt if "output" in tl else 0
+        out = {"m0": mslot, "lg0": lg, "m1": mslot, "lg1": lg} if lg else {"m0": mslot, "m1": mslot}
         if gates:
             out["gbuf"] = out["ubuf"] = k * rows * max(tl[w].nt for w in gates)
         return out
@@ -181,11 +193,22 @@ class _Gen:
         """GEMM / REQUANT rows per token row: 2 with split activations (int8 part, then residual)."""
         return 2 if self.g.act_split else 1
 
+    # ------------------------------------------------------------------ row-count patches
+    def n_rows(self, field: str, per_row: int = 1, base: int = 0, rows: int | None = None) -> list:
+        """The patch that sets ``field`` to ``base + per_row * n`` for a run of ``n`` rows (none for one
+        compiled row: a last-row-only tensor, or decode)."""
+        return [(field, "n_rows", [base, per_row])] if (self.T if rows is None else rows) > 1 else []
+
+    def row_on(self, field: str, row: int, value: int, per_row: int = 1) -> list:
+        """``field`` is ``value`` for rows ``row < per_row * n`` of a run of ``n`` rows, else 0 (nothing)."""
+        return [(field, "row_on", [row, value, per_row])] if self.T > 1 else []
+
     def _fold(self, dst: int, dst_key: str, rows: int, lines: int) -> None:
         """Split activations: add the residual half's result rows onto the int8 half's (reference order)."""
         if self.g.act_split:
             self.s.emit("ADD", dst=dst, a=dst, b=dst + rows * lines, rows=rows, lines=lines, reads=[dst_key],
-                        writes=[dst_key])
+                        writes=[dst_key], patches=self.n_rows("rows", rows=rows) +
+                        self.n_rows("b", lines, dst, rows=rows))
 
     def rows_of(self, name: str) -> int:
         return 1 if self.g.tensors[name].last else self.T
@@ -200,16 +223,17 @@ class _Gen:
         emb = self.reg["token_embd"].offset
         for i in range(T):
             self.s.emit("LOAD", buf=Buf.VBUF, sram=x + i * Dl, dram=emb, rows=1, lines=Dl, stride=0,
-                        writes=["vbuf:x"], patches=[("dram", "embed", [i])])
+                        writes=["vbuf:x"], patches=[("dram", "embed", [i]), *self.row_on("rows", i, 1)])
         if n.attrs["positions"]:
             self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("pos", "vbuf"), dram=self.reg["pos_embd"].offset, rows=T,
-                        lines=Dl, stride=self.rb["pos_row"], writes=["vbuf:pos"], patches=[("dram", "pos_embd", [])])
+                        lines=Dl, stride=self.rb["pos_row"], writes=["vbuf:pos"],
+                        patches=[("dram", "pos_embd", []), *self.n_rows("rows")])
             self.s.emit("ADD", dst=x, a=x, b=self.a("pos", "vbuf"), rows=T, lines=Dl, reads=["vbuf:x", "vbuf:pos"],
-                        writes=["vbuf:x"])
+                        writes=["vbuf:x"], patches=self.n_rows("rows"))
         else:
             self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("rope", "vbuf"), dram=self.reg["rope"].offset, rows=T,
                         lines=self.kv.hd_lines, stride=self.rb["rope_row"], writes=["vbuf:rope"],
-                        patches=[("dram", "rope", [])])
+                        patches=[("dram", "rope", []), *self.n_rows("rows")])
 
     def norm(self, n: Node) -> None:
         (src,), (dst,) = n.inputs, n.outputs
@@ -218,22 +242,23 @@ class _Gen:
         self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("gamma", "vbuf"), dram=self.reg["vec:" + n.attrs["weight"]].offset,
                     rows=1, lines=(2 if gpt2 else 1) * Dl, stride=0, writes=["vbuf:gamma"])
         rows = self.rows_of(dst)
-        off = (self.T - 1) * Dl if rows == 1 and self.T > 1 else 0
+        last = rows == 1 and self.T > 1  # the logits row: the run's last row, n - 1
+        off = (self.T - 1) * Dl if last else 0
+        patches = [("src", "last_row", [self.a(src), Dl])] if last else self.n_rows("rows", rows=rows)
         self.s.emit("LAYERNORM" if gpt2 else "RMSNORM", dst=self.a(dst), src=self.a(src) + off,
                     gamma=self.a("gamma", "vbuf"), rows=rows, n=self.g.config.dim, eps=self.qm.eps_q32,
-                    reads=[self.key(src), "vbuf:gamma"], writes=[self.key(dst)])
+                    reads=[self.key(src), "vbuf:gamma"], writes=[self.key(dst)], patches=patches)
 
     def quant(self, n: Node) -> None:
         (src,), (dq, de) = n.inputs, n.outputs
         t, te = self.g.tensors[src], self.g.tensors[de]
         rows = self.rows_of(src)
-        if te.per_head_exps:
-            r, lines = rows * t.heads, t.seg_lines(self.cols)
-        else:
-            r, lines = rows, t.lines(self.cols)
+        heads = t.heads if te.per_head_exps else 1
+        r, lines = rows * heads, (t.seg_lines(self.cols) if te.per_head_exps else t.lines(self.cols))
         split = {"split": 1} if n.attrs.get("split") else {}  # (a field older ISA tables lack)
         self.s.emit("QUANT", dst=self.a(dq), src=self.a(src), exps=self.a(de), rows=r, lines=lines, **split,
-                    reads=[self.key(src)], writes=[self.key(dq), self.key(de)])
+                    reads=[self.key(src)], writes=[self.key(dq), self.key(de)],
+                    patches=self.n_rows("rows", heads, rows=rows))
 
     def _stream_block(self, aq: str, wname: str, m_rows: int, t: Tile) -> str:
         """Load the mult row of output block ``t`` and stream its weights from DRAM into ``acc`` (``m_rows`` rows
@@ -246,7 +271,8 @@ class _Gen:
         self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a(ms, "vbuf"), dram=m.mult_off + t.n0 * cols * 4, rows=1,
                     lines=t.nt, stride=0, writes=[f"vbuf:{ms}"])
         self.s.emit("GEMM_STREAM", dst=acc, a=self.a(aq), w=m.w_addr(t.n0, self.cfg), m=m_rows, k=m.Kl, n=t.nt,
-                    acc=0, reads=[self.key(aq)], writes=["acc:acc"])
+                    acc=0, reads=[self.key(aq)], writes=["acc:acc"],
+                    patches=self.n_rows("m", self.k, rows=m_rows // self.k))
         return ms
 
     def _blocks(self, wname: str) -> list[Tile]:
@@ -262,13 +288,15 @@ class _Gen:
                  ms: str) -> None:
         m, acc = self.mats[wname], self.a("acc", "acc")
         reads = ["acc:acc", f"vbuf:{ms}", self.key(ae)]
+        per = self.k  # result rows per token row
         if nt == dst_lines:
             self.s.emit("REQUANT", dst=dst, src=acc, mult=self.a(ms, "vbuf"), exps=self.a(ae), rows=rows, lines=nt,
-                        shift=m.shift, reads=reads, writes=[dst_key])
+                        shift=m.shift, reads=reads, writes=[dst_key], patches=self.n_rows("rows", per, rows=rows // per))
             return
         for r in range(rows):
             self.s.emit("REQUANT", dst=dst + r * dst_lines + n0, src=acc + r * nt, mult=self.a(ms, "vbuf"),
-                        exps=self.a(ae) + r, rows=1, lines=nt, shift=m.shift, reads=reads, writes=[dst_key])
+                        exps=self.a(ae) + r, rows=1, lines=nt, shift=m.shift, reads=reads, writes=[dst_key],
+                        patches=self.row_on("rows", r, 1, per) if rows > per else [])
 
     def linear(self, n: Node) -> None:
         (aq, ae), (dst,) = n.inputs, n.outputs
@@ -280,7 +308,7 @@ class _Gen:
             self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("bias", "vbuf"), dram=self.mats[w].bias_off, rows=1,
                         lines=L, stride=0, writes=["vbuf:bias"])
             self.s.emit("ADD", dst=self.a(dst), a=self.a(dst), b=self.a("bias", "vbuf"), rows=rows, lines=L, bcast=1,
-                        reads=[self.key(dst), "vbuf:bias"], writes=[self.key(dst)])
+                        reads=[self.key(dst), "vbuf:bias"], writes=[self.key(dst)], patches=self.n_rows("rows", rows=rows))
 
     def logits(self, n: Node) -> None:
         aq, ae = n.inputs
@@ -309,17 +337,20 @@ class _Gen:
                 ms = self._stream_block(aq, w, self.k * rows, t)
                 self._requant(ae, w, self.k * rows, self.a(buf, "vbuf"), f"vbuf:{buf}", nt, 0, nt, ms)
                 self._fold(self.a(buf, "vbuf"), f"vbuf:{buf}", rows, nt)
-            self.s.emit("SILU", dst=g, src=g, rows=rows, lines=nt, reads=["vbuf:gbuf"], writes=["vbuf:gbuf"])
-            calls = [(0, rows, F)] if nt == F else [(r, 1, nt) for r in range(rows)]
-            for r, rr, _ in calls:
+            self.s.emit("SILU", dst=g, src=g, rows=rows, lines=nt, reads=["vbuf:gbuf"], writes=["vbuf:gbuf"],
+                        patches=self.n_rows("rows", rows=rows))
+            calls = [(0, rows, self.n_rows("rows", rows=rows))] if nt == F else \
+                [(r, 1, self.row_on("rows", r, 1)) for r in range(rows)]
+            for r, rr, patches in calls:
                 self.s.emit("MUL", dst=self.a(dst) + r * F + n0, a=g + r * nt, b=u + r * nt, rows=rr, lines=nt,
-                            shift=nx.FX_FRAC, reads=["vbuf:gbuf", "vbuf:ubuf"], writes=[self.key(dst)])
+                            shift=nx.FX_FRAC, reads=["vbuf:gbuf", "vbuf:ubuf"], writes=[self.key(dst)], patches=patches)
 
     def rope(self, n: Node) -> None:
         (src,), (dst,) = n.inputs, n.outputs
         t = self.g.tensors[src]
         self.s.emit("ROPE", dst=self.a(dst), src=self.a(src), table=self.a("rope", "vbuf"), rows=self.T, heads=t.heads,
-                    hd=t.seg_lines(self.cols), reads=[self.key(src), "vbuf:rope"], writes=[self.key(dst)])
+                    hd=t.seg_lines(self.cols), reads=[self.key(src), "vbuf:rope"], writes=[self.key(dst)],
+                    patches=self.n_rows("rows"))
 
     def kv_store(self, n: Node) -> None:
         kq, ke, vq, ve = n.inputs
@@ -331,7 +362,7 @@ class _Gen:
             for src, lines, part, slot in parts:
                 self.s.emit("STORE", buf=Buf.SPAD, sram=self.a(src) + i * H * lines, dram=kv.base, rows=H, lines=lines,
                             stride=kv.tile_bytes, reads=[self.key(src)], writes=[f"dram:kv{layer}"],
-                            patches=[("dram", "kv_store", [layer, i, part, slot])])
+                            patches=[("dram", "kv_store", [layer, i, part, slot]), *self.row_on("rows", i, H)])
 
     def attention(self, n: Node) -> None:
         (qq, qe), (o,) = n.inputs, n.outputs
@@ -351,17 +382,19 @@ class _Gen:
                     self.s.emit("ATTN", q=self.a(qq) + h0 * hdl, qexp=self.a(qe) + h0, kv=self.a(ks, "spad"),
                                 state=st + i * sl, nq=G, hd=hdl, t=0, page_log2=kv.page_log2, offset=0, causal=1,
                                 init=int(j == 0), reads=[self.key(qq), self.key(qe), f"spad:{ks}", "vbuf:state"],
-                                writes=["vbuf:state"], patches=[("t", "attn_t", [i, j]), ("offset", "attn_offset", [i, j])])
+                                writes=["vbuf:state"], patches=[("t", "attn_t", [i, j]), ("offset", "attn_offset", [i, j]),
+                                                                ("nq", "attn_nq", [i, j, G])])
             for i in range(self.T):
                 h0 = i * H + grp * G
                 self.s.emit("ATTN_OUT", dst=self.a(o) + h0 * hdl, state=st + i * sl, nq=G, hd=hdl,
-                            reads=["vbuf:state"], writes=[self.key(o)])
+                            reads=["vbuf:state"], writes=[self.key(o)], patches=self.row_on("nq", i, G))
 
     def _elementwise(self, n: Node, op: str, **extra) -> None:
         dst = n.outputs[0]
         srcs = dict(zip(("a", "b") if len(n.inputs) == 2 else ("src",), (self.a(t) for t in n.inputs), strict=True))
         self.s.emit(op, dst=self.a(dst), rows=self.rows_of(dst), lines=self.lines(dst), **srcs, **extra,
-                    reads=[self.key(t) for t in n.inputs], writes=[self.key(dst)])
+                    reads=[self.key(t) for t in n.inputs], writes=[self.key(dst)],
+                    patches=self.n_rows("rows", rows=self.rows_of(dst)))
 
     def add(self, n: Node) -> None:
         self._elementwise(n, "ADD")

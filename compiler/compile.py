@@ -4,10 +4,17 @@
     -> plan_program (on-chip blocks, tiling) -> generate (instructions + hazards) -> Scheduler (tokens)
     -> verify_tokens (deadlock freedom) -> encode -> Artifact
 
-Two programs: ``decode`` (one row) and ``prefill`` (``chunk`` rows; the largest chunk up to the
-requested one whose activations fit on chip).  Every op is row-wise, so a prefill chunk gives the
-same integers as that many decode steps; the runtime runs whole chunks with ``prefill`` and the
-rest of a prompt with ``decode``.
+Three programs: ``decode`` (one row), ``prefill`` (up to ``chunk`` rows, the logits of the last) and
+``prefill_nohead`` (up to its ``chunk`` rows, no final norm and no logits: a chunk that is not the
+prompt's last only fills the KV cache).  Both prefill programs run any number of rows up to theirs
+(the row counts are patched, :mod:`systolica.compiler.codegen`).  Every op is row-wise, so a prefill
+run gives the same integers as that many decode steps.
+
+A prefill chunk is chosen from the configuration (:func:`choose_chunk`): at least :func:`min_chunk`
+rows, so that each GEMM_STREAM computes longer than its weights take to stream; past that more rows
+add nothing to the array's work per row, only fewer runs, while the vector buffer they fill leaves
+narrower output blocks (more instructions per row).  So: the largest chunk up to the requested one
+whose compute instructions per row are within :data:`CHUNK_SLACK` of the fewest.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from systolica.compiler.memory import MemoryError_
 from systolica.compiler.quantize_pass import quantize
 from systolica.compiler.schedule import verify_tokens
 from systolica.config import AccelConfig
-from systolica.isa import WORD_BYTES, IsaError, encode
+from systolica.isa import WORD_BYTES, Engine, IsaError, encode
 from systolica.layout import WPAGE, dma_line_bytes
 from systolica.model import Model
 from systolica.program import Program
@@ -48,6 +55,48 @@ def _tokenizer_json(tok) -> dict | None:
         raise CompileError(f"the model's tokenizer ({type(tok).__name__}) has no to_dict(): it cannot be stored in "
                            "the artifact")
     return tok.to_dict()
+
+
+#: program kind -> whether its graph ends with the logits
+PROGRAM_HEADS = {"decode": True, "prefill": True, "prefill_nohead": False}
+#: a prefill chunk whose compute instructions per row are within this factor of the fewest is as good (the
+#: largest such wins: fewer runs, and short prompts in one run)
+CHUNK_SLACK = 1.05
+
+
+def min_chunk(cfg: AccelConfig, act_split: bool = False) -> int:
+    """The fewest token rows with which GEMM_STREAM keeps the array busy: more GEMM rows than the cycles one
+    ``rows x cols`` weight tile takes through the ``dma_ports`` weight ports (the array computes a row a cycle
+    against a tile; one more than equal, for a DRAM a little slower than the ports); split activations make
+    two GEMM rows of a token row."""
+    tile = -(-cfg.rows * max(1, cfg.cols // cfg.dma_bytes) // cfg.dma_ports)
+    return -(-(tile + 1) // (2 if act_split else 1))
+
+
+def choose_chunk(lower: Callable[[int], tuple], cfg: AccelConfig, requested: int, act_split: bool = False):
+    """The lowered prefill program (``lower(rows)``'s result) of the chunk for ``cfg``, or None (no chunk of
+    2 rows or more fits).  Chunks from :func:`min_chunk` up to ``requested`` are lowered while they fit and
+    until their compute instructions per row pass 1.2 x the fewest; the largest within :data:`CHUNK_SLACK` of
+    the fewest wins.  A ``requested`` below :func:`min_chunk`: the largest chunk up to it that fits."""
+    lo = min(requested, min_chunk(cfg, act_split))
+    got, per_row = {}, {}
+    for r in range(max(lo, 2), requested + 1):
+        try:
+            got[r] = lower(r)
+        except MemoryError_:
+            break
+        per_row[r] = sum(i.engine == Engine.COMPUTE for i in got[r][1]) / r
+        if per_row[r] > 1.2 * min(per_row.values()):  # past the vector buffer's cliff: larger chunks are worse
+            break
+    if not got:
+        for r in range(lo - 1, 1, -1):
+            try:
+                return lower(r)
+            except MemoryError_:
+                continue
+        return None
+    best = min(per_row.values())
+    return got[max(r for r, v in per_row.items() if v <= CHUNK_SLACK * best)]
 
 
 def _lower(g, qm, cfg, mats, kv, lay, rows_b, rows: int, max_pages: int, kind: str):
@@ -80,7 +129,8 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
     max_seq : int, optional
         Longest context the programs serve; default the model's ``max_seq``.
     prefill_chunk : int
-        Rows of the prefill program (reduced until the activations fit on chip; 1 means no prefill program).
+        Most rows of a prefill program (:func:`choose_chunk` picks the chunk up to it; 1 means no prefill
+        programs).
     progress : callable, optional
         Called with the name of each pass as it starts.
     act_split : bool
@@ -114,27 +164,28 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
     max_pages = -(-max_seq // page)
     lay, img, mats, kv, rows_b = build_image(g, qm, cfg, page=page, n_pages=max_pages, max_seq=max_seq)
     programs, infos, stats = {}, {}, {}
-    chunks = [1] + [r for r in range(min(prefill_chunk, max_seq), 1, -1)]
     say("decode program")
     try:
         out = {"decode": _lower(g, qm, cfg, mats, kv, lay, rows_b, 1, max_pages, "decode")}
     except MemoryError_ as e:
         raise MemoryError_(f"model {c.name!r} does not fit the {cfg.name!r} accelerator even for one token: {e}") \
             from None
-    say("prefill program")
-    for r in chunks[1:]:
-        try:
-            out["prefill"] = _lower(g, qm, cfg, mats, kv, lay, rows_b, r, max_pages, "prefill")
-            break
-        except MemoryError_:
-            continue
+    graphs = {True: g, False: build_graph(c, act_split=act_split, head=False)}
+    for kind in ("prefill", "prefill_nohead"):
+        say(f"{kind} program")
+        gk = graphs[PROGRAM_HEADS[kind]]
+        got = choose_chunk(lambda r, gk=gk, kind=kind: _lower(gk, qm, cfg, mats, kv, lay, rows_b, r, max_pages, kind),
+                           cfg, min(prefill_chunk, max_seq), act_split)
+        if got is not None:
+            out[kind] = got
     for kind, (plan, instrs, words, patches, extra) in out.items():
         rows = plan.rows
         reg = lay.add(f"program:{kind}", len(words) * WORD_BYTES, "program")
         prog = Program(words, cfg)
         base = StepState(0, [0] * rows, list(range(-(-rows // page))))
         programs[kind] = prog
-        infos[kind] = {"rows": rows, "region": reg.name, "instructions": len(words), "patches": patches}
+        infos[kind] = {"rows": rows, "min_rows": 1, "region": reg.name, "instructions": len(words),
+                       "patches": patches}
         per_engine = Counter(i.engine.name for i in instrs)
         per_op = Counter(i.op for i in instrs)
         stats[kind] = {"rows": rows, "instructions": len(words), "per_engine": dict(per_engine),

@@ -99,11 +99,13 @@ class Graph:
         return "\n".join(f"{i:4d}  {n}" for i, n in enumerate(self.nodes))
 
 
-def build_graph(cfg: ModelConfig, act_split: bool = False) -> Graph:
+def build_graph(cfg: ModelConfig, act_split: bool = False, head: bool = True) -> Graph:
     """The graph of one step of a llama or GPT-2 model (see docs/quantization.md).
 
     ``act_split``: every linear layer's input is quantized with QUANT ``split=1`` (int8 part and
     int8 residual, twice the rows) and its GEMM result rows are requantized and added in pairs.
+    ``head=False``: the graph ends with the last layer (no final norm, no logits): a prefill chunk
+    that is not the prompt's last only fills the KV cache.
     """
     cfg.check()
     g = Graph(cfg, act_split=bool(act_split))
@@ -170,11 +172,12 @@ def build_graph(cfg: ModelConfig, act_split: bool = False) -> Graph:
         x2 = g.decl(f"x{2 * i + 2}", "vbuf", 1, D, buffer="x")
         g.add("add", [x, dn], [x2])
         x = x2
-    hf = g.decl("hf", "vbuf", 1, D, last=True)
-    g.add("norm", [x], [hf], weight="output_norm", kind=norm)
-    fq, fe = g.decl("hfq", "spad", 1, D, last=True), g.decl("hfe", "exps", 1, D, last=True)
-    g.add("quant", [hf], [fq, fe])
-    g.add("logits", [fq, fe], [], weight="output", vocab=cfg.vocab_size)
+    if head:
+        hf = g.decl("hf", "vbuf", 1, D, last=True)
+        g.add("norm", [x], [hf], weight="output_norm", kind=norm)
+        fq, fe = g.decl("hfq", "spad", 1, D, last=True), g.decl("hfe", "exps", 1, D, last=True)
+        g.add("quant", [hf], [fq, fe])
+        g.add("logits", [fq, fe], [], weight="output", vocab=cfg.vocab_size)
     if act_split:
         _mark_split(g)
     verify(g)

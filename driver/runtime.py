@@ -24,7 +24,7 @@ from systolica.driver.sampling import Sampler, SamplingParams
 from systolica.numerics import FX_FRAC
 from systolica.program import words_to_bytes
 
-__all__ = ["Runtime", "Metrics", "StepOutput", "GenerationError"]
+__all__ = ["Runtime", "Metrics", "StepOutput", "GenerationError", "PrefillRun", "prefill_runs"]
 
 
 class GenerationError(ValueError):
@@ -101,6 +101,45 @@ class Metrics:
         return d
 
 
+@dataclass(frozen=True)
+class PrefillRun:
+    """One run of a prompt's prefill: program ``kind`` on the ``rows`` tokens from prompt position ``start``."""
+
+    kind: str
+    start: int
+    rows: int
+
+
+def prefill_runs(artifact: Artifact, n: int) -> list[PrefillRun]:
+    """How a prompt of ``n`` tokens is prefilled: the runs in order, the last one giving the logits.
+
+    As few runs as the programs' rows allow: ``prefill_nohead`` chunks that only fill the KV cache, then one
+    ``prefill`` run ending with the prompt (a prompt that fits it is that one run).  The rows are spread evenly
+    over the runs rather than filling all but a small rest: a run of a few rows reads every weight for little
+    work (GEMM_STREAM is bound by the weight stream below ``cols / dma_ports * bpl`` rows).  Without prefill
+    programs every token is a decode step.
+    """
+    if n < 1:
+        raise GenerationError("the prompt is empty: nothing to prefill")
+    progs = artifact.programs
+    if "prefill" not in progs:
+        return [PrefillRun("decode", i, 1) for i in range(n)]
+    head = artifact.rows("prefill")
+    body_kind = "prefill_nohead" if "prefill_nohead" in progs else "prefill"
+    body = artifact.rows(body_kind)
+    if n <= head:
+        return [PrefillRun("prefill", 0, n)]
+    q = 1 + -(-(n - head) // body)  # runs: the fewest that hold the prompt
+    last = max(n - (q - 1) * body, min(head, -(-n // q)))  # the head run's rows; the body runs hold the rest
+    rest = n - last
+    sizes = [rest // (q - 1) + (i < rest % (q - 1)) for i in range(q - 1)]
+    runs, start = [], 0
+    for r in sizes:
+        runs.append(PrefillRun(body_kind, start, r))
+        start += r
+    return [*runs, PrefillRun("prefill", start, last)]
+
+
 @dataclass
 class StepOutput:
     token: int
@@ -163,29 +202,14 @@ class Runtime:
         return SequenceState(self.pool)
 
     def prefill(self, seq: SequenceState, tokens: Sequence[int]) -> tuple[np.ndarray, RunStats]:
-        """Feed a prompt: whole chunks through the prefill program, the rest through decode (same integers).
+        """Feed a prompt in the runs of :func:`prefill_runs` (the same integers as one decode step per token).
 
-        A rest after at least one whole chunk is one more chunk that ends with the prompt: it recomputes the
-        last ``chunk - rest`` positions of the chunk before (the same integers again: their KV entries are
-        rewritten with what they hold), which costs one weight pass instead of ``rest`` decode steps.
         Returns the fx int32 logits after the last token and the summed counters of the runs.
         """
         toks = [int(t) for t in tokens]
-        if not toks:
-            raise GenerationError("the prompt is empty: nothing to prefill")
-        chunk = self.art.rows("prefill") if "prefill" in self.art.programs else 0
-        total, logits, i = RunStats(), None, 0
-        while chunk and len(toks) - i >= chunk:
-            logits, st = self._run("prefill", seq, toks[i:i + chunk])
-            total, i = total + st, i + chunk
-        if chunk and i and i < len(toks):
-            back = chunk - (len(toks) - i)
-            seq.pos -= back
-            del seq.tokens[len(seq.tokens) - back:]
-            logits, st = self._run("prefill", seq, toks[len(toks) - chunk:])
-            return logits, total + st
-        for t in toks[i:]:
-            logits, st = self._run("decode", seq, [t])
+        total, logits = RunStats(), None
+        for run in prefill_runs(self.art, len(toks)):
+            logits, st = self._run(run.kind, seq, toks[run.start:run.start + run.rows])
             total = total + st
         return logits, total
 

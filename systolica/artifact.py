@@ -5,7 +5,8 @@ File format (a zip archive, ``.systolica``)::
     manifest.json        format name and version, accelerator config and hash, model metadata,
                          tokenizer, page size, KV layout, DRAM regions, where each matrix lies in the
                          weight-stream region (``weights``), programs and patch tables
-    programs/<kind>.bin  systolica.program binaries ("prefill", "decode"), stamped with the config hash
+    programs/<kind>.bin  systolica.program binaries ("decode"; "prefill", "prefill_nohead"), stamped with
+                         the config hash
     image.bin            the initialised DRAM image (weights and tables), byte 0 = window offset 0
 
 Everything after the image (KV cache, logits, program regions) starts as zeros; the runtime
@@ -14,19 +15,25 @@ copies the patched program words into their region before each start.
 Per-step patching (no recompilation): every program carries a patch table of
 ``[instruction index, field, kind, args]``.  :meth:`Artifact.patched_program` evaluates each
 kind against a :class:`StepState` (first position, token ids of the rows, block table) and
-rewrites the field in place.  Kinds:
+rewrites the field in place.  A program of ``rows`` rows whose manifest entry has ``min_rows``
+runs any ``n`` rows from ``min_rows`` to ``rows`` (``n`` = the number of token ids): the rows past
+``n`` do nothing.  Kinds (``n``: the step's rows; ``pos``: its first position):
 
 =============  =====================  ==================================================
 kind           args                   value
 =============  =====================  ==================================================
-embed          [row]                  token_embd + token[row] * row bytes
+embed          [row]                  token_embd + token[row] * row bytes (row >= n: token 0)
 pos_embd       []                     pos_embd + pos * row bytes (GPT-2)
 rope           []                     rope + pos * row bytes
-kv_store       [layer, row, part, b]  page of ``pos+row`` (block table) + part + slot * b
+kv_store       [layer, row, part, b]  page of ``pos+row`` (block table) + part + slot * b (row >= n: KV base)
 kv_page        [layer, page, head]    KV tile of that page and head (unused page: KV base)
 kv_rows        [page]                 1 if the page holds a token of this step's context else 0
 attn_t         [row, page]            valid tokens of the page for the row's query (0: no-op)
 attn_offset    [row, page]            query position minus the page's first position
+attn_nq        [row, page, nq]        nq if row < n and the page holds a token the row sees, else 0 (no-op)
+n_rows         [base, per_row]        base + per_row * n (row counts, GEMM m, addresses after n rows)
+last_row       [base, per_row]        base + per_row * (n - 1) (the row the logits are computed from)
+row_on         [row, value, per_row]  value if row < per_row * n else 0 (the instructions of one row)
 =============  =====================  ==================================================
 """
 
@@ -50,9 +57,12 @@ from systolica.program import Program
 __all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "ArtifactError", "StepState"]
 
 FORMAT = "systolica-artifact"
-#: 2: weights in the weight-stream layout (one ``weights`` region, the manifest's ``weights`` table) and every
-#: matmul a GEMM_STREAM; version 1 kept a row-major copy per matrix and LOADed its tiles into the scratchpad.
-FORMAT_VERSION = 2
+#: 3: prefill programs run any number of rows up to theirs (``min_rows``; patch kinds ``n_rows``, ``last_row``,
+#: ``row_on``), ATTN of a page no row sees is emptied (``attn_nq``), and a ``prefill_nohead`` program fills the
+#: KV cache without the logits.  2: weights in the weight-stream layout (one ``weights`` region, the manifest's
+#: ``weights`` table) and every matmul a GEMM_STREAM; version 1 kept a row-major copy per matrix and LOADed its
+#: tiles into the scratchpad.
+FORMAT_VERSION = 3
 
 
 class ArtifactError(ValueError):
@@ -68,7 +78,7 @@ class StepState:
     pos : int
         Position of the first row (tokens already in the KV cache).
     tokens : sequence of int
-        Token ids of the rows (as many as the program has rows).
+        Token ids of the rows: as many as the program has rows, or from its ``min_rows`` up to that.
     block_table : sequence of int
         Physical KV page of each logical page ``0 .. ceil((pos + rows) / page) - 1``.
     """
@@ -141,6 +151,11 @@ class Artifact:
     def rows(self, kind: str) -> int:
         return int(self._prog(kind)["rows"])
 
+    def min_rows(self, kind: str) -> int:
+        """The fewest rows a run of program ``kind`` may have (its ``rows`` unless its row count is patched)."""
+        p = self._prog(kind)
+        return int(p.get("min_rows", p["rows"]))
+
     def region(self, name: str) -> dict:
         for r in self.manifest["regions"]:
             if r["name"] == name:
@@ -163,10 +178,18 @@ class Artifact:
         return -(-(pos + rows) // self.page)
 
     def _value(self, kind: str, args: list, st: StepState, rows: int) -> int:
+        """The value of patch ``kind`` for step ``st``; ``rows`` is the step's row count (``len(st.tokens)``)."""
         m, kv = self.manifest, self.manifest["kv"]
         P = int(kv["page"])
+        if kind == "n_rows":
+            return args[0] + args[1] * rows
+        if kind == "last_row":
+            return args[0] + args[1] * (rows - 1)
+        if kind == "row_on":
+            return args[1] if args[0] < args[2] * rows else 0
         if kind == "embed":
-            return m["rows"]["embd_offset"] + int(st.tokens[args[0]]) * m["rows"]["embd_row"]
+            tok = int(st.tokens[args[0]]) if args[0] < rows else 0
+            return m["rows"]["embd_offset"] + tok * m["rows"]["embd_row"]
         if kind == "pos_embd":
             return m["rows"]["pos_offset"] + st.pos * m["rows"]["pos_row"]
         if kind == "rope":
@@ -178,6 +201,8 @@ class Artifact:
 
         if kind == "kv_store":
             layer, row, part, slot = args
+            if row >= rows:  # a row past the step's: its STORE is emptied (row_on); any address in the window
+                return kv["base"]
             p = st.pos + row
             return page_addr(layer, p // P) + part + (p % P) * slot
         used = (args[-1] if kind == "kv_rows" else args[1]) * P < st.pos + rows
@@ -186,19 +211,23 @@ class Artifact:
             return page_addr(layer, j) + head * kv["tile_bytes"] if used else kv["base"]
         if kind == "kv_rows":
             return int(used)
-        row, j = args
+        row, j = args[:2]
         t = min(max(st.pos + row + 1 - j * P, 0), P)
         if kind == "attn_t":
             return t
+        if kind == "attn_nq":
+            return args[2] if t and row < rows else 0
         if kind == "attn_offset":
             return st.pos + row - j * P if t else 0
         raise ArtifactError(f"unknown patch kind {kind!r}")
 
     def check_step(self, kind: str, st: StepState) -> None:
         """Raise :class:`ArtifactError` unless ``st`` is a valid step of program ``kind`` (rows, ids, context, pages)."""
-        rows, vocab = self.rows(kind), int(self.manifest["model"]["vocab_size"])
-        if len(st.tokens) != rows:
-            raise ArtifactError(f"the {kind} program runs {rows} rows, got {len(st.tokens)} tokens")
+        most, least, vocab = self.rows(kind), self.min_rows(kind), int(self.manifest["model"]["vocab_size"])
+        rows = len(st.tokens)
+        if not least <= rows <= most:
+            runs = f"{most} rows" if least == most else f"{least} to {most} rows"
+            raise ArtifactError(f"the {kind} program runs {runs}, got {len(st.tokens)} tokens")
         for t in st.tokens:
             if not 0 <= int(t) < vocab:
                 raise ArtifactError(f"token id {t} is outside the vocabulary 0..{vocab - 1}")
@@ -218,7 +247,7 @@ class Artifact:
     def patched_program(self, kind: str, st: StepState) -> list[int]:
         """The words of program ``kind`` with every per-step field set for ``st``."""
         self.check_step(kind, st)
-        rows = self.rows(kind)
+        rows = len(st.tokens)
         words = list(self.programs[kind].words)
         ops = self._patch_ops(kind, words)
         for idx, lo, bits, signed, pkind, args in ops:

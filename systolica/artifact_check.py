@@ -25,9 +25,11 @@ __all__ = ["check_manifest", "PATCH_ARGS"]
 PATCH_ARGS: dict[str, tuple[str, ...]] = {
     "embed": ("row",), "pos_embd": (), "rope": (), "kv_store": ("layer", "row", "part", "slot_bytes"),
     "kv_page": ("layer", "page", "head"), "kv_rows": ("page",), "attn_t": ("row", "page"),
-    "attn_offset": ("row", "page"),
+    "attn_offset": ("row", "page"), "attn_nq": ("row", "page", "nq"),
+    "n_rows": ("base", "per_row"), "last_row": ("base", "per_row"), "row_on": ("result_row", "value", "per_row"),
 }
-_KINDS = ("prefill", "decode")
+_KINDS = ("prefill", "prefill_nohead", "decode")
+_FIELD = 1 << 16  # the row-count and line-address fields the row patches set are 16 bits
 
 
 class _Ctx:
@@ -150,6 +152,8 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
             c.fail("programs", f"name an unknown program {kind!r} (known: {', '.join(_KINDS)})")
         p = c.obj(p, where)
         rows = c.int(p, "rows", where, 1, max_seq)
+        if "min_rows" in p:
+            c.int(p, "min_rows", where, 1, rows)
         n = c.int(p, "instructions", where, 1, top // 16)
         rname = c.get(p, "region", where)
         if rname != f"program:{kind}":
@@ -159,7 +163,8 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
         if not isinstance(patches, list):
             c.fail(f"{where}.patches", "is not a list")
         limits = {"row": rows, "layer": layers, "page": n_pages, "head": heads, "part": heads * tile,
-                  "slot_bytes": tile + 1}
+                  "slot_bytes": tile + 1, "nq": 64, "base": _FIELD, "per_row": _FIELD, "value": _FIELD,
+                  "result_row": _FIELD}
         targets: set[tuple[int, str]] = set()
         for j, patch in enumerate(patches):
             pw = f"{where}.patches[{j}]"
@@ -183,6 +188,8 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
             if pkind == "kv_store" and (args[3] < 1 or args[2] + page * args[3] > heads * tile):
                 c.fail(pw, f"stores token slots of {args[3]} bytes from byte {args[2]}: {page} of them do not "
                            f"fit a KV page of {heads * tile} bytes")
+            if pkind == "row_on" and args[0] >= args[2] * rows:
+                c.fail(pw, f"row_on names result row {args[0]}, past the {args[2]} x {rows} rows of the program")
             if pkind in ("rope", "pos_embd") and f"{'rope' if pkind == 'rope' else 'pos'}_offset" not in rows_t:
                 c.fail(pw, f"is a {pkind} patch but the manifest has no {pkind} table")
     _finite(c, man.get("model"), "model")

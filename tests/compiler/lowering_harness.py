@@ -1,7 +1,8 @@
 """Test-side host loop: runs a compiled artifact on the golden simulator, as the runtime will.
 
-Prefill runs whole chunks with the ``prefill`` program and the rest of a prompt with ``decode``
-(every op is row-wise, so both give the same integers).  The block table is a permutation of the
+Prefill runs a prompt in the runtime's runs (:func:`systolica.driver.runtime.prefill_runs`: head-less
+chunks, then one ``prefill`` run ending with the prompt; every op is row-wise, so they give the same
+integers as decode steps).  The block table is a permutation of the
 physical pages so that paging is exercised, not just the identity.
 """
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from systolica import numerics as nx
 from systolica.artifact import Artifact, StepState
+from systolica.driver.runtime import prefill_runs
 from systolica.program import Program
 from systolica.sim.golden import GoldenSim
 
@@ -38,13 +40,8 @@ class GoldenRunner:
         """Feed ``tokens``; returns the fx logits after the last one."""
         toks = [int(t) for t in tokens]
         out = None
-        chunk = self.art.rows("prefill") if "prefill" in self.art.programs else 0
-        i = 0
-        while chunk and len(toks) - i >= chunk:
-            out = self._run("prefill", toks[i:i + chunk])
-            i += chunk
-        for t in toks[i:]:
-            out = self._run("decode", [t])
+        for run in prefill_runs(self.art, len(toks)):
+            out = self._run(run.kind, toks[run.start:run.start + run.rows])
         return out
 
     def decode(self, token: int) -> np.ndarray:

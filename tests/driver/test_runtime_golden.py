@@ -40,7 +40,7 @@ def _reference_greedy(model, prompt, n, page):
 def test_greedy_tokens_equal_the_integer_reference(compiled):
     model, art = compiled
     rt = Runtime(art, open_device("golden", CFG, dram_bytes=art.dram_bytes + (1 << 16)))
-    prompt = [3, 141, 59, 26, 5, 35, 89, 79, 32, 38, 46]  # 11 tokens: one prefill chunk + decode rows
+    prompt = [3, 141, 59, 26, 5, 35, 89, 79, 32, 38, 46]  # 11 tokens: a head-less chunk, then the logits run
     m = Metrics("golden", CFG.clock_mhz)
     got = [s.token for s in rt.generate(prompt, max_new_tokens=20, stop=[], metrics=m)]
     assert got == _reference_greedy(model, prompt, 20, art.page)
@@ -102,13 +102,12 @@ def test_page_pool_runs_out_with_a_clear_message():
         pool.take()
 
 
-def test_last_chunk_overlaps_and_equals_token_by_token(compiled):
-    """A prompt of whole chunks and a rest: the rest runs as one more chunk ending with the prompt
-    (recomputing positions of the chunk before) -- its logits and the continuation equal feeding every token
-    through decode, bit for bit."""
+def test_chunked_prompt_equals_token_by_token(compiled):
+    """A prompt longer than the prefill program: head-less chunks, then one run with the logits ending with the
+    prompt -- its logits and the continuation equal feeding every token through decode, bit for bit."""
     model, art = compiled
     chunk = art.rows("prefill")
-    assert 21 % chunk and chunk < 21  # the case under test: a rest after a whole chunk
+    assert 21 % chunk and chunk < 21  # the case under test: more than one run, not of whole chunks
     rt = Runtime(art, open_device("golden", CFG, dram_bytes=art.dram_bytes + (1 << 16)))
     prompt = [int(t) for t in np.random.default_rng(3).integers(0, 300, 21)]
     a = rt.new_sequence()
@@ -119,6 +118,6 @@ def test_last_chunk_overlaps_and_equals_token_by_token(compiled):
         lb, _ = rt.decode(b, t)
     assert np.array_equal(la, lb)
     ta, tb = int(np.argmax(la)), int(np.argmax(lb))
-    assert np.array_equal(rt.decode(a, ta)[0], rt.decode(b, tb)[0])  # the rewritten KV entries are the same
+    assert np.array_equal(rt.decode(a, ta)[0], rt.decode(b, tb)[0])  # the KV entries are the same
     a.release()
     b.release()

@@ -15,7 +15,7 @@ import pytest
 from systolica.compiler.compile import compile_model
 from systolica.config import preset
 from systolica.driver.device import open_device
-from systolica.driver.runtime import Metrics, Runtime
+from systolica.driver.runtime import Metrics, Runtime, prefill_runs
 from systolica.sim.fast_harness import cocotb_build
 from systolica.testmodels import random_model
 
@@ -30,6 +30,8 @@ def test_golden_and_rtl_generate_the_same_tokens(build_dir, tmp_path):
     model = random_model("llama", dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=40, vocab=260, seed=9,
                          max_seq=32)
     art = compile_model(model, cfg, page=16, max_seq=32, prefill_chunk=4)
+    # the prompt is a head-less chunk and a run of fewer rows than its program (emptied rows on the RTL)
+    assert [(r.kind, r.rows) for r in prefill_runs(art, len(PROMPT))] == [("prefill_nohead", 2), ("prefill", 3)]
     path = tmp_path / "tiny.systolica"
     art.save(path)
 
