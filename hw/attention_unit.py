@@ -119,13 +119,15 @@ class AttentionUnit(wiring.Component):
         p = i.payload
 
         # ---- storage per query row of a job: query lines, tile scores, p.V sums; shared exp tables ----
-        def mem(name, shape, depth, **kw):
-            mm = memory.Memory(shape=shape, depth=depth, init=kw.get("init", []))
+        def mem(name, shape, depth, init=(), attrs=None):
+            mm = memory.Memory(shape=shape, depth=depth, init=list(init), attrs=attrs)
             m.submodules[name] = mm
             return mm
 
         qmems = [mem(f"qmem{_s(r)}", data.ArrayLayout(signed(8), C), self.max_lines) for r in range(R)]
-        umems = [mem(f"umem{_s(r)}", signed(32), self.max_tokens) for r in range(R)]
+        # block RAM, not UltraRAM: a score buffer is 4 RAMB36 (unused on the UltraScale+ presets) against one of
+        # the URAM288 that the large buffers need (on zcu104 the second row's buffer passed the 80% URAM limit)
+        umems = [mem(f"umem{_s(r)}", signed(32), self.max_tokens, attrs={"ram_style": "block"}) for r in range(R)]
         pvmems = [mem(f"pvmem{_s(r)}", data.ArrayLayout(signed(PV_BITS), C), self.max_lines) for r in range(R)]
         base = mem("exp_base", unsigned(32), 256, init=[int(v) for v in EXP_BASE])
         # EXP_DELTA < 2**23: stored at its width so that delta * lo fits one DSP48
