@@ -106,13 +106,15 @@ class AttnSequencer(wiring.Component):
         m.d.comb += read.eq(active & ~self.start & room)
         eot = tli == hd - 1
         # ATTN_OUT and the bypass are jobs of one row; an ATTN job ends at R rows or at the group's last
-        job_last = is_out | bypass | (r == nq - 1) | (gi == R - 1)
+        job_last = (is_out | bypass | (r == nq - 1) | (gi == R - 1)) if R > 1 else Const(1, 1)
         kv_end = eot & (tok == at.t - 1)
         beat_last = Mux(ph == _Ph.HDR, job_last, Mux(ph == _Ph.Q, eot & job_last,
                                                       Mux((ph == _Ph.K) | (ph == _Ph.V), kv_end, eot)))
         phase_end = Mux(ph == _Ph.OUT, eot & job_last, beat_last)
         next_row = [r.eq(r + 1), rhd.eq(rhd + hd), gi.eq(gi + 1)]
-        first_row = [r.eq(r0), rhd.eq(r0hd), gi.eq(0)]
+        # with one row a job the walk stays on its row until the row's state lines (the job's) are out
+        first_row = [r.eq(r0), rhd.eq(r0hd), gi.eq(0)] if R > 1 else []
+        job_rows = next_row if R > 1 else []
         kv = at.kv
         m.d.comb += [
             self.va_addr.eq(Mux(ph == _Ph.HDR, state + r, state + nq + rhd + tli)),
@@ -127,12 +129,12 @@ class AttnSequencer(wiring.Component):
             m.d.sync += [li.eq(li + 1), tli.eq(Mux(eot, 0, tli + 1)), tok.eq(tok + eot)]
             with m.Switch(ph):
                 with m.Case(_Ph.HDR):
-                    m.d.sync += next_row
+                    m.d.sync += job_rows
                     with m.If(phase_end):
                         m.d.sync += [ph.eq(Mux(is_out | bypass, _Ph.OUT, _Ph.Q)), *first_row]
                 with m.Case(_Ph.Q):
                     with m.If(eot):
-                        m.d.sync += next_row
+                        m.d.sync += job_rows
                     with m.If(phase_end):
                         m.d.sync += [ph.eq(_Ph.K), *first_row]
                 with m.Case(_Ph.K), m.If(phase_end):
@@ -143,7 +145,9 @@ class AttnSequencer(wiring.Component):
                     with m.If(eot):
                         m.d.sync += next_row
                     with m.If(phase_end):  # the job's last state line: the next job starts at the next row
-                        m.d.sync += [ph.eq(_Ph.HDR), r0.eq(r + 1), r0hd.eq(rhd + hd), gi.eq(0)]
+                        m.d.sync += [ph.eq(_Ph.HDR), gi.eq(0)]
+                        if R > 1:
+                            m.d.sync += [r0.eq(r + 1), r0hd.eq(rhd + hd)]
                         with m.If(r == nq - 1):
                             m.d.sync += active.eq(0)
             with m.If(phase_end):
