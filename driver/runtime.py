@@ -22,7 +22,7 @@ from systolica.driver.device import Device
 from systolica.driver.kv_cache import PagePool, SequenceState
 from systolica.driver.sampling import Sampler, SamplingParams
 from systolica.numerics import FX_FRAC
-from systolica.program import words_to_bytes
+from systolica.isa import WORD_BYTES
 
 __all__ = ["Runtime", "Metrics", "StepOutput", "GenerationError", "PrefillRun", "prefill_runs"]
 
@@ -184,14 +184,13 @@ class Runtime:
     # ------------------------------------------------------------ one run
     def _run(self, kind: str, seq: SequenceState, tokens: Sequence[int]) -> tuple[np.ndarray, RunStats]:
         seq.reserve(len(tokens))
-        words = self.art.patched_program(kind, StepState(seq.pos, list(tokens), seq.block_table))
+        raw = self.art.patched_image(kind, StepState(seq.pos, list(tokens), seq.block_table))
         region = self.art.region(f"program:{kind}")
-        raw = words_to_bytes(words)
-        if len(raw) > region["size"]:
-            raise ArtifactError(f"{kind} program ({len(raw)} bytes) does not fit its region ({region['size']} bytes): "
+        if raw.size > region["size"]:
+            raise ArtifactError(f"{kind} program ({raw.size} bytes) does not fit its region ({region['size']} bytes): "
                                "the artifact is inconsistent; recompile it with `systolica compile`")
-        self.window.view[region["offset"]:region["offset"] + len(raw)] = np.frombuffer(raw, np.uint8)
-        stats = self.acc.run(self.window, region["offset"], len(words))
+        self.window.view[region["offset"]:region["offset"] + raw.size] = raw
+        stats = self.acc.run(self.window, region["offset"], raw.size // WORD_BYTES)
         seq.pos += len(tokens)
         seq.tokens.extend(int(t) for t in tokens)
         logits = self.art.read_logits(np.asarray(self.window.view))

@@ -29,7 +29,8 @@ kv_store       [layer, row, part, b]  page of ``pos+row`` (block table) + part +
 kv_page        [layer, page, head]    KV tile of that page and head (unused page: KV base)
 kv_rows        [page]                 1 if the page holds a token of this step's context else 0
 attn_t         [row, page]            valid tokens of the page for the row's query (0: no-op)
-attn_offset    [row, page]            query position minus the page's first position
+attn_offset    [row, page]            t - 1 (query position minus the page's first position, capped at the
+                                      last valid token: the same mask, and a full page's word stays put)
 attn_nq        [row, page, nq]        nq if row < n and the page holds a token the row sees, else 0 (no-op)
 n_rows         [base, per_row]        base + per_row * n (row counts, GEMM m, addresses after n rows)
 last_row       [base, per_row]        base + per_row * (n - 1) (the row the logits are computed from)
@@ -52,17 +53,18 @@ import numpy as np
 from systolica.artifact_check import check_manifest
 from systolica.config import AccelConfig
 from systolica.isa import OP_BY_NAME, OPCODE_BITS
-from systolica.program import Program
+from systolica.program import Program, words_to_bytes
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "ArtifactError", "StepState"]
 
 FORMAT = "systolica-artifact"
-#: 3: prefill programs run any number of rows up to theirs (``min_rows``; patch kinds ``n_rows``, ``last_row``,
+#: 4: ``attn_offset`` is ``t - 1`` (the same causal mask as the query position, and a full page's ATTN word no longer
+#: changes from step to step).  3: prefill programs run any number of rows up to theirs (``min_rows``; patch kinds ``n_rows``, ``last_row``,
 #: ``row_on``), ATTN of a page no row sees is emptied (``attn_nq``), and a ``prefill_nohead`` program fills the
 #: KV cache without the logits.  2: weights in the weight-stream layout (one ``weights`` region, the manifest's
 #: ``weights`` table) and every matmul a GEMM_STREAM; version 1 kept a row-major copy per matrix and LOADed its
 #: tiles into the scratchpad.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 class ArtifactError(ValueError):
@@ -123,6 +125,104 @@ def _field_value(word: int, op: str, field: str) -> int | None:
     return None
 
 
+class _PatchedImage:
+    """One program's byte image and the patch values it holds, with the patch table as arrays by kind."""
+
+    _INT = {"embed": 1, "kv_store": 4, "kv_page": 3, "kv_rows": 1, "attn_t": 2, "attn_offset": 2, "attn_nq": 3,
+            "n_rows": 2, "last_row": 2, "row_on": 3, "pos_embd": 0, "rope": 0}  # kind -> args it takes
+
+    def __init__(self, art: Artifact, kind: str):
+        self.art, self.kind = art, kind
+        ops = art._patch_ops(kind, art.programs[kind].words)
+        self.ops = ops
+        self.groups: list[tuple[str, np.ndarray, np.ndarray]] = []  # (kind, patch numbers, args (n, nargs))
+        by: dict[str, list[int]] = {}
+        for i, op in enumerate(ops):
+            by.setdefault(op[4], []).append(i)
+        for pk, idx in by.items():
+            n = self._INT.get(pk)
+            if n is None:
+                raise ArtifactError(f"unknown patch kind {pk!r}")
+            args = np.array([list(ops[i][5])[:n] for i in idx], np.int64).reshape(len(idx), n)
+            self.groups.append((pk, np.array(idx, np.int64), args))
+        bits = np.array([op[2] for op in ops], np.int64)
+        signed = np.array([op[3] for op in ops], bool)
+        self.lo_lim = np.where(signed, -(1 << (bits - 1)), 0)
+        self.hi_lim = np.where(signed, (1 << (bits - 1)) - 1, (1 << bits) - 1)
+        by_word: dict[int, list[int]] = {}
+        for i, op in enumerate(ops):
+            by_word.setdefault(op[0], []).append(i)
+        self.by_word = {w: tuple(v) for w, v in by_word.items()}  # word index -> its patch numbers
+        self.image = np.frombuffer(words_to_bytes(art.programs[kind].words), np.uint8).copy()
+        self.values: np.ndarray | None = None  # what the image holds (None: the compiled words)
+
+    def _values(self, st: StepState) -> np.ndarray:
+        """Every patch's value for ``st``: :meth:`Artifact._value` over arrays."""
+        m, kv = self.art.manifest, self.art.manifest["kv"]
+        P, rows, pos = int(kv["page"]), len(st.tokens), int(st.pos)
+        page_bytes = int(kv["heads"]) * int(kv["tile_bytes"])
+        base, n_pages = int(kv["base"]), int(kv["n_pages"])
+        bt = np.asarray(list(st.block_table) or [0], np.int64)
+        toks = np.asarray(list(st.tokens) or [0], np.int64)
+        out = np.empty(len(self.ops), np.int64)
+
+        def page_addr(layer, logical):
+            return base + (layer * n_pages + bt[np.clip(logical, 0, bt.size - 1)]) * page_bytes
+
+        for pk, idx, a in self.groups:
+            if pk == "n_rows":
+                v = a[:, 0] + a[:, 1] * rows
+            elif pk == "last_row":
+                v = a[:, 0] + a[:, 1] * (rows - 1)
+            elif pk == "row_on":
+                v = np.where(a[:, 0] < a[:, 2] * rows, a[:, 1], 0)
+            elif pk == "embed":
+                tok = np.where(a[:, 0] < rows, toks[np.clip(a[:, 0], 0, toks.size - 1)], 0)
+                v = m["rows"]["embd_offset"] + tok * m["rows"]["embd_row"]
+            elif pk == "pos_embd":
+                v = np.full(idx.size, m["rows"]["pos_offset"] + pos * m["rows"]["pos_row"], np.int64)
+            elif pk == "rope":
+                v = np.full(idx.size, m["rows"]["rope_offset"] + pos * m["rows"]["rope_row"], np.int64)
+            elif pk == "kv_store":
+                layer, row, part, slot = a.T
+                p = pos + row
+                v = np.where(row >= rows, base, page_addr(layer, p // P) + part + (p % P) * slot)
+            elif pk in ("kv_page", "kv_rows"):
+                j = a[:, -1] if pk == "kv_rows" else a[:, 1]
+                used = j * P < pos + rows
+                v = (np.where(used, page_addr(a[:, 0], j) + a[:, 2] * int(kv["tile_bytes"]), base) if pk == "kv_page"
+                     else used.astype(np.int64))
+            else:
+                t = np.clip(pos + a[:, 0] + 1 - a[:, 1] * P, 0, P)
+                if pk == "attn_t":
+                    v = t
+                elif pk == "attn_nq":
+                    v = np.where((t > 0) & (a[:, 0] < rows), a[:, 2], 0)
+                else:  # attn_offset
+                    v = np.where(t > 0, t - 1, 0)
+            out[idx] = v
+        return out
+
+    def patched(self, st: StepState) -> np.ndarray:
+        vals = self._values(st)
+        bad = np.flatnonzero((vals < self.lo_lim) | (vals > self.hi_lim))
+        if bad.size:
+            idx, _lo, bits, _s, pkind, _a = self.ops[int(bad[0])]
+            raise ArtifactError(f"{self.kind} instruction {idx}: {pkind} value {int(vals[bad[0]])} does not fit "
+                                f"{bits} bits")
+        changed = np.arange(vals.size) if self.values is None else np.flatnonzero(vals != self.values)
+        img, ops = self.image, self.ops
+        for w in {ops[i][0] for i in changed.tolist()}:
+            word = int.from_bytes(img[16 * w:16 * w + 16].tobytes(), "little")
+            for i in self.by_word[w]:
+                _idx, lo, bits, _s, _k, _a = ops[i]
+                mask = ((1 << bits) - 1) << lo
+                word = (word & ~mask) | ((int(vals[i]) & ((1 << bits) - 1)) << lo)
+            img[16 * w:16 * w + 16] = np.frombuffer(word.to_bytes(16, "little"), np.uint8)
+        self.values = vals
+        return img.copy()
+
+
 def _field_bits(op: str, field: str) -> tuple[int, int, bool]:
     for f, lo in OP_BY_NAME[op].layout():
         if f.name == field:
@@ -135,9 +235,14 @@ class Artifact:
 
     def __init__(self, manifest: dict, programs: dict[str, Program], image: np.ndarray):
         self.manifest = manifest
+        for info in manifest.get("programs", {}).values():
+            # tuples of ints: the cyclic collector stops tracking them (a prefill table has ~30k patches, whose
+            # lists it would walk at every full collection of the process)
+            info["patches"] = [(p[0], p[1], p[2], tuple(p[3])) for p in info.get("patches", ())]
         self.programs = programs
         self.image = np.asarray(image, dtype=np.uint8)
         self._bits: dict[str, list] = {}
+        self._images: dict[str, _PatchedImage] = {}
 
     # ------------------------------------------------------------ facts
     @property
@@ -218,7 +323,10 @@ class Artifact:
         if kind == "attn_nq":
             return args[2] if t and row < rows else 0
         if kind == "attn_offset":
-            return st.pos + row - j * P if t else 0
+            # the row's t valid tokens all lie at or before its query (t stops there), so the causal mask keeps all
+            # of them for any offset >= t - 1: t - 1 is that mask, and the words of full pages do not change from
+            # one decode step to the next (the golden simulator's plans then keep their closures)
+            return t - 1 if t else 0
         raise ArtifactError(f"unknown patch kind {kind!r}")
 
     def check_step(self, kind: str, st: StepState) -> None:
@@ -258,6 +366,16 @@ class Artifact:
             mask = ((1 << bits) - 1) << lo
             words[idx] = (words[idx] & ~mask) | ((v & ((1 << bits) - 1)) << lo)
         return words
+
+    def patched_image(self, kind: str, st: StepState) -> np.ndarray:
+        """The bytes of :meth:`patched_program` (128-bit little-endian words), made incrementally: the patch values
+        are computed for all patches at once and only the words whose values changed since the last call are
+        rewritten (a decode step changes a few hundred of thousands).  A new array each call."""
+        self.check_step(kind, st)
+        img = self._images.get(kind)
+        if img is None:
+            img = self._images[kind] = _PatchedImage(self, kind)
+        return img.patched(st)
 
     def _patch_ops(self, kind: str, words: Sequence[int], source: str = "artifact") -> list:
         """``(index, lo, bits, signed, kind, args)`` of each patch of program ``kind`` (cached)."""
