@@ -100,13 +100,15 @@ def _noop() -> None:
 class Plan:
     """A scheduled program: the closures in execution order and the counters the run reports."""
 
-    __slots__ = ("words", "entries", "ops", "slot", "fused", "counters", "finish_pc", "tokens")
+    __slots__ = ("words", "entries", "ops", "slot", "fused", "counters", "finish_pc", "tokens", "order", "runs")
 
     def __init__(self, words: list[int], entries: list[tuple], ops: list[Op], slot: dict[int, int],
-                 fused: frozenset[int], counters: Counters, finish_pc: int, tokens: tuple[int, int, int, int]):
+                 fused: frozenset[int], counters: Counters, finish_pc: int, tokens: tuple[int, int, int, int],
+                 order: Sequence[int] = (), runs: Sequence[tuple] = ()):
         self.words, self.entries, self.ops, self.slot = words, entries, ops, slot  # slot: pc -> index in ops
         self.fused = fused  # pcs run inside a fused closure (golden_fuse)
         self.counters, self.finish_pc, self.tokens = counters, finish_pc, tokens
+        self.order, self.runs = order, runs  # the execution order and its fused runs [(start, end, closure)]
 
     def run(self) -> None:
         for op in self.ops:
@@ -165,21 +167,26 @@ class Planner:
             return plan
         plan = self._patched(words)
         if plan is None:
-            # a plan is ~10 long-lived objects per instruction and no garbage: the cyclic collector, which would
-            # walk every object of the process several times while a 100k-instruction plan grows, waits; after a
-            # large plan it runs once, here, instead of at some later step of the runs that use the plan
-            enabled = gc.isenabled()
-            gc.disable()
-            try:
-                plan = self._build(words)
-            finally:
-                if enabled:
-                    gc.enable()
-            if enabled and len(words) >= self.COLLECT_AFTER:
-                gc.collect()
+            plan = self._built(words)
         self.plans[wkey] = plan
         while len(self.plans) > self.MAX_PLANS:
             del self.plans[next(iter(self.plans))]
+        return plan
+
+    def _built(self, words: list[int], base: Plan | None = None) -> Plan | None:
+        """:meth:`_build` with the cyclic collector held off: a plan is ~10 long-lived objects per instruction
+        and no garbage, and the collector would walk every object of the process several times while a
+        100k-instruction plan grows; after a large plan it runs once, here, instead of at some later step of
+        the runs that use the plan."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            plan = self._build(words, base)
+        finally:
+            if enabled:
+                gc.enable()
+        if enabled and len(words) >= self.COLLECT_AFTER:
+            gc.collect()
         return plan
 
     def _patched(self, words: list[int]) -> Plan | None:
@@ -196,9 +203,9 @@ class Planner:
             if any(e[0] != base.entries[i][0] or e[0] is None for e, i in zip(new, diff, strict=True)):
                 continue  # the schedule may change: plan afresh
             hit = [i for i in diff if i in base.fused]
-            if hit:  # patched words inside fused runs: plan afresh, and keep those words out of runs from now on
+            if hit:  # patched words inside fused runs: keep them out of runs from now on, and find those runs anew
                 self.volatile.setdefault(n, set()).update(hit)
-                return None
+                return self._built(words, base)
             entries, ops = list(base.entries), list(base.ops)
             c = base.fresh_counters()
             for i, e in zip(diff, new, strict=True):
@@ -215,7 +222,8 @@ class Planner:
                         c.per_op[e[3]] += 1
                         if not c.per_op[old[3]]:
                             del c.per_op[old[3]]
-            return Plan(list(words), entries, ops, base.slot, base.fused, c, base.finish_pc, base.tokens)
+            return Plan(list(words), entries, ops, base.slot, base.fused, c, base.finish_pc, base.tokens, base.order,
+                        base.runs)
         return None
 
     def _retargeted(self, old_word: int, old: tuple, word: int) -> tuple | None:
@@ -238,7 +246,9 @@ class Planner:
         self.entries[word] = e
         return e
 
-    def _build(self, words: list[int]) -> Plan | None:
+    def _build(self, words: list[int], base: Plan | None = None) -> Plan | None:
+        """The plan of ``words``; ``base``, a plan of the same schedule, lends the fused runs that hold no volatile
+        word (only the others are looked for again, in their own spans)."""
         entries = [self._entry(w) for w in words]
         sigs = tuple(e[0] for e in entries)
         if sigs not in self.orders:
@@ -253,7 +263,20 @@ class Planner:
         ops: list[Op] = []
         slot: dict[int, int] = {}
         volatile = self.volatile.get(len(words), set())
-        runs = fuse_order(self.sim, order, [e[4] for e in entries], volatile) if self.fuse else []
+        instrs = [e[4] for e in entries]
+        if not self.fuse:
+            runs = []
+        elif base is not None and base.order is order:
+            runs = []
+            for start, end, fn in base.runs:
+                if any(order[k] in volatile for k in range(start, end)):
+                    runs += [(start + a, start + b, f) for a, b, f in
+                             fuse_order(self.sim, order[start:end], instrs, volatile)]
+                else:
+                    runs.append((start, end, fn))  # the same words: the same closure
+        else:
+            runs = fuse_order(self.sim, order, instrs, volatile)
+        fused_runs = tuple(runs)
         runs.append((len(order), len(order), None))
         pos = 0
         for start, end, fn in runs:
@@ -276,7 +299,7 @@ class Planner:
             per_engine[_ENGINE_NAMES[sig[0]]] += 1
         c.per_op, c.per_engine = per_op, per_engine
         fused = frozenset(pc for start, end, _ in runs for pc in order[start:end])
-        return Plan(list(words), entries, ops, slot, fused, c, finish_pc, tokens)
+        return Plan(list(words), entries, ops, slot, fused, c, finish_pc, tokens, order, fused_runs)
 
 
 _ENGINE_NAMES = tuple(Engine(e).name for e in range(3))
