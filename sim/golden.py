@@ -162,6 +162,7 @@ class GoldenSim:
                 merged.append((lo, hi))
         self.readonly = tuple(merged)
         self._stream_weights: dict = {}  # read-only GEMM_STREAM weights, converted once (golden_closures)
+        self._nmajor: dict = {}  # read-only range -> (its N-major int8 bands, their markers) (golden_closures)
         self._prepared: OrderedDict = OrderedDict()
         self._words: dict[int, object] = {}  # word -> what _check_word found (it depends on the word alone)
         self._words_window = self.window.size
