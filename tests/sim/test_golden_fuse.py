@@ -143,3 +143,49 @@ def test_mlp_tile_blocks_unfused_closures_match():
     fast._planner.fuse = False
     assert _same(ref, fast, _mlp_tile_program(cfg, 4), "unfused") == Fault.NONE
     assert _fused(fast) == 0
+
+
+def test_a_patched_word_inside_a_fused_run_fuses_again_only_its_run():
+    """Two repeated-block programs back to back, then the same with one LOAD of the first fused run moved (as a
+    decode step's patch table moves KV stores): fast == reference on both; the runs the patched word is not in
+    keep their closures (the planner looks for runs again only where a patched word is)."""
+    cfg = preset("tiny")
+    rng = np.random.default_rng(23)
+    checked = kept = 0
+    for i in range(120):
+        words = _block_program(cfg, rng)[:-1] + _block_program(cfg, rng)
+        ref, fast = _pair(cfg, rng)
+        if _same(ref, fast, words, f"program {i}") != Fault.NONE:
+            continue
+        plan = fast._planner.plans[tuple(words)]
+        if plan is None or len(plan.runs) < 2:
+            continue
+        start, end, _ = plan.runs[0]
+        loads = [pc for pc in plan.order[start:end] if _decode_op(words[pc]) == "LOAD"]
+        if not loads:
+            continue
+        pc = loads[0]
+        ins = _decode(words[pc])
+        f = dict(ins.fields)
+        f["dram"] = f["dram"] + cfg.cols * (1 if ins.buf == 0 else 4)
+        patched = list(words)
+        patched[pc] = encode(Instr(ins.op, f, **ins.flags()))
+        _same(ref, fast, patched, f"program {i}, patched inside a fused run")
+        new = fast._planner.plans[tuple(patched)]
+        assert new is not None and pc not in new.fused
+        checked += 1
+        kept += any(fn is old for _, _, fn in new.runs for _, _, old in plan.runs[1:])
+    assert checked >= 5 and kept >= 1, (checked, kept)
+
+
+def _decode(w: int) -> Instr:
+    from systolica.isa import decode
+
+    return decode(w)
+
+
+def _decode_op(w: int) -> str | None:
+    try:
+        return _decode(w).op
+    except Exception:  # noqa: BLE001
+        return None
