@@ -127,7 +127,7 @@ def golden_host_speed(art=None, *, prompt_tokens: int = 128, decode_tokens: int 
     dt, dc = time.perf_counter() - t0, time.process_time() - c0
     plan = "plans" if getattr(dev._sim, "fast", False) else "per-instruction"
     if plan == "plans":
-        from systolica.sim.golden_closures import int8_kernel
+        from systolica.sim.golden_kernels import int8_kernel
 
         plan += ", numba kernels" if int8_kernel() is not None else ", numpy only (no numba)"
     seq.release()

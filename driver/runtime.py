@@ -21,8 +21,8 @@ from systolica.driver.accel import Accelerator, RunStats
 from systolica.driver.device import Device
 from systolica.driver.kv_cache import PagePool, SequenceState
 from systolica.driver.sampling import Sampler, SamplingParams
-from systolica.numerics import FX_FRAC
 from systolica.isa import WORD_BYTES
+from systolica.numerics import FX_FRAC
 
 __all__ = ["Runtime", "Metrics", "StepOutput", "GenerationError", "PrefillRun", "prefill_runs"]
 

@@ -49,7 +49,7 @@ def _stream_program(cfg, m, k, n, w, acc):
 @pytest.fixture(params=["compiled", "numpy"])
 def kernels(request, monkeypatch):
     """The closures with their compiled kernels (numba, when installed) or with the numpy formulas only."""
-    from systolica.sim import golden_closures as gc
+    from systolica.sim import golden_kernels as gc
 
     if request.param == "compiled":
         if gc.int8_kernel() is None:
