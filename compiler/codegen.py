@@ -51,6 +51,12 @@ def used_matrices(g: Graph) -> set[str]:
     return {nd.attrs[k] for nd in g.nodes for k in keys.get(nd.op, ())}
 
 
+def logit_rows(g: Graph, rows: int) -> int:
+    """Rows whose logits a program of ``rows`` rows computes: the last only, or all (a batched decode step)."""
+    t = g.tensors.get("hfq")
+    return 0 if t is None else (1 if t.last else rows)
+
+
 def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, rows: int) -> ProgramPlan:
     """Allocate every on-chip block of a program of ``rows`` token rows; raises MemoryError_ when it does not fit.
 
@@ -69,7 +75,8 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
         if t.space in ("spad", "exps"):
             chip.spad.alloc(name, _tensor_lines(t, rows, cols), *live[name])
     k = 2 if g.act_split else 1  # GEMM rows per token row
-    m_rows = {name: k * (1 if name == "output" else rows) for name in mats}
+    head_rows = logit_rows(g, rows)
+    m_rows = {name: k * (head_rows if name == "output" else rows) for name in mats}
     chip.vbuf.alloc("x", rows * Dl)
     chip.vbuf.alloc("gamma", (2 if c.arch == "gpt2" else 1) * Dl)
     if c.arch == "gpt2":
@@ -96,7 +103,7 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     def slots(tl: dict[str, MatrixTiling]) -> dict[str, int]:
         """Lines of each vector-buffer block the output blocks of ``tl`` need: mult rows and logits double
         buffered, one gate and one up block."""
-        mslot, lg = max(t.nt for t in tl.values()), k * tl["output"].nt if "output" in tl else 0
+        mslot, lg = max(t.nt for t in tl.values()), k * head_rows * tl["output"].nt if "output" in tl else 0
         out = {"m0": mslot, "lg0": lg, "m1": mslot, "lg1": lg} if lg else {"m0": mslot, "m1": mslot}
         if gates:
             out["gbuf"] = out["ubuf"] = k * rows * max(tl[w].nt for w in gates)
@@ -166,8 +173,10 @@ def _inplace_aliases(g: Graph, live: dict, cols: int) -> dict[str, str]:
 
 
 class _Gen:
-    def __init__(self, g: Graph, qm, cfg, plan: ProgramPlan, mats, kv: KvGeometry, regions, rows_bytes, max_pages):
+    def __init__(self, g: Graph, qm, cfg, plan: ProgramPlan, mats, kv: KvGeometry, regions, rows_bytes, max_pages,
+                 batched: bool = False):
         self.g, self.qm, self.cfg, self.p, self.mats, self.kv = g, qm, cfg, plan, mats, kv
+        self.batched = batched  # one sequence per row: own positions (rope rows, pos rows) and own KV pages
         self.reg, self.rb, self.max_pages = regions, rows_bytes, max_pages
         self.T, self.cols = plan.rows, cfg.cols
         self.s = Scheduler(plan.overlaps, cfg.queue_depth)
@@ -225,15 +234,25 @@ class _Gen:
             self.s.emit("LOAD", buf=Buf.VBUF, sram=x + i * Dl, dram=emb, rows=1, lines=Dl, stride=0,
                         writes=["vbuf:x"], patches=[("dram", "embed", [i]), *self.row_on("rows", i, 1)])
         if n.attrs["positions"]:
-            self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("pos", "vbuf"), dram=self.reg["pos_embd"].offset, rows=T,
-                        lines=Dl, stride=self.rb["pos_row"], writes=["vbuf:pos"],
-                        patches=[("dram", "pos_embd", []), *self.n_rows("rows")])
+            self._table_rows("pos", "pos_embd", Dl)
             self.s.emit("ADD", dst=x, a=x, b=self.a("pos", "vbuf"), rows=T, lines=Dl, reads=["vbuf:x", "vbuf:pos"],
                         writes=["vbuf:x"], patches=self.n_rows("rows"))
         else:
-            self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a("rope", "vbuf"), dram=self.reg["rope"].offset, rows=T,
-                        lines=self.kv.hd_lines, stride=self.rb["rope_row"], writes=["vbuf:rope"],
-                        patches=[("dram", "rope", []), *self.n_rows("rows")])
+            self._table_rows("rope", "rope", self.kv.hd_lines)
+
+    def _table_rows(self, buf: str, table: str, lines: int) -> None:
+        """The rows of a per-position table (RoPE or GPT-2 positions) for the run's rows: one LOAD of consecutive
+        positions, or in a batched program one LOAD per row at its own position."""
+        T, key = self.T, "pos" if table == "pos_embd" else "rope"
+        dram, stride = self.reg[table].offset, self.rb[f"{key}_row"]
+        if not self.batched:
+            self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a(buf, "vbuf"), dram=dram, rows=T, lines=lines,
+                        stride=stride, writes=[f"vbuf:{buf}"], patches=[("dram", table, []), *self.n_rows("rows")])
+            return
+        for i in range(T):
+            self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a(buf, "vbuf") + i * lines, dram=dram, rows=1, lines=lines,
+                        stride=0, writes=[f"vbuf:{buf}"], patches=[("dram", f"{table}_at", [i]),
+                                                                   *self.row_on("rows", i, 1)])
 
     def norm(self, n: Node) -> None:
         (src,), (dst,) = n.inputs, n.outputs
@@ -311,17 +330,21 @@ class _Gen:
                         reads=[self.key(dst), "vbuf:bias"], writes=[self.key(dst)], patches=self.n_rows("rows", rows=rows))
 
     def logits(self, n: Node) -> None:
+        """The LM head, block by block into the logits region: the last row's, or every row's (one row of
+        ``logits_row_bytes`` each) in a program whose head has all rows."""
         aq, ae = n.inputs
-        out = self.reg["logits"].offset
+        out, r = self.reg["logits"].offset, self.rows_of(aq)
+        row_bytes = lines_for(self.g.config.vocab_size, self.cols) * self.cols * 4
 
         def sink(n0: int, nt: int, ms: str) -> None:
             lg = f"lg{n0 // self.p.tilings['output'].nt % 2}"
-            self._requant(ae, "output", self.k, self.a(lg, "vbuf"), f"vbuf:{lg}", nt, 0, nt, ms)
-            self._fold(self.a(lg, "vbuf"), f"vbuf:{lg}", 1, nt)
-            self.s.emit("STORE", buf=Buf.VBUF, sram=self.a(lg, "vbuf"), dram=out + n0 * self.cols * 4, rows=1,
-                        lines=nt, stride=0, reads=[f"vbuf:{lg}"], writes=["dram:logits"])
+            self._requant(ae, "output", self.k * r, self.a(lg, "vbuf"), f"vbuf:{lg}", nt, 0, nt, ms)
+            self._fold(self.a(lg, "vbuf"), f"vbuf:{lg}", r, nt)
+            self.s.emit("STORE", buf=Buf.VBUF, sram=self.a(lg, "vbuf"), dram=out + n0 * self.cols * 4, rows=r,
+                        lines=nt, stride=row_bytes if r > 1 else 0, reads=[f"vbuf:{lg}"], writes=["dram:logits"],
+                        patches=self.n_rows("rows", rows=r))
 
-        self._matmul(aq, ae, "output", self.k, sink)
+        self._matmul(aq, ae, "output", self.k * r, sink)
 
     def glu(self, n: Node) -> None:
         """SwiGLU block by block: gate and up of one column block, SiLU, MUL into the act row.
@@ -371,13 +394,18 @@ class _Gen:
         sl = attn_state_lines(G, hdl)
         st = self.a("state", "vbuf")
         for grp in range(kv.heads):
-            for j in range(self.max_pages):
+            # one sequence: each KV tile is loaded once for all rows; batched: each row reads its own pages
+            walk = [(j, [(i, j) for i in range(self.T)], ("kv_page", [layer, j, grp]), ("kv_rows", [j]))
+                    for j in range(self.max_pages)] if not self.batched else \
+                [(j, [(i, j)], ("kv_page_at", [layer, i, j, grp]), ("kv_rows_at", [i, j]))
+                 for i in range(self.T) for j in range(self.max_pages)]
+            for j, uses, (pk, pa), (rk, ra) in walk:
                 ks = f"kv{self.kvslot}"
                 self.kvslot ^= 1
                 self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(ks, "spad"), dram=kv.base, rows=1, lines=kv.tile_bytes //
                             self.cols, stride=0, reads=[f"dram:kv{layer}"], writes=[f"spad:{ks}"],
-                            patches=[("dram", "kv_page", [layer, j, grp]), ("rows", "kv_rows", [j])])
-                for i in range(self.T):
+                            patches=[("dram", pk, pa), ("rows", rk, ra)])
+                for i, _ in uses:
                     h0 = i * H + grp * G
                     self.s.emit("ATTN", q=self.a(qq) + h0 * hdl, qexp=self.a(qe) + h0, kv=self.a(ks, "spad"),
                                 state=st + i * sl, nq=G, hd=hdl, t=0, page_log2=kv.page_log2, offset=0, causal=1,
@@ -409,9 +437,11 @@ class _Gen:
         self._elementwise(n, "GELU")
 
 
-def generate(g: Graph, qm, cfg, plan: ProgramPlan, mats, kv: KvGeometry, regions, rows_bytes, max_pages: int):
-    """Lower the graph for ``plan.rows`` rows; returns the scheduled :class:`Emitted` list (FINISH last)."""
-    gen = _Gen(g, qm, cfg, plan, mats, kv, regions, rows_bytes, max_pages)
+def generate(g: Graph, qm, cfg, plan: ProgramPlan, mats, kv: KvGeometry, regions, rows_bytes, max_pages: int,
+             batched: bool = False):
+    """Lower the graph for ``plan.rows`` rows (``batched``: one sequence per row); returns the scheduled
+    :class:`Emitted` list (FINISH last)."""
+    gen = _Gen(g, qm, cfg, plan, mats, kv, regions, rows_bytes, max_pages, batched)
     for node in g.nodes:
         getattr(gen, node.op)(node)
     return gen.s.finish(), gen.s

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from systolica import wstream
-from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, StepState
+from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, base_state
 from systolica.compiler.codegen import generate, plan_program
 from systolica.compiler.image import build_image
 from systolica.compiler.ir import build_graph
@@ -36,7 +36,7 @@ from systolica.compiler.quantize_pass import quantize
 from systolica.compiler.schedule import verify_tokens
 from systolica.config import AccelConfig
 from systolica.isa import WORD_BYTES, Engine, IsaError, encode
-from systolica.layout import WPAGE, dma_line_bytes
+from systolica.layout import WPAGE, dma_line_bytes, lines_for
 from systolica.model import Model
 from systolica.program import Program
 
@@ -58,7 +58,7 @@ def _tokenizer_json(tok) -> dict | None:
 
 
 #: program kind -> whether its graph ends with the logits
-PROGRAM_HEADS = {"decode": True, "prefill": True, "prefill_nohead": False}
+PROGRAM_HEADS = {"decode": True, "prefill": True, "prefill_nohead": False, "decode_batch": True}
 #: a prefill chunk whose compute instructions per row are within this factor of the fewest is as good (the
 #: largest such wins: fewer runs, and short prompts in one run)
 CHUNK_SLACK = 1.05
@@ -101,7 +101,7 @@ def choose_chunk(lower: Callable[[int], tuple], cfg: AccelConfig, requested: int
 
 def _lower(g, qm, cfg, mats, kv, lay, rows_b, rows: int, max_pages: int, kind: str):
     plan = plan_program(g, mats, cfg, kv, rows)
-    emitted, sched = generate(g, qm, cfg, plan, mats, kv, lay.regions, rows_b, max_pages)
+    emitted, sched = generate(g, qm, cfg, plan, mats, kv, lay.regions, rows_b, max_pages, batched=kind == "decode_batch")
     instrs = [e.instr() for e in emitted]
     peaks = verify_tokens(instrs, cfg.queue_depth)
     try:
@@ -115,7 +115,7 @@ def _lower(g, qm, cfg, mats, kv, lay, rows_b, rows: int, max_pages: int, kind: s
 
 def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int | None = None,
                   prefill_chunk: int = 16, progress: Callable[[str], None] | None = None,
-                  act_split: bool = False) -> Artifact:
+                  act_split: bool = False, batch: int = 1) -> Artifact:
     """Compile ``model`` for the accelerator ``cfg``.
 
     Parameters
@@ -137,6 +137,10 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         Quantize every linear layer's input as an int8 part plus an int8 residual (QUANT ``split=1``,
         ``QuantModel.act_split``): ~15-bit activations for twice the GEMM rows; the integer reference
         must be built with the same flag.
+    batch : int
+        Sequences one batched decode step serves (``decode_batch``: one sequence per row, each at its own
+        position on its own KV pages, the logits of every row; one weight read feeds them all).  The KV cache
+        then holds ``batch`` sequences of ``max_seq`` tokens.  1: no batched program.
 
     Raises
     ------
@@ -153,6 +157,8 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         raise CompileError(f"max_seq={max_seq} must be in 1..{c.max_seq} (the model's context)")
     if prefill_chunk < 1:
         raise CompileError(f"prefill_chunk={prefill_chunk} must be at least 1")
+    if not 1 <= batch <= 64:
+        raise CompileError(f"batch={batch} must be in 1..64")
     say("graph")
     g = build_graph(c, act_split=act_split)  # ModelError for a bad architecture or shape
     if c.group > 63 or -(-c.head_dim // cfg.cols) > 63:
@@ -162,7 +168,8 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
     qm, report = quantize(model, g, max_seq)
     say("layout")
     max_pages = -(-max_seq // page)
-    lay, img, mats, kv, rows_b = build_image(g, qm, cfg, page=page, n_pages=max_pages, max_seq=max_seq)
+    lay, img, mats, kv, rows_b = build_image(g, qm, cfg, page=page, n_pages=max_pages * batch, max_seq=max_seq,
+                                             logit_rows=batch)
     programs, infos, stats = {}, {}, {}
     say("decode program")
     try:
@@ -178,14 +185,22 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
                            cfg, min(prefill_chunk, max_seq), act_split)
         if got is not None:
             out[kind] = got
+    if batch > 1:
+        say("decode_batch program")
+        gb = build_graph(c, act_split=act_split, head_rows="all")
+        try:
+            out["decode_batch"] = _lower(gb, qm, cfg, mats, kv, lay, rows_b, batch, max_pages, "decode_batch")
+        except MemoryError_ as e:
+            raise MemoryError_(f"a batched decode step of {batch} sequences does not fit the {cfg.name!r} "
+                               f"accelerator: {e}; try a smaller batch") from None
     for kind, (plan, instrs, words, patches, extra) in out.items():
         rows = plan.rows
         reg = lay.add(f"program:{kind}", len(words) * WORD_BYTES, "program")
         prog = Program(words, cfg)
-        base = StepState(0, [0] * rows, list(range(-(-rows // page))))
+        base = base_state(kind, rows, page)
         programs[kind] = prog
         infos[kind] = {"rows": rows, "min_rows": 1, "region": reg.name, "instructions": len(words),
-                       "patches": patches}
+                       "patches": patches, **({"batched": True} if kind == "decode_batch" else {})}
         per_engine = Counter(i.engine.name for i in instrs)
         per_op = Counter(i.op for i in instrs)
         stats[kind] = {"rows": rows, "instructions": len(words), "per_engine": dict(per_engine),
@@ -209,7 +224,8 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         "rows": {**rows_b, "embd_offset": lay["token_embd"].offset,
                  **({"pos_offset": lay["pos_embd"].offset} if "pos_embd" in lay.regions else {}),
                  **({"rope_offset": lay["rope"].offset} if "rope" in lay.regions else {})},
-        "logits": {"offset": lay["logits"].offset, "vocab": c.vocab_size, "frac": 16},
+        "logits": {"offset": lay["logits"].offset, "vocab": c.vocab_size, "frac": 16, "rows": batch,
+                   "row_bytes": lines_for(c.vocab_size, cfg.cols) * cfg.cols * 4},
         "image_bytes": len(img), "dram_top": lay.top,
         "programs": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in infos.items()},
         "quant_errors": report.errors, "stats": stats,

@@ -86,7 +86,7 @@ def _put(img: bytearray, off: int, arr: np.ndarray) -> None:
     img[off:off + len(b)] = b
 
 
-def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int):
+def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int, logit_rows: int = 1):
     """Lay out and fill the DRAM image.
 
     Returns
@@ -179,7 +179,7 @@ def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int):
     tile_bytes = tile.lines * cols
     kvr = lay.add("kv", c.n_layers * n_pages * c.n_kv_heads * tile_bytes, "kv")
     kv = KvGeometry(kvr.offset, page, page_log2, n_pages, c.n_kv_heads, hdl, tile_bytes, c.n_layers)
-    lay.add("logits", lines_for(c.vocab_size, cols) * cols * 4, "io")
+    lay.add("logits", logit_rows * lines_for(c.vocab_size, cols) * cols * 4, "io")  # a row per batched sequence
     img = bytearray(init_end)
     for off, arr in parts:
         _put(img, off, arr)

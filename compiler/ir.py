@@ -99,14 +99,18 @@ class Graph:
         return "\n".join(f"{i:4d}  {n}" for i, n in enumerate(self.nodes))
 
 
-def build_graph(cfg: ModelConfig, act_split: bool = False, head: bool = True) -> Graph:
+def build_graph(cfg: ModelConfig, act_split: bool = False, head: bool = True, head_rows: str = "last") -> Graph:
     """The graph of one step of a llama or GPT-2 model (see docs/quantization.md).
 
     ``act_split``: every linear layer's input is quantized with QUANT ``split=1`` (int8 part and
     int8 residual, twice the rows) and its GEMM result rows are requantized and added in pairs.
     ``head=False``: the graph ends with the last layer (no final norm, no logits): a prefill chunk
-    that is not the prompt's last only fills the KV cache.
+    that is not the prompt's last only fills the KV cache.  ``head_rows="all"``: the final norm and the
+    logits for every row (a batched decode step: one sequence per row), not only the last.
     """
+    if head_rows not in ("last", "all"):
+        raise ValueError(f"head_rows={head_rows!r}: 'last' or 'all'")
+    last = head_rows == "last"
     cfg.check()
     g = Graph(cfg, act_split=bool(act_split))
     H, Hkv, hd, D, F = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.dim, cfg.ffn_dim
@@ -173,9 +177,9 @@ def build_graph(cfg: ModelConfig, act_split: bool = False, head: bool = True) ->
         g.add("add", [x, dn], [x2])
         x = x2
     if head:
-        hf = g.decl("hf", "vbuf", 1, D, last=True)
+        hf = g.decl("hf", "vbuf", 1, D, last=last)
         g.add("norm", [x], [hf], weight="output_norm", kind=norm)
-        fq, fe = g.decl("hfq", "spad", 1, D, last=True), g.decl("hfe", "exps", 1, D, last=True)
+        fq, fe = g.decl("hfq", "spad", 1, D, last=last), g.decl("hfe", "exps", 1, D, last=last)
         g.add("quant", [hf], [fq, fe])
         g.add("logits", [fq, fe], [], weight="output", vocab=cfg.vocab_size)
     if act_split:

@@ -184,17 +184,21 @@ class Runtime:
     # ------------------------------------------------------------ one run
     def _run(self, kind: str, seq: SequenceState, tokens: Sequence[int]) -> tuple[np.ndarray, RunStats]:
         seq.reserve(len(tokens))
-        raw = self.art.patched_image(kind, StepState(seq.pos, list(tokens), seq.block_table))
+        stats = self._execute(kind, StepState(seq.pos, list(tokens), seq.block_table))
+        seq.pos += len(tokens)
+        seq.tokens.extend(int(t) for t in tokens)
+        logits = self.art.read_logits(np.asarray(self.window.view))
+        return logits, stats
+
+    def _execute(self, kind: str, st: StepState) -> RunStats:
+        """Write program ``kind`` patched for ``st`` into its region and run it."""
+        raw = self.art.patched_image(kind, st)
         region = self.art.region(f"program:{kind}")
         if raw.size > region["size"]:
             raise ArtifactError(f"{kind} program ({raw.size} bytes) does not fit its region ({region['size']} bytes): "
                                "the artifact is inconsistent; recompile it with `systolica compile`")
         self.window.view[region["offset"]:region["offset"] + raw.size] = raw
-        stats = self.acc.run(self.window, region["offset"], raw.size // WORD_BYTES)
-        seq.pos += len(tokens)
-        seq.tokens.extend(int(t) for t in tokens)
-        logits = self.art.read_logits(np.asarray(self.window.view))
-        return logits, stats
+        return self.acc.run(self.window, region["offset"], raw.size // WORD_BYTES)
 
     def new_sequence(self) -> SequenceState:
         """An empty sequence holding KV pages of this runtime's pool; ``release()`` it when done."""
@@ -215,6 +219,37 @@ class Runtime:
     def decode(self, seq: SequenceState, token: int) -> tuple[np.ndarray, RunStats]:
         """One decode step of ``token`` at the sequence's next position: fx logits and counters."""
         return self._run("decode", seq, [int(token)])
+
+    @property
+    def max_batch(self) -> int:
+        """Sequences one :meth:`decode_batch` step serves (1: the artifact has no batched program)."""
+        return self.art.rows("decode_batch") if "decode_batch" in self.art.programs else 1
+
+    def decode_batch(self, seqs: Sequence[SequenceState], tokens: Sequence[int]) -> tuple[np.ndarray, RunStats]:
+        """One decode step of several sequences in one run (continuous batching): ``tokens[i]`` at ``seqs[i]``'s
+        next position, each on its own KV pages; one weight read serves them all.  Any sequences, in any order,
+        from one step to the next (they join and leave between steps).  Returns the fx logits ``(n, vocab)``
+        (row ``i``: ``seqs[i]``) and the counters of the run: the same integers as :meth:`decode` per sequence.
+        """
+        n = len(seqs)
+        if n != len(tokens):
+            raise GenerationError(f"{n} sequences and {len(tokens)} tokens")
+        if len({id(s) for s in seqs}) != n:
+            raise GenerationError("a sequence appears twice in one batched step")
+        if n > self.max_batch:
+            raise GenerationError(f"{n} sequences in one step: the artifact's batched decode serves at most "
+                                  f"{self.max_batch} (compile with --batch {n})")
+        if n == 1 and "decode_batch" not in self.art.programs:
+            logits, st = self.decode(seqs[0], tokens[0])
+            return logits[None, :], st
+        for s in seqs:
+            s.reserve(1)
+        stats = self._execute("decode_batch", StepState(0, [int(t) for t in tokens], [],
+                                                        rows=[(s.pos, list(s.block_table)) for s in seqs]))
+        for s, t in zip(seqs, tokens, strict=True):
+            s.pos += 1
+            s.tokens.append(int(t))
+        return self.art.read_logits(np.asarray(self.window.view), rows=n), stats
 
     # ------------------------------------------------------------ generation
     def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 32,

@@ -35,7 +35,14 @@ attn_nq        [row, page, nq]        nq if row < n and the page holds a token t
 n_rows         [base, per_row]        base + per_row * n (row counts, GEMM m, addresses after n rows)
 last_row       [base, per_row]        base + per_row * (n - 1) (the row the logits are computed from)
 row_on         [row, value, per_row]  value if row < per_row * n else 0 (the instructions of one row)
+pos_embd_at    [row]                  pos_embd + (the row's position) * row bytes (batched programs)
+rope_at        [row]                  rope + (the row's position) * row bytes (batched programs)
+kv_page_at     [layer, row, page, h]  KV tile of the row's page and head (batched; unused page: KV base)
+kv_rows_at     [row, page]            1 if the row's page holds a token of its context else 0 (batched)
 =============  =====================  ==================================================
+
+In a batched program (``decode_batch``, manifest ``"batched": true``) each row is its own sequence:
+``StepState.rows`` gives each row's position and block table, and ``kv_store``, ``attn_*`` read the row's.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from systolica.config import AccelConfig
 from systolica.isa import OP_BY_NAME, OPCODE_BITS
 from systolica.program import Program, words_to_bytes
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "ArtifactError", "StepState"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "ArtifactError", "StepState", "base_state"]
 
 FORMAT = "systolica-artifact"
 #: 4: ``attn_offset`` is ``t - 1`` (the same causal mask as the query position, and a full page's ATTN word no longer
@@ -83,11 +90,35 @@ class StepState:
         Token ids of the rows: as many as the program has rows, or from its ``min_rows`` up to that.
     block_table : sequence of int
         Physical KV page of each logical page ``0 .. ceil((pos + rows) / page) - 1``.
+    rows : sequence of (int, sequence of int), optional
+        A batched program's rows (``decode_batch``): each row is a sequence of its own, at its own position with
+        its own block table (``pos`` and ``block_table`` are then unused).  ``None``: the rows are consecutive
+        positions of one sequence (prefill, decode).
     """
 
     pos: int
     tokens: Sequence[int]
     block_table: Sequence[int]
+    rows: Sequence[tuple[int, Sequence[int]]] | None = None
+
+    def row_pos(self, row: int) -> int:
+        """Position of ``row`` (a batched row past the run's rows: 0)."""
+        if self.rows is None:
+            return self.pos + row
+        return int(self.rows[row][0]) if row < len(self.rows) else 0
+
+    def row_table(self, row: int) -> Sequence[int]:
+        if self.rows is None:
+            return self.block_table
+        return self.rows[row][1] if row < len(self.rows) else ()
+
+
+def base_state(kind: str, rows: int, page: int) -> StepState:
+    """The step whose values a compiled program's words hold: position 0, token 0 in every row (a batched
+    program: every row its own sequence at position 0, row ``r`` on physical page ``r``)."""
+    if kind == "decode_batch":
+        return StepState(0, [0] * rows, [], rows=[(0, [r]) for r in range(rows)])
+    return StepState(0, [0] * rows, list(range(-(-rows // page))))
 
 
 def _read_zip(data: bytes, source: str) -> tuple[object, dict[str, bytes]]:
@@ -129,7 +160,8 @@ class _PatchedImage:
     """One program's byte image and the patch values it holds, with the patch table as arrays by kind."""
 
     _INT = {"embed": 1, "kv_store": 4, "kv_page": 3, "kv_rows": 1, "attn_t": 2, "attn_offset": 2, "attn_nq": 3,
-            "n_rows": 2, "last_row": 2, "row_on": 3, "pos_embd": 0, "rope": 0}  # kind -> args it takes
+            "n_rows": 2, "last_row": 2, "row_on": 3, "pos_embd": 0, "rope": 0, "pos_embd_at": 1, "rope_at": 1,
+            "kv_page_at": 4, "kv_rows_at": 2}  # kind -> args it takes
 
     def __init__(self, art: Artifact, kind: str):
         self.art, self.kind = art, kind
@@ -160,14 +192,31 @@ class _PatchedImage:
         """Every patch's value for ``st``: :meth:`Artifact._value` over arrays."""
         m, kv = self.art.manifest, self.art.manifest["kv"]
         P, rows, pos = int(kv["page"]), len(st.tokens), int(st.pos)
-        page_bytes = int(kv["heads"]) * int(kv["tile_bytes"])
+        page_bytes, tile_bytes = int(kv["heads"]) * int(kv["tile_bytes"]), int(kv["tile_bytes"])
         base, n_pages = int(kv["base"]), int(kv["n_pages"])
-        bt = np.asarray(list(st.block_table) or [0], np.int64)
+        R = max(self.art.rows(self.kind), rows)
+        rp = np.array([st.row_pos(r) for r in range(R)], np.int64)  # each row's position
+        active = np.arange(R) < rows
+        if st.rows is None:
+            tables = np.asarray(list(st.block_table) or [0], np.int64)[None, :]
+            trow = np.zeros(R, np.int64)  # every row reads the one table
+        else:
+            width = max([len(st.row_table(r)) for r in range(rows)] + [1])
+            tables = np.zeros((R, width), np.int64)
+            for r in range(rows):
+                t = list(st.row_table(r))
+                tables[r, :len(t)] = t
+            trow = np.arange(R, dtype=np.int64)
         toks = np.asarray(list(st.tokens) or [0], np.int64)
         out = np.empty(len(self.ops), np.int64)
 
-        def page_addr(layer, logical):
-            return base + (layer * n_pages + bt[np.clip(logical, 0, bt.size - 1)]) * page_bytes
+        def page_addr(layer, row, logical):
+            r = trow[np.clip(row, 0, R - 1)]
+            return base + (layer * n_pages + tables[r, np.clip(logical, 0, tables.shape[1] - 1)]) * page_bytes
+
+        def row_t(row, j):  # valid tokens of page j for row's query (a batched row past the run's: none)
+            t = np.clip(rp[row] + 1 - j * P, 0, P)
+            return t if st.rows is None else np.where(active[row], t, 0)
 
         for pk, idx, a in self.groups:
             if pk == "n_rows":
@@ -179,21 +228,28 @@ class _PatchedImage:
             elif pk == "embed":
                 tok = np.where(a[:, 0] < rows, toks[np.clip(a[:, 0], 0, toks.size - 1)], 0)
                 v = m["rows"]["embd_offset"] + tok * m["rows"]["embd_row"]
-            elif pk == "pos_embd":
-                v = np.full(idx.size, m["rows"]["pos_offset"] + pos * m["rows"]["pos_row"], np.int64)
-            elif pk == "rope":
-                v = np.full(idx.size, m["rows"]["rope_offset"] + pos * m["rows"]["rope_row"], np.int64)
+            elif pk in ("pos_embd", "rope"):
+                t = "pos" if pk == "pos_embd" else "rope"
+                v = np.full(idx.size, m["rows"][f"{t}_offset"] + pos * m["rows"][f"{t}_row"], np.int64)
+            elif pk in ("pos_embd_at", "rope_at"):
+                t = "pos" if pk == "pos_embd_at" else "rope"
+                v = m["rows"][f"{t}_offset"] + np.where(active[a[:, 0]], rp[a[:, 0]], 0) * m["rows"][f"{t}_row"]
             elif pk == "kv_store":
                 layer, row, part, slot = a.T
-                p = pos + row
-                v = np.where(row >= rows, base, page_addr(layer, p // P) + part + (p % P) * slot)
+                p = rp[row]
+                v = np.where(row >= rows, base, page_addr(layer, row, p // P) + part + (p % P) * slot)
             elif pk in ("kv_page", "kv_rows"):
                 j = a[:, -1] if pk == "kv_rows" else a[:, 1]
                 used = j * P < pos + rows
-                v = (np.where(used, page_addr(a[:, 0], j) + a[:, 2] * int(kv["tile_bytes"]), base) if pk == "kv_page"
+                v = (np.where(used, page_addr(a[:, 0], 0, j) + a[:, 2] * tile_bytes, base) if pk == "kv_page"
+                     else used.astype(np.int64))
+            elif pk in ("kv_page_at", "kv_rows_at"):
+                row, j = (a[:, 0], a[:, 1]) if pk == "kv_rows_at" else (a[:, 1], a[:, 2])
+                used = row_t(row, j) > 0
+                v = (np.where(used, page_addr(a[:, 0], row, j) + a[:, 3] * tile_bytes, base) if pk == "kv_page_at"
                      else used.astype(np.int64))
             else:
-                t = np.clip(pos + a[:, 0] + 1 - a[:, 1] * P, 0, P)
+                t = row_t(a[:, 0], a[:, 1])
                 if pk == "attn_t":
                     v = t
                 elif pk == "attn_nq":
@@ -283,7 +339,9 @@ class Artifact:
         return -(-(pos + rows) // self.page)
 
     def _value(self, kind: str, args: list, st: StepState, rows: int) -> int:
-        """The value of patch ``kind`` for step ``st``; ``rows`` is the step's row count (``len(st.tokens)``)."""
+        """The value of patch ``kind`` for step ``st``; ``rows`` is the step's row count (``len(st.tokens)``).
+
+        The definition (:class:`_PatchedImage` computes the same over arrays)."""
         m, kv = self.manifest, self.manifest["kv"]
         P = int(kv["page"])
         if kind == "n_rows":
@@ -299,25 +357,39 @@ class Artifact:
             return m["rows"]["pos_offset"] + st.pos * m["rows"]["pos_row"]
         if kind == "rope":
             return m["rows"]["rope_offset"] + st.pos * m["rows"]["rope_row"]
+        if kind in ("pos_embd_at", "rope_at"):
+            t = "pos" if kind == "pos_embd_at" else "rope"
+            return m["rows"][f"{t}_offset"] + (st.row_pos(args[0]) if args[0] < rows else 0) * m["rows"][f"{t}_row"]
         page_bytes = kv["heads"] * kv["tile_bytes"]
 
-        def page_addr(layer: int, logical: int) -> int:
-            return kv["base"] + (layer * kv["n_pages"] + int(st.block_table[logical])) * page_bytes
+        def page_addr(layer: int, row: int, logical: int) -> int:
+            return kv["base"] + (layer * kv["n_pages"] + int(st.row_table(row)[logical])) * page_bytes
+
+        def row_t(row: int, j: int) -> int:  # valid tokens of page j for row's query (a batched row past the run's: 0)
+            if st.rows is not None and row >= rows:
+                return 0
+            return min(max(st.row_pos(row) + 1 - j * P, 0), P)
 
         if kind == "kv_store":
             layer, row, part, slot = args
             if row >= rows:  # a row past the step's: its STORE is emptied (row_on); any address in the window
                 return kv["base"]
-            p = st.pos + row
-            return page_addr(layer, p // P) + part + (p % P) * slot
+            p = st.row_pos(row)
+            return page_addr(layer, row, p // P) + part + (p % P) * slot
+        if kind in ("kv_page_at", "kv_rows_at"):
+            row, j = args[:2] if kind == "kv_rows_at" else args[1:3]
+            used = row_t(row, j) > 0
+            if kind == "kv_rows_at":
+                return int(used)
+            return page_addr(args[0], row, j) + args[3] * kv["tile_bytes"] if used else kv["base"]
         used = (args[-1] if kind == "kv_rows" else args[1]) * P < st.pos + rows
         if kind == "kv_page":
             layer, j, head = args
-            return page_addr(layer, j) + head * kv["tile_bytes"] if used else kv["base"]
+            return page_addr(layer, 0, j) + head * kv["tile_bytes"] if used else kv["base"]
         if kind == "kv_rows":
             return int(used)
         row, j = args[:2]
-        t = min(max(st.pos + row + 1 - j * P, 0), P)
+        t = row_t(row, j)
         if kind == "attn_t":
             return t
         if kind == "attn_nq":
@@ -339,18 +411,27 @@ class Artifact:
         for t in st.tokens:
             if not 0 <= int(t) < vocab:
                 raise ArtifactError(f"token id {t} is outside the vocabulary 0..{vocab - 1}")
-        max_seq = int(self.manifest["max_seq"])
-        if st.pos < 0 or st.pos + rows > max_seq:
-            raise ArtifactError(f"positions {st.pos}..{st.pos + rows - 1} exceed the compiled context "
-                                f"max_seq={max_seq}")
-        need = self.pages_needed(st.pos, rows)
-        n_pages = int(self.manifest["kv"]["n_pages"])
-        if len(st.block_table) < need:
-            raise ArtifactError(f"block table has {len(st.block_table)} pages, positions up to {st.pos + rows - 1} "
-                                f"need {need} (page {self.page})")
-        for p in st.block_table[:need]:
-            if not 0 <= int(p) < n_pages:
-                raise ArtifactError(f"block table names physical page {p}; the KV cache has {n_pages}")
+        batched = bool(self._prog(kind).get("batched"))
+        if batched != (st.rows is not None):
+            raise ArtifactError(f"the {kind} program runs " + ("one sequence per row: give each row's position and "
+                                "block table (StepState.rows)" if batched else
+                                "consecutive positions of one sequence: StepState.rows is for batched programs"))
+        if batched and len(st.rows) != rows:
+            raise ArtifactError(f"{rows} tokens for {len(st.rows)} batched rows")
+        spans = [(st.row_pos(r), 1, st.row_table(r), f"row {r}: ") for r in range(rows)] if batched else \
+            [(st.pos, rows, st.block_table, "")]
+        max_seq, n_pages = int(self.manifest["max_seq"]), int(self.manifest["kv"]["n_pages"])
+        for pos, n, table, who in spans:
+            if pos < 0 or pos + n > max_seq:
+                raise ArtifactError(f"{who}positions {pos}..{pos + n - 1} exceed the compiled context "
+                                    f"max_seq={max_seq}")
+            need = self.pages_needed(pos, n)
+            if len(table) < need:
+                raise ArtifactError(f"{who}block table has {len(table)} pages, positions up to {pos + n - 1} "
+                                    f"need {need} (page {self.page})")
+            for p in table[:need]:
+                if not 0 <= int(p) < n_pages:
+                    raise ArtifactError(f"{who}block table names physical page {p}; the KV cache has {n_pages}")
 
     def patched_program(self, kind: str, st: StepState) -> list[int]:
         """The words of program ``kind`` with every per-step field set for ``st``."""
@@ -419,11 +500,21 @@ class Artifact:
                     raise ArtifactError(f"{source}: {kind} KV slots of layer {layer} overlap (byte {a1} < {e0}): the "
                                         "artifact is damaged or was edited; recompile it")
 
-    def read_logits(self, window: np.ndarray) -> np.ndarray:
-        """The fx int32 logits of the last row of the last run, from the DRAM window."""
+    def read_logits(self, window: np.ndarray, rows: int | None = None) -> np.ndarray:
+        """The fx int32 logits of the last run, from the DRAM window: the last row's ``(vocab,)``, or with
+        ``rows`` those of a batched run's first ``rows`` rows, ``(rows, vocab)``."""
         lg = self.region("logits")
         vocab = int(self.manifest["model"]["vocab_size"])
-        return window[lg["offset"]:lg["offset"] + 4 * vocab].view("<i4").copy()
+        if rows is None:
+            return window[lg["offset"]:lg["offset"] + 4 * vocab].view("<i4").copy()
+        stride = int(self.manifest["logits"].get("row_bytes", 4 * vocab))
+        if not 0 < rows <= int(self.manifest["logits"].get("rows", 1)):
+            raise ArtifactError(f"the logits region holds {self.manifest['logits'].get('rows', 1)} rows, not {rows}")
+        out = np.empty((rows, vocab), np.int32)
+        for r in range(rows):
+            o = lg["offset"] + r * stride
+            out[r] = window[o:o + 4 * vocab].view("<i4")
+        return out
 
     # ------------------------------------------------------------ files
     def to_bytes(self) -> bytes:
@@ -500,8 +591,7 @@ class Artifact:
             art._check_kv_slots(kind, prog.words, cfg, source)
             # compiled words hold the first step's values (position 0, token 0): patching that step must give
             # them back, else a patch or a table offset was moved (the run would compute garbage)
-            rows, page = art.rows(kind), art.page
-            base = StepState(0, [0] * rows, list(range(-(-rows // page))))
+            base = base_state(kind, art.rows(kind), art.page)
             try:
                 same = art.patched_program(kind, base) == list(prog.words)
             except ArtifactError as e:

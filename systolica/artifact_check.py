@@ -27,8 +27,10 @@ PATCH_ARGS: dict[str, tuple[str, ...]] = {
     "kv_page": ("layer", "page", "head"), "kv_rows": ("page",), "attn_t": ("row", "page"),
     "attn_offset": ("row", "page"), "attn_nq": ("row", "page", "nq"),
     "n_rows": ("base", "per_row"), "last_row": ("base", "per_row"), "row_on": ("result_row", "value", "per_row"),
+    "pos_embd_at": ("row",), "rope_at": ("row",), "kv_page_at": ("layer", "row", "page", "head"),
+    "kv_rows_at": ("row", "page"),
 }
-_KINDS = ("prefill", "prefill_nohead", "decode")
+_KINDS = ("prefill", "prefill_nohead", "decode", "decode_batch")
 _FIELD = 1 << 16  # the row-count and line-address fields the row patches set are 16 bits
 
 
@@ -140,7 +142,9 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
     lg_off = c.int(lg, "offset", "logits", 0, top)
     if "vocab" in lg and lg["vocab"] != vocab:
         c.fail("logits.vocab", f"= {lg['vocab']!r:.20} differs from model.vocab_size={vocab}")
-    if region("logits", 4 * vocab)[0] != lg_off:
+    lg_rows = c.int(lg, "rows", "logits", 1, 64) if "rows" in lg else 1
+    lg_row = c.int(lg, "row_bytes", "logits", 4 * vocab, top) if "row_bytes" in lg else 4 * vocab
+    if region("logits", (lg_rows - 1) * lg_row + 4 * vocab)[0] != lg_off:
         c.fail("logits.offset", f"= {lg_off} is not the offset of the 'logits' region")
 
     progs = c.obj(c.get(man, "programs", ""), "programs")
@@ -154,6 +158,10 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
         rows = c.int(p, "rows", where, 1, max_seq)
         if "min_rows" in p:
             c.int(p, "min_rows", where, 1, rows)
+        if p.get("batched", False) is not (kind == "decode_batch"):
+            c.fail(f"{where}.batched", f"= {p.get('batched')!r:.20}: only the decode_batch program is batched")
+        if kind == "decode_batch" and rows > lg_rows:
+            c.fail(f"{where}.rows", f"= {rows}: the logits region holds {lg_rows} rows")
         n = c.int(p, "instructions", where, 1, top // 16)
         rname = c.get(p, "region", where)
         if rname != f"program:{kind}":
