@@ -43,6 +43,10 @@ class Compile:
                        help="longest context (default: the model's)")
         p.add_argument("--prefill-chunk", type=count(1), default=16, metavar="N",
                        help="rows of the prefill program, an upper bound: reduced until it fits on chip (default 16)")
+        p.add_argument("--batch", type=count(1), default=1, metavar="B",
+                       help="also compile a batched decode step serving up to B sequences at once (continuous "
+                            "batching: one weight read for all of them; the KV cache holds B full contexts); "
+                            "default 1: none")
         p.add_argument("--act-split", action=argparse.BooleanOptionalAction, default=False,
                        help="~15-bit activations: every linear input as an int8 part plus an int8 residual "
                             "(default here: off; 'systolica run' compiles with it)")
@@ -62,7 +66,7 @@ class Compile:
             model = load_model(args.model)
             art = compile_model(model, cfg, page=args.page, max_seq=args.max_seq, prefill_chunk=args.prefill_chunk,
                                 progress=lambda s: step(f"compiling: {s}"),
-                                act_split=args.act_split)
+                                act_split=args.act_split, batch=args.batch)
             step(f"writing {args.output}")
             art.save(args.output)
         man = art.manifest
