@@ -377,7 +377,7 @@ def _b_requant(sim, ins, delta, get, G, cols):
         mult = _full(gm(outs)).reshape(G, 1, L)
         e = _full(ge(outs))[:, :, 0].astype(_I64)  # (G, rows)
         s = (shift - e)[:, :, None]
-        if s.min() >= 1 and s.max() <= 63:
+        if s.size == 0 or (s.min() >= 1 and s.max() <= 63):  # (no rows: a row a batched step leaves empty)
             p = src.astype(_I64) * mult
             np.right_shift(p, s - 1, out=p)
             np.add(p, 1, out=p)

@@ -189,3 +189,22 @@ def _decode_op(w: int) -> str | None:
         return _decode(w).op
     except Exception:  # noqa: BLE001
         return None
+
+
+def test_repeated_blocks_with_empty_rows():
+    """Blocks whose row counts are 0 (the rows a batched decode step or a short prefill run leaves empty: the
+    patch table sets their ``rows`` or ``m`` to 0), fused or not: fast == reference."""
+    cfg = preset("tiny")
+    rng = np.random.default_rng(31)
+    for i in range(80):
+        words = []
+        for w in _block_program(cfg, rng)[:-1]:
+            ins = _decode(w)
+            f = dict(ins.fields)
+            for name in ("rows", "m"):
+                if name in f and rng.random() < 0.7:
+                    f[name] = 0
+            words.append(encode(Instr(ins.op, f, **ins.flags())))
+        words.append(encode(make("FINISH")))
+        ref, fast = _pair(cfg, rng)
+        _same(ref, fast, words, f"program {i}")
