@@ -77,8 +77,12 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
                         "decode_tokens_per_s": f / timer.decode_cycles(n)})
         if pts:
             sweeps["prompt"][row.name] = pts
-        if batches:  # one decode program per sequence: B sequences take B times as long
-            sweeps["batch"][row.name] = [{"batch": b, "decode_tokens_per_s": row.decode_tokens_per_s} for b in batches]
+        if batches:  # the batched decode step of B sequences, timed by the performance model
+            from systolica.bench.batch_sweep import systolica_batch_points, with_costs
+
+            pts = systolica_batch_points(model, spec, prompt, batches, page=page, max_seq=max_seq, gemm=gemm,
+                                         single_tps=row.decode_tokens_per_s, progress=progress)
+            sweeps["batch"][row.name] = with_costs(pts, row.power_w, row.usd_per_hour)
     progress("baselines")
     rows += run_baselines(model, prompt, n_tokens, baselines, gguf_path=gguf_path, threads=threads)
     for dev in [d for d in ("cpu", "cuda") if f"torch-{d}" in baselines]:
@@ -86,9 +90,15 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
         if ran is None:
             continue
         if batches:
+            from systolica.bench.batch_sweep import with_costs
+
             progress(f"PyTorch {dev} batch sweep")
-            sweeps["batch"][ran.name] = [{"batch": b, "decode_tokens_per_s": run_torch(
-                model, prompt, max(n_tokens, 3), dev, batch=b, threads=threads).decode_tokens_per_s} for b in batches]
+            pts = []
+            for b in batches:
+                r = run_torch(model, prompt, max(n_tokens, 3), dev, batch=b, threads=threads)
+                pts.append({"batch": b, "decode_tokens_per_s": r.decode_tokens_per_s, "fits": True,
+                            "source": "measured"})
+            sweeps["batch"][ran.name] = with_costs(pts, ran.power_w, ran.usd_per_hour)
         if prompt_sweep:
             progress(f"PyTorch {dev} prompt sweep")
             pts = []
@@ -96,6 +106,15 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
                 r = run_torch(model, (prompt * (n // len(prompt) + 1))[:n], 3, dev, threads=threads)
                 pts.append({"prompt_tokens": n, "ttft_s": r.ttft_s, "decode_tokens_per_s": r.decode_tokens_per_s})
             sweeps["prompt"][ran.name] = pts
+    if batches and not any(r.name == "PyTorch cuda" and r.skipped is None for r in rows):
+        from systolica.bench.batch_sweep import gpu_projection_points
+
+        proj = gpu_projection_points(model, "H100", batches)
+        sweeps["batch"]["H100 (projected: datasheet roofline bound, no CUDA device here)"] = proj["points"]
+    if batches:
+        from systolica.bench.batch_sweep import METRICS, crossovers
+
+        sweeps["batch_crossovers"] = [x for m in METRICS for x in crossovers(sweeps["batch"], m)]
     return rows, sweeps
 
 

@@ -50,6 +50,8 @@ class CostInputs:
             self.gpu_power = {k: fig(v, f"gpu_power_w.{k}") for k, v in data["gpu_power_w"].items()}
             self.cpu_core_rent = fig(data["cpu_core_usd_per_hour"], "cpu_core_usd_per_hour")
             self.cpu_core_power = fig(data["cpu_core_power_w"], "cpu_core_power_w")
+            self.gpu_sheets = {k: {f: fig(v[f], f"gpu_datasheet.{k}.{f}") for f in ("hbm_gbps", "fp16_tflops")}
+                               for k, v in data.get("gpu_datasheet", {}).items()}
         except KeyError as e:
             raise ValueError(f"{source}: missing {e.args[0]!r}") from None
         if self.amortization_years.value <= 0:
@@ -68,6 +70,14 @@ class CostInputs:
 
     def gpu_power_for(self, gpu_name: str) -> Figure:
         return self._match(self.gpu_power, gpu_name)
+
+    def gpu_datasheet(self, gpu_name: str) -> dict[str, Figure]:
+        """HBM bandwidth (GB/s) and dense fp16 tensor throughput (TFLOP/s) of a GPU, for projections."""
+        for key, sheet in self.gpu_sheets.items():
+            if key.lower() in gpu_name.lower():
+                return sheet
+        raise ValueError(f"no datasheet figures for GPU {gpu_name!r} in costs.json (gpu_datasheet: "
+                         f"{', '.join(self.gpu_sheets) or 'none'})")
 
 
 @lru_cache(maxsize=4)

@@ -94,3 +94,27 @@ def write_json(path: str | Path, rows: Sequence[BaselineResult], meta: dict, swe
            "rows": comparison(rows), "sweeps": sweeps or {}}
     Path(path).write_text(json.dumps(doc, indent=1, default=str))
     return doc
+
+
+def render_batch_table(sweeps: dict):
+    """The by-batch comparison: a row per system and batch (tokens/s, tokens/J, $/Mtok, where the figure comes
+    from), then the crossovers."""
+    from rich.table import Table
+
+    t = Table(title="by batch size (sequences decoded together)")
+    for col, just in (("system", "left"), ("batch", "right"), ("decode tok/s", "right"), ("tokens/J", "right"),
+                      ("$/Mtok", "right"), ("source", "left")):
+        t.add_column(col, justify=just)
+    for name, pts in sweeps.get("batch", {}).items():
+        for p in pts:
+            if p.get("fits") is False:
+                t.add_row(name, str(p["batch"]), "does not fit", "", "", p.get("why", "")[:70])
+                continue
+            f = [p.get("decode_tokens_per_s"), p.get("tokens_per_joule"), p.get("usd_per_mtok")]
+            t.add_row(name, str(p["batch"]), *("-" if v is None else f"{v:,.3g}" for v in f), p.get("source", ""))
+    xs = sweeps.get("batch_crossovers", [])
+    if xs:
+        t.caption = "crossovers: " + "; ".join(f"{x['metric']}: {x['ahead']} passes {x['behind']} at batch "
+                                               f"{x['batch']}" for x in xs)
+    return t
+

@@ -59,7 +59,9 @@ class Bench:
         p.add_argument("--gemm", choices=("systolic", "line_dot"), default="systolic",
                        help="GEMM datapath to model: the RTL's systolic array (default) or the earlier line-dot one")
         p.add_argument("--sweep-prompts", default="", help="prompt lengths for the tokens/s-vs-prompt plot, e.g. 8,32,128")
-        p.add_argument("--batches", default="", help="batch sizes for the tokens/s-vs-batch plot, e.g. 1,2,4")
+        p.add_argument("--batches", "--batch", default="",
+                       help="batch sizes to compare (sequences decoded together), e.g. 1,4,16,64: tokens/s, "
+                            "tokens/J and $/Mtok per batch, a table and plots with the crossovers")
         add_jobs(p, "CPU threads of the PyTorch and llama.cpp baselines", None, old=("--threads",))
         add_synth(p, "the row says 'fit: not measured'")
         add_json(p, "the comparison (rows, sweeps, metadata)")
@@ -105,6 +107,10 @@ class Bench:
                 con.print(render_roofline(roofs, f"roofline per board ({model.config.name})"))
                 for line in roofline_sources(roofs):
                     con.print(line, highlight=False, markup=False)
+        if sweeps.get("batch") and not to_stdout:
+            from systolica.bench.report import render_batch_table
+
+            con.print(render_batch_table(sweeps))
         hypothetical = [r.name for r in rows if r.extra.get("fit") and r.extra["fit"]["state"] != "yes"]
         if hypothetical:
             con.print(f"[yellow]hypothetical (no measured fit): {', '.join(hypothetical)} -- their figures are what "
