@@ -19,9 +19,13 @@ class KVCacheFull(RuntimeError):
 
 
 class PagePool:
+    """Physical KV pages, reference-counted: sequences that share a prompt prefix hold its full pages together
+    (:meth:`SequenceState.fork`), and a page is free again when its last holder gives it back."""
+
     def __init__(self, n_pages: int, page: int):
         self.n_pages, self.page = n_pages, page
         self._free = list(range(n_pages - 1, -1, -1))  # pop() hands out page 0 first
+        self._refs = [0] * n_pages
 
     @property
     def free(self) -> int:
@@ -31,10 +35,29 @@ class PagePool:
         if not self._free:
             raise KVCacheFull(f"all {self.n_pages} KV pages ({self.page} tokens each) are in use: finish a "
                               "sequence, shorten the prompt, or compile with a larger max_seq")
-        return self._free.pop()
+        p = self._free.pop()
+        self._refs[p] = 1
+        return p
+
+    def share(self, page: int) -> int:
+        """One more holder of ``page`` (which must be in use); returns it."""
+        if self._refs[page] < 1:
+            raise ValueError(f"KV page {page} is not in use: it cannot be shared")
+        self._refs[page] += 1
+        return page
+
+    def refs(self, page: int) -> int:
+        return self._refs[page]
 
     def give_back(self, pages: list[int]) -> None:
-        self._free.extend(reversed(pages))
+        freed = []
+        for p in pages:
+            if self._refs[p] < 1:
+                raise ValueError(f"KV page {p} given back more often than taken")
+            self._refs[p] -= 1
+            if not self._refs[p]:
+                freed.append(p)
+        self._free.extend(reversed(freed))
 
 
 @dataclass
@@ -55,3 +78,24 @@ class SequenceState:
     def release(self) -> None:
         self.pool.give_back(self.block_table)
         self.block_table = []
+
+    def fork(self, n: int) -> tuple[SequenceState, tuple[int, int] | None]:
+        """A new sequence holding this one's first ``n`` tokens (``n <= pos``): their full pages shared, read-only
+        from now on since both sequences only write past ``n``; the page holding tokens ``n - n % page ..`` (if
+        ``n`` is not on a page boundary) taken anew.  Returns the new sequence and ``(from, to)``: the physical page
+        whose contents the caller copies into the new one (copy-on-write at the first divergent page), or None."""
+        if not 0 <= n <= self.pos:
+            raise ValueError(f"a fork of {n} tokens from a sequence of {self.pos}")
+        P = self.pool.page
+        full = n // P
+        new = SequenceState(self.pool, pos=n, tokens=list(self.tokens[:n]))
+        new.block_table = [self.pool.share(p) for p in self.block_table[:full]]
+        copy = None
+        if n % P:
+            try:
+                new.block_table.append(self.pool.take())
+            except KVCacheFull:
+                new.release()
+                raise
+            copy = (self.block_table[full], new.block_table[-1])
+        return new, copy

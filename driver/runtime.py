@@ -204,6 +204,23 @@ class Runtime:
         """An empty sequence holding KV pages of this runtime's pool; ``release()`` it when done."""
         return SequenceState(self.pool)
 
+    def fork(self, seq: SequenceState, n: int) -> SequenceState:
+        """A new sequence that starts with ``seq``'s first ``n`` tokens without computing them again (prefix
+        sharing): it shares their full KV pages and gets a copy of the page they end in (copy-on-write at the
+        first divergent page, done here in DRAM for every layer).  Prefill only what follows.  Its logits are
+        bit for bit those of a sequence that prefilled all of its tokens."""
+        new, copy = seq.fork(n)
+        if copy is not None:
+            kv = self.art.manifest["kv"]
+            page_bytes = int(kv["heads"]) * int(kv["tile_bytes"])
+            view = self.window.view
+            self.window.sync_from_device()  # the accelerator wrote the KV cache
+            for layer in range(int(kv["layers"])):
+                src, dst = (int(kv["base"]) + (layer * int(kv["n_pages"]) + p) * page_bytes for p in copy)
+                view[dst:dst + page_bytes] = view[src:src + page_bytes]
+            self.window.sync_to_device()
+        return new
+
     def prefill(self, seq: SequenceState, tokens: Sequence[int]) -> tuple[np.ndarray, RunStats]:
         """Feed a prompt in the runs of :func:`prefill_runs` (the same integers as one decode step per token).
 

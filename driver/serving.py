@@ -6,6 +6,10 @@ token), then runs one ``decode_batch`` step for every active request (one weight
 each row and retires the requests that stopped.  Requests join and leave between steps; no program is
 recompiled: the patch table carries each row's position and KV pages.
 
+Prompt prefixes are shared: a request whose prompt starts like an active request's context forks that
+sequence (:meth:`Runtime.fork`: the prefix's full KV pages shared, reference-counted; the page it ends in
+copied) and prefills only the rest; ``prefill_tokens_saved`` counts what that skipped.
+
 Prefill is not mixed into the batched decode step (chunked prefill): the batched program's rows are one token
 each, and a prompt's rows would need a program with both kinds of row; prefill runs between decode steps, on
 the prefill programs, at their own rate.
@@ -21,6 +25,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from systolica.driver.accel import RunStats
 from systolica.driver.kv_cache import SequenceState
 from systolica.driver.runtime import GenerationError, Runtime
 from systolica.driver.sampling import Sampler, SamplingParams
@@ -46,6 +51,8 @@ class RequestStats:
     prompt_tokens: int
     tokens: list[int] = field(default_factory=list)
     text: str = ""
+    shared_prefix_tokens: int = 0  # prompt tokens whose KV pages came from another request (not prefilled)
+    prefill: RunStats | None = None  # the counters of its prefill runs
     submitted_s: float = 0.0
     first_token_s: float | None = None
     done_s: float | None = None
@@ -79,8 +86,11 @@ class BatchServer:
     """Serve requests on ``runtime`` with continuous batching (at most ``max_batch`` at once, default the
     artifact's batched decode step; an artifact without one serves one request at a time)."""
 
-    def __init__(self, runtime: Runtime, max_batch: int | None = None):
+    def __init__(self, runtime: Runtime, max_batch: int | None = None, share_prefixes: bool = True,
+                 min_shared: int | None = None):
         self.rt = runtime
+        self.share_prefixes = share_prefixes
+        self.min_shared = runtime.art.page if min_shared is None else int(min_shared)  # shorter: prefill it
         top = runtime.max_batch
         self.max_batch = top if max_batch is None else int(max_batch)
         if not 1 <= self.max_batch <= top:
@@ -91,6 +101,8 @@ class BatchServer:
         self._all: dict[int, RequestStats] = {}
         self.steps = 0  # batched decode runs
         self.batch_rows = 0  # rows over all of them (mean batch = batch_rows / steps)
+        self.prefill_tokens = 0  # prompt tokens prefilled
+        self.prefill_tokens_saved = 0  # prompt tokens taken from a shared prefix instead
 
     # ------------------------------------------------------------ requests
     def submit(self, prompt: str | Sequence[int], max_new_tokens: int = 32, sampling: SamplingParams | None = None,
@@ -127,12 +139,16 @@ class BatchServer:
         out: list[RequestEvent] = []
         while self._waiting and len(self._active) < self.max_batch:
             r = self._waiting.popleft()
-            r.seq = self.rt.new_sequence()
+            donor, n = self._shared_prefix(r.ids)
+            r.seq = self.rt.fork(donor.seq, n) if donor is not None else self.rt.new_sequence()
             try:
-                logits, _ = self.rt.prefill(r.seq, r.ids)
+                logits, r.stats.prefill = self.rt.prefill(r.seq, r.ids[n:])
             except BaseException:
                 r.seq.release()
                 raise
+            r.stats.shared_prefix_tokens = n
+            self.prefill_tokens += len(r.ids) - n
+            self.prefill_tokens_saved += n
             self._sampled(r, logits, out)
         if self._active:
             batch = list(self._active)
@@ -142,6 +158,23 @@ class BatchServer:
             for r, row in zip(batch, logits, strict=True):
                 self._sampled(r, row, out)
         return out
+
+    def _shared_prefix(self, ids: list[int]) -> tuple[_Request | None, int]:
+        """The active request whose KV cache starts with the longest prefix of ``ids`` (at least ``min_shared``
+        tokens, and short of the whole prompt: its last token is prefilled for the logits)."""
+        best, most = None, 0
+        if not self.share_prefixes:
+            return best, most
+        for r in self._active:
+            have = r.seq.tokens[:r.seq.pos]
+            n = 0
+            for a, b in zip(have, ids[:-1], strict=False):
+                if a != b:
+                    break
+                n += 1
+            if n > most:
+                best, most = r, n
+        return (best, most) if most >= self.min_shared else (None, 0)
 
     def run(self) -> Iterator[RequestEvent]:
         """Steps until every request submitted so far (and any submitted meanwhile) is done."""
