@@ -6,8 +6,14 @@ performance model at the board's clock and DRAM (:mod:`systolica.bench.accel_mod
 
 Models deeper than 2 layers are timed by **layer extrapolation**: blocks have identical shapes, so
 the cycles of an ``L``-layer model are ``c(1) + (L - 1) * (c(2) - c(1))``, from compiles of its first
-one and two layers (the embedding and output projection are in both).  That keeps a point of a
-30-layer model at a few seconds.
+one and two layers (the embedding and output projection are in both).
+
+A point needs programs, not weights: the model's shape (:func:`model_shapes`: its configuration and each
+matrix's REQUANT shift; of a GGUF only the metadata and the first two blocks are read) is read once per
+sweep, and each configuration's programs come from the programs-only compile
+(:mod:`systolica.compiler.programs_only`: the words of a full compile, bit for bit, without quantizing or
+packing a weight), ~0.3 s of CPU for the two depths of SmolLM2; points that differ only in clock or DRAM
+bandwidth share them (:func:`program_key`), and timing a point takes ~20 ms of CPU.
 
 Fit comes only from measured synthesis (:func:`systolica.boards.fit_status.fit_status`): a point is
 ``yes`` / ``no`` when the shared synthesis cache holds a Yosys run of its configuration for the board's

@@ -8,7 +8,9 @@ points whose fit a synthesis measured (:mod:`systolica.boards.fit_status`); poin
 were never synthesized are listed, flagged and greyed, never ranked.  ``--synth`` runs Yosys first for
 configurations the shared synthesis cache lacks (10 to 40 minutes each for the presets on 2 cores).  Runs on
 all local cores by default (``-j N``: N processes), on a Ray cluster with ``--ray ADDRESS`` (``--ray local``
-starts Ray here).
+starts Ray here).  The last lines say how fast it went (:func:`summary_line`): points/s, wall and CPU seconds,
+whether the programs were compiled (cold) or from ``$SYSTOLICA_CACHE/dse-programs`` (warm), the stages and the
+CPU a point's decode and prefill timing took.
 """
 
 from __future__ import annotations
