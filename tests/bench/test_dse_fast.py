@@ -36,7 +36,7 @@ def test_programs_are_those_of_full_compiles_of_the_first_blocks():
         assert got["rows"] == ref[2]
 
 
-def test_the_model_shape_is_read_once_and_cached_on_disk(tmp_path):
+def test_the_model_shape_is_read_once_and_cached_on_disk(tmp_path, monkeypatch):
     from systolica.compiler.gguf_reader import read_gguf
     from systolica.compiler.programs_only import ModelShape
     from systolica.compiler.writers import write_gguf
@@ -55,12 +55,9 @@ def test_the_model_shape_is_read_once_and_cached_on_disk(tmp_path):
     def boom(*a, **k):
         raise AssertionError("the checkpoint was read again")
 
-    orig = gr.read_gguf_blocks
-    gr.read_gguf_blocks = boom
-    try:
+    with monkeypatch.context() as mp:
+        mp.setattr(gr, "read_gguf_blocks", boom)
         assert model_shapes(str(path)) == (L, shapes)
-    finally:
-        gr.read_gguf_blocks = orig
     # a GGUF point times the programs of its first blocks' full compiles
     t = make_tasks([str(path)], ["pynq-z2"], [(8, 8)], [64])[0]
     cfg = AccelConfig.from_dict(t["config"])
