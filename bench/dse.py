@@ -6,8 +6,14 @@ performance model at the board's clock and DRAM (:mod:`systolica.bench.accel_mod
 
 Models deeper than 2 layers are timed by **layer extrapolation**: blocks have identical shapes, so
 the cycles of an ``L``-layer model are ``c(1) + (L - 1) * (c(2) - c(1))``, from compiles of its first
-one and two layers (the embedding and output projection are in both).  That keeps a point of a
-30-layer model at a few seconds.
+one and two layers (the embedding and output projection are in both).
+
+A point needs programs, not weights: the model's shape (:func:`model_shapes`: its configuration and each
+matrix's REQUANT shift; of a GGUF only the metadata and the first two blocks are read) is read once per
+sweep, and each configuration's programs come from the programs-only compile
+(:mod:`systolica.compiler.programs_only`: the words of a full compile, bit for bit, without quantizing or
+packing a weight), ~0.3 s of CPU for the two depths of SmolLM2; points that differ only in clock or DRAM
+bandwidth share them (:func:`program_key`), and timing a point takes ~20 ms of CPU.
 
 Fit comes only from measured synthesis (:func:`systolica.boards.fit_status.fit_status`): a point is
 ``yes`` / ``no`` when the shared synthesis cache holds a Yosys run of its configuration for the board's
@@ -135,20 +141,109 @@ class _Recorder:
 
 
 def _runs(model, cfg, prompt_len: int) -> tuple[list[list[int]], list[list[int]], int]:
-    """The programs (patched words) a point times: (decode runs, prefill runs, prefill rows), compiled once."""
-    from systolica.bench.accel_model import AccelTimer
+    """The programs (patched words) a point times: (decode runs, prefill runs, prefill rows), from a full compile
+    of ``model`` (the reference the programs-only compile of :func:`programs_for` is tested against)."""
     from systolica.compiler.compile import compile_model
+
+    art = compile_model(model, cfg, page=16, max_seq=_max_seq(prompt_len), prefill_chunk=16)
+    return _runs_of(art, prompt_len, model.config.vocab_size)
+
+
+def _max_seq(prompt_len: int) -> int:
+    return -(-(prompt_len + 2) // 16) * 16
+
+
+def _runs_of(art, prompt_len: int, vocab_size: int) -> tuple[list[list[int]], list[list[int]], int]:
+    """The runs the timer schedules on ``art`` for a decode step at context ``prompt_len`` and the prompt's prefill."""
+    from systolica.bench.accel_model import AccelTimer
     from systolica.sim.perf_costs import PerfParams
 
-    max_seq = -(-(prompt_len + 2) // 16) * 16
-    art = compile_model(model, cfg, page=16, max_seq=max_seq, prefill_chunk=16)
     timer = AccelTimer(art, PerfParams())
     timer.model = rec = _Recorder()
     timer.decode_cycles(prompt_len)
     dec = rec.runs
     timer.model = rec = _Recorder()
-    timer.prefill_cycles([1 + (i % (model.config.vocab_size - 1)) for i in range(prompt_len)])
+    timer.prefill_cycles([1 + (i % (vocab_size - 1)) for i in range(prompt_len)])
     return dec, rec.runs, art.rows("prefill") if "prefill" in art.programs else 1
+
+
+def _program_runs(shape, cfg, prompt_len: int) -> tuple[list[list[int]], list[list[int]], int]:
+    """:func:`_runs` from the programs-only compile of a :class:`~systolica.compiler.programs_only.ModelShape`:
+    the same words, without quantizing or packing a weight."""
+    from systolica.compiler.programs_only import compile_programs
+
+    art = compile_programs(shape, cfg, page=16, max_seq=_max_seq(prompt_len), prefill_chunk=16)
+    return _runs_of(art, prompt_len, shape.config.vocab_size)
+
+
+#: Blocks read of a checkpoint: layer extrapolation compiles the first one and two.
+_DEPTHS = 2
+_SHAPES: dict[str, tuple[int, list]] = {}  # model spec -> (n_layers, [ModelShape per compiled depth]), this process
+
+
+def model_shapes(spec: str) -> tuple[int, list]:
+    """``(L, shapes)``: the model's block count and the :class:`~systolica.compiler.programs_only.ModelShape` of each
+    depth a point compiles (its first 1 and 2 blocks; the whole model when ``L <= 2``).
+
+    Read once per model: from this process, ``$SYSTOLICA_CACHE/dse-programs/shape-*.json`` (keyed as the programs
+    are, :func:`program_key`), or the checkpoint, of which a GGUF gives only its metadata and first two blocks
+    (:func:`~systolica.compiler.gguf_reader.read_gguf_blocks`; the tokenizer is not built).
+    """
+    got = _SHAPES.get(spec)
+    if got is not None:
+        return got
+    from systolica.compiler.programs_only import ModelShape
+
+    doc = json.dumps({"model": _model_fingerprint(spec), "sources": _sources_digest()}, sort_keys=True)
+    path = _cache_root() / f"shape-{hashlib.sha256(doc.encode()).hexdigest()[:24]}.json"
+    try:
+        d = json.loads(path.read_text())
+        got = (int(d["n_layers"]), [ModelShape.from_json(x) for x in d["shapes"]])
+    except (OSError, ValueError, KeyError, TypeError):
+        got = None
+    if got is None:
+        gguf = _gguf_path(spec)
+        if gguf is not None:
+            from systolica.compiler.gguf_reader import read_gguf_blocks
+
+            m = read_gguf_blocks(gguf, _DEPTHS)  # read_gguf(layers=2)'s model, without the gguf package's reader
+            L = int(m.metadata["file_n_layers"])
+        else:
+            m = _model(spec)
+            L = m.config.n_layers
+            m = truncate_layers(m, min(L, _DEPTHS))
+        top = ModelShape.of(m)
+        got = (L, [top.truncated(1), top] if L > _DEPTHS else [top])
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"n_layers": L, "shapes": [x.to_json() for x in got[1]]}))
+            tmp.replace(path)
+        except OSError:
+            pass
+    if len(_SHAPES) >= 8:
+        _SHAPES.pop(next(iter(_SHAPES)))
+    _SHAPES[spec] = got
+    return got
+
+
+def _gguf_path(spec: str):
+    """The GGUF file of ``spec`` ("default" or a path), else None."""
+    from pathlib import Path
+
+    from systolica.compiler.gguf_reader import GGUF_MAGIC
+
+    if spec == "default":
+        from systolica.compiler.model_zoo import locate_default_model
+
+        return locate_default_model()  # None: _model raises the message that says how to fetch it
+    path = Path(spec)
+    if spec.startswith("random:") or not path.is_file() or path.suffix == ".safetensors":
+        return None
+    if path.suffix == ".gguf":
+        return path
+    with open(path, "rb") as f:
+        return path if f.read(4) == GGUF_MAGIC else None
 
 
 #: Config fields that change no instruction: programs compiled for one serve every clock (and name).
@@ -209,9 +304,12 @@ def _cache_root():
 _PROGRAMS: dict[str, dict] = {}  # program_key -> programs, in this process
 
 
-def programs_for(task: dict) -> dict:
+def programs_for(task: dict, shapes: tuple[int, list] | None = None) -> dict:
     """The word lists a point of ``task`` times, per depth (layer extrapolation: 1 and 2 blocks; the whole model when
-    it has at most 2), from this process, the on-disk cache (``$SYSTOLICA_CACHE/dse-programs``), or compiled.
+    it has at most 2), from this process, the on-disk cache (``$SYSTOLICA_CACHE/dse-programs``), or compiled by the
+    programs-only compile (:func:`~systolica.compiler.programs_only.compile_programs`: the words of a full compile,
+    without quantizing or packing the weights) from :func:`model_shapes` (``shapes``: its result, when the caller
+    has it).
 
     ``{"n_layers": L, "rows": prefill rows, "depths": [[decode runs, prefill runs], ...], "compiled": bool}``.
     """
@@ -232,10 +330,8 @@ def programs_for(task: dict) -> dict:
 
         cfg = AccelConfig.from_dict(dict(task["config"]))
         try:
-            model = _model(task["model"])
-            L = model.config.n_layers
-            depths = [truncate_layers(model, 1), truncate_layers(model, 2)] if L > 2 else [model]
-            out = [_runs(m, cfg, task["prompt_len"]) for m in depths]
+            L, depths = shapes if shapes is not None else model_shapes(task["model"])
+            out = [_program_runs(m, cfg, task["prompt_len"]) for m in depths]
         except Exception as e:  # noqa: BLE001 - a config the model does not fit is a result, not a crash
             return {"error": f"{type(e).__name__}: {e}", "compiled": True}  # not cached: the cause may go away
         got = {"n_layers": L, "rows": out[0][2], "depths": [[d, p] for d, p, _ in out], "compiled": True}
@@ -254,41 +350,65 @@ def programs_for(task: dict) -> dict:
     return got
 
 
+_PHASE = {"decode": 0.0, "prefill": 0.0}  # CPU seconds this process spent timing each phase (run_tasks reports them)
+
+
 def _timed(cfg, params, progs: dict) -> tuple[int, int]:
     """(decode cycles, prefill cycles) of the programs under ``params``, extrapolated to all layers."""
+    import time
+
     from systolica.sim.perf import PerfModel
 
     model = PerfModel(cfg, params)
-    per = [(sum(model.run(w).cycles for w in dec), sum(model.run(w).cycles for w in pre)) for dec, pre in progs["depths"]]
-    if len(per) == 1:
-        return per[0]
-    (d1, p1), (d2, p2) = per
+    t0 = time.process_time()
+    dec = [sum(model.run(w).cycles for w in d) for d, _ in progs["depths"]]
+    t1 = time.process_time()
+    pre = [sum(model.run(w).cycles for w in p) for _, p in progs["depths"]]
+    _PHASE["decode"] += t1 - t0
+    _PHASE["prefill"] += time.process_time() - t1
+    if len(dec) == 1:
+        return dec[0], pre[0]
     L = progs["n_layers"]
-    return d1 + (L - 1) * (d2 - d1), p1 + (L - 1) * (p2 - p1)
+    return dec[0] + (L - 1) * (dec[1] - dec[0]), pre[0] + (L - 1) * (pre[1] - pre[0])
 
 
-def evaluate(task: dict, programs: dict | None = None) -> dict:
+def _board_facts(task: dict, memo: dict | None):
+    """(config, board spec, board, fit status, measured record, clock basis) of a task's board and configuration;
+    ``memo`` keeps them for the points of one group (one configuration, read at one moment)."""
+    from systolica.bench.accel_model import board_spec
+    from systolica.boards.board import load_board
+    from systolica.boards.fit_status import clock_basis, fit_status
+    from systolica.config import AccelConfig
+
+    key = (task["board"], json.dumps(task["config"], sort_keys=True))
+    got = memo.get(key) if memo is not None else None
+    if got is None:
+        cfg = AccelConfig.from_dict(dict(task["config"]))
+        spec = board_spec(task["board"])
+        board = load_board(task["board"])
+        st = fit_status(cfg, board)
+        rec = st.record if st.measured else None
+        got = (cfg, spec, board, st, rec, clock_basis(cfg, rec, board))
+        if memo is not None:
+            memo[key] = got
+    return got
+
+
+def evaluate(task: dict, programs: dict | None = None, _memo: dict | None = None) -> dict:
     """One design point: ``task`` = {model, board, config (dict), prompt_len, gemm, and optionally clock_mhz and
     dram_gbps (sweep values; default the board's)}; picklable both ways.  ``programs``: :func:`programs_for`'s
     (looked up when not given)."""
-    from systolica.bench.accel_model import board_spec
-    from systolica.boards.board import load_board
-    from systolica.config import AccelConfig
     from systolica.sim.perf_costs import PerfParams
     from systolica.sim.roofline import board_params
 
-    cfg = AccelConfig.from_dict(dict(task["config"]))
-    spec = board_spec(task["board"])
-    board = load_board(task["board"])
+    cfg, spec, board, st, rec, clock = _board_facts(task, _memo)
+    clock = dict(clock)  # each point its own
     dram = float(task.get("dram_gbps") or spec.dram_gbps)
     out = {"model": task["model"], "board": task["board"], "config": cfg.name, "rows": cfg.rows, "cols": cfg.cols,
            "dma_bits": cfg.dma_bits, "clock_mhz": cfg.clock_mhz, "gemm": task["gemm"], "dram_gbps": dram,
            "dram_basis": "swept" if task.get("dram_gbps") else "board"}
-    from systolica.boards.fit_status import clock_basis, fit_status, power_basis
+    from systolica.boards.fit_status import power_basis
 
-    st = fit_status(cfg, board)
-    rec = st.record if st.measured else None
-    clock = clock_basis(cfg, rec, board)
     if task.get("clock_mhz"):  # a swept clock: met only where a measured Fmax reaches it
         f_mhz = float(task["clock_mhz"])
         fmax = clock.get("measured_fmax_mhz")
@@ -382,12 +502,24 @@ def make_tasks(models: Sequence[str], boards: Sequence[str], shapes: Sequence[tu
     return tasks
 
 
-def _prepare(task: dict) -> dict:
-    return programs_for(task)
+def _prepare(task: dict, shapes: tuple[int, list] | None = None) -> tuple[dict, float]:
+    """A task's programs (:func:`programs_for`) and the CPU seconds they took here."""
+    import time
+
+    c0 = time.process_time()
+    got = programs_for(task, shapes)
+    return got, time.process_time() - c0
 
 
-def _evaluate_group(progs: dict, tasks: list[dict]) -> list[dict]:
-    return [evaluate(t, progs) for t in tasks]
+def _evaluate_group(progs: dict, tasks: list[dict]) -> tuple[list[dict], float, dict]:
+    """The points of ``tasks`` on ``progs``, the CPU seconds they took and the seconds per timing phase."""
+    import time
+
+    c0 = time.process_time()
+    before = dict(_PHASE)
+    memo: dict = {}
+    out = [evaluate(t, progs, memo) for t in tasks]
+    return out, time.process_time() - c0, {k: _PHASE[k] - before[k] for k in _PHASE}
 
 
 def _groups(tasks: Sequence[dict], size: int) -> tuple[list[str], dict[str, list[int]], list[tuple[str, list[int]]]]:
@@ -399,21 +531,40 @@ def _groups(tasks: Sequence[dict], size: int) -> tuple[list[str], dict[str, list
     return list(by_key), by_key, chunks
 
 
+def _warm_imports() -> None:
+    """Import what the workers run before they fork from this process (each would pay ~0.5 s of imports)."""
+    import systolica.bench.accel_model  # noqa: F401 - the performance model, the runtime's prefill schedule
+    import systolica.boards.fit_status  # noqa: F401
+    import systolica.compiler.programs_only  # noqa: F401
+    import systolica.sim.perf_plan  # noqa: F401
+
+
 def run_tasks(tasks: Sequence[dict], *, workers: int | None = None, ray_address: str | None = None,
               progress: Callable[[int, int], None] = lambda done, total: None, stats: dict | None = None) -> list[dict]:
     """Evaluate tasks in parallel: local processes by default, a Ray cluster with ``ray_address``
     (``"local"`` starts Ray on this machine).  Results come back in task order.
 
-    Points that share programs (:func:`program_key`: the same model, configuration less clock, prompt) are compiled
-    once: first every distinct program set (in parallel, or from the on-disk cache), then the points in chunks of
-    one program set each.  ``stats``, if given, receives ``compiled`` and ``cached`` (program sets) and
-    ``seconds``."""
+    Each model's shape (:func:`model_shapes`: its configuration and matrix shifts) is read once, here.  Points that
+    share programs (:func:`program_key`: the same model, configuration less clock, prompt) are compiled once: first
+    every distinct program set (in parallel, or from the on-disk cache), then the points in chunks of one program
+    set each (in local processes a set's points start as soon as it is ready).  ``stats``, if given, receives
+    ``compiled`` and ``cached`` (program sets), ``seconds`` (wall) and ``cpu_seconds`` (this process and the workers'
+    tasks together), and per stage ``stage_seconds`` (wall: ``shapes``; ``programs``, until the last program set was
+    ready; ``points``, the rest), ``stage_cpu_seconds`` (``programs`` and ``points``, the workers' CPU) and
+    ``phase_seconds`` (``decode``/``prefill``: the CPU of timing each phase, summed over the points)."""
     import time
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     n = len(tasks)
     if stats is None:
         stats = {}
+    shapes = {}
+    for m in dict.fromkeys(t["model"] for t in tasks):
+        try:
+            shapes[m] = model_shapes(m)
+        except Exception:  # noqa: BLE001 - each point reports it (programs_for raises it again there)
+            shapes[m] = None
+    t_shapes = time.perf_counter()
     if ray_address:
         host = ray_address.rpartition(":")[0] if ":" in ray_address else ray_address
         if (ray_address == "local" or host in ("localhost", "::1") or host.startswith("127.")) \
@@ -431,10 +582,13 @@ def run_tasks(tasks: Sequence[dict], *, workers: int | None = None, ray_address:
         nodes = max(1, int(ray.cluster_resources().get("CPU", 1)))
         keys, by_key, chunks = _groups(tasks, max(1, math.ceil(n / (4 * nodes))))
         prep = ray.remote(_prepare)
-        progs = dict(zip(keys, ray.get([prep.remote(tasks[by_key[k][0]]) for k in keys]), strict=True))
+        firsts = [tasks[by_key[k][0]] for k in keys]
+        prepared = ray.get([prep.remote(t, shapes[t["model"]]) for t in firsts])
+        t_progs = time.perf_counter()
+        progs = {k: p for k, (p, _) in zip(keys, prepared, strict=True)}
         group = ray.remote(_evaluate_group)
         refs = {k: ray.put(p) for k, p in progs.items()}
-        parts = ray.get([group.remote(refs[k], [tasks[i] for i in idx]) for k, idx in chunks])
+        evaluated = ray.get([group.remote(refs[k], [tasks[i] for i in idx]) for k, idx in chunks])
         progress(n, n)
     else:
         from concurrent.futures import ProcessPoolExecutor
@@ -442,29 +596,59 @@ def run_tasks(tasks: Sequence[dict], *, workers: int | None = None, ray_address:
         w = max(1, min(workers or os.cpu_count() or 1, n))
         keys, by_key, chunks = _groups(tasks, max(1, math.ceil(n / (4 * w))))
         firsts = [tasks[by_key[k][0]] for k in keys]
+        evaluated = []
+        done = 0
         if w == 1 or len(chunks) == 1:
-            progs = {k: programs_for(t) for k, t in zip(keys, firsts, strict=True)}
-            parts = []
-            done = 0
+            prepared = [_prepare(t, shapes[t["model"]]) for t in firsts]
+            t_progs = time.perf_counter()
+            progs = {k: p for k, (p, _) in zip(keys, prepared, strict=True)}
             for k, idx in chunks:
-                parts.append(_evaluate_group(progs[k], [tasks[i] for i in idx]))
+                evaluated.append(_evaluate_group(progs[k], [tasks[i] for i in idx]))
                 done += len(idx)
                 progress(done, n)
         else:
+            from concurrent.futures import FIRST_COMPLETED, wait
+
+            _warm_imports()
             with ProcessPoolExecutor(max_workers=w) as ex:
-                progs = dict(zip(keys, ex.map(_prepare, firsts), strict=True))
-                parts = []
-                done = 0
-                for (_k, idx), part in zip(chunks, ex.map(_evaluate_group, [progs[k] for k, _ in chunks],
-                                                                     [[tasks[i] for i in idx] for _, idx in chunks]),
-                                                   strict=True):
-                    parts.append(part)
-                    done += len(idx)
-                    progress(done, n)
+                # a program set's points are queued as soon as it is ready: no worker waits for the slowest compile
+                pending = {ex.submit(_prepare, t, shapes[t["model"]]): ("prep", k) for k, t in zip(keys, firsts,
+                                                                                                 strict=True)}
+                ready: dict[str, tuple[dict, float]] = {}
+                parts: dict[int, tuple] = {}
+                t_progs = None
+                while pending:
+                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        what, k = pending.pop(f)
+                        if what == "prep":
+                            ready[k] = f.result()
+                            if len(ready) == len(keys):
+                                t_progs = time.perf_counter()
+                            for j, (kj, idx) in enumerate(chunks):
+                                if kj == k:
+                                    pending[ex.submit(_evaluate_group, ready[k][0], [tasks[i] for i in idx])] = \
+                                        ("points", j)
+                        else:
+                            parts[k] = f.result()
+                            done += len(chunks[k][1])
+                            progress(done, n)
+                prepared = [ready[k] for k in keys]
+                progs = {k: ready[k][0] for k in keys}
+                evaluated = [parts[j] for j in range(len(chunks))]
     out: list[dict] = [{}] * n
-    for (_k, idx), part in zip(chunks, parts, strict=True):
+    for (_k, idx), (part, _cpu, _ph) in zip(chunks, evaluated, strict=True):
         for i, r in zip(idx, part, strict=True):
             out[i] = r
+    t_end = time.perf_counter()
+    in_process = not ray_address and (w == 1 or len(chunks) == 1)  # then the workers' CPU is this process's
+    prog_cpu = sum(c for _, c in prepared)
+    point_cpu = sum(c for _, c, _ in evaluated)
+    here = time.process_time() - c0
     stats.update(compiled=sum(bool(p.get("compiled")) for p in progs.values()),
-                 cached=sum(not p.get("compiled") for p in progs.values()), seconds=time.perf_counter() - t0)
+                 cached=sum(not p.get("compiled") for p in progs.values()), seconds=t_end - t0,
+                 cpu_seconds=here if in_process else here + prog_cpu + point_cpu,
+                 stage_seconds={"shapes": t_shapes - t0, "programs": t_progs - t_shapes, "points": t_end - t_progs},
+                 stage_cpu_seconds={"programs": prog_cpu, "points": point_cpu},
+                 phase_seconds={k: sum(ph[k] for _, _, ph in evaluated) for k in _PHASE})
     return out

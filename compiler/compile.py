@@ -74,10 +74,12 @@ def min_chunk(cfg: AccelConfig, act_split: bool = False) -> int:
 
 
 def choose_chunk(lower: Callable[[int], tuple], cfg: AccelConfig, requested: int, act_split: bool = False):
-    """The lowered prefill program (``lower(rows)``'s result) of the chunk for ``cfg``, or None (no chunk of
-    2 rows or more fits).  Chunks from :func:`min_chunk` up to ``requested`` are lowered while they fit and
-    until their compute instructions per row pass 1.2 x the fewest; the largest within :data:`CHUNK_SLACK` of
-    the fewest wins.  A ``requested`` below :func:`min_chunk`: the largest chunk up to it that fits."""
+    """The lowered prefill program (``lower(rows)``'s result, whose item 1 is its instructions, each with an
+    ``engine``) of the chunk for ``cfg``, or None (no chunk of 2 rows or more fits).  Chunks from
+    :func:`min_chunk` up to ``requested`` are lowered while they fit and until their compute instructions per
+    row pass 1.2 x the fewest; the largest within :data:`CHUNK_SLACK` of the fewest wins.  A ``requested``
+    below :func:`min_chunk`: the largest chunk up to it that fits.  Only the winner is checked and encoded
+    afterwards (``_finish``): a candidate that is not chosen never runs."""
     lo = min(requested, min_chunk(cfg, act_split))
     got, per_row = {}, {}
     for r in range(max(lo, 2), requested + 1):
@@ -99,9 +101,16 @@ def choose_chunk(lower: Callable[[int], tuple], cfg: AccelConfig, requested: int
     return got[max(r for r, v in per_row.items() if v <= CHUNK_SLACK * best)]
 
 
-def _lower(g, qm, cfg, mats, kv, lay, rows_b, rows: int, max_pages: int, kind: str):
+def _lower(g, qm, cfg, mats, kv, lay, rows_b, rows: int, max_pages: int, batched: bool = False):
+    """A program for ``rows`` rows, generated and scheduled: ``(plan, emitted, scheduler)``; :func:`_finish`
+    checks and encodes it (only the prefill chunk :func:`choose_chunk` picks needs that)."""
     plan = plan_program(g, mats, cfg, kv, rows)
-    emitted, sched = generate(g, qm, cfg, plan, mats, kv, lay.regions, rows_b, max_pages, batched=kind == "decode_batch")
+    emitted, sched = generate(g, qm, cfg, plan, mats, kv, lay.regions, rows_b, max_pages, batched=batched)
+    return plan, emitted, sched
+
+
+def _finish(lowered, cfg, kind: str):
+    plan, emitted, sched = lowered
     instrs = [e.instr() for e in emitted]
     peaks = verify_tokens(instrs, cfg.queue_depth)
     try:
@@ -150,6 +159,18 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
     c = model.config
+    max_seq = _check_args(c, cfg, page, max_seq, prefill_chunk, batch)
+    say("graph")
+    g = _graph(c, cfg, act_split)
+    say("quantize")
+    qm, report = quantize(model, g, max_seq)
+    return _compile(g, qm, cfg, page=page, max_seq=max_seq, prefill_chunk=prefill_chunk, act_split=act_split,
+                    say=say, t0=t0, tokenizer=model.tokenizer, metadata=model.metadata, quant_errors=report.errors,
+                    batch=batch)
+
+
+def _check_args(c, cfg: AccelConfig, page: int, max_seq: int | None, prefill_chunk: int, batch: int = 1) -> int:
+    """The checked ``max_seq`` (default the model's), or :class:`CompileError` for a bad argument."""
     max_seq = c.max_seq if max_seq is None else int(max_seq)
     if page < 1 or page & (page - 1) or page > 4096:
         raise CompileError(f"page={page} must be a power of two in 1..4096 (ATTN.t is 12 bits)")
@@ -159,21 +180,30 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         raise CompileError(f"prefill_chunk={prefill_chunk} must be at least 1")
     if not 1 <= batch <= 64:
         raise CompileError(f"batch={batch} must be in 1..64")
-    say("graph")
+    return max_seq
+
+
+def _graph(c, cfg: AccelConfig, act_split: bool):
     g = build_graph(c, act_split=act_split)  # ModelError for a bad architecture or shape
     if c.group > 63 or -(-c.head_dim // cfg.cols) > 63:
         raise CompileError(f"ATTN holds at most 63 query heads per KV head and 63 lines per head; the model has "
                            f"{c.group} and {-(-c.head_dim // cfg.cols)} (head_dim={c.head_dim}, cols={cfg.cols})")
-    say("quantize")
-    qm, report = quantize(model, g, max_seq)
+    return g
+
+
+def _compile(g, qm, cfg: AccelConfig, *, page: int, max_seq: int, prefill_chunk: int, act_split: bool, say, t0,
+             tokenizer, metadata, quant_errors: dict, fill: bool = True, batch: int = 1) -> Artifact:
+    """The passes after quantization (layout, lowering, artifact), shared by :func:`compile_model` and the
+    programs-only compile (:mod:`systolica.compiler.programs_only`, ``fill=False``: no DRAM image)."""
+    c = g.config
     say("layout")
     max_pages = -(-max_seq // page)
     lay, img, mats, kv, rows_b = build_image(g, qm, cfg, page=page, n_pages=max_pages * batch, max_seq=max_seq,
-                                             logit_rows=batch)
+                                             logit_rows=batch, fill=fill)
     programs, infos, stats = {}, {}, {}
     say("decode program")
     try:
-        out = {"decode": _lower(g, qm, cfg, mats, kv, lay, rows_b, 1, max_pages, "decode")}
+        out = {"decode": _finish(_lower(g, qm, cfg, mats, kv, lay, rows_b, 1, max_pages), cfg, "decode")}
     except MemoryError_ as e:
         raise MemoryError_(f"model {c.name!r} does not fit the {cfg.name!r} accelerator even for one token: {e}") \
             from None
@@ -181,15 +211,16 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
     for kind in ("prefill", "prefill_nohead"):
         say(f"{kind} program")
         gk = graphs[PROGRAM_HEADS[kind]]
-        got = choose_chunk(lambda r, gk=gk, kind=kind: _lower(gk, qm, cfg, mats, kv, lay, rows_b, r, max_pages, kind),
+        got = choose_chunk(lambda r, gk=gk: _lower(gk, qm, cfg, mats, kv, lay, rows_b, r, max_pages),
                            cfg, min(prefill_chunk, max_seq), act_split)
         if got is not None:
-            out[kind] = got
+            out[kind] = _finish(got, cfg, kind)
     if batch > 1:
         say("decode_batch program")
         gb = build_graph(c, act_split=act_split, head_rows="all")
         try:
-            out["decode_batch"] = _lower(gb, qm, cfg, mats, kv, lay, rows_b, batch, max_pages, "decode_batch")
+            out["decode_batch"] = _finish(_lower(gb, qm, cfg, mats, kv, lay, rows_b, batch, max_pages, batched=True),
+                                          cfg, "decode_batch")
         except MemoryError_ as e:
             raise MemoryError_(f"a batched decode step of {batch} sequences does not fit the {cfg.name!r} "
                                f"accelerator: {e}; try a smaller batch") from None
@@ -217,8 +248,8 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         "model": {"name": c.name, "arch": c.arch, "dim": c.dim, "n_layers": c.n_layers, "n_heads": c.n_heads,
                   "n_kv_heads": c.n_kv_heads, "ffn_dim": c.ffn_dim, "vocab_size": c.vocab_size,
                   "max_seq": c.max_seq, "norm_eps": c.norm_eps, "rope_base": c.rope_base,
-                  "tied_output": c.tied_output, "metadata": _jsonable(model.metadata)},
-        "tokenizer": _tokenizer_json(model.tokenizer),
+                  "tied_output": c.tied_output, "metadata": _jsonable(metadata)},
+        "tokenizer": _tokenizer_json(tokenizer),
         "max_seq": max_seq, "act_split": bool(act_split), "kv": kv.to_json(), "regions": [r.to_json() for r in lay.regions.values()],
         "weights": _weights_json(mats, lay, cfg),
         "rows": {**rows_b, "embd_offset": lay["token_embd"].offset,
@@ -228,7 +259,7 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
                    "row_bytes": lines_for(c.vocab_size, cfg.cols) * cfg.cols * 4},
         "image_bytes": len(img), "dram_top": lay.top,
         "programs": {k: {kk: vv for kk, vv in v.items() if not kk.startswith("_")} for k, v in infos.items()},
-        "quant_errors": report.errors, "stats": stats,
+        "quant_errors": quant_errors, "stats": stats,
     }
     art = Artifact(man, programs, np.frombuffer(bytes(img), dtype=np.uint8))
     for kind, info in infos.items():  # compiled values = the first step's (position 0, token 0)

@@ -19,9 +19,10 @@ import gguf
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-__all__ = ["check_layout"]
+__all__ = ["check_layout", "read_layout"]
 
-_SCALAR_BYTES = {t: np.dtype(d).itemsize for t, d in gguf.GGUFReader.gguf_scalar_to_np.items()}
+_SCALAR_DTYPES = {t: np.dtype(d).newbyteorder("<") for t, d in gguf.GGUFReader.gguf_scalar_to_np.items()}
+_SCALAR_BYTES = {t: d.itemsize for t, d in _SCALAR_DTYPES.items()}
 _MAX_DIMS = 4  # GGML_MAX_DIMS
 
 
@@ -35,9 +36,26 @@ def check_layout(path: Path) -> str | None:
         return _walk(memoryview(mm))
 
 
-def _walk(buf: memoryview) -> str | None:
+def read_layout(path: Path) -> tuple[str | None, dict, list[tuple[str, list[int], int, int]]]:
+    """:func:`check_layout`'s walk, keeping what it reads: ``(problem or None, metadata, tensors)``.
+
+    ``metadata`` maps every key to its value as ``gguf_reader`` gives it (``str``, ``int``, ``float``, ``bool``,
+    lists of them; ``None`` for a nested array); ``tensors`` are ``(name, ne, type id, first byte in the file)``
+    in info order.  One pass in Python over the bytes (a 49k-token vocabulary in ~0.3 s), where the ``gguf``
+    package builds a numpy view per value (~4 s).
+    """
+    meta: dict = {}
+    tensors: list = []
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        why = _walk(memoryview(mm), meta, tensors)
+    return why, meta, tensors
+
+
+def _walk(buf: memoryview, meta: dict | None = None, tensors: list | None = None) -> str | None:
+    """The walk; with ``meta`` and ``tensors`` it also decodes every value and keeps each tensor's extent."""
     size = len(buf)
     pos = 0
+    keep = meta is not None
 
     def take(n: int, what: str) -> memoryview:
         nonlocal pos
@@ -62,22 +80,28 @@ def _walk(buf: memoryview) -> str | None:
         except ValueError:
             raise _Bad(f"{what} has unknown value type {code}") from None
 
-    def value(t: GGUFValueType, what: str, depth: int = 0) -> None:
+    def value(t: GGUFValueType, what: str, depth: int = 0):
+        """Step over one value; when keeping, return it as ``gguf_reader._field_value`` would."""
         if t == GGUFValueType.STRING:
-            take(u("Q", what), what)
-        elif t == GGUFValueType.ARRAY:
+            raw = take(u("Q", what), what)
+            return bytes(raw).decode("utf-8", errors="replace") if keep else None
+        if t == GGUFValueType.ARRAY:
             et, n = vtype(u("I", what), what), u("Q", what)
             if et in _SCALAR_BYTES:
-                take(_SCALAR_BYTES[et] * n, f"{what} ({n} elements)")
-            elif depth > 0 or et == GGUFValueType.ARRAY:
+                raw = take(_SCALAR_BYTES[et] * n, f"{what} ({n} elements)")
+                return np.frombuffer(raw, _SCALAR_DTYPES[et]).tolist() if keep else None
+            if depth > 0 or et == GGUFValueType.ARRAY:
                 raise _Bad(f"{what} is a nested array; GGUF metadata of llama models has none")
-            else:  # strings: at least their 8-byte length each
-                if n * 8 > size - pos:
-                    raise _Bad(f"truncated: {what} claims {n} strings, the file has {size - pos} bytes left")
-                for _ in range(n):
-                    value(et, what, depth + 1)
-        else:
-            take(_SCALAR_BYTES[t], what)
+            # strings: at least their 8-byte length each
+            if n * 8 > size - pos:
+                raise _Bad(f"truncated: {what} claims {n} strings, the file has {size - pos} bytes left")
+            out = [value(et, what, depth + 1) for _ in range(n)]
+            return out if keep else None
+        raw = take(_SCALAR_BYTES[t], what)
+        if not keep:
+            return None
+        v = np.frombuffer(raw, _SCALAR_DTYPES[t])[0].item()
+        return bool(v) if t == GGUFValueType.BOOL else v
 
     try:
         take(4, "magic")
@@ -96,7 +120,9 @@ def _walk(buf: memoryview) -> str | None:
             keys.add(key)
             t = vtype(u("I", f"type of metadata key {key!r}"), f"metadata key {key!r}")
             start = pos
-            value(t, f"metadata key {key!r}")
+            v = value(t, f"metadata key {key!r}")
+            if keep:
+                meta[key] = v
             if key == "general.alignment":
                 if t != GGUFValueType.UINT32:
                     return f"general.alignment has type {t.name}, expected UINT32"
@@ -144,6 +170,8 @@ def _walk(buf: memoryview) -> str | None:
             if end > size:
                 return f"truncated: tensor {name!r} data ends at byte {end} but the file has {size} bytes"
             extents.append((begin, end, name))
+            if keep:
+                tensors.append((name, ne, ttype, begin))
         extents.sort()
         for (_b0, e0, n0), (b1, _e1, n1) in zip(extents, extents[1:], strict=False):
             if b1 < e0:

@@ -18,6 +18,7 @@ checked with :meth:`Model.check`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -31,7 +32,7 @@ from systolica.tokenizer import Tokenizer
 
 from .gguf_layout import check_layout
 
-__all__ = ["read_gguf", "read_gguf_metadata", "GGUFError", "SUPPORTED_TYPES", "ARCHITECTURES"]
+__all__ = ["read_gguf", "read_gguf_blocks", "read_gguf_metadata", "GGUFError", "SUPPORTED_TYPES", "ARCHITECTURES"]
 
 GGUF_MAGIC = b"GGUF"
 ARCHITECTURES = ("llama",)  # SmolLM, TinyLlama, Llama 2, Mistral conversions all say "llama"
@@ -177,7 +178,7 @@ def _check_token_ids(path: Path, meta: dict, vocab_size: int) -> None:
 
 
 # ------------------------------------------------------------------ the front end
-def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
+def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True, layers: int | None = None) -> Model:
     """Read a llama-architecture GGUF checkpoint into a checked :class:`Model`.
 
     Parameters
@@ -186,6 +187,11 @@ def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
         The ``.gguf`` file.
     load_tokenizer : bool
         Build the tokenizer from ``tokenizer.ggml.*`` (when the file has one).
+    layers : int, optional
+        Read only the first ``layers`` blocks (with the embedding, final norm and output): the model's
+        ``config.n_layers`` is then ``min(layers, the file's)`` and ``metadata["file_n_layers"]`` the file's
+        block count.  Every tensor name is still checked; only the skipped blocks are not dequantized
+        (what a design-space sweep that extrapolates from 1 and 2 blocks reads).
 
     Returns
     -------
@@ -203,6 +209,57 @@ def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
     path = Path(path)
     reader = _open(path)
     meta = {k: _field_value(f) for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+    return _to_model(path, meta, reader.tensors, load_tokenizer, layers)
+
+
+class _Tensor:
+    """What :func:`_dequantize` and :func:`_to_model` read of a ``gguf.ReaderTensor``."""
+
+    __slots__ = ("name", "tensor_type", "shape", "data")
+
+    _ITEM = {Q.F16: np.float16, Q.F32: np.float32, Q.F64: np.float64, Q.I8: np.int8, Q.I16: np.int16,
+             Q.I32: np.int32, Q.I64: np.int64}  # other types: bytes per row, as the gguf package shapes them
+
+    def __init__(self, mm: np.ndarray, name: str, ne: list[int], ttype: int, begin: int):
+        self.name, self.tensor_type = name, GGMLQuantizationType(ttype)
+        self.shape = np.array(ne, dtype=np.uint64)
+        block, tsize = GGML_QUANT_SIZES[self.tensor_type]
+        n = int(np.prod(ne, dtype=np.int64))
+        dims = tuple(reversed(ne))
+        item = self._ITEM.get(self.tensor_type)
+        if item is None:
+            item, dims = np.uint8, (*dims[:-1], dims[-1] // block * tsize)
+        self.data = mm[begin:begin + n * tsize // block].view(np.dtype(item).newbyteorder("<")).reshape(dims)
+
+
+def read_gguf_blocks(path: str | os.PathLike, layers: int) -> Model:
+    """``read_gguf(path, load_tokenizer=False, layers=layers)``, the same model, from the layout walk
+    (:func:`~systolica.compiler.gguf_layout.read_layout`) instead of the ``gguf`` package's reader, which builds a
+    numpy view per metadata value (~4 s of SmolLM2's ~4.5 s, for its vocabulary and merges).  For reading a
+    model's shape quickly (``systolica dse``); the same checks, tensors from a memory map.
+
+    Raises
+    ------
+    GGUFError
+        As :func:`read_gguf`.
+    """
+    from .gguf_layout import read_layout
+
+    path = Path(path)
+    if not path.is_file():
+        raise GGUFError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+    why, meta, infos = read_layout(path)
+    if why is not None:
+        raise GGUFError(f"{path}: {why}")
+    mm = np.memmap(path, mode="r")
+    return _to_model(path, meta, [_Tensor(mm, *t) for t in infos], False, layers)
+
+
+def _to_model(path: Path, meta: dict, reader_tensors, load_tokenizer: bool, layers: int | None) -> Model:
     if "general.architecture" not in meta:
         raise GGUFError(f"{path}: metadata key 'general.architecture' is missing")
     arch = meta["general.architecture"]
@@ -224,7 +281,7 @@ def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
             v = v[0]
         return _typed(path, full, v, kind, lo, hi)
 
-    tensors = {t.name: t for t in reader.tensors}
+    tensors = {t.name: t for t in reader_tensors}
     dim = key("embedding_length")
     n_heads = key("attention.head_count")
     n_kv = key("attention.head_count_kv", n_heads)
@@ -259,13 +316,20 @@ def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
     if scaling not in ("none", None) and factor != 1.0:
         raise GGUFError(f"{path}: {arch}.rope.scaling.type={scaling!r} is not supported (plain RoPE only)")
 
+    file_layers = cfg.n_layers
+    if layers is not None:
+        if layers < 1:
+            raise GGUFError(f"{path}: layers={layers} must be at least 1")
+        cfg = dataclasses.replace(cfg, n_layers=min(int(layers), file_layers))
     weights: dict[str, np.ndarray] = {}
     types: dict[str, str] = {}
-    for t in reader.tensors:
+    for t in reader_tensors:
         name = _model_name(t.name)
-        if name is None or not _allowed(name, cfg.n_layers):
+        if name is None or not _allowed(name, file_layers):
             raise GGUFError(f"{path}: unexpected tensor {t.name!r} for architecture {arch!r} "
                             f"(e.g. rope_freqs or biases are not supported)")
+        if not _allowed(name, cfg.n_layers):
+            continue  # a block past ``layers``
         weights[name] = _dequantize(t, path)
         types[name] = GGMLQuantizationType(t.tensor_type).name
     _check_token_ids(path, meta, cfg.vocab_size)
@@ -278,6 +342,8 @@ def read_gguf(path: str | os.PathLike, *, load_tokenizer: bool = True) -> Model:
                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
     metadata = {"source": str(path), "format": "gguf", "tensor_types": types,
                 "general": {k: v for k, v in meta.items() if k.startswith("general.") and not isinstance(v, list)}}
+    if layers is not None:
+        metadata["file_n_layers"] = file_layers
     model = Model(cfg, weights, tokenizer=tok, metadata=metadata)
     try:
         model.check()

@@ -86,8 +86,13 @@ def _put(img: bytearray, off: int, arr: np.ndarray) -> None:
     img[off:off + len(b)] = b
 
 
-def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int, logit_rows: int = 1):
+def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int, logit_rows: int = 1,
+                fill: bool = True):
     """Lay out and fill the DRAM image.
+
+    ``fill=False`` lays it out only (the same regions, matrices and KV geometry; an empty image): what
+    lowering needs, for a compile of the programs alone (:mod:`systolica.compiler.programs_only`); of the
+    weights only their shapes and REQUANT shifts are read.
 
     Returns
     -------
@@ -123,55 +128,62 @@ def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int, log
     for name, (oh, ih, bias) in heads.items():
         qmat = qm.mats[name]
         N, K, Nl, Kl, x0 = shapes[name]
-        ri, ci = scatter_index(N, oh, cols), scatter_index(K, ih, cols)
-        w = np.zeros((Nl * cols, Kl * cols), np.int8)
-        w[np.ix_(ri, ci)] = qmat.q
-        streams.append((wstream.address(rw.offset, x0, cfg), wstream.port_streams(w, cfg)))
-        del w
-        mult = np.zeros(Nl * cols, "<i4")
-        mult[ri] = qmat.mult
-        rm = lay.add(f"mult:{name}", mult.nbytes, "weight")
-        parts.append((rm.offset, mult))
+        if fill:
+            ri, ci = scatter_index(N, oh, cols), scatter_index(K, ih, cols)
+            w = np.zeros((Nl * cols, Kl * cols), np.int8)
+            w[np.ix_(ri, ci)] = qmat.q
+            streams.append((wstream.address(rw.offset, x0, cfg), wstream.port_streams(w, cfg)))
+            del w
+        rm = lay.add(f"mult:{name}", Nl * cols * 4, "weight")  # int32 per padded output row
+        if fill:
+            mult = np.zeros(Nl * cols, "<i4")
+            mult[ri] = qmat.mult
+            parts.append((rm.offset, mult))
         boff = None
         if bias is not None:
-            b = np.zeros(Nl * cols, "<i4")
-            b[ri] = qm.fx[bias]
-            rb = lay.add(f"bias:{bias}", b.nbytes, "vector")
-            parts.append((rb.offset, b))
+            rb = lay.add(f"bias:{bias}", Nl * cols * 4, "vector")
+            if fill:
+                b = np.zeros(Nl * cols, "<i4")
+                b[ri] = qm.fx[bias]
+                parts.append((rb.offset, b))
             boff = rb.offset
         mats[name] = MatrixInfo(name, N, K, Nl, Kl, rw.offset, x0, rm.offset, qmat.requant_shift, boff)
     gpt2 = c.arch == "gpt2"
     for n in g.nodes:
         if n.op == "norm":
             w = n.attrs["weight"]
-            vec = np.zeros((2 if gpt2 else 1, Dl * cols), "<i4")
-            vec[0, :D] = qm.fx[w]
-            if gpt2:
-                vec[1, :D] = qm.fx[w + "_b"]
-            r = lay.add(f"vec:{w}", vec.nbytes, "vector")
-            parts.append((r.offset, vec))
-    emb = np.zeros((c.vocab_size, Dl * cols), "<i4")
-    emb[:, :D] = qm.fx["token_embd"]
-    r = lay.add("token_embd", emb.nbytes, "table")
-    parts.append((r.offset, emb))
+            r = lay.add(f"vec:{w}", (2 if gpt2 else 1) * Dl * cols * 4, "vector")
+            if fill:
+                vec = np.zeros((2 if gpt2 else 1, Dl * cols), "<i4")
+                vec[0, :D] = qm.fx[w]
+                if gpt2:
+                    vec[1, :D] = qm.fx[w + "_b"]
+                parts.append((r.offset, vec))
+    r = lay.add("token_embd", c.vocab_size * Dl * cols * 4, "table")
+    if fill:
+        emb = np.zeros((c.vocab_size, Dl * cols), "<i4")
+        emb[:, :D] = qm.fx["token_embd"]
+        parts.append((r.offset, emb))
     rows = {"embd_row": Dl * cols * 4}
     if gpt2:
-        pe = np.zeros((max_seq, Dl * cols), "<i4")
-        pe[:, :D] = qm.fx["position_embd"][:max_seq]
-        r = lay.add("pos_embd", pe.nbytes, "table")
-        parts.append((r.offset, pe))
+        r = lay.add("pos_embd", max_seq * Dl * cols * 4, "table")
+        if fill:
+            pe = np.zeros((max_seq, Dl * cols), "<i4")
+            pe[:, :D] = qm.fx["position_embd"][:max_seq]
+            parts.append((r.offset, pe))
         rows["pos_row"] = Dl * cols * 4
     else:
         hp = hdl * cols
         if hp % 2:
             raise MemoryError_(f"head_dim {hd} pads to {hp} elements (cols={cols}), an odd number: RoPE needs pairs")
-        tab = np.zeros((max_seq, hp), "<i4")
-        half = hd // 2
-        src = qm.rope[:max_seq]
-        tab[:, :half] = src[:, :half]
-        tab[:, hp // 2:hp // 2 + half] = src[:, half:]
-        r = lay.add("rope", tab.nbytes, "table")
-        parts.append((r.offset, tab))
+        r = lay.add("rope", max_seq * hp * 4, "table")
+        if fill:
+            tab = np.zeros((max_seq, hp), "<i4")
+            half = hd // 2
+            src = qm.rope[:max_seq]
+            tab[:, :half] = src[:, :half]
+            tab[:, hp // 2:hp // 2 + half] = src[:, half:]
+            parts.append((r.offset, tab))
         rows["rope_row"] = hp * 4
     init_end = lay.top
     page_log2 = page.bit_length() - 1
@@ -180,7 +192,7 @@ def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int, log
     kvr = lay.add("kv", c.n_layers * n_pages * c.n_kv_heads * tile_bytes, "kv")
     kv = KvGeometry(kvr.offset, page, page_log2, n_pages, c.n_kv_heads, hdl, tile_bytes, c.n_layers)
     lay.add("logits", logit_rows * lines_for(c.vocab_size, cols) * cols * 4, "io")  # a row per batched sequence
-    img = bytearray(init_end)
+    img = bytearray(init_end if fill else 0)
     for off, arr in parts:
         _put(img, off, arr)
     win = np.frombuffer(img, np.uint8)  # a writable view of img

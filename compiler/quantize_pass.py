@@ -14,7 +14,7 @@ from systolica.compiler.ir import Graph, IRError, verify
 from systolica.model import Model
 from systolica.quant_model import QuantModel, quantize_model
 
-__all__ = ["QuantReport", "quantize", "error_table"]
+__all__ = ["QuantReport", "quantize", "check_quantized", "error_table"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,18 @@ def quantize(model: Model, graph: Graph, max_seq: int) -> tuple[QuantModel, Quan
     """
     # act_split only when asked: the keyword is newer than the rest of quantize_model's signature
     qm = quantize_model(model, max_seq=max_seq, **({"act_split": True} if graph.act_split else {}))
+    check_quantized(graph, qm)
+    return qm, QuantReport(dict(qm.errors))
+
+
+def check_quantized(graph: Graph, qm: QuantModel) -> None:
+    """Check a quantized model against ``graph``: every matrix, norm gain and bias it names, with its shape.
+
+    Raises
+    ------
+    IRError
+        The graph names a weight the quantized model lacks, shapes disagree, or act_split differs.
+    """
     if bool(getattr(qm, "act_split", False)) != graph.act_split:
         raise IRError(f"the graph has act_split={graph.act_split}, the quantized model {getattr(qm, 'act_split', None)}")
     shapes = {k: tuple(m.q.shape) for k, m in qm.mats.items()}
@@ -55,7 +67,6 @@ def quantize(model: Model, graph: Graph, max_seq: int) -> tuple[QuantModel, Quan
         b = n.attrs.get("bias")
         if b and b not in qm.fx:
             raise IRError(f"linear node names bias {b!r}, which the quantized model lacks")
-    return qm, QuantReport(dict(qm.errors))
 
 
 def error_table(report: QuantReport, top: int = 8) -> list[tuple[str, float]]:

@@ -8,7 +8,9 @@ points whose fit a synthesis measured (:mod:`systolica.boards.fit_status`); poin
 were never synthesized are listed, flagged and greyed, never ranked.  ``--synth`` runs Yosys first for
 configurations the shared synthesis cache lacks (10 to 40 minutes each for the presets on 2 cores).  Runs on
 all local cores by default (``-j N``: N processes), on a Ray cluster with ``--ray ADDRESS`` (``--ray local``
-starts Ray here).
+starts Ray here).  The last lines say how fast it went (:func:`summary_line`): points/s, wall and CPU seconds,
+whether the programs were compiled (cold) or from ``$SYSTOLICA_CACHE/dse-programs`` (warm), the stages and the
+CPU a point's decode and prefill timing took.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from systolica.cli.options import (
 )
 from systolica.cli.progress import progress_enabled
 
-__all__ = ["Dse", "parse_shapes", "split_models", "PLOT_NAME"]
+__all__ = ["Dse", "parse_shapes", "split_models", "summary_line", "PLOT_NAME"]
 
 PLOT_NAME = "dse_pareto.png"  # the file --plots DIR writes
 
@@ -74,6 +76,22 @@ def _floats(text: str, option: str, what: str) -> list[float]:
             raise UsageError(f"{option} item {x!r} is not {what} (a positive number)")
         out.append(v)
     return out
+
+
+def summary_line(n: int, stats: dict, where: str) -> str:
+    """The run's rate line: points/s (wall), CPU, whether its programs were cold (compiled) or warm (cached), and
+    where the time went (stages wall: shapes, until the last program set was ready, the rest; per point, the CPU
+    of the decode and prefill timing)."""
+    sec = stats["seconds"]
+    rate = n / sec if sec > 0 else float("inf")
+    c, k = stats["compiled"], stats["cached"]
+    kind = "cold" if c and not k else "warm" if k and not c else "mixed" if c else "no programs"
+    st, ph = stats["stage_seconds"], stats["phase_seconds"]
+    per = (f"; per point {ph['decode'] / n * 1e3:.0f} ms decode + {ph['prefill'] / n * 1e3:.0f} ms prefill timing (CPU)"
+           if n else "")
+    return (f"{n} points in {sec:.2f} s ({stats['cpu_seconds']:.1f} s CPU): {rate:.1f} points/s on {where}; "
+            f"{kind}: {c} program set(s) compiled, {k} from the cache; model shape {st['shapes']:.2f} s, "
+            f"programs {st['programs']:.2f} s, points {st['points']:.2f} s{per}")
 
 
 def _num(v, fmt: str = "g") -> str:
@@ -161,8 +179,7 @@ class Dse:
         if not to_stdout:
             con.print(t)
         where = f"Ray at {args.ray}" if args.ray else f"{args.jobs or os.cpu_count() or 1} local process(es)"
-        con.print(f"{len(points)} points in {stats['seconds']:.2f} s: {rate:.1f} points/s on {where}; programs: "
-                  f"{stats['compiled']} compiled, {stats['cached']} from the cache")
+        con.print(summary_line(len(points), stats, where))
         if n_unmeasured:
             con.print(f"[yellow]{n_unmeasured} point(s) have no measured synthesis: their speed is what the design "
                       "would do IF it fit (systolica hw build --board B --config C, or dse --synth, measures it)")
@@ -173,8 +190,12 @@ class Dse:
                                         "pareto_basis": "measured fits only (fit == 'yes')",
                                         "failed": [p for p in points if "error" in p],
                                         "timing": {"points": len(points), "seconds": stats["seconds"],
+                                                   "cpu_seconds": stats["cpu_seconds"],
                                                    "points_per_s": rate, "programs_compiled": stats["compiled"],
                                                    "programs_cached": stats["cached"],
+                                                   "stage_seconds": stats["stage_seconds"],
+                                                   "stage_cpu_seconds": stats["stage_cpu_seconds"],
+                                                   "phase_seconds": stats["phase_seconds"],
                                                    "workers": None if args.ray else (args.jobs or os.cpu_count()),
                                                    "ray": args.ray}})
         if written is not None:
