@@ -10,9 +10,14 @@ The DRAM model answers every burst after a fixed latency (``dram_latency=`` of :
 ``$SYSTOLICA_DRAM_LATENCY``; default 0, the model's minimum of one cycle) with any number of bursts
 outstanding; :attr:`FastResult.ports` counts the beats and bursts of every AXI port.
 
+The binary is built from :func:`fast_top_verilog`'s top, the accelerator behind a registered reset,
+which keeps Verilator from evaluating every next-state expression in its input region twice a cycle
+(docs/performance.md, "RTL fast path").
+
 ``python -m systolica.sim.fast_harness --bench`` runs one weight-streaming program
 on this path and on the cocotb path (cocotbext-axi models in Python) and prints
-the simulated cycles per second of both; ``--read-bandwidth --latency 100`` measures the
+the simulated cycles per wall and per CPU second of both side by side, with how each was built
+(``--pgo``: the fast path's profile-guided build); ``--read-bandwidth --latency 100`` measures the
 fraction of a port's peak (one beat a cycle) that one long LOAD reaches behind that DRAM latency.
 """
 
@@ -129,6 +134,10 @@ class FastRtl:
     waves
         Build with tracing (``True``: FST where Verilator's FST writer builds here, else VCD; or ``"fst"`` /
         ``"vcd"``): then :meth:`run` can write a waveform.  Tracing builds and runs are slower.
+    pgo
+        Build with gcc's profile-guided optimization: an instrumented binary runs an 8-tile GEMV and 8 random
+        ISA programs, then the model is compiled again with those counts (~2x the build time, ~10-25 % more
+        cycles/s on ``tiny``).  Cached in its own folder; not with ``waves``.
     """
 
     def __init__(self, cfg: AccelConfig, build_root: str | Path, *, waves: bool | str = False, pgo: bool = False):

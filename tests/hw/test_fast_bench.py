@@ -18,7 +18,7 @@ def test_bench_runs_both_paths_and_names_their_builds(build_dir):
     r = bench(preset("tiny"), build_dir, tiles=2, repeats=2)
     f, c = r["fast"], r["cocotb"]
     assert r["same_dram"] and f["code"] == c["code"] == "NONE" and not f["violations"], r
-    # the cocotb figure counts from the START write's first cycle, the C++ one from its handshake
+    # the cocotb figure starts at the START write (the C++ one at its handshake), and its AxiRam has its own timing
     assert 0 <= c["sim_cycles"] - f["sim_cycles"] < 64, (f["sim_cycles"], c["sim_cycles"])
     assert len(f["runs_cycles_per_s"]) == 2 and f["cycles_per_s"] == max(f["runs_cycles_per_s"])
     for p in (f, c):
