@@ -27,8 +27,7 @@ from collections.abc import Sequence
 from systolica.config import AccelConfig
 from systolica.hw.decode import decode_cycles
 from systolica.isa import WORD_BYTES
-from systolica.sim.perf import (RUN_OVERHEAD, PerfError, PerfResult, _plan, deadlock_error, decode_timed,
-                                fetch_stretch)
+from systolica.sim.perf import RUN_OVERHEAD, PerfError, PerfResult, _plan, deadlock_error, decode_timed, fetch_stretch
 from systolica.sim.perf_costs import cost_signature, op_cost
 
 __all__ = ["ProgramPlan", "plan_for", "clear_plans"]

@@ -16,9 +16,9 @@ import time
 
 import cocotb
 import numpy as np
-from systolica.sim.tb_accel import AccelTB
 
 from systolica.config import AccelConfig
+from systolica.sim.tb_accel import AccelTB
 
 MEM = 1 << 20
 WIN_BASE = 0x1_0000

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from systolica.sim.perf import PerfModel
-from systolica.sim.perf_costs import PerfParams
 
 from systolica.config import AccelConfig, load_config
 from systolica.isa import Engine, encode, make
+from systolica.sim.perf import PerfModel
+from systolica.sim.perf_costs import PerfParams
 
 __all__ = ["suite", "compiled_programs", "run_rtl", "run_fast", "compare", "summarize", "RTL_PARAMS", "main"]
 
@@ -115,6 +115,18 @@ def compiled_programs(art) -> list[dict]:
         words = art.patched_program(kind, StepState(pos, [1] * rows, list(range(art.pages_needed(pos, rows)))))
         out.append({"name": f"compiled_{kind}_pos{pos}", "words": words, "image": art.image, "window": window,
                     "prog_base": art.region(f"program:{kind}")["offset"]})
+    if "decode_batch" in art.programs:  # a batched step: every row its own sequence, at 3, 17, 9, ... on own pages
+        rows = art.rows("decode_batch")
+        pos = [(3, 17, 9, 30)[r % 4] for r in range(rows)]
+        tables, nxt = [], 0
+        for p in pos:
+            n = art.pages_needed(p, 1)
+            tables.append(list(range(nxt, nxt + n)))
+            nxt += n
+        words = art.patched_program("decode_batch", StepState(0, [1] * rows, [], rows=list(zip(pos, tables,
+                                                                                             strict=True))))
+        out.append({"name": f"compiled_decode_batch{rows}", "words": words, "image": art.image, "window": window,
+                    "prog_base": art.region("program:decode_batch")["offset"]})
     return out
 
 

@@ -35,7 +35,7 @@ def test_model_within_5_percent_of_rtl_cycles(build_dir, lanes, nonlinear, pack)
 
 def test_compiled_decode_and_prefill_within_5_percent_of_rtl_cycles(build_dir):
     """A compiled one-block llama on the fast harness (Verilator + C++ DRAM model, the artifact's image): decode
-    steps with one and two KV tiles and a prefill chunk."""
+    steps with one and two KV tiles, a prefill chunk and a batched decode step of three sequences."""
     from systolica.compiler.compile import compile_model
     from systolica.sim.perf_validate import compiled_programs, run_fast
     from systolica.testmodels import random_model
@@ -43,7 +43,8 @@ def test_compiled_decode_and_prefill_within_5_percent_of_rtl_cycles(build_dir):
     cfg = preset("tiny")
     model = random_model("llama", dim=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=48, vocab=64, seed=2,
                          max_seq=32)
-    progs = compiled_programs(compile_model(model, cfg, page=16, max_seq=32, prefill_chunk=4))
+    progs = compiled_programs(compile_model(model, cfg, page=16, max_seq=32, prefill_chunk=4, batch=3))
+    assert any("batch" in p["name"] for p in progs)
     runs = run_fast(cfg, progs, build_dir)
     assert all(r["code"] == 0 and not r["timed_out"] for r in runs), runs
     rows = compare(cfg, progs, runs)
