@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hw synth": ("systolica.cli.hw:Synth", "Yosys resource counts (LUT/FF/DSP/BRAM) of a hardware unit for xc7 / xcup"),
     "hw build": ("systolica.cli.build:Build", "everything a board needs: Verilog, Vivado TCL, deploy folder, fit check "
                                               "(or --asic: a NanGate 45 nm estimate)"),
+    "serve": ("systolica.cli.serve:Serve", "an HTTP completions endpoint with continuous batching (golden backend)"),
     "bench": ("systolica.cli.bench:Bench", "compare systolica on boards (modelled) with CPU/GPU baselines"),
     "dse": ("systolica.cli.dse:Dse", "sweep configurations x boards x models; Pareto front of speed, DSPs, BRAM, "
                                      "energy"),

@@ -97,7 +97,7 @@ def load_artifact_file(path: str | Path, cfg=None):
 
 
 def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_chunk: int, act_split: bool = True,
-                    say=print, progress=lambda step: None):
+                    say=print, progress=lambda step: None, batch: int = 1):
     """Load the artifact for (model, config, options) from the cache, compiling it on a miss.
 
     ``say``: messages (fetching, recompiling); ``progress``: the step now running (fetch, compile passes)."""
@@ -116,7 +116,7 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
             raise FileNotFoundError(f"model {model_spec!r} does not exist: give a .gguf file, a safetensors "
                                     "directory, a compiled .systolica artifact, or 'default'")
     key = (f"{path.stem}-{_fingerprint(path)}-{cfg.hash_hex()[:8]}-p{page}-s{max_seq}-c{prefill_chunk}"
-           f"-a{int(act_split)}-v{FORMAT_VERSION}")
+           f"-a{int(act_split)}{f'-b{batch}' if batch > 1 else ''}-v{FORMAT_VERSION}")
     file = cache_dir() / "artifacts" / f"{key}.systolica"
     if file.exists():
         from systolica.driver.runtime import _artifact_tokenizer
@@ -133,7 +133,8 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
     progress(f"reading {path.name}")
     model = load_model(str(path))
     art = compile_model(model, cfg, page=page, max_seq=min(max_seq, model.config.max_seq),
-                        prefill_chunk=prefill_chunk, act_split=act_split, progress=lambda s: progress(f"compiling: {s}"))
+                        prefill_chunk=prefill_chunk, act_split=act_split, progress=lambda s: progress(f"compiling: {s}"),
+                        batch=batch)
     progress("writing the artifact to the cache")
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_suffix(".tmp")
