@@ -63,13 +63,18 @@ def _field_value(field: gguf.ReaderField):
     return bool(v) if t == GGUFValueType.BOOL else v
 
 
-def _open(path: Path) -> gguf.GGUFReader:
+def _check_magic(path: Path) -> None:
+    """:class:`GGUFError` unless ``path`` is a file that starts with the GGUF magic."""
     if not path.is_file():
         raise GGUFError(f"{path}: no such file")
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
         raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+
+
+def _open(path: Path) -> gguf.GGUFReader:
+    _check_magic(path)
     # The gguf package trusts every count in the file (an array of 2**60 elements loops for hours), so the
     # layout is walked and bounded by the file size first; only a file that passes is handed to it.
     why = check_layout(path)
@@ -246,12 +251,7 @@ def read_gguf_blocks(path: str | os.PathLike, layers: int) -> Model:
     from .gguf_layout import read_layout
 
     path = Path(path)
-    if not path.is_file():
-        raise GGUFError(f"{path}: no such file")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != GGUF_MAGIC:
-        raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+    _check_magic(path)
     why, meta, infos = read_layout(path)
     if why is not None:
         raise GGUFError(f"{path}: {why}")

@@ -9,26 +9,15 @@ import urllib.request
 
 import numpy as np
 import pytest
+from serving_harness import batched_artifact
+from serving_harness import golden_runtime as _rt
 
-from systolica.compiler.compile import compile_model
-from systolica.config import preset
-from systolica.driver.device import open_device
 from systolica.driver.http_server import CompletionServer
-from systolica.driver.runtime import Runtime
-from systolica.testmodels import random_model
-
-CFG = preset("tiny")
 
 
 @pytest.fixture(scope="module")
 def art():
-    model = random_model("llama", dim=48, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=72, vocab=300, seed=3,
-                         max_seq=40)
-    return compile_model(model, CFG, page=8, max_seq=40, prefill_chunk=4, batch=3)
-
-
-def _rt(art) -> Runtime:
-    return Runtime(art, open_device("golden", CFG, dram_bytes=art.dram_bytes + (1 << 16)))
+    return batched_artifact()
 
 
 @pytest.fixture

@@ -169,7 +169,7 @@ def test_patched_image_is_the_patched_program_for_any_sequence_of_steps(compiled
     from systolica.program import words_to_bytes
 
     rng = np.random.default_rng(3)
-    n_pages, page, max_seq = int(compiled.manifest["kv"]["n_pages"]), compiled.page, int(compiled.manifest["max_seq"])
+    n_pages, max_seq = int(compiled.manifest["kv"]["n_pages"]), int(compiled.manifest["max_seq"])
     for _ in range(40):
         kind = str(rng.choice(list(compiled.programs)))
         rows = int(rng.integers(compiled.min_rows(kind), compiled.rows(kind) + 1))
