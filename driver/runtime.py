@@ -167,6 +167,9 @@ class Runtime:
         self.acc = Accelerator(device, timeout_s=timeout_s)
         self.acc.check_config(int(artifact.manifest["config_hash32"]), "the artifact")
         self.cfg = artifact.config
+        if artifact.manifest.get("programs_only"):
+            raise ArtifactError("this artifact holds the programs of a model without its weights (a programs-only "
+                                "compile, for timing): it cannot run; compile the model with `systolica compile`")
         size = -(-artifact.dram_bytes // 4096) * 4096
         self.window = device.alloc(size)
         self.window.view[:artifact.image.size] = artifact.image

@@ -99,3 +99,18 @@ def test_a_shift_that_does_not_fit_fails_as_the_full_compile_does():
     with pytest.raises(QuantError) as only:
         compile_programs(big, preset("tiny"), max_seq=32)
     assert str(only.value) == str(full.value)
+
+
+def test_a_programs_only_artifact_does_not_run():
+    from systolica.artifact import ArtifactError
+    from systolica.compiler.programs_only import compile_programs
+    from systolica.config import preset
+    from systolica.driver.device import open_device
+    from systolica.driver.runtime import Runtime
+    from systolica.testmodels import random_model
+
+    cfg = preset("tiny")
+    art = compile_programs(random_model("llama", dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=40, vocab=64,
+                                        seed=1, max_seq=16), cfg, page=16, max_seq=16, prefill_chunk=4)
+    with pytest.raises(ArtifactError, match="programs-only compile"):
+        Runtime(art, open_device("golden", cfg, dram_bytes=1 << 20))
