@@ -26,9 +26,13 @@ from systolica.driver.runtime import GenerationError, Runtime
 from systolica.driver.sampling import SamplingError, SamplingParams
 from systolica.driver.serving import BatchServer
 
-__all__ = ["CompletionServer"]
+__all__ = ["CompletionServer", "SchedulerStopped"]
 
 _FINISH = {"stop token": "stop", "max_new_tokens": "length", "context full": "length"}
+
+
+class SchedulerStopped(RuntimeError):
+    """The scheduler thread is gone (an accelerator fault stopped it, or the server was stopped)."""
 
 
 class _Scheduler(threading.Thread):
@@ -43,9 +47,18 @@ class _Scheduler(threading.Thread):
         self.error: BaseException | None = None
 
     def submit(self, prompt, max_tokens: int, sampling: SamplingParams, stop) -> tuple[int, queue.Queue]:
+        """Queue a request; its id and event queue.  :class:`SchedulerStopped` once the scheduler has stopped
+        (after an accelerator fault it does not serve again: restart the server)."""
         reply: queue.Queue = queue.Queue()
         self.inbox.put((prompt, max_tokens, sampling, stop, reply))
-        rid, out = reply.get()
+        while True:
+            try:
+                rid, out = reply.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if not self.is_alive():
+                    raise SchedulerStopped(f"the scheduler stopped ({type(self.error).__name__}: {self.error})"
+                                           if self.error else "the scheduler stopped") from None
         if isinstance(rid, BaseException):
             raise rid
         return rid, out
@@ -166,6 +179,9 @@ def _handler(app: CompletionServer):
                 rid, out = app.sched.submit(prompt, max_tokens, sampling, stop)
             except (ValueError, TypeError, SamplingError, GenerationError) as e:
                 self._error(400, str(e))
+                return
+            except SchedulerStopped as e:
+                self._error(503, str(e))
                 return
             cid = f"cmpl-{uuid.uuid4().hex[:12]}"
             created = int(time.time())

@@ -74,3 +74,23 @@ def test_streamed_completion_and_errors(art, server):
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health", timeout=10) as r:
         h = json.loads(r.read())
     assert h["ok"] and h["max_batch"] == 3
+
+
+def test_a_fault_stops_the_scheduler_and_later_requests_get_503(art):
+    """An accelerator fault during a step: the waiting request gets a 500 naming it, later ones a 503 (nothing
+    hangs)."""
+    rt = _rt(art)
+    srv = CompletionServer(rt, port=0).start()
+    try:
+        def broken(*a, **k):
+            raise RuntimeError("DMA_WINDOW fault at pc 12 (injected)")
+
+        rt.decode_batch = broken
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _post(srv.port, {"prompt": [5, 6, 7], "max_tokens": 4, "stop_token_ids": []})
+        assert e.value.code == 500 and "DMA_WINDOW" in json.loads(e.value.read())["error"]["message"]
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _post(srv.port, {"prompt": [5, 6], "max_tokens": 2})
+        assert e.value.code == 503 and "scheduler stopped" in json.loads(e.value.read())["error"]["message"]
+    finally:
+        srv.stop()
