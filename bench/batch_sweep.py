@@ -63,6 +63,20 @@ def systolica_batch_points(model, spec, prompt: Sequence[int], batches: Sequence
         cycles = pm.run(art.patched_program(kind, st)).cycles
         pts.append({"batch": b, "decode_tokens_per_s": b * f / cycles, "fits": True, "cycles_per_step": cycles,
                     "source": "performance model of the batched program (RTL-validated)"})
+    return served_in_smaller_batches(pts)
+
+
+def served_in_smaller_batches(pts: list[dict]) -> list[dict]:
+    """A batch the buffers cannot hold is still served, in steps of the largest batch that fits: such a point
+    gets that batch's throughput (``served_as``), so systems compare at every number of concurrent sequences."""
+    best = None
+    for p in sorted(pts, key=lambda p: p["batch"]):
+        if p.get("fits") and p.get("decode_tokens_per_s"):
+            best = p
+        elif best is not None and p.get("fits") is False:
+            p["decode_tokens_per_s"] = best["decode_tokens_per_s"]
+            p["served_as"] = best["batch"]
+            p["source"] = f"served {best['batch']} at a time (the largest batched step that fits)"
     return pts
 
 

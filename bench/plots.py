@@ -107,7 +107,7 @@ def plot_batch_sweep(doc: dict, path: Path) -> Path:
             style = "o--" if hyp.get(name) or proj else "o-"
             ax.plot(xs, ys, style, color=f"C{i}", label=f"{name} ({hyp[name]})" if hyp.get(name) else name)
             for p in pts:
-                if p.get("fits") is False:  # a batch the accelerator's buffers do not hold
+                if p.get("fits") is False:  # a batch the buffers do not hold (served in smaller steps, if at all)
                     ax.axvline(p["batch"], color=f"C{i}", alpha=0.15, lw=6)
         for x in doc["sweeps"].get("batch_crossovers", []):
             if x["metric"] != key:

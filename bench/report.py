@@ -107,7 +107,7 @@ def render_batch_table(sweeps: dict):
         t.add_column(col, justify=just)
     for name, pts in sweeps.get("batch", {}).items():
         for p in pts:
-            if p.get("fits") is False:
+            if p.get("fits") is False and p.get("served_as") is None:
                 t.add_row(name, str(p["batch"]), "does not fit", "", "", p.get("why", "")[:70])
                 continue
             f = [p.get("decode_tokens_per_s"), p.get("tokens_per_joule"), p.get("usd_per_mtok")]
