@@ -8,8 +8,19 @@ from pathlib import Path
 import pytest
 from hw_rtl_units import SHAPES, RtlUnits, build_key
 
-from systolica.hw import (accumulator, activation, attention_unit, fixed, gemm_core, norm_unit, recip, scratchpad,
-                          softmax_unit, systolic_array, vector_unit)
+from systolica.hw import (
+    accumulator,
+    activation,
+    attention_unit,
+    fixed,
+    gemm_core,
+    norm_unit,
+    recip,
+    scratchpad,
+    softmax_unit,
+    systolic_array,
+    vector_unit,
+)
 from systolica.sim.rtl_build import FAST_BUILD, build
 
 pytestmark = pytest.mark.rtl

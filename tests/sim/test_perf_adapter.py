@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+
 from systolica.compiler.compile import compile_model
+from systolica.config import preset
 from systolica.driver.golden_device import GoldenDevice
 from systolica.driver.runtime import Metrics, Runtime
 from systolica.sim.perf import PerfModel, cycle_model
-
-from systolica.config import preset
 from systolica.testmodels import random_model
 
 CFG = preset("tiny")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from systolica.sim.accel_programs import weight_stream_program
-from systolica.sim.perf import PerfError, PerfModel
-from systolica.sim.perf_costs import PerfParams, op_cost
 
 from systolica.config import preset
 from systolica.isa import Engine, encode, make
+from systolica.sim.accel_programs import weight_stream_program
+from systolica.sim.perf import PerfError, PerfModel
+from systolica.sim.perf_costs import PerfParams, op_cost
 
 CFG = preset("tiny")
 C = CFG.cols

@@ -7,9 +7,9 @@ is ``python -m systolica.sim.perf_validate``.
 from __future__ import annotations
 
 import pytest
-from systolica.sim.perf_validate import compare, run_rtl, suite, summarize
 
 from systolica.config import preset
+from systolica.sim.perf_validate import compare, run_rtl, suite, summarize
 
 pytestmark = [pytest.mark.rtl, pytest.mark.slow]
 
