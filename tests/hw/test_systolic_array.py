@@ -71,9 +71,9 @@ def test_extremes_no_overflow_of_products(pack):
         wbeats = [[[wv] * 4] * dut.w_cols for _ in range(4 // dut.w_cols)]
         abeats = [{"data": [av] * 4, "last": 1, "tag": 0}]
         got = []
-        run(dut, [lambda ctx: send(ctx, dut.w_stream, wbeats, random.Random(1), 0),
-                  lambda ctx: send(ctx, dut.a_stream, abeats, random.Random(2), 0),
-                  lambda ctx: collect(ctx, dut.o_stream, 1, random.Random(3), 0, out=got)])
+        run(dut, [lambda ctx, dut=dut, wbeats=wbeats: send(ctx, dut.w_stream, wbeats, random.Random(1), 0),
+                  lambda ctx, dut=dut, abeats=abeats: send(ctx, dut.a_stream, abeats, random.Random(2), 0),
+                  lambda ctx, dut=dut, got=got: collect(ctx, dut.o_stream, 1, random.Random(3), 0, out=got)])
         assert [got[0].data[c] for c in range(4)] == [4 * wv * av] * 4, (wv, av)
 
 
