@@ -58,9 +58,10 @@ from pathlib import Path
 import numpy as np
 
 from systolica.artifact_check import check_manifest
+from systolica.artifact_patch import PatchedImage
 from systolica.config import AccelConfig
 from systolica.isa import OP_BY_NAME, OPCODE_BITS
-from systolica.program import Program, words_to_bytes
+from systolica.program import Program
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "ArtifactError", "StepState", "base_state"]
 
@@ -156,129 +157,6 @@ def _field_value(word: int, op: str, field: str) -> int | None:
     return None
 
 
-class _PatchedImage:
-    """One program's byte image and the patch values it holds, with the patch table as arrays by kind."""
-
-    _INT = {"embed": 1, "kv_store": 4, "kv_page": 3, "kv_rows": 1, "attn_t": 2, "attn_offset": 2, "attn_nq": 3,
-            "n_rows": 2, "last_row": 2, "row_on": 3, "pos_embd": 0, "rope": 0, "pos_embd_at": 1, "rope_at": 1,
-            "kv_page_at": 4, "kv_rows_at": 2}  # kind -> args it takes
-
-    def __init__(self, art: Artifact, kind: str):
-        self.art, self.kind = art, kind
-        ops = art._patch_ops(kind, art.programs[kind].words)
-        self.ops = ops
-        self.groups: list[tuple[str, np.ndarray, np.ndarray]] = []  # (kind, patch numbers, args (n, nargs))
-        by: dict[str, list[int]] = {}
-        for i, op in enumerate(ops):
-            by.setdefault(op[4], []).append(i)
-        for pk, idx in by.items():
-            n = self._INT.get(pk)
-            if n is None:
-                raise ArtifactError(f"unknown patch kind {pk!r}")
-            args = np.array([list(ops[i][5])[:n] for i in idx], np.int64).reshape(len(idx), n)
-            self.groups.append((pk, np.array(idx, np.int64), args))
-        bits = np.array([op[2] for op in ops], np.int64)
-        signed = np.array([op[3] for op in ops], bool)
-        self.lo_lim = np.where(signed, -(1 << (bits - 1)), 0)
-        self.hi_lim = np.where(signed, (1 << (bits - 1)) - 1, (1 << bits) - 1)
-        by_word: dict[int, list[int]] = {}
-        for i, op in enumerate(ops):
-            by_word.setdefault(op[0], []).append(i)
-        self.by_word = {w: tuple(v) for w, v in by_word.items()}  # word index -> its patch numbers
-        self.image = np.frombuffer(words_to_bytes(art.programs[kind].words), np.uint8).copy()
-        self.values: np.ndarray | None = None  # what the image holds (None: the compiled words)
-
-    def _values(self, st: StepState) -> np.ndarray:
-        """Every patch's value for ``st``: :meth:`Artifact._value` over arrays."""
-        m, kv = self.art.manifest, self.art.manifest["kv"]
-        P, rows, pos = int(kv["page"]), len(st.tokens), int(st.pos)
-        page_bytes, tile_bytes = int(kv["heads"]) * int(kv["tile_bytes"]), int(kv["tile_bytes"])
-        base, n_pages = int(kv["base"]), int(kv["n_pages"])
-        R = max(self.art.rows(self.kind), rows)
-        rp = np.array([st.row_pos(r) for r in range(R)], np.int64)  # each row's position
-        active = np.arange(R) < rows
-        if st.rows is None:
-            tables = np.asarray(list(st.block_table) or [0], np.int64)[None, :]
-            trow = np.zeros(R, np.int64)  # every row reads the one table
-        else:
-            width = max([len(st.row_table(r)) for r in range(rows)] + [1])
-            tables = np.zeros((R, width), np.int64)
-            for r in range(rows):
-                t = list(st.row_table(r))
-                tables[r, :len(t)] = t
-            trow = np.arange(R, dtype=np.int64)
-        toks = np.asarray(list(st.tokens) or [0], np.int64)
-        out = np.empty(len(self.ops), np.int64)
-
-        def page_addr(layer, row, logical):
-            r = trow[np.clip(row, 0, R - 1)]
-            return base + (layer * n_pages + tables[r, np.clip(logical, 0, tables.shape[1] - 1)]) * page_bytes
-
-        def row_t(row, j):  # valid tokens of page j for row's query (a batched row past the run's: none)
-            t = np.clip(rp[row] + 1 - j * P, 0, P)
-            return t if st.rows is None else np.where(active[row], t, 0)
-
-        for pk, idx, a in self.groups:
-            if pk == "n_rows":
-                v = a[:, 0] + a[:, 1] * rows
-            elif pk == "last_row":
-                v = a[:, 0] + a[:, 1] * (rows - 1)
-            elif pk == "row_on":
-                v = np.where(a[:, 0] < a[:, 2] * rows, a[:, 1], 0)
-            elif pk == "embed":
-                tok = np.where(a[:, 0] < rows, toks[np.clip(a[:, 0], 0, toks.size - 1)], 0)
-                v = m["rows"]["embd_offset"] + tok * m["rows"]["embd_row"]
-            elif pk in ("pos_embd", "rope"):
-                t = "pos" if pk == "pos_embd" else "rope"
-                v = np.full(idx.size, m["rows"][f"{t}_offset"] + pos * m["rows"][f"{t}_row"], np.int64)
-            elif pk in ("pos_embd_at", "rope_at"):
-                t = "pos" if pk == "pos_embd_at" else "rope"
-                v = m["rows"][f"{t}_offset"] + np.where(active[a[:, 0]], rp[a[:, 0]], 0) * m["rows"][f"{t}_row"]
-            elif pk == "kv_store":
-                layer, row, part, slot = a.T
-                p = rp[row]
-                v = np.where(row >= rows, base, page_addr(layer, row, p // P) + part + (p % P) * slot)
-            elif pk in ("kv_page", "kv_rows"):
-                j = a[:, -1] if pk == "kv_rows" else a[:, 1]
-                used = j * P < pos + rows
-                v = (np.where(used, page_addr(a[:, 0], 0, j) + a[:, 2] * tile_bytes, base) if pk == "kv_page"
-                     else used.astype(np.int64))
-            elif pk in ("kv_page_at", "kv_rows_at"):
-                row, j = (a[:, 0], a[:, 1]) if pk == "kv_rows_at" else (a[:, 1], a[:, 2])
-                used = row_t(row, j) > 0
-                v = (np.where(used, page_addr(a[:, 0], row, j) + a[:, 3] * tile_bytes, base) if pk == "kv_page_at"
-                     else used.astype(np.int64))
-            else:
-                t = row_t(a[:, 0], a[:, 1])
-                if pk == "attn_t":
-                    v = t
-                elif pk == "attn_nq":
-                    v = np.where((t > 0) & (a[:, 0] < rows), a[:, 2], 0)
-                else:  # attn_offset
-                    v = np.where(t > 0, t - 1, 0)
-            out[idx] = v
-        return out
-
-    def patched(self, st: StepState) -> np.ndarray:
-        vals = self._values(st)
-        bad = np.flatnonzero((vals < self.lo_lim) | (vals > self.hi_lim))
-        if bad.size:
-            idx, _lo, bits, _s, pkind, _a = self.ops[int(bad[0])]
-            raise ArtifactError(f"{self.kind} instruction {idx}: {pkind} value {int(vals[bad[0]])} does not fit "
-                                f"{bits} bits")
-        changed = np.arange(vals.size) if self.values is None else np.flatnonzero(vals != self.values)
-        img, ops = self.image, self.ops
-        for w in {ops[i][0] for i in changed.tolist()}:
-            word = int.from_bytes(img[16 * w:16 * w + 16].tobytes(), "little")
-            for i in self.by_word[w]:
-                _idx, lo, bits, _s, _k, _a = ops[i]
-                mask = ((1 << bits) - 1) << lo
-                word = (word & ~mask) | ((int(vals[i]) & ((1 << bits) - 1)) << lo)
-            img[16 * w:16 * w + 16] = np.frombuffer(word.to_bytes(16, "little"), np.uint8)
-        self.values = vals
-        return img.copy()
-
-
 def _field_bits(op: str, field: str) -> tuple[int, int, bool]:
     for f, lo in OP_BY_NAME[op].layout():
         if f.name == field:
@@ -298,7 +176,7 @@ class Artifact:
         self.programs = programs
         self.image = np.asarray(image, dtype=np.uint8)
         self._bits: dict[str, list] = {}
-        self._images: dict[str, _PatchedImage] = {}
+        self._images: dict[str, PatchedImage] = {}
 
     # ------------------------------------------------------------ facts
     @property
@@ -341,7 +219,7 @@ class Artifact:
     def _value(self, kind: str, args: list, st: StepState, rows: int) -> int:
         """The value of patch ``kind`` for step ``st``; ``rows`` is the step's row count (``len(st.tokens)``).
 
-        The definition (:class:`_PatchedImage` computes the same over arrays)."""
+        The definition (:class:`~systolica.artifact_patch.PatchedImage` computes the same over arrays)."""
         m, kv = self.manifest, self.manifest["kv"]
         P = int(kv["page"])
         if kind == "n_rows":
@@ -455,7 +333,7 @@ class Artifact:
         self.check_step(kind, st)
         img = self._images.get(kind)
         if img is None:
-            img = self._images[kind] = _PatchedImage(self, kind)
+            img = self._images[kind] = PatchedImage(self, kind)
         return img.patched(st)
 
     def _patch_ops(self, kind: str, words: Sequence[int], source: str = "artifact") -> list:
