@@ -61,15 +61,16 @@ def tools_available() -> list[str]:
 
 def timing_wrapper(ports: dict[str, Port], top: str) -> str:
     """Verilog of :data:`WRAPPER`: ``top`` behind a serial-in and a serial-out shift register."""
-    if CLOCK not in ports:
-        raise Ecp5Error(f"module {top} has no {CLOCK} port")
-    ins = [p for p in ports.values() if p.direction == "input" and p.name != CLOCK]
+    clock = CLOCK if CLOCK in ports else "clk"  # the top level's ap_clk, or an Amaranth unit's clk
+    if clock not in ports:
+        raise Ecp5Error(f"module {top} has no {CLOCK} (or clk) port")
+    ins = [p for p in ports.values() if p.direction == "input" and p.name != clock]
     outs = [p for p in ports.values() if p.direction == "output"]
     if not ins or not outs:
-        raise Ecp5Error(f"module {top} needs inputs and outputs besides {CLOCK}")
+        raise Ecp5Error(f"module {top} needs inputs and outputs besides {clock}")
     n_in = sum(p.width for p in ins)
     n_out = sum(p.width for p in outs)
-    conns, pos = [f"    .{CLOCK}(clk)"], 0
+    conns, pos = [f"    .{clock}(clk)"], 0
     for p in ins:
         conns.append(f"    .{p.name}(sr_in[{pos + p.width - 1}:{pos}])")
         pos += p.width

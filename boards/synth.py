@@ -106,6 +106,16 @@ def _store(cfg):
     return StoreEngine(cfg)
 
 
+def _decode(cfg):
+    from systolica.hw.decode import InstructionDecoder
+    return InstructionDecoder(cfg)
+
+
+def _fetch(cfg):
+    from systolica.hw.fetch import InstructionFetch
+    return InstructionFetch(cfg)
+
+
 def _top(cfg):
     from systolica.hw.accelerator import Accelerator
     return Accelerator(cfg)
@@ -128,6 +138,8 @@ UNITS: dict[str, tuple[Callable[[AccelConfig], Any], str]] = {
     "rowpass_seq": (_rowpass_seq, "row-pass sequencer (FIFO + quant, softmax and norm units)"),
     "load": (_load, "LOAD engine (DMA reader, line assembly)"),
     "store": (_store, "STORE engine (DMA writer, line reads)"),
+    "decode": (_decode, "instruction decoder (field checks, bounds, fault code and PC)"),
+    "fetch": (_fetch, "instruction fetch (AXI reader, word assembly)"),
     "top": (_top, "the whole accelerator (AXI, DMA, engines, buffers)"),
 }
 

