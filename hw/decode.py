@@ -223,6 +223,10 @@ class InstructionDecoder(wiring.Component):
         range_code = Signal(4)
         product = self._products(m, ins, plans, step, nprod, range_code)
 
+        # the fast checks' code and the range checks' code are registered (each a cycle of its own after
+        # the logic that finds it), so no path runs from the word through the checks into the fault registers
+        code_r, range_r = Signal(4), Signal(4)
+        m.d.sync += [code_r.eq(code), range_r.eq(range_code)]
         m.d.comb += [self.cmd_data.eq(word | (pc << WORD_BITS)), self.stopped.eq(state == DecState.STOP)]
         with m.If(self.start):
             m.d.sync += [state.eq(DecState.TAKE), self.fault.eq(0), self.fault_code.eq(0), self.fault_pc.eq(0)]
@@ -233,18 +237,18 @@ class InstructionDecoder(wiring.Component):
                     m.d.sync += [word.eq(self.in_word), pc.eq(self.in_pc), end.eq(self.in_end),
                                  end_code.eq(self.in_end_code), step.eq(0), state.eq(DecState.CHECK)]
             with m.Case(DecState.CHECK):
-                with m.If(end | (code != 0)):  # found in the first CHECK cycle, as before any product
+                with m.If((step != 0) & (end | (code_r != 0))):  # found in the second CHECK cycle, before any range
                     m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
-                                 self.fault_code.eq(Mux(end, end_code, code))]
-                with m.Elif(step != 2 * nprod):
+                                 self.fault_code.eq(Mux(end, end_code, code_r))]
+                with m.Elif(step != 2 * nprod + 1):
                     m.d.sync += step.eq(step + 1)
                     with m.Switch(step):
                         for j, slot in enumerate(slots):
                             with m.Case(2 * j + 1):
                                 m.d.sync += slot.eq(product)
-                with m.Elif(range_code != 0):
+                with m.Elif(range_r != 0):
                     m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
-                                 self.fault_code.eq(range_code)]
+                                 self.fault_code.eq(range_r)]
                 with m.Else():
                     m.d.sync += [engine.eq(eng_c), state.eq(DecState.DISPATCH)]
             with m.Case(DecState.DISPATCH):
@@ -261,8 +265,8 @@ class InstructionDecoder(wiring.Component):
 @functools.lru_cache(maxsize=16)
 def decode_cycles(cfg: AccelConfig) -> dict[str, int]:
     """Cycles from TAKE to DISPATCH of each op on the decoder of ``cfg``: TAKE, two CHECK cycles per product
-    its range checks need (one shared multiplier behind an operand register), a CHECK cycle for the
-    comparisons, DISPATCH.
+    its range checks need (one shared multiplier behind an operand register), two CHECK cycles for the
+    comparisons (their fault code is registered), DISPATCH.
 
     Traced from the same formulas the decoder lowers (no elaboration), for the performance model.
     """
@@ -272,5 +276,5 @@ def decode_cycles(cfg: AccelConfig) -> dict[str, int]:
     for op in OPS:
         if op.name in RTL_OPS:
             low, _ = InstructionDecoder._range_checks(probe, op, getattr(ins, op.name.lower()), slots)
-            out[op.name] = 3 + 2 * len(low.products)
+            out[op.name] = 4 + 2 * len(low.products)
     return out
