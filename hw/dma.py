@@ -36,18 +36,26 @@ ADDR_BITS = 64  # physical address width of the AXI master ports: WIN_BASE is a 
 def _burst_len(m, lo12, remaining, beat_bytes: int, max_burst: int, name: str):
     """Beats of the next burst: min(max_burst, remaining, beats left before the 4 KiB boundary).
 
-    ``lo12``: the low 12 bits of the burst's physical address.  ``remaining`` is compared in the
-    bits a burst length has; any higher bit set is "more than a burst" by itself (a wide OR).
+    ``lo12``: the low 12 bits of the burst's physical address (a whole number of beats).  No comparison
+    waits for a subtraction: "the page ends within ``cap`` beats" is ``lo12`` against a constant, and
+    "``remaining`` ends before the page does" is the carry out of ``remaining * beat_bytes + lo12``, so the
+    length is one carry chain and two multiplexers deep.  ``remaining`` is compared in the bits a burst
+    length has; any higher bit set is "more than a burst" by itself (a wide OR).
     """
+    sh = beat_bytes.bit_length() - 1
     to_4k = Signal(range(4096 // beat_bytes + 1), name=f"{name}_to_4k")
     n = Signal(range(max(max_burst, 4096 // beat_bytes) + 1), name=f"{name}_len")
-    m.d.comb += to_4k.eq((4096 - lo12) >> (beat_bytes.bit_length() - 1))
+    m.d.comb += to_4k.eq((4096 - lo12) >> sh)
     cap = min(max_burst, 4096 // beat_bytes)
-    lim = Mux(to_4k < cap, to_4k, cap)
     k = cap.bit_length()
     rem = Value.cast(remaining)
-    small = (rem[k:] == 0) & (rem[:k] < lim) if len(rem) > k else rem < lim
-    m.d.comb += n.eq(Mux(small, rem[:k], lim))
+    high = (rem[k:] != 0) if len(rem) > k else Const(0)
+    near = lo12 > 4096 - cap * beat_bytes  # to_4k < cap
+    ends_first = Signal(14, name=f"{name}_end")  # >= 4096: remaining reaches the page boundary (or beyond)
+    m.d.comb += ends_first.eq((rem[:k] << sh) + lo12)
+    lt_page = ~high & (ends_first[12:] == 0)  # remaining < to_4k
+    lt_cap = ~high & (rem[:k] < cap)  # remaining < cap
+    m.d.comb += n.eq(Mux(near, Mux(lt_page, rem[:k], to_4k), Mux(lt_cap, rem[:k], cap)))
     return n
 
 
@@ -59,8 +67,9 @@ class _Walker:
     burst is issued.  The next burst's length is registered (``len``) and valid when ``ready``: the
     loop from one offset to the next is then one 32-bit add, not the 4 KiB arithmetic, the minimum
     and a 64-bit add in one cycle.  ``ready`` never costs a burst slot: an address is issued at most
-    every other cycle anyway (``arvalid`` is a register), and at ``start`` the first length is
-    computed from the start inputs.
+    every other cycle anyway (``arvalid`` is a register).  The first length is computed from the
+    registered start values in the cycle after ``start`` (no path from the engine's command into the
+    length), so the first address goes out two cycles after ``start``.
     """
 
     def __init__(self, m, cfg: AccelConfig, start, base, addr, stride, rows, beats, name, skip: int = 0):
@@ -73,7 +82,7 @@ class _Walker:
         self.rem = Signal(32, name=f"{name}_rem")
         self.beats = Signal(32, name=f"{name}_beats")
         self.stride = Signal(32, name=f"{name}_stride")
-        self.more = Signal(name=f"{name}_more")
+        self.more = Signal(name=f"{name}_more")  # rows left (a register: the issue condition's first term)
         self.len = Signal(range(max(cfg.max_burst, 4096 // bb) + 1), name=f"{name}_len_r")
         self.ready = Signal(name=f"{name}_len_ok")
         self.addr = Signal(ADDR_BITS, name=f"{name}_phys")  # base + off, for the AR/AW register
@@ -81,13 +90,11 @@ class _Walker:
         m.d.comb += self.addr.eq(self.base + self.off)
         nxt = _burst_len(m, self.lo12, self.rem, bb, cfg.max_burst, name)
         lo12_0 = (base[:12] + addr[:12])[:12]
-        first = _burst_len(m, lo12_0, beats, bb, cfg.max_burst, f"{name}_first")
-        m.d.comb += self.more.eq((self.row_left != 0) & (self.beats != 0))
         m.d.sync += [self.len.eq(nxt), self.ready.eq(1)]
-        with m.If(start):
+        with m.If(start):  # the first length follows from these registers a cycle later (ready low until then)
             m.d.sync += [self.row_left.eq(rows), self.row_base.eq(addr), self.off.eq(addr), self.base.eq(base),
                          self.rem.eq(beats), self.beats.eq(beats), self.stride.eq(stride),
-                         self.len.eq(first), self.lo12.eq(lo12_0)]
+                         self.lo12.eq(lo12_0), self.ready.eq(0), self.more.eq((rows != 0) & (beats != 0))]
         self._bb = bb
 
     def advance(self, m):
@@ -100,12 +107,13 @@ class _Walker:
             nxt = self.off + step + Mux(lo[12], self.skip, 0)  # a burst never crosses 4 KiB: lo[12] is "page done"
             m.d.sync += [self.off.eq(nxt), self.lo12.eq(lo[:12]), self.rem.eq(self.rem - self.len)]
             with m.If(self.rem == self.len):
-                m.d.sync += [self.row_left.eq(self.row_left - 1), self.rem.eq(self.beats)]
+                m.d.sync += [self.row_left.eq(self.row_left - 1), self.rem.eq(self.beats),
+                             self.more.eq(self.row_left != 1)]
             return
         with m.If(self.rem == self.len):
             nxt = self.row_base + self.stride
             m.d.sync += [self.row_left.eq(self.row_left - 1), self.row_base.eq(nxt), self.off.eq(nxt),
-                         self.rem.eq(self.beats),
+                         self.rem.eq(self.beats), self.more.eq(self.row_left != 1),
                          self.lo12.eq((self.base[:12] + self.row_base[:12] + self.stride[:12])[:12])]
         with m.Else():
             step = self.len * self._bb
