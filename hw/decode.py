@@ -39,6 +39,7 @@ RTL_OPS = ("NOP", "LOAD", "STORE", "GEMM", "GEMM_STREAM", "FINISH", "ADD", "MUL"
            "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM", "ATTN", "ATTN_OUT")
 
 CMD_BITS = WORD_BITS + 32  # what an engine's command FIFO holds: the word and its pc
+PRODUCT_CYCLES = 3  # CHECK cycles per product of the range checks: operands, the multiplier's pieces, their sum
 
 
 def instr_layout() -> data.UnionLayout:
@@ -115,8 +116,8 @@ class InstructionDecoder(wiring.Component):
         sym = sym_fields(names)
         checks = []
         if op.name in ("LOAD", "STORE"):  # the golden order: window, then buffer range
-            end = low(dma_end(sym, cfg))
-            n = low(dma_lines(sym, cfg))
+            end = self._hold(low(dma_end(sym, cfg)), f"{op.name.lower()}_dma_end")
+            n = self._hold(low(dma_lines(sym, cfg)), f"{op.name.lower()}_sram_lines")
             self.extent_lines[op.name, "dma_end"] = end
             self.extent_lines[op.name, "sram"] = n
             past = Mux(v.buf == 0, _past_end(v.sram, n, lines["spad"]),
@@ -124,14 +125,21 @@ class InstructionDecoder(wiring.Component):
             checks += [((v.rows != 0) & (v.lines != 0) & (end > self.win_size), Fault.DMA_WINDOW),
                        (past, Fault.SRAM_RANGE)]
         if op.name == "GEMM_STREAM":  # the weight ports' pages, then the on-chip operands (the golden order)
-            end = low(wstream_end(sym, cfg))
+            end = self._hold(low(wstream_end(sym, cfg)), "wstream_end")
             self.extent_lines[op.name, "wstream_end"] = end
             checks.append(((v.n != 0) & (v.k != 0) & (end > self.win_size), Fault.DMA_WINDOW))
         for ext in EXTENTS.get(op.name, ()):
-            n = low(ext.lines(sym, cfg))
+            n = self._hold(low(ext.lines(sym, cfg)), f"{op.name.lower()}_{ext.field}_lines")
             self.extent_lines[op.name, ext.field] = n
             checks.append((_past_end(getattr(v, ext.field), n, lines[ext.buf]), Fault.SRAM_RANGE))
         return low, checks
+
+    def _hold(self, value, name: str):
+        """``value`` (an extent or a DMA end, from the slots and the fields) in a register of its own, so
+        the comparison that reads it is a cycle after the adders that form it."""
+        reg = Signal(Value.cast(value).shape(), name=f"ext_{name}")
+        self._held.append((reg, value))
+        return reg
 
     def _check(self, m, ins, code_sig, engine_sig):
         """Drive ``code_sig`` with the fault of word ``ins`` found without products (0 = none) and
@@ -173,9 +181,10 @@ class InstructionDecoder(wiring.Component):
             with m.Default():
                 m.d.comb += code_sig.eq(Fault.ILLEGAL_OPCODE)
 
-    def _products(self, m, ins, plans, step, nprod, range_code):
-        """The shared multiplier's product for step ``step`` of the word's op, how many products the op
-        needs (``nprod``), and the fault of its range checks once they are all in (``range_code``)."""
+    def _products(self, m, ins, plans, step, last_step, range_code):
+        """The shared multiplier's product for step ``step`` of the word's op, the CHECK step at which its
+        range checks' code is in (``last_step``: a constant per op, no multiplier), and that code
+        (``range_code``)."""
         pairs = [ab for low, _ in plans.values() for ab in low.products]
         mul_a = Signal(max((len(a) for a, _ in pairs), default=1))
         mul_b = Signal(max((len(b) for _, b in pairs), default=1))
@@ -185,20 +194,32 @@ class InstructionDecoder(wiring.Component):
                     continue
                 low, checks = plans[op.name]
                 with m.Case(op.code):
-                    m.d.comb += nprod.eq(len(low.products))
+                    m.d.comb += last_step.eq(PRODUCT_CYCLES * len(low.products) + 3)
                     with m.Switch(step):
                         for j, (a, b) in enumerate(low.products):
-                            with m.Case(2 * j):
+                            with m.Case(PRODUCT_CYCLES * j):
                                 m.d.comb += [mul_a.eq(a), mul_b.eq(b)]
-                    for cond, fault in reversed(checks):  # the last If that holds wins
-                        with m.If(cond):
+                    # each condition is registered first (its adders and comparators a cycle of their own),
+                    # then the op's priority picks the code: the last If that holds wins
+                    for i, (cond, fault) in enumerate(reversed(checks)):
+                        cond_r = Signal(name=f"chk_{op.name.lower()}_{i}")
+                        m.d.sync += cond_r.eq(cond)
+                        with m.If(cond_r):
                             m.d.comb += range_code.eq(fault)
-        # the operands are registered, so the multiplier (and its pieces' adder) is a stage of its own:
-        # product j's operands are chosen in step 2j and its product written to its slot in step 2j + 1, so a
-        # product whose operand is the one before it (ROPE, GEMM) reads the slot already written
+        # three stages: the operands are registered, then the multiplier's pieces (18-bit multipliers on
+        # ECP5, one DSP48 on Xilinx) are registered, then their sum is written: product j's operands are
+        # chosen in step 3j and its product written to its slot in step 3j + 2, so a product whose operand
+        # is the one before it (ROPE, GEMM) reads the slot already written
         a_r, b_r = Signal.like(mul_a, name="mul_a_r"), Signal.like(mul_b, name="mul_b_r")
         m.d.sync += [a_r.eq(mul_a), b_r.eq(mul_b)]
-        return a_r * b_r
+        if len(b_r) <= 18:
+            p_r = Signal.like(a_r * b_r, name="mul_p_r")
+            m.d.sync += p_r.eq(a_r * b_r)
+            return p_r
+        lo, hi = b_r[:16], (b_r[16:].as_signed() if b_r.shape().signed else b_r[16:])
+        lo_r, hi_r = Signal.like(a_r * lo, name="mul_lo_r"), Signal.like(a_r * hi, name="mul_hi_r")
+        m.d.sync += [lo_r.eq(a_r * lo), hi_r.eq(a_r * hi)]
+        return lo_r + (hi_r << 16)
 
     def elaborate(self, platform):
         m = Module()
@@ -215,18 +236,21 @@ class InstructionDecoder(wiring.Component):
         self._check(m, ins, code, eng_c)
         # range checks: the op's products, one per CHECK cycle on one multiplier, then the comparisons
         self.extent_lines = {}  # (op, operand) -> lines it spans, as the decoder computes them (for tests)
+        self._held = []  # (register, value) of every extent: filled by _hold
         slots = []
         plans = {op.name: self._range_checks(op, getattr(ins, op.name.lower()), slots)
                  for op in OPS if op.name in RTL_OPS}
-        step = Signal(range(2 * len(slots) + 1))
-        nprod = Signal.like(step)
+        step = Signal(range(PRODUCT_CYCLES * len(slots) + 4))  # up to 3p + 3: products, then three check registers
+        last_step = Signal.like(step, init=3)  # an op without range checks (and an illegal opcode): 3
         range_code = Signal(4)
-        product = self._products(m, ins, plans, step, nprod, range_code)
+        product = self._products(m, ins, plans, step, last_step, range_code)
+        m.d.sync += [reg.eq(value) for reg, value in self._held]
 
-        # the fast checks' code and the range checks' code are registered (each a cycle of its own after
-        # the logic that finds it), so no path runs from the word through the checks into the fault registers
-        code_r, range_r = Signal(4), Signal(4)
-        m.d.sync += [code_r.eq(code), range_r.eq(range_code)]
+        # the fast checks' code and the range checks' code are registered (the range checks three times:
+        # each extent, each condition, then the code its op's priority picks), so no path runs from the
+        # word through the checks into the fault registers
+        code_r, range_r, last_step_r = Signal(4), Signal(4), Signal.like(last_step)
+        m.d.sync += [code_r.eq(code), range_r.eq(range_code), last_step_r.eq(last_step)]
         m.d.comb += [self.cmd_data.eq(word | (pc << WORD_BITS)), self.stopped.eq(state == DecState.STOP)]
         with m.If(self.start):
             m.d.sync += [state.eq(DecState.TAKE), self.fault.eq(0), self.fault_code.eq(0), self.fault_pc.eq(0)]
@@ -240,11 +264,11 @@ class InstructionDecoder(wiring.Component):
                 with m.If((step != 0) & (end | (code_r != 0))):  # found in the second CHECK cycle, before any range
                     m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
                                  self.fault_code.eq(Mux(end, end_code, code_r))]
-                with m.Elif(step != 2 * nprod + 1):
+                with m.Elif((step == 0) | (step != last_step_r)):  # last_step >= 3: step 0 always goes on
                     m.d.sync += step.eq(step + 1)
                     with m.Switch(step):
                         for j, slot in enumerate(slots):
-                            with m.Case(2 * j + 1):
+                            with m.Case(PRODUCT_CYCLES * j + PRODUCT_CYCLES - 1):
                                 m.d.sync += slot.eq(product)
                 with m.Elif(range_r != 0):
                     m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
@@ -264,17 +288,17 @@ class InstructionDecoder(wiring.Component):
 
 @functools.lru_cache(maxsize=16)
 def decode_cycles(cfg: AccelConfig) -> dict[str, int]:
-    """Cycles from TAKE to DISPATCH of each op on the decoder of ``cfg``: TAKE, two CHECK cycles per product
-    its range checks need (one shared multiplier behind an operand register), two CHECK cycles for the
-    comparisons (their fault code is registered), DISPATCH.
+    """Cycles from TAKE to DISPATCH of each op on the decoder of ``cfg``: TAKE, three CHECK cycles per product
+    its range checks need (one shared multiplier between registers), four CHECK cycles for the
+    comparisons (each extent, each condition, then the fault code registered), DISPATCH.
 
     Traced from the same formulas the decoder lowers (no elaboration), for the performance model.
     """
-    probe = types.SimpleNamespace(cfg=cfg, win_size=Signal(32), extent_lines={})
+    probe = types.SimpleNamespace(cfg=cfg, win_size=Signal(32), extent_lines={}, _hold=lambda v, name: v)
     ins = data.View(instr_layout(), Signal(WORD_BITS))
     out, slots = {}, []
     for op in OPS:
         if op.name in RTL_OPS:
             low, _ = InstructionDecoder._range_checks(probe, op, getattr(ins, op.name.lower()), slots)
-            out[op.name] = 4 + 2 * len(low.products)
+            out[op.name] = 6 + PRODUCT_CYCLES * len(low.products)
     return out
