@@ -70,13 +70,16 @@ def timing_wrapper(ports: dict[str, Port], top: str) -> str:
         raise Ecp5Error(f"module {top} needs inputs and outputs besides {clock}")
     n_in = sum(p.width for p in ins)
     n_out = sum(p.width for p in outs)
+    def v(name: str) -> str:  # an escaped identifier (``\end``) ends at white space
+        return name + " " if name.startswith("\\") else name
+
     conns, pos = [f"    .{clock}(clk)"], 0
     for p in ins:
-        conns.append(f"    .{p.name}(sr_in[{pos + p.width - 1}:{pos}])")
+        conns.append(f"    .{v(p.name)}(sr_in[{pos + p.width - 1}:{pos}])")
         pos += p.width
-    cat = ", ".join(p.name for p in reversed(outs))
-    wires = [f"  wire [{p.width - 1}:0] {p.name};" for p in outs]
-    conns += [f"    .{p.name}({p.name})" for p in outs]
+    cat = ", ".join(v(p.name) for p in reversed(outs))
+    wires = [f"  wire [{p.width - 1}:0] {v(p.name)};" for p in outs]
+    conns += [f"    .{v(p.name)}({v(p.name)})" for p in outs]
     return "\n".join([
         f"// Timing wrapper for {top}: {n_in} input bits in through sin, {n_out} output bits out through sout.",
         f"module {WRAPPER}(input clk, input sin, input cap, output sout);",

@@ -47,8 +47,9 @@ class Port:
 
 
 _MODULE = re.compile(r"\bmodule\s+([A-Za-z_][\w$]*)\s*(?:#\s*\(.*?\)\s*)?\((.*?)\)\s*;(.*?)\bendmodule\b", re.S)
+_ID = r"(?:[A-Za-z_][\w$]*|\\\S+)"  # a simple or an escaped identifier (``\end``: Amaranth escapes keywords)
 _DECL = re.compile(r"\b(input|output|inout)\b\s*(?:wire|reg|logic)?\s*(?:signed\s*)?(\[\s*(\d+)\s*:\s*(\d+)\s*\])?\s*"
-                   r"([A-Za-z_][\w$]*(?:\s*,\s*(?!input\b|output\b|inout\b)[A-Za-z_][\w$]*)*)")
+                   rf"({_ID}(?:\s*,\s*(?!input\b|output\b|inout\b){_ID})*)")
 
 
 def _strip_comments(text: str) -> str:

@@ -111,3 +111,47 @@ def test_ecp5_real_flow(tmp_path):
     r = ecp5_build(paths["verilog"], top_name(), load_board("ulx3s"), tmp_path / "ulx3s", target_mhz=50)
     assert r.bitstream.stat().st_size > 100_000 and r.fmax_mhz > 0
     assert r.utilization["TRELLIS_FF"][0] > 1000
+
+
+UNIT_V = """module systolica_u(clk, rst, a, \\end , q);
+  input clk;
+  input rst;
+  input [3:0] a;
+  output \\end ;
+  output [1:0] q;
+endmodule
+"""
+
+
+def test_timing_wrapper_wraps_a_unit_with_escaped_port_names():
+    """A unit of ``hw build --pnr --unit`` has Amaranth's ``clk`` and ``rst``, and keywords as escaped names."""
+    ports = parse_ports(UNIT_V, "systolica_u")
+    assert list(ports) == ["clk", "rst", "a", "\\end", "q"]
+    w = timing_wrapper(ports, "systolica_u")
+    assert ".clk(clk)" in w and ".rst(sr_in[0:0])" in w and ".a(sr_in[4:1])" in w
+    assert ".\\end (\\end )" in w and "wire [0:0] \\end ;" in w and "{q, \\end }" in w
+    assert list(parse_ports(w, "systolica_ecp5_top")) == ["clk", "sin", "cap", "sout"]
+
+
+def test_pnr_of_one_unit(tmp_path, capsys):
+    """``systolica hw build --board ulx3s --pnr --unit store``: the unit alone placed and routed, its Fmax and
+    slowest path printed and written to pnr.json (about a minute)."""
+    missing = tools_available()
+    if missing:
+        pytest.skip(f"missing {', '.join(missing)} (pip install -e .[ecp5])")
+    import json
+
+    from systolica.cli import main
+
+    rc = main(["hw", "build", "--board", "ulx3s", "--pnr", "--unit", "store", "--period", "10", "-o", str(tmp_path)])
+    doc = json.loads((tmp_path / "ecp5-store" / "pnr.json").read_text())
+    assert doc["unit"] == "store" and doc["target_mhz"] == 100.0 and doc["fmax_mhz"] > 20
+    assert rc == (0 if doc["fmax_mhz"] >= 100 else 3)
+    assert doc["utilization"]["TRELLIS_FF"][0] > 100 and "->" in doc["critical_path"]
+    assert "ECP5 Fmax of store" in capsys.readouterr().out
+
+
+def test_pnr_unit_needs_an_ecp5_board():
+    from systolica.cli import main
+
+    assert main(["hw", "build", "--board", "pynq-z2", "--pnr", "--unit", "store"]) == 2
