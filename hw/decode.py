@@ -181,8 +181,8 @@ class InstructionDecoder(wiring.Component):
             with m.Default():
                 m.d.comb += code_sig.eq(Fault.ILLEGAL_OPCODE)
 
-    def _products(self, m, ins, plans, step, last_step, range_code):
-        """The shared multiplier's product for step ``step`` of the word's op, the CHECK step at which its
+    def _products(self, m, ins, plans, prod_j, last_step, range_code):
+        """The shared multiplier's product ``prod_j`` of the word's op, the CHECK step at which its
         range checks' code is in (``last_step``: a constant per op, no multiplier), and that code
         (``range_code``)."""
         pairs = [ab for low, _ in plans.values() for ab in low.products]
@@ -195,9 +195,9 @@ class InstructionDecoder(wiring.Component):
                 low, checks = plans[op.name]
                 with m.Case(op.code):
                     m.d.comb += last_step.eq(PRODUCT_CYCLES * len(low.products) + 3)
-                    with m.Switch(step):
+                    with m.Switch(prod_j):  # a counter of its own: no step comparison before the operand mux
                         for j, (a, b) in enumerate(low.products):
-                            with m.Case(PRODUCT_CYCLES * j):
+                            with m.Case(j):
                                 m.d.comb += [mul_a.eq(a), mul_b.eq(b)]
                     # each condition is registered first (its adders and comparators a cycle of their own),
                     # then the op's priority picks the code: the last If that holds wins
@@ -208,8 +208,9 @@ class InstructionDecoder(wiring.Component):
                             m.d.comb += range_code.eq(fault)
         # three stages: the operands are registered, then the multiplier's pieces (18-bit multipliers on
         # ECP5, one DSP48 on Xilinx) are registered, then their sum is written: product j's operands are
-        # chosen in step 3j and its product written to its slot in step 3j + 2, so a product whose operand
-        # is the one before it (ROPE, GEMM) reads the slot already written
+        # chosen in steps 3j .. 3j + 2 (``prod_j = j``; the register keeps those of step 3j + 1, the same) and
+        # its product written to its slot in step 3j + 2, so a product whose operand is the one before it
+        # (ROPE, GEMM) reads the slot already written
         a_r, b_r = Signal.like(mul_a, name="mul_a_r"), Signal.like(mul_b, name="mul_b_r")
         m.d.sync += [a_r.eq(mul_a), b_r.eq(mul_b)]
         if len(b_r) <= 18:
@@ -243,7 +244,9 @@ class InstructionDecoder(wiring.Component):
         step = Signal(range(PRODUCT_CYCLES * len(slots) + 4))  # up to 3p + 3: products, then three check registers
         last_step = Signal.like(step, init=3)  # an op without range checks (and an illegal opcode): 3
         range_code = Signal(4)
-        product = self._products(m, ins, plans, step, last_step, range_code)
+        prod_j = Signal(range(len(slots) + 1))  # the product in the multiplier (step // 3)
+        phase = Signal(range(PRODUCT_CYCLES))  # step % 3
+        product = self._products(m, ins, plans, prod_j, last_step, range_code)
         m.d.sync += [reg.eq(value) for reg, value in self._held]
 
         # the fast checks' code and the range checks' code are registered (the range checks three times:
@@ -259,17 +262,20 @@ class InstructionDecoder(wiring.Component):
                 m.d.comb += self.in_ready.eq(1)
                 with m.If(self.in_valid):
                     m.d.sync += [word.eq(self.in_word), pc.eq(self.in_pc), end.eq(self.in_end),
-                                 end_code.eq(self.in_end_code), step.eq(0), state.eq(DecState.CHECK)]
+                                 end_code.eq(self.in_end_code), step.eq(0), prod_j.eq(0), phase.eq(0),
+                                 state.eq(DecState.CHECK)]
             with m.Case(DecState.CHECK):
                 with m.If((step != 0) & (end | (code_r != 0))):  # found in the second CHECK cycle, before any range
                     m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
                                  self.fault_code.eq(Mux(end, end_code, code_r))]
                 with m.Elif((step == 0) | (step != last_step_r)):  # last_step >= 3: step 0 always goes on
-                    m.d.sync += step.eq(step + 1)
-                    with m.Switch(step):
-                        for j, slot in enumerate(slots):
-                            with m.Case(PRODUCT_CYCLES * j + PRODUCT_CYCLES - 1):
-                                m.d.sync += slot.eq(product)
+                    m.d.sync += [step.eq(step + 1), phase.eq(Mux(phase == PRODUCT_CYCLES - 1, 0, phase + 1))]
+                    with m.If(phase == PRODUCT_CYCLES - 1):
+                        m.d.sync += prod_j.eq(prod_j + 1)
+                        with m.Switch(prod_j):
+                            for j, slot in enumerate(slots):
+                                with m.Case(j):
+                                    m.d.sync += slot.eq(product)
                 with m.Elif(range_r != 0):
                     m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
                                  self.fault_code.eq(range_r)]

@@ -71,40 +71,60 @@ class InstructionFetch(wiring.Component):
         bursts = Signal(range(self.depth + 1))
         stopped = Signal()
 
+        # start takes three cycles: the window's room for words (registered), then limit and the end code,
+        # then the words left and the low address bits (init1, init2); the end marker waits for them
+        avail = Signal(32)
+        misaligned = Signal()
+        init1, init2 = Signal(), Signal()
+        m.d.sync += [init1.eq(self.start), init2.eq(init1)]
         with m.If(self.start):
-            avail = Mux(self.win_size > self.prog_base, (self.win_size - self.prog_base) >> 4, 0)
-            misaligned = self.prog_base[:4] != 0
+            m.d.sync += [
+                avail.eq(Mux(self.win_size > self.prog_base, (self.win_size - self.prog_base) >> 4, 0)),
+                misaligned.eq(self.prog_base[:4] != 0),
+                issue_pc.eq(0), out_pc.eq(0), stopped.eq(0),
+            ]
+        with m.If(init1):
             m.d.sync += [
                 limit.eq(Mux(misaligned, 0, Mux(self.prog_len <= avail, self.prog_len, avail))),
                 end_code.eq(Mux(misaligned, Fault.DMA_ALIGN,
                                 Mux(self.prog_len <= avail, Fault.PROGRAM_OVERRUN, Fault.DMA_WINDOW))),
-                issue_pc.eq(0), out_pc.eq(0), stopped.eq(0),
             ]
         with m.If(self.stop & ~self.start):  # the decoder still shows its idle STOP in the start cycle
             m.d.sync += stopped.eq(1)
 
-        # ---- AR: a burst of n words, n capped by what is left, the FIFO space and the 4 KiB boundary
-        addr = Signal(ADDR_BITS)
-        m.d.comb += addr.eq(self.win_base + self.prog_base + (issue_pc << 4))
+        # ---- AR: a burst of n words, n capped by what is left, the FIFO space and the 4 KiB boundary.
+        # Every operand of n is a register kept beside issue_pc (words left, the offset and its low 12 bits),
+        # and n itself is registered (``n_ok`` a cycle after anything it depends on changed), so no cycle
+        # holds the 64-bit address sum, the subtractions and the three minimums in series.
+        off = Signal(32)  # prog_base + 16 * issue_pc
+        lo12 = Signal(12)  # (win_base + off) mod 4096
+        left = Signal(32)  # limit - issue_pc
+        n_r = Signal(range(self.depth + 1))
+        n_ok = Signal()
         space = Signal(range(self.depth + 1))
         m.d.comb += space.eq(self.depth - q.level - inflight)
-        left = limit - issue_pc
-        to_4k = (4096 - addr[:12]) >> 4
-        n = Signal(range(self.depth + 1))
-        cand = Mux(left < per_burst, left, per_burst)
+        w = (4096 // WORD_BYTES).bit_length()
+        to_4k = Signal(range(4096 // WORD_BYTES + 1))
+        m.d.comb += to_4k.eq((4096 >> 4) - lo12[4:])
+        cand = Mux(left[w:] != 0, per_burst, Mux(left[:w] < per_burst, left[:w], per_burst))
         cand2 = Mux(to_4k < cand, to_4k, cand)
-        m.d.comb += n.eq(Mux(space < cand2, space, cand2))
+        m.d.sync += [n_r.eq(Mux(space < cand2, space, cand2)), n_ok.eq(~self.start & ~init1 & ~init2)]
+        with m.If(self.start):
+            m.d.sync += [off.eq(self.prog_base), n_ok.eq(0)]
+        with m.If(init2):
+            m.d.sync += [left.eq(limit), lo12.eq((self.win_base[:12] + self.prog_base[:12])[:12])]
         m.d.comb += [axi.arsize.eq(Const(beat_bytes.bit_length() - 1, 3)), axi.arburst.eq(BURST_INCR),
                      axi.rready.eq(1)]
         ar_hs = axi.arvalid & axi.arready
         with m.If(ar_hs):
             m.d.sync += axi.arvalid.eq(0)
         issue = Signal()
-        m.d.comb += issue.eq(~axi.arvalid & ~stopped & ~self.stop & ~self.abort & ~self.start
-                             & (issue_pc < limit) & (n != 0))
+        m.d.comb += issue.eq(~axi.arvalid & ~stopped & ~self.stop & ~self.abort & ~self.start & ~init1 & ~init2 & n_ok
+                             & (n_r != 0))
         with m.If(issue):
-            m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(addr), axi.arlen.eq(n * ibeats - 1),
-                         issue_pc.eq(issue_pc + n)]
+            m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(self.win_base + off), axi.arlen.eq(n_r * ibeats - 1),
+                         issue_pc.eq(issue_pc + n_r), off.eq(off + (n_r << 4)), lo12.eq(lo12 + (n_r << 4)),
+                         left.eq(left - n_r), n_ok.eq(0)]
 
         # ---- R: assemble words from beats, in order
         r_hs = axi.rvalid & axi.rready
@@ -126,15 +146,16 @@ class InstructionFetch(wiring.Component):
         with m.If(word_done):
             m.d.sync += word_err.eq(0)
             with m.If((word_err | beat_err) & ~poisoned):  # this word is where the program now ends
-                m.d.sync += [poisoned.eq(1), limit.eq(out_pc + q.level), end_code.eq(Fault.BUS_ERROR)]
+                m.d.sync += [poisoned.eq(1), limit.eq(out_pc + q.level), end_code.eq(Fault.BUS_ERROR),
+                             left.eq(0), n_ok.eq(0)]  # nothing more to fetch: what is in flight is dropped
         with m.If(self.start):
             m.d.sync += [word_err.eq(0), poisoned.eq(0)]
         m.d.comb += q.w_en.eq(word_done & ~self.abort & ~poisoned & ~word_err & ~beat_err)
-        m.d.sync += [inflight.eq(inflight + Mux(issue, n, 0) - word_done),
+        m.d.sync += [inflight.eq(inflight + Mux(issue, n_r, 0) - word_done),
                      bursts.eq(bursts + issue - (r_hs & axi.rlast))]
 
         # ---- to the decoder: the FIFO head, or the end marker once every word before `limit` went out
-        at_end = ~q.r_rdy & (out_pc == limit) & (inflight == 0)
+        at_end = ~q.r_rdy & (out_pc == limit) & (inflight == 0) & ~init1 & ~init2
         m.d.comb += [self.valid.eq(q.r_rdy | at_end), self.word.eq(q.r_data), self.pc.eq(out_pc),
                      self.end.eq(~q.r_rdy), self.end_code.eq(end_code),
                      q.r_en.eq(self.ready & q.r_rdy),
