@@ -45,6 +45,10 @@ _PUSH = {(Engine.LOAD, "next"): 0, (Engine.COMPUTE, "prev"): 1, (Engine.COMPUTE,
 #: Cycles of a run outside the engines: START -> RUN, and the last retire -> DONE (drain check).
 RUN_OVERHEAD = 2
 _FETCH_FIFO = 8  # words of the prefetch FIFO (hw/fetch.py default)
+#: hw/fetch.py: a start takes three cycles (the window's room, then limit and end code, then the words left)
+#: before the first burst can be requested, and a burst length is registered (a refill waits a cycle for it)
+FETCH_START = 2
+FETCH_REFILL = 1
 
 
 class PerfError(ValueError):
@@ -210,7 +214,7 @@ class PerfModel:
         exl = list(exec_l)  # EXEC cycles with the read-port contention added
         first_beat = 2 + p.rd_latency
         nd = 0  # next word to dispatch
-        arrival_prev = RUN_OVERHEAD + p.fetch_latency + p.rd_latency  # fetch starts with the run
+        arrival_prev = RUN_OVERHEAD + FETCH_START + p.fetch_latency + p.rd_latency  # fetch starts with the run
         dec_free = 0
         done = 0
         arrivals: list[int] = []  # cycle each fetched word arrived (the read port carried its beats before)
@@ -236,7 +240,7 @@ class PerfModel:
                 # for the decoder to free a slot, then pays the read latency again
                 arrival = arrival_prev + word_cycles
                 if nd >= _FETCH_FIFO:
-                    arrival = max(arrival, take[nd - _FETCH_FIFO] + 1 + p.rd_latency + p.fetch_latency
+                    arrival = max(arrival, take[nd - _FETCH_FIFO] + 1 + FETCH_REFILL + p.rd_latency + p.fetch_latency
                                   + word_cycles)
                 arrival_prev = arrival
                 arrivals.append(arrival)

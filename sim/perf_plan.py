@@ -27,7 +27,17 @@ from collections.abc import Sequence
 from systolica.config import AccelConfig
 from systolica.hw.decode import decode_cycles
 from systolica.isa import WORD_BYTES
-from systolica.sim.perf import RUN_OVERHEAD, PerfError, PerfResult, _plan, deadlock_error, decode_timed, fetch_stretch
+from systolica.sim.perf import (
+    FETCH_REFILL,
+    FETCH_START,
+    RUN_OVERHEAD,
+    PerfError,
+    PerfResult,
+    _plan,
+    deadlock_error,
+    decode_timed,
+    fetch_stretch,
+)
 from systolica.sim.perf_costs import cost_signature, op_cost
 
 __all__ = ["ProgramPlan", "plan_for", "clear_plans"]
@@ -273,8 +283,8 @@ class ProgramPlan:
         prev, dep_end, dep_start = self.prev_or_n, self.dep_end, self.dep_start
         rdb = rdb if rdb is not None else self.zeros
         lat = p.token_latency
-        arrival = RUN_OVERHEAD + p.fetch_latency + p.rd_latency  # fetch starts with the run
-        refill = 1 + p.rd_latency + p.fetch_latency + wc
+        arrival = RUN_OVERHEAD + FETCH_START + p.fetch_latency + p.rd_latency  # fetch starts with the run
+        refill = 1 + FETCH_REFILL + p.rd_latency + p.fetch_latency + wc
         first_beat = 2 + p.rd_latency
         fifo = _FETCH_FIFO
         dec_free = 0
