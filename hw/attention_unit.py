@@ -41,28 +41,42 @@ to ``R`` rows), plus per row its header, ``hd/C`` query lines and ``hd/C`` state
 few cycles per job.  A beat of the wrong kind for the current phase (or more rows than the
 job announced, or than the unit holds) sets the sticky ``error`` output and is dropped.
 
-Pipelining: K runs in three stages (the line's C-lane products of every row; the dot-product
-accumulations; the scores, their table-free scaling and the running maxima), V in two (the
-score lookups and ``exp2`` tables; the ``p * v`` products and the PV read-modify-writes), so
-no stage holds more than one wide multiply chain; the small memories are read
-combinationally (LUT-RAM on an FPGA).  The rows' score scalings use the state-line lanes'
-multipliers (idle during K), so ``R <= line_width``.
+Pipelining (for ECP5's ~100 MHz: each stage one multiply, one carry chain or one barrel shift; a
+multiplier has registers right before and after it): K runs in K0 (the line and the query lines
+registered), KP (the C-lane products of every row), K1 (their sum), K2 (the dot-product
+accumulations), then the scores through the state-line lanes (below; the running maxima and the
+score buffer take the lanes' S8); state A puts each row's ``m - m1`` through the ``exp2`` pipeline
+(E0 clamp, E1 table reads, E2 ``delta * lo``, E3 its rounding, E4 the shift's rounding bit, E5 the
+shift); V runs its score through the same ``exp2`` pipeline (E5 is V1), then P1 (``p * v``), P2 (the
+sum of its parts), P3 (the shift), P4 (its rounding) and the PV read-modify-write.  The state-line
+lanes are one pipeline S0..S8 (operands; four partial products; two sums; the roundings of
+``o*a >> 30`` and ``PV >> 8``; their sum; the barrel shift; its rounding; sat32), moved together and
+held only by a finished output line that ``o_stream`` does not take.  The rows' score scalings use
+the lanes' multipliers (idle during K), so ``R <= line_width``, and so does ``l * a`` (state L, then
+one cycle each for ``L``, ``r`` and the header).  Fixed latency: K drains 2 + 2 + 9 cycles, A takes
+6, V drains 10, a row's ``L`` 7 (a job's later rows 2 more while the row before leaves the lanes),
+the last output line of a job or ATTN_OUT row leaves 9 cycles after its input line.
 """
 
 from __future__ import annotations
 
 import enum
 
-from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
 
-from .fixed import bitlen_u, exp2_lookup, rshift_round_sat32, rshift_round_var, sat32
+from .fixed import bitlen_u, rshift_round_var, sat32
 from .recip import Reciprocal
 
 __all__ = ["AttentionUnit", "AttnBeat"]
+
+#: stages of the state-line lanes (S0 operands .. S8 saturation; see AttentionUnit.elaborate)
+_LANE_STAGES = 9
+_EXP_STAGES = 5  # exp2 pipeline stages E0 .. E4 (E5 is the V1 register)
+_KIND_SCORE, _KIND_O, _KIND_LA = 0, 1, 2  # what a lane pipeline entry is (O: an O or FOUT lane group)
 
 PV_BITS = 56  # |PV| < 2**50 for t <= 4095 and |v| < 1024 (numerics_attn); 6 bits of margin
 
@@ -156,17 +170,49 @@ class AttentionUnit(wiring.Component):
         tok = Signal(range(self.max_tokens + 1))
         anyv = Signal()  # some token of the tile was unmasked (the same for every row: one query position)
         r = Signal(range(64))
+        big_l = Signal(unsigned(56))  # L of the row in the L states
         m_new, l_new = Signal(signed(32)), Signal(signed(32))
         fire = i.valid & i.ready
         valid_tok = ~causal | (tok <= offset)
         m_old_o, l_old_o, m1_o = Array(m_old)[ri], Array(l_old)[ri], Array(m1)[ri]
         a_o, sum_p_o = Array(a)[ri], Array(sum_p)[ri]
 
-        # one exp lookup per row serves `a` (state A, frac 30) and p_j (V phase, frac 28)
+        # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): numerics.exp2_fx
+        # (u, 20, 30 - fo) in six stages, one operation each: E0 the clamp of u; E1 the table reads (LUT-RAM)
+        # and the shift; E2 delta * lo; E3 base + its rounding; E4 + the shift's rounding bit; E5 (v1) the shift
         exp_in = per_row("exp_in", signed(34))
-        exp_off = Signal(range(3))
-        e2 = [exp2_lookup(m, exp_in[r], 20, exp_off, base.read_port(domain="comb"), delta.read_port(domain="comb"),
-                          f"exp2{_s(r)}") for r in range(R)]
+        e_l = data.StructLayout({"v": 1, "isv": 1, "ok": 1, "fo": range(3), "exp": signed(8),
+                                 "li": range(self.max_lines + 1), "first": 1, "eot": 1,
+                                 "data": data.ArrayLayout(signed(8), C)})
+        etag = [Signal(e_l, name=f"exp_s{s}") for s in range(_EXP_STAGES)]  # E0 .. E4
+        e_in = Signal(e_l, name="exp_issue")  # what enters E0 this cycle (A: isv = 0; V: a line)
+        m.d.sync += [etag[0].eq(e_in)] + [etag[s + 1].eq(etag[s]) for s in range(_EXP_STAGES - 1)]
+        e_busy = Signal(name="exp_busy")
+        m.d.comb += e_busy.eq(Cat(*[t.v for t in etag]).any())
+        e_fin = []  # per row: E4's value shifted (the result, before the mask)
+        for r_ in range(R):
+            def ereg(name, shape, r_=r_):
+                return Signal(shape, name=f"{name}{_s(r_)}", reset_less=True)
+            bport, dport = base.read_port(domain="comb"), delta.read_port(domain="comb")
+            uc0 = ereg("exp_e0_u", signed(34))
+            base1, delta1, lo1 = ereg("exp_e1_base", unsigned(32)), ereg("exp_e1_delta", len(dport.data)), \
+                ereg("exp_e1_lo", unsigned(12))
+            sh1, sh2, sh3, sh4 = (ereg(f"exp_e{k}_sh", range(41)) for k in range(1, 5))
+            dl2, base2 = ereg("exp_e2_dl", unsigned(len(dport.data) + 12)), ereg("exp_e2_base", unsigned(32))
+            p3 = ereg("exp_e3_p", unsigned(33))
+            pr4 = ereg("exp_e4_p", unsigned(42))
+            shc = Signal(signed(16), name=f"exp_e1_shc{_s(r_)}")
+            m.d.comb += [bport.addr.eq(uc0[12:20]), dport.addr.eq(uc0[12:20]),
+                         shc.eq(etag[0].fo - (uc0 >> 20))]
+            m.d.sync += [uc0.eq(Mux(exp_in[r_] > 0, 0, exp_in[r_])),
+                         base1.eq(bport.data), delta1.eq(dport.data), lo1.eq(uc0[0:12]),
+                         sh1.eq(Mux(shc > 40, 40, shc)),
+                         dl2.eq(delta1 * lo1), base2.eq(base1), sh2.eq(sh1),
+                         p3.eq(base2 + (dl2 >> 12) + ((dl2 >> 11) & 1)), sh3.eq(sh2),
+                         pr4.eq(p3 + ((Const(1, 1) << sh3) >> 1)), sh4.eq(sh3)]
+            fin = Signal(unsigned(33), name=f"exp_e5_fin{_s(r_)}")
+            m.d.comb += fin.eq(pr4 >> sh4)
+            e_fin.append(fin)
 
         wrong = Signal()
         with m.If(fire & wrong):
@@ -184,7 +230,17 @@ class AttentionUnit(wiring.Component):
                                        "ok": 1, "part": data.ArrayLayout(signed(32), R)}))
         k2 = Signal(data.StructLayout({"v": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
                                        "dot": data.ArrayLayout(signed(32), R)}))
-        m.d.sync += [k1.v.eq(0), k2.v.eq(0)]  # the stages below set them when they hold a line
+        # K0: the line and each row's query line, registered; KP: their C products (one MULT18X18D each)
+        k0 = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
+                                       "q": data.ArrayLayout(data.ArrayLayout(signed(8), C), R),
+                                       "k": data.ArrayLayout(signed(8), C)}))
+        kp = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
+                                       "prod": data.ArrayLayout(data.ArrayLayout(signed(16), C), R)}))
+        m.d.sync += [k0.v.eq(0), k2.v.eq(0)]  # the stages below set them when they hold a line
+        m.d.sync += [kp.v.eq(k0.v), kp.eot.eq(k0.eot), kp.exp.eq(k0.exp), kp.tok.eq(k0.tok), kp.ok.eq(k0.ok)]
+        m.d.sync += [kp.prod[q][c].eq(k0.q[q][c] * k0.k[c]) for q in range(R) for c in range(C)]
+        m.d.sync += [k1.v.eq(kp.v), k1.eot.eq(kp.eot), k1.exp.eq(kp.exp), k1.tok.eq(kp.tok), k1.ok.eq(kp.ok)]
+        m.d.sync += [k1.part[q].eq(sum(kp.prod[q][c] for c in range(C))) for q in range(R)]
         with m.If(k1.v):
             with m.If(k1.eot):
                 m.d.sync += [k2.v.eq(1), k2.exp.eq(k1.exp), k2.tok.eq(k1.tok), k2.ok.eq(k1.ok)]
@@ -195,107 +251,188 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += [dot[q].eq(0), k2.dot[q].eq(full)]
                 with m.Else():
                     m.d.sync += dot[q].eq(full)
-        score_prod = per_row("score_prod", signed(64))  # k2.dot * LOG2E_Q30, on a state-line multiplier (below)
         with m.If(k2.v & k2.ok):
             m.d.sync += anyv.eq(1)
-        for q in range(R):
-            shift = Signal(signed(10), name=f"score_shift{_s(q)}")
-            m.d.comb += shift.eq(10 - qexp[q] - k2.exp)
-            u = rshift_round_sat32(m, score_prod[q], shift, f"score{_s(q)}")  # log2 units, Q20
-            m.d.comb += [u_ws[q].addr.eq(k2.tok), u_ws[q].data.eq(u), u_ws[q].en.eq(k2.v & k2.ok)]
-            with m.If(k2.v & k2.ok & (u > m1[q])):
-                m.d.sync += m1[q].eq(u)
 
         # ---- V pipeline: V1 p_j (in state V), V2 PV += rsr(p_j * v, -min(vexp, 3)), each row at once ----
         v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), R), "exp": signed(8),
                                        "li": range(self.max_lines + 1), "first": 1, "eot": 1,
                                        "data": data.ArrayLayout(signed(8), C)}))
-        m.d.sync += v1.v.eq(0)
-        vsh = Signal(signed(10))
-        m.d.comb += vsh.eq(-Mux(v1.exp > 3, 3, v1.exp))
+        e4 = etag[_EXP_STAGES - 1]
+        m.d.sync += [v1.v.eq(e4.v & e4.isv), v1.exp.eq(e4.exp), v1.li.eq(e4.li), v1.first.eq(e4.first),
+                     v1.eot.eq(e4.eot), v1.data.eq(e4.data)]
+        m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(R)]
+        with m.If(e4.v & ~e4.isv):  # state A's rescales
+            m.d.sync += [a[q].eq(e_fin[q]) for q in range(R)]
+        # V2 as P1 the products p_lo * v (and the few shifted adds of p_hi * v), P2 their sum, P3 the shift,
+        # P4 its rounding, then the read-modify-write of PV (read and write in one stage: a line may meet its
+        # own sum of the cycle before when a head is one line)
+        vt_l = data.StructLayout({"v": 1, "li": range(self.max_lines + 1), "first": 1, "sh": signed(10)})
+        vt = [Signal(vt_l, name=f"pv_s{s}") for s in range(1, 5)]  # P1 .. P4
+        m.d.sync += [vt[0].v.eq(v1.v), vt[0].li.eq(v1.li), vt[0].first.eq(v1.first),
+                     vt[0].sh.eq(-Mux(v1.exp > 3, 3, v1.exp))]
+        m.d.sync += [vt[s + 1].eq(vt[s]) for s in range(3)]
+        v_busy = Signal(name="pv_busy")
+        m.d.comb += v_busy.eq(Cat(v1.v, *[t.v for t in vt]).any())
+        vsh = vt[1].sh  # the shift of the line in P2 (its flags registered into P3)
+        sr1 = Signal(range(63), name="pv_sr1")
+        sl = Signal(range(4), name="pv_sl")
+        m.d.comb += [sr1.eq(Mux(vsh > 63, 62, Mux(vsh < 1, 0, vsh - 1))), sl.eq(Mux(vsh < -3, 3, Mux(vsh > 0, 0, -vsh)))]
+        zero3, pos3 = Signal(name="pv_zero3", reset_less=True), Signal(name="pv_pos3", reset_less=True)
+        m.d.sync += [zero3.eq(vsh > 63), pos3.eq(vsh > 0)]
         for q in range(R):
-            m.d.comb += [pv_ws[q].addr.eq(v1.li), pv_ws[q].en.eq(v1.v)]
+            m.d.comb += [pv_ws[q].addr.eq(vt[3].li), pv_ws[q].en.eq(vt[3].v)]
             # p_j = exp2_fx(<= 0, 20, 28) <= 2**28: the low 24 bits fit a DSP48's 25-bit signed port, the
             # top 5 bits are a few shifted adds of v (one DSP48 per lane instead of two)
             p_lo, p_hi = v1.p[q][:24], v1.p[q][24:29]
             for c in range(C):
+                def vreg(name, shape, q=q, c=c):
+                    return Signal(shape, name=f"{name}{_s(q)}_{c}", reset_less=True)
                 vc = v1.data[c]
-                hi_c = Signal(signed(14), name=f"pv_hi{_s(q)}_{c}")  # v * p_hi, |.| <= 128 * 16
-                m.d.comb += hi_c.eq(sum(Mux(p_hi[b], vc << b, 0) for b in range(5)))
-                prod = Signal(signed(44), name=f"pv_prod{_s(q)}_{c}")
-                m.d.comb += prod.eq(p_lo * vc + (hi_c << 24))
-                term = rshift_round_var(m, prod, vsh, PV_BITS, f"pv_term{_s(q)}_{c}", max_left=3)
-                m.d.comb += pv_ws[q].data[c].eq(Mux(v1.first, 0, pv_rs[q].data[c]) + term)
+                hi1, lo1 = vreg("pv_p1_hi", signed(14)), vreg("pv_p1_lo", signed(34))  # v * p_hi, |.| <= 128 * 16
+                prod2 = vreg("pv_p2_prod", signed(44))
+                t3, left3 = vreg("pv_p3_t", signed(44)), vreg("pv_p3_left", signed(47))
+                term4 = vreg("pv_p4_term", signed(PV_BITS))
+                m.d.sync += [hi1.eq(sum(Mux(p_hi[b], vc << b, 0) for b in range(5))), lo1.eq(p_lo * vc),
+                             prod2.eq(lo1 + (hi1 << 24)),
+                             t3.eq(prod2 >> sr1), left3.eq(prod2 << sl),
+                             term4.eq(Mux(zero3, 0, Mux(pos3, (t3 + 1) >> 1, left3)))]
+                m.d.comb += pv_ws[q].data[c].eq(Mux(vt[3].first, 0, pv_rs[q].data[c]) + term4)
             with m.If(v1.v & v1.eot):
                 m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[q])
         # the p.V read-modify-write (stage V2) and the O pass share each row's PV read port
         m.d.comb += [q_r.addr.eq(li) for q_r in q_rs]
-        m.d.comb += [pv_r.addr.eq(Mux(v1.v, v1.li, li)) for pv_r in pv_rs]
+        m.d.comb += [pv_r.addr.eq(Mux(vt[3].v, vt[3].li, li)) for pv_r in pv_rs]
         m.d.comb += [u_r.addr.eq(Mux(fire & ~wrong & p.eot, tok + 1, tok)) for u_r in u_rs]
 
-        # ---- state lines (O pass of ATTN, ATTN_OUT): one datapath of L lanes, shared by both ---------
+        # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
         # A state line is hd/C of a row per tile, so it may take C/L cycles: lane group g of the held
-        # input line is computed each cycle and kept, the last group completes the output line.
+        # input line enters the pipeline each cycle, the groups are kept as they come out and the last
+        # completes the output line.  The lanes' multipliers also give the scores dot * LOG2E_Q30 of rows
+        # 0, 1, ... on lanes L-1, L-2, ... (stage K3, in state K) and l * a on lane 0 (state L), so those
+        # products cost no DSP48s of their own.  Stages, one operation each (see _LANE_STAGES):
+        # S0 operands; S1 the four 16/17-bit partial products (one MULT18X18D each); S2, S3 their sums;
+        # S4 the roundings of o*a >> 30 and PV >> 8; S5 their sum; S6 the barrel shift; S7 its rounding;
+        # S8 the saturation.  Every stage moves together (``adv``): only a finished output line waiting
+        # for ``o.ready`` holds the pipeline.
         L = self.lanes
         G = C // L
+        NS = _LANE_STAGES
         g = Signal(range(G), name="o_group")
         done_groups = Signal(32 * L * (G - 1), name="o_groups_done", reset_less=True)
-        in_out = Signal()  # the FSM is in O or FOUT
-        is_fout = Signal()  # ... in FOUT (ATTN_OUT: o * y) rather than O (ATTN: rescale and add p.V)
-        y = Signal(unsigned(33))
-        m.d.comb += y.eq(Mux(is_fout, fy, a_o))
+        is_fout = Signal()  # the FSM is in FOUT (ATTN_OUT: o * y) rather than O (ATTN: rescale and add p.V)
         pv_o = Array([pv_r.data.as_value() for pv_r in pv_rs])[ri] if R > 1 else pv_rs[0].data.as_value()
         xs = p.data.as_value().word_select(g, 32 * L) if G > 1 else p.data.as_value()
         pvs = pv_o.word_select(g, PV_BITS * L) if G > 1 else pv_o
-        fsh = Signal(signed(9))
+        fsh = Signal(signed(10))
         m.d.comb += fsh.eq(fk - 16)
-        # the lanes' multipliers are idle outside O / FOUT: lane 0 also gives l * a (state L), lanes L-1,
-        # L-2, ... the scores dot * LOG2E_Q30 of rows 0, 1, ... (stage K3, states K and KDRAIN); each product
-        # thus costs no DSP48s of its own
-        in_l = Signal()
-        la = Signal(signed(66))
+        tag_l = data.StructLayout({"v": 1, "kind": 2, "raw": 1, "last": 1, "grp": range(G),
+                                   "tok": range(self.max_tokens + 1), "ok": 1})
+        tags = [Signal(tag_l, name=f"lane_s{s}") for s in range(NS)]
+        iss = Signal(tag_l, name="lane_issue")  # what enters S0 this cycle (iss.v = 0: nothing)
+        adv = Signal(name="lane_adv")
+        pipe_busy = Signal(name="lane_busy")
+        m.d.comb += pipe_busy.eq(Cat(*[t.v for t in tags]).any())
+        o_busy = Signal(name="lane_o_busy")  # output lines in the lanes
+        m.d.comb += o_busy.eq(Cat(*[t.v & (t.kind == _KIND_O) for t in tags]).any())
+        t_out = tags[NS - 1]
+        out_line = Signal(name="lane_out_line")  # S8 holds the last lane group of an output line
+        m.d.comb += [out_line.eq(t_out.v & (t_out.kind == _KIND_O) & (t_out.grp == G - 1)),
+                     adv.eq(~out_line | o.ready)]
+        with m.If(adv):
+            m.d.sync += tags[0].eq(iss)
+            m.d.sync += [tags[s + 1].eq(tags[s]) for s in range(NS - 1)]
+        in_l = Signal()  # state L issues l * a on lane 0
+        la = Signal(signed(66))  # l * a: lane 0's product in S3
         lanes_out = []
         for j in range(L):
+            def reg(name, shape, j=j):
+                return Signal(shape, name=f"{name}_{j}", reset_less=True)
+            # S0 operands (comb selection, then registered)
+            ox, oy = Signal(signed(32), name=f"st_x_{j}"), Signal(unsigned(33), name=f"st_y_{j}")
+            opv, osh = Signal(signed(PV_BITS), name=f"st_pv_{j}"), Signal(signed(10), name=f"st_sh_{j}")
             x = xs[32 * j:32 * j + 32].as_signed()
-            mx, my = Signal(signed(32), name=f"st_x_{j}"), Signal(unsigned(33), name=f"st_y_{j}")
-            m.d.comb += [mx.eq(x), my.eq(y)]
+            pvj = pvs[PV_BITS * j:PV_BITS * (j + 1)].as_signed()
+            with m.If(is_fout):  # o * y, or 0 when l <= 0
+                m.d.comb += [ox.eq(x), oy.eq(Mux(l_old[0] > 0, fy, 0)), opv.eq(0), osh.eq(fsh)]
+            with m.Else():  # O: rsr(o*a, 30) + rsr(PV, 8) >> r; every token masked: x * 2**30 >> 30 = x
+                m.d.comb += [ox.eq(x), oy.eq(Mux(anyv, a_o, 1 << 30)), opv.eq(Mux(anyv, pvj, 0)),
+                             osh.eq(Mux(anyv, r_s, 0))]
             srow = L - 1 - j  # the row whose score this lane scales
             if srow < R:
                 with m.If(k2.v):
-                    m.d.comb += [mx.eq(k2.dot[srow]), my.eq(LOG2E_Q30)]
+                    m.d.comb += [ox.eq(k2.dot[srow]), oy.eq(LOG2E_Q30), osh.eq(10 - qexp[srow] - k2.exp)]
             if j == 0:
                 with m.If(in_l):
-                    m.d.comb += mx.eq(l_old_o)
-            prod = Signal(signed(66), name=f"st_prod_{j}")  # o * a (O) or o * y (FOUT): one multiplier
-            m.d.comb += prod.eq(mx * my)
-            if srow < R:
-                m.d.comb += score_prod[srow].eq(prod[:64])
+                    m.d.comb += [ox.eq(l_old_o), oy.eq(a_o)]
+            x0, y0, pv0, sh0 = reg("ls0_x", signed(32)), reg("ls0_y", unsigned(33)), reg("ls0_pv", signed(PV_BITS)), \
+                reg("ls0_sh", signed(10))
+            # S1: x = xh * 2**16 + xl, y = yh * 2**17 + yl: four products of at most 18 x 18 bits
+            pp = [reg(f"ls1_pp{k}", shp) for k, shp in enumerate((unsigned(33), unsigned(32), signed(34), signed(33)))]
+            pv1, sh1 = reg("ls1_pv", signed(PV_BITS)), reg("ls1_sh", signed(10))
+            # S2: two partial sums; S3: the product
+            pa2, pb2 = reg("ls2_a", signed(52)), reg("ls2_b", signed(50))
+            pv2, sh2 = reg("ls2_pv", signed(PV_BITS)), reg("ls2_sh", signed(10))
+            prod3 = reg("ls3_prod", signed(66))
+            pv3, sh3 = reg("ls3_pv", signed(PV_BITS)), reg("ls3_sh", signed(10))
+            # S4: the product's low 64 bits (FOUT, scores) or the two rounded terms (O); S5: one value
+            raw4, pr4, pvr4 = reg("ls4_raw", signed(64)), reg("ls4_pr", signed(40)), reg("ls4_pvr", signed(50))
+            sh4 = reg("ls4_sh", signed(10))
+            val5, sh5 = reg("ls5_val", signed(64)), reg("ls5_sh", signed(10))
+            # S6: val >> (s - 1) (or val << -s); S7: its rounding; S8: sat32
+            t6, left6 = reg("ls6_t", signed(64)), reg("ls6_left", signed(97))
+            zero6, pos6 = reg("ls6_zero", 1), reg("ls6_pos", 1)
+            w7 = reg("ls7_w", signed(98))
+            out8 = reg("ls8_out", signed(32))
+            sr1 = Signal(range(63), name=f"ls6_sr1_{j}")
+            sl = Signal(range(34), name=f"ls6_sl_{j}")
+            m.d.comb += [sr1.eq(Mux(sh5 > 63, 62, Mux(sh5 < 1, 0, sh5 - 1))),
+                         sl.eq(Mux(sh5 < -33, 33, Mux(sh5 > 0, 0, -sh5)))]
+            xl, xh = x0[:16], x0[16:32].as_signed()
+            yl, yh = y0[:17], y0[17:33]
+            with m.If(adv):
+                m.d.sync += [x0.eq(ox), y0.eq(oy), pv0.eq(opv), sh0.eq(osh),
+                             pp[0].eq(xl * yl), pp[1].eq(xl * yh), pp[2].eq(xh * yl), pp[3].eq(xh * yh),
+                             pv1.eq(pv0), sh1.eq(sh0),
+                             pa2.eq(pp[0] + (pp[2] << 16)), pb2.eq(pp[1] + (pp[3] << 16)), pv2.eq(pv1), sh2.eq(sh1),
+                             prod3.eq(pa2 + (pb2 << 17)), pv3.eq(pv2), sh3.eq(sh2),
+                             raw4.eq(prod3[:64].as_signed()), pr4.eq((prod3 >> 30) + ((prod3 >> 29) & 1)),
+                             pvr4.eq((pv3 >> 8) + ((pv3 >> 7) & 1)), sh4.eq(sh3),
+                             val5.eq(Mux(tags[4].raw, raw4, pr4 + pvr4)), sh5.eq(sh4),
+                             t6.eq(val5 >> sr1), left6.eq(val5 << sl), zero6.eq(sh5 > 63), pos6.eq(sh5 > 0),
+                             w7.eq(Mux(zero6, 0, Mux(pos6, (t6 + 1) >> 1, left6))),
+                             out8.eq(sat32(m, w7, f"ls8_sat_{j}"))]
             if j == 0:
-                m.d.comb += la.eq(prod)
-            pv = pvs[PV_BITS * j:PV_BITS * (j + 1)].as_signed()
-            big_o = Signal(signed(64), name=f"big_o_{j}")
-            m.d.comb += big_o.eq(((prod >> 30) + ((prod >> 29) & 1)) + ((pv >> 8) + ((pv >> 7) & 1)))
-            val = Signal(signed(64), name=f"st_val_{j}")
-            sh = Signal(signed(9), name=f"st_sh_{j}")
-            m.d.comb += [val.eq(Mux(is_fout, prod[:64].as_signed(), big_o)), sh.eq(Mux(is_fout, fsh, r_s))]
-            res = rshift_round_sat32(m, val, sh, f"st_new_{j}")
-            out = Signal(signed(32), name=f"st_out_{j}")
-            m.d.comb += out.eq(Mux(is_fout, Mux(l_old[0] > 0, res, 0), Mux(anyv, res, x)))
-            lanes_out.append(out)
+                m.d.comb += la.eq(prod3)
+            lanes_out.append(out8)
+            if srow < R:  # the score of row srow (stage K3's end): into the score buffer and the running maximum
+                q = srow
+                wen = Signal(name=f"score_wen{_s(q)}")
+                m.d.comb += wen.eq(t_out.v & (t_out.kind == _KIND_SCORE) & t_out.ok)
+                m.d.comb += [u_ws[q].addr.eq(t_out.tok), u_ws[q].data.eq(out8), u_ws[q].en.eq(wen)]
+                with m.If(wen & (out8 > m1[q])):
+                    m.d.sync += m1[q].eq(out8)
+        with m.If(k2.v):  # the scores of every row, one lane each
+            m.d.comb += [iss.v.eq(1), iss.kind.eq(_KIND_SCORE), iss.raw.eq(1), iss.tok.eq(k2.tok), iss.ok.eq(k2.ok)]
+        with m.If(in_l & adv):
+            m.d.comb += [iss.v.eq(1), iss.kind.eq(_KIND_LA)]
+        with m.If(adv & t_out.v & (t_out.kind == _KIND_O) & (t_out.grp != G - 1)):
+            if G > 1:
+                m.d.sync += done_groups.word_select(t_out.grp, 32 * L).eq(Cat(*lanes_out))
+        m.d.comb += [o.payload.last.eq(t_out.last), o.payload.data.eq(Cat(done_groups, *lanes_out))]
+        with m.If(out_line):
+            m.d.comb += o.valid.eq(1)
         last_group = Signal(name="o_last_group")
         m.d.comb += last_group.eq(g == G - 1)
-        if G > 1:
-            with m.If(in_out & i.valid & ~wrong & ~last_group):
-                m.d.sync += [done_groups.word_select(g, 32 * L).eq(Cat(*lanes_out)), g.eq(g + 1)]
 
-        def state_line():
-            """The handshake of a state line: taken (and its output line given) with its last lane group.
+        def state_line(fout: bool):
+            """A state line's lane groups into the pipeline, one a cycle; the line is taken with its last.
 
             Returns the condition under which the FSM leaves after the row's last state line."""
-            m.d.comb += [i.ready.eq(wrong | (last_group & o.ready)), o.valid.eq(i.valid & ~wrong & last_group),
-                         o.payload.last.eq(p.last), o.payload.data.eq(Cat(done_groups, *lanes_out))]
-            with m.If(fire & ~wrong):
-                m.d.sync += g.eq(0)
+            m.d.comb += [i.ready.eq(wrong | (last_group & adv)), is_fout.eq(fout)]
+            with m.If(i.valid & ~wrong & adv):
+                m.d.comb += [iss.v.eq(1), iss.kind.eq(_KIND_O), iss.raw.eq(fout), iss.last.eq(p.last), iss.grp.eq(g)]
+                m.d.sync += g.eq(Mux(last_group, 0, g + 1))
             return fire & ~wrong & p.last
 
         with m.FSM(name="attn"):
@@ -329,9 +466,9 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += [fy.eq(recip.o_stream.payload.y), fk.eq(recip.o_stream.payload.k)]
                     m.next = "FOUT"
             with m.State("FOUT"):
-                m.d.comb += [wrong.eq(p.kind != AttnBeat.STATE_O), in_out.eq(1), is_fout.eq(1)]
-                with m.If(state_line()):
-                    m.next = "HDR"
+                m.d.comb += wrong.eq(p.kind != AttnBeat.STATE_O)
+                with m.If(state_line(True)):
+                    m.next = "ODRAIN"
             with m.State("Q"):
                 # the rows' query lines, row by row: `eot` on each row's last line, `last` on the job's
                 m.d.comb += [i.ready.eq(1), wrong.eq((p.kind != AttnBeat.Q) | (p.eot & ~p.last & (hi == nlast)))]
@@ -352,10 +489,10 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.K)]
                 # stage K1: q . (this line of k_j) for each row, registered with the token's framing
                 with m.If(fire & ~wrong):
-                    m.d.sync += [k1.v.eq(1), k1.eot.eq(p.eot), k1.exp.eq(p.exp), k1.tok.eq(tok),
-                                 k1.ok.eq(valid_tok)]
-                    m.d.sync += [k1.part[q].eq(sum(q_rs[q].data[c] * p.data[c][0:8].as_signed() for c in range(C)))
-                                 for q in range(R)]
+                    m.d.sync += [k0.v.eq(1), k0.eot.eq(p.eot), k0.exp.eq(p.exp), k0.tok.eq(tok),
+                                 k0.ok.eq(valid_tok)]
+                    m.d.sync += [k0.q[q][c].eq(q_rs[q].data[c]) for q in range(R) for c in range(C)]
+                    m.d.sync += [k0.k[c].eq(p.data[c][0:8]) for c in range(C)]
                     with m.If(p.eot):
                         m.d.sync += [li.eq(0), tok.eq(tok + 1)]
                     with m.Else():
@@ -363,25 +500,26 @@ class AttentionUnit(wiring.Component):
                     with m.If(p.last):
                         m.d.sync += [tok.eq(0), li.eq(0)]
                         m.next = "KDRAIN"
-            with m.State("KDRAIN"), m.If(~k1.v & ~k2.v):  # the last token's scores are in stage K2 / K3
+            with m.State("KDRAIN"), m.If(~k0.v & ~kp.v & ~k1.v & ~k2.v & ~pipe_busy):  # the last scores
                 m.next = "A"
-            with m.State("A"):
-                m.d.comb += exp_off.eq(0)
+            with m.State("A"):  # the rescales a = exp2(m - m1) into the exp2 pipelines
+                m.d.comb += [e_in.v.eq(1), e_in.isv.eq(0), e_in.fo.eq(0)]
                 for q in range(R):
                     diff = Signal(signed(34), name=f"m_diff_in{_s(q)}")
                     m.d.comb += diff.eq(m_old[q] - m1[q])
                     m.d.comb += exp_in[q].eq(sat32(m, diff, f"m_diff{_s(q)}"))
-                    m.d.sync += [a[q].eq(e2[q]), sum_p[q].eq(0)]
+                    m.d.sync += sum_p[q].eq(0)
+                m.next = "AW"
+            with m.State("AW"), m.If(etag[_EXP_STAGES - 1].v):  # a is registered as it leaves E4
                 m.next = "V"
             with m.State("V"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V)]
-                # stage V1: p_j of each row from its score (table lookup), registered with the V line
-                m.d.comb += exp_off.eq(2)
+                # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
                 m.d.comb += [exp_in[q].eq(u_rs[q].data - m1[q]) for q in range(R)]
                 with m.If(fire & ~wrong):
-                    m.d.sync += [v1.v.eq(1), v1.exp.eq(p.exp), v1.li.eq(li), v1.first.eq(tok == 0), v1.eot.eq(p.eot)]
-                    m.d.sync += [v1.p[q].eq(Mux(valid_tok, e2[q], 0)) for q in range(R)]
-                    m.d.sync += [v1.data[c].eq(p.data[c][0:8]) for c in range(C)]
+                    m.d.comb += [e_in.v.eq(1), e_in.isv.eq(1), e_in.ok.eq(valid_tok), e_in.fo.eq(2), e_in.exp.eq(p.exp),
+                                 e_in.li.eq(li), e_in.first.eq(tok == 0), e_in.eot.eq(p.eot)]
+                    m.d.comb += [e_in.data[c].eq(p.data[c][0:8]) for c in range(C)]
                     with m.If(p.eot):
                         m.d.sync += [li.eq(0), tok.eq(tok + 1)]
                     with m.Else():
@@ -389,41 +527,48 @@ class AttentionUnit(wiring.Component):
                     with m.If(p.last):
                         m.d.sync += li.eq(0)
                         m.next = "VDRAIN"
-            with m.State("VDRAIN"), m.If(~v1.v):  # the last V line is still in stage V2
+            with m.State("VDRAIN"), m.If(~e_busy & ~v_busy):  # the last V lines are still in V1 / V2
                 m.next = "L"
             with m.State("L"):  # row ri's new sum and shift (rows one after another, each before its O pass)
-                m.d.comb += in_l.eq(1)  # la = l * a on lane 0's multiplier (y = a here)
-                big_l = Signal(unsigned(56))
-                m.d.comb += big_l.eq(((la >> 30) + ((la >> 29) & 1)) + ((sum_p_o >> 8) + ((sum_p_o >> 7) & 1)))
+                m.d.comb += in_l.eq(1)  # l * a on lane 0's multiplier, behind the previous row's lines
+                with m.If(adv):
+                    m.next = "LW"
+            # L = rsr(l*a, 30) + rsr(sum p, 8), as the product leaves S3
+            with m.State("LW"), m.If(tags[3].v & (tags[3].kind == _KIND_LA)):
+                m.d.sync += big_l.eq(((la >> 30) + ((la >> 29) & 1)) + ((sum_p_o >> 8) + ((sum_p_o >> 7) & 1)))
+                m.next = "LR"
+            with m.State("LR"):  # r = max(0, bitlen(L) - 21)
                 bl = bitlen_u(m, big_l, 56, "l_bitlen")
-                rr = Signal(range(64))
-                m.d.comb += rr.eq(Mux(bl > 21, bl - 21, 0))
-                l_sh = rshift_round_var(m, big_l.as_signed(), rr, 58, "l_shift")
-                m.d.sync += r.eq(rr)
+                m.d.sync += r.eq(Mux(bl > 21, bl - 21, 0))
+                m.next = "LN"
+            with m.State("LN"):  # the new header
+                l_sh = rshift_round_var(m, big_l.as_signed(), r, 58, "l_shift")
                 with m.If(anyv):
-                    m.d.sync += [m_new.eq(sat32(m, m1_o + (rr << 20), "m_new_sat")),
+                    m.d.sync += [m_new.eq(sat32(m, m1_o + (r << 20), "m_new_sat")),
                                  l_new.eq(sat32(m, l_sh, "l_new_sat"))]
                 with m.Else():  # every token masked: the state is unchanged
                     m.d.sync += [m_new.eq(m_old_o), l_new.eq(l_old_o)]
                 m.next = "OUTH"
-            with m.State("OUTH"):
+            with m.State("OUTH"), m.If(~o_busy):  # once the previous row's output lines are out
                 m.d.comb += [o.valid.eq(1), o.payload.hdr.eq(1), o.payload.data[0].eq(m_new),
                              o.payload.data[1].eq(l_new)]
                 m.d.comb += [o.payload.data[c].eq(0) for c in range(2, C)]
                 with m.If(o.ready):
                     m.next = "O"
             with m.State("O"):
-                m.d.comb += [wrong.eq(p.kind != AttnBeat.STATE_O), in_out.eq(1)]
+                m.d.comb += wrong.eq(p.kind != AttnBeat.STATE_O)
                 with m.If(fire & ~wrong):
                     m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
                         m.d.sync += li.eq(0)
-                with m.If(state_line()):
+                with m.If(state_line(False)):
                     m.d.sync += ri.eq(ri + 1)
                     m.next = "L"
                     with m.If(ri == nlast):
                         m.d.sync += ri.eq(0)
-                        m.next = "HDR"
+                        m.next = "ODRAIN"
+            with m.State("ODRAIN"), m.If(~pipe_busy):  # the job's last output lines leave the lanes
+                m.next = "HDR"
         return m
 
 
