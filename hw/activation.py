@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import enum
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory
 
 from systolica.config import AccelConfig
 
-from .line_unit import LineUnit
+from .line_unit import LineUnit, Stages, Timed
 
 __all__ = ["ActivationUnit", "ActOp", "DIV_STEPS"]
 
-DIV_STEPS = 4  # restoring-divider steps per pipeline stage: 8 stages for the 31 quotient bits
+DIV_STEPS = 1  # restoring-divider steps per pipeline stage: 31 stages for the 31 quotient bits
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
@@ -59,119 +59,115 @@ class ActivationUnit(LineUnit):
     def __init__(self, cfg: AccelConfig):
         lanes = LineUnit.nonlinear_lanes_of(cfg)
         line = LineUnit.line(cfg, lanes=lanes)
-        self.latency = 1 + 5 + 4 + -(-31 // DIV_STEPS) + 2
+        self.latency = self._lane(None, None)[1] + 1
         super().__init__(cfg, {"op": 1, "data": line, "last": 1}, {"data": line, "last": 1},
                          lanes=lanes)
 
-    def elaborate(self, platform):
-        # the numerics module defines the constants; the hardware reads them at generation time
+    @staticmethod
+    def _lane(tl: Timed | None, x, g=None, c: int = 0):
+        """One lane from its input register ``x`` (stage 1) and the GELU flag ``g``: ``(result, stage)``,
+        the result combinational at that stage (the output register is the stage after).  With
+        ``tl=None`` it only counts the stages (a dry run, for :attr:`latency`)."""
         from systolica.numerics import EXP_BASE, EXP_DELTA, LOG2E_Q30
         from systolica.numerics_nonlinear import _GELU_C1, _GELU_C2, _GELU_CLAMP
 
+        if tl is None:  # count the stages on a throw-away module
+            m = Module()
+            m._MustUse__silence = True  # built only to count its stages
+            x = Signal(signed(32))
+            tl = Timed(Stages(m, Const(1)))
+            return ActivationUnit._build(tl, m, (x, 1), (Signal(), 1), 0, EXP_BASE, EXP_DELTA, LOG2E_Q30,
+                                         _GELU_C1, _GELU_C2, _GELU_CLAMP, dry=True)
+        return ActivationUnit._build(tl, tl.st.m, x, g, c, EXP_BASE, EXP_DELTA, LOG2E_Q30,
+                                     _GELU_C1, _GELU_C2, _GELU_CLAMP)
+
+    @staticmethod
+    def _build(tl: Timed, m: Module, x, g, c, EXP_BASE, EXP_DELTA, LOG2E_Q30, C1, C2, CLAMP, dry=False):
+        n = f"_{c}"
+        R = tl.reg
+        # --- GELU front end: xc = clip(x), x3 = rsr(rsr(xc*xc, 16)*xc, 16), w = xc + rsr(x3*C1, 30),
+        # u2 = rsr(w*C2, 30); each product on registered operands, each rounding add a stage
+        xc = R(lambda v: Mux(v > CLAMP, CLAMP, Mux(v < -CLAMP, -CLAMP, v)), x, name="xc" + n, shape=signed(22))
+        sq = tl.mul(xc, xc, "sq" + n)
+        a = R(lambda v: _rsr(v, 16), sq, name="sq16" + n, shape=signed(26))  # <= 2**24 + 1
+        t = tl.mul(a, xc, "cube" + n)
+        b = R(lambda v: _rsr(v, 16), t, name="x3" + n, shape=signed(30))  # |x3| < 2**28 + 2**5
+        c1 = (Const(C1, signed(27)), 0)
+        t2 = tl.mul(b, c1, "c1" + n)
+        w = R(lambda v: _rsr(v, 30), t2, name="c1r" + n, shape=signed(27))  # |x3 * C1| < 2**54
+        w = R(lambda v, k: v + k, w, xc, name="w" + n, shape=signed(28))
+        c2 = (Const(C2, signed(32)), 0)
+        t3 = tl.mul(w, c2, "c2" + n)
+        u2 = R(lambda v: _rsr(v, 30), t3, name="u2" + n, shape=signed(34))
+        # --- exp_fx(-|z|), z = u2 (GELU) or x (SILU): u = rsr(-|z| * LOG2E_Q30, 22), its top fraction bits
+        # address the tables (synchronous ROM reads, their data registered before the multiplier)
+        nabs = R(lambda gg, uu, xx: Mux(gg, Mux(uu < 0, uu, -uu), Mux(xx < 0, xx, -xx)), g, u2, x,
+                 name="nabs" + n, shape=signed(33))  # -2**31 .. 0
+        zpos = R(lambda gg, uu, xx: Mux(gg, uu >= 0, xx >= 0), g, u2, x, name="zpos" + n)
+        prod = tl.mul(nabs, (Const(LOG2E_Q30, signed(32)), 0), "eprod" + n)
+        u = R(lambda v: _rsr(v, 22), prod, name="u" + n, shape=signed(44))
+        dbits = max(int(v) for v in EXP_DELTA).bit_length()
+        base_rom = memory.Memory(shape=unsigned(31), depth=256, init=[int(v) for v in EXP_BASE])
+        delta_rom = memory.Memory(shape=unsigned(dbits), depth=256, init=[int(v) for v in EXP_DELTA])
+        m.submodules["exp_base" + n], m.submodules["exp_delta" + n] = base_rom, delta_rom
+        base_rom._MustUse__silence = delta_rom._MustUse__silence = dry  # the dry run's module is dropped
+        rb, rd = base_rom.read_port(), delta_rom.read_port()
+        uu = tl.at(u, u[1])
+        m.d.comb += [rb.addr.eq(uu[16:24]), rd.addr.eq(uu[16:24]), rb.en.eq(tl.st.en), rd.en.eq(tl.st.en)]
+        ip = uu >> 24  # <= 0
+        sh = R(lambda v: Mux(v < -40, 40, -v), (ip, u[1]), name="sh" + n, shape=unsigned(6))
+        lo = R(lambda v: v[0:16], u, name="lo" + n, shape=unsigned(16))
+        rom_t = u[1] + 1  # the ROM's data, a stage after the address
+        base = R(lambda v: v, (rb.data, rom_t), name="base" + n)
+        delta = R(lambda v: v, (rd.data, rom_t), name="delta" + n)
+        dl = tl.mul(delta, lo, "dlo" + n)
+        dl = R(lambda v: _rsr(v, 16), dl, name="dlo16" + n, shape=unsigned(dbits + 1))
+        pp = R(lambda bb, v: bb + v, base, dl, name="p" + n, shape=unsigned(33))
+        # e = (p + ((1 << sh) >> 1)) >> sh: the rounding add, then the shift by 8-place steps and the rest
+        pr = R(lambda v, s_: v + ((Const(1, 1) << s_) >> 1), pp, sh, name="pr" + n, shape=unsigned(41))
+        pc = R(lambda v, s_: v >> Cat(Const(0, 3), s_[3:]), pr, sh, name="pc" + n, shape=unsigned(41))
+        e = R(lambda v, s_: v >> s_[:3], pc, sh, name="e" + n, shape=unsigned(31))  # <= 2**30
+        d = R(lambda v: (1 << 30) + v, e, name="d" + n, shape=unsigned(32))
+        # --- floor(2**60 / d), d in [2**30, 2**31]: restoring division, one quotient bit a stage, on the
+        # partial remainder R = r >> bit (< 2d: 33 bits, not 62): bit set when R >= d, then R = 2 (R - d)
+        rr, q = (Const(1 << 30, unsigned(32)), d[1]), (Const(0, 1), d[1])
+        for bit in range(30, -1, -1):
+            # r_ < 2**32, dd <= 2**31: bit 32 of the 33-bit difference is its borrow
+            def step(r_, dd):
+                trial = (r_ - dd)[:33]
+                return (Mux(trial[32], r_, trial[:32]) << 1)[:32]
+            qn = R(lambda r_, dd, q_: Cat(~(r_ - dd)[:33][32], q_), rr, d, q,
+                   name=f"q{bit}" + n, shape=unsigned(31 - bit))
+            if bit:
+                rr = R(step, rr, d, name=f"r{bit}" + n, shape=unsigned(32))
+            q = qn
+        # --- sigmoid by the sign of z, then sat32(rsr(x * sig, 30))
+        sig = R(lambda zz, v: Mux(zz, v, (1 << 30) - v), zpos, q, name="sig" + n, shape=signed(32))
+        prod2 = tl.mul(x, sig, "fprod" + n)
+        y = R(lambda v: _rsr(v, 30), prod2, name="y" + n, shape=signed(34))  # |x * sig| <= 2**61
+        yv, ty = y
+        return Mux(yv > INT32_MAX, INT32_MAX, Mux(yv < INT32_MIN, INT32_MIN, yv)), ty
+
+    def elaborate(self, platform):
         m = Module()
         i, o = self.i_stream, self.o_stream
         en = Signal()
         m.d.comb += [en.eq(~o.valid | o.ready), i.ready.eq(en)]
+        tl = Timed(Stages(m, en))
 
-        def reg(value, shape, name):
-            s = Signal(shape, name=name)
-            with m.If(en):
-                m.d.sync += s.eq(value)
-            return s
-
-        # valid / last / op travel beside the lanes for the whole depth
+        gelu0 = tl.st.reg(i.payload.op == ActOp.GELU, "gelu0")
+        outs = []
+        for c in range(self.lanes):
+            x = tl.st.reg(i.payload.data[c], f"x0_{c}", signed(32))
+            out, t_out = self._lane(tl, (x, 1), (gelu0, 1), c)
+            assert t_out + 1 == self.latency, (t_out, self.latency)
+            outs.append(out)
+        # valid / last travel beside the lanes for the whole depth; the output register is the last stage
         side = data.StructLayout({"valid": 1, "last": 1})
         sv = Signal(side)
         m.d.comb += [sv.valid.eq(i.valid & i.ready), sv.last.eq(i.payload.last)]
-        for d in range(self.latency):
-            sv = reg(sv, side, f"side_{d}")
-        m.d.comb += [o.valid.eq(sv.valid), o.payload.last.eq(sv.last)]
-        gelu0 = reg(i.payload.op == ActOp.GELU, 1, "gelu0")
-
-        for c in range(self.lanes):
-            x = reg(i.payload.data[c], signed(32), f"x0_{c}")
-            xs = [x]  # x delayed stage by stage: the final product needs it
-
-            def carry(v, shape, name, _c=c):
-                return reg(v, shape, f"{name}_{_c}")
-
-            # --- GELU front end ------------------------------------------------------
-            xc = Signal(signed(22), name=f"xc_{c}")
-            m.d.comb += xc.eq(Mux(x > _GELU_CLAMP, _GELU_CLAMP, Mux(x < -_GELU_CLAMP, -_GELU_CLAMP, x)))
-            sq = carry(xc * xc, signed(44), "sq")
-            xc1 = carry(xc, signed(22), "xc1")
-            t = carry(_rsr(sq, 16) * xc1, signed(48), "t")
-            xc2 = carry(xc1, signed(22), "xc2")
-            t2 = carry(_rsr(t, 16) * _GELU_C1, signed(60), "t2")
-            xc3 = carry(xc2, signed(22), "xc3")
-            t3 = carry((xc3 + _rsr(t2, 30)) * _GELU_C2, signed(62), "t3")
-            u2 = carry(_rsr(t3, 30), signed(34), "u2")
-            g = gelu0
-            for k in range(5):
-                xs.append(carry(xs[-1], signed(32), f"xd{k}"))
-                g = carry(g, 1, f"g{k}")
-            z = Signal(signed(34), name=f"z_{c}")
-            m.d.comb += z.eq(Mux(g, u2, xs[-1]))
-
-            # --- exp_fx(-|z|): u, LUT address, interpolation, integer-part shift -------
-            zpos = [carry(z >= 0, 1, "zpos0")]
-            nabs = Mux(z < 0, z, -z)
-            prod = carry(nabs * LOG2E_Q30, signed(66), "eprod")
-            xs.append(carry(xs[-1], signed(32), "xe0"))
-            u = Signal(signed(44), name=f"u_{c}")
-            m.d.comb += u.eq(_rsr(prod, 22))
-            base_rom = memory.Memory(shape=unsigned(32), depth=256, init=[int(v) for v in EXP_BASE])
-            delta_rom = memory.Memory(shape=unsigned(32), depth=256, init=[int(v) for v in EXP_DELTA])
-            m.submodules[f"exp_base_{c}"], m.submodules[f"exp_delta_{c}"] = base_rom, delta_rom
-            rb, rd = base_rom.read_port(), delta_rom.read_port()
-            hi = u[16:24]  # f = u & 0xFFFFFF; hi = f >> 16
-            m.d.comb += [rb.addr.eq(hi), rd.addr.eq(hi), rb.en.eq(en), rd.en.eq(en)]
-            lo = carry(u[0:16], unsigned(16), "lo")
-            ip = u >> 24  # <= 0
-            sh = carry(Mux(ip < -40, 40, -ip), unsigned(6), "sh")
-            zpos.append(carry(zpos[-1], 1, "zpos1"))
-            xs.append(carry(xs[-1], signed(32), "xe1"))
-            p = carry(rb.data + _rsr(rd.data * lo, 16), unsigned(33), "p")
-            sh2 = carry(sh, unsigned(6), "sh2")
-            zpos.append(carry(zpos[-1], 1, "zpos2"))
-            xs.append(carry(xs[-1], signed(32), "xe2"))
-            e = (p + ((Const(1, 1) << sh2) >> 1)) >> sh2
-            dv = carry((1 << 30) + e, unsigned(32), "d")
-            zpos.append(carry(zpos[-1], 1, "zpos3"))
-            xs.append(carry(xs[-1], signed(32), "xe3"))
-
-            # --- restoring division floor(2**60 / d): quotient bits 30..0 -------------------
-            r = Signal(unsigned(62), name=f"r0_{c}")
-            m.d.comb += r.eq(1 << 60)
-            q = Signal(unsigned(31), name=f"q0_{c}")
-            m.d.comb += q.eq(0)
-            dd = dv
-            bit = 30
-            stage = 0
-            while bit >= 0:
-                for _ in range(DIV_STEPS):
-                    if bit < 0:
-                        break
-                    trial = Signal(unsigned(63), name=f"trial_{c}_{bit}")
-                    m.d.comb += trial.eq(r - (dd << bit))
-                    ok = ~trial[62]  # no borrow: r >= d << bit
-                    nr = Signal(unsigned(62), name=f"r_{c}_{bit}")
-                    nq = Signal(unsigned(31), name=f"q_{c}_{bit}")
-                    m.d.comb += [nr.eq(Mux(ok, trial, r)), nq.eq(q | (ok << bit))]
-                    r, q = nr, nq
-                    bit -= 1
-                r = carry(r, unsigned(62), f"dr{stage}")
-                q = carry(q, unsigned(31), f"dq{stage}")
-                dd = carry(dd, unsigned(32), f"dd{stage}")
-                zpos.append(carry(zpos[-1], 1, f"zposd{stage}"))
-                xs.append(carry(xs[-1], signed(32), f"xdv{stage}"))
-                stage += 1
-
-            # --- sigmoid by the sign of z, then x * sig, round, saturate -------------------
-            sig = Mux(zpos[-1], q, (1 << 30) - q)
-            prod2 = carry(xs[-1] * sig, signed(64), "fprod")
-            y = _rsr(prod2, 30)
-            out = Mux(y > INT32_MAX, INT32_MAX, Mux(y < INT32_MIN, INT32_MIN, y))
-            with m.If(en):
-                m.d.sync += o.payload.data[c].eq(out)
+        sv = tl.st.delay(sv, self.latency - 1, "side", side, control=True)
+        with m.If(en):
+            m.d.sync += [o.valid.eq(sv.valid), o.payload.last.eq(sv.last)]
+            m.d.sync += [o.payload.data[c].eq(outs[c]) for c in range(self.lanes)]
         return m

@@ -77,45 +77,54 @@ class VectorSequencer(wiring.Component):
         ins = data.View(instr_layout(), self.word)
         op = ins.nop.h.opcode
         code = {name: OP_BY_NAME[name].code for name in VECTOR_OPS}
-        is_ = {name: op == c for name, c in code.items()}
-        to_act = is_["SILU"] | is_["GELU"]
-        # the fields, by op (every op's layout puts them at its own bit positions)
-        rows = Mux(is_["ADD"], ins.add.rows, Mux(is_["MUL"], ins.mul.rows, Mux(is_["REQUANT"], ins.requant.rows,
-                   Mux(is_["ARGMAX"], ins.argmax.rows, Mux(is_["SILU"], ins.silu.rows,
-                       Mux(is_["ROPE"], ins.rope.rows, ins.gelu.rows))))))
+        w_is = {name: op == c for name, c in code.items()}
+        # the fields, by op (every op's layout puts them at its own bit positions): decoded from the word in
+        # the start cycle into registers, so that no instruction-word decode sits in the line datapath
+        w_rows = Mux(w_is["ADD"], ins.add.rows, Mux(w_is["MUL"], ins.mul.rows, Mux(w_is["REQUANT"], ins.requant.rows,
+                     Mux(w_is["ARGMAX"], ins.argmax.rows, Mux(w_is["SILU"], ins.silu.rows,
+                         Mux(w_is["ROPE"], ins.rope.rows, ins.gelu.rows))))))
         n_am = ins.argmax.n
-        lines = Mux(is_["ADD"], ins.add.lines, Mux(is_["MUL"], ins.mul.lines, Mux(is_["REQUANT"], ins.requant.lines,
-                    Mux(is_["ARGMAX"], (n_am + C - 1) // C, Mux(is_["SILU"], ins.silu.lines,
-                        Mux(is_["ROPE"], ins.rope.hd, ins.gelu.lines))))))
-        src_a = Mux(is_["ADD"], ins.add.a, Mux(is_["MUL"], ins.mul.a, Mux(is_["ARGMAX"], ins.argmax.src,
-                    Mux(is_["SILU"], ins.silu.src, Mux(is_["ROPE"], ins.rope.src, ins.gelu.src)))))
-        src_b = Mux(is_["ADD"], ins.add.b, Mux(is_["MUL"], ins.mul.b, ins.requant.mult))
-        bcast = Mux(is_["ADD"], ins.add.bcast, Mux(is_["MUL"], ins.mul.bcast, 1))  # REQUANT: mult is one row
-        dst = Mux(is_["ADD"], ins.add.dst, Mux(is_["MUL"], ins.mul.dst, Mux(is_["REQUANT"], ins.requant.dst,
-                  Mux(is_["ARGMAX"], ins.argmax.dst, Mux(is_["SILU"], ins.silu.dst,
-                      Mux(is_["ROPE"], ins.rope.dst, ins.gelu.dst))))))
-        L = Signal(17)  # lines per group (a row, or one head of a row for ROPE)
-        H = Signal(9)  # groups per row
-        m.d.comb += [L.eq(lines), H.eq(Mux(is_["ROPE"], ins.rope.heads, 1))]
+        w_lines = Mux(w_is["ADD"], ins.add.lines, Mux(w_is["MUL"], ins.mul.lines, Mux(w_is["REQUANT"], ins.requant.lines,
+                      Mux(w_is["ARGMAX"], (n_am + C - 1) // C, Mux(w_is["SILU"], ins.silu.lines,
+                          Mux(w_is["ROPE"], ins.rope.hd, ins.gelu.lines))))))
+        w_src_a = Mux(w_is["ADD"], ins.add.a, Mux(w_is["MUL"], ins.mul.a, Mux(w_is["ARGMAX"], ins.argmax.src,
+                      Mux(w_is["SILU"], ins.silu.src, Mux(w_is["ROPE"], ins.rope.src, ins.gelu.src)))))
+        w_src_b = Mux(w_is["ADD"], ins.add.b, Mux(w_is["MUL"], ins.mul.b, ins.requant.mult))
+        w_bcast = Mux(w_is["ADD"], ins.add.bcast, Mux(w_is["MUL"], ins.mul.bcast, 1))  # REQUANT: mult is one row
+        w_dst = Mux(w_is["ADD"], ins.add.dst, Mux(w_is["MUL"], ins.mul.dst, Mux(w_is["REQUANT"], ins.requant.dst,
+                    Mux(w_is["ARGMAX"], ins.argmax.dst, Mux(w_is["SILU"], ins.silu.dst,
+                        Mux(w_is["ROPE"], ins.rope.dst, ins.gelu.dst))))))
+        w_heads = Mux(w_is["ROPE"], ins.rope.heads, 1)
+        is_ = {name: Signal(name=f"is_{name.lower()}") for name in VECTOR_OPS}
+        src_a, src_b, bcast = Signal.like(self.va_addr), Signal.like(self.vb_addr), Signal()
+        lm1, hm1, rm1 = Signal(17), Signal(9), Signal(16)  # lines per group, groups per row, rows: minus 1
+        with m.If(self.start):
+            m.d.sync += [is_[name].eq(w_is[name]) for name in VECTOR_OPS]
+            m.d.sync += [src_a.eq(w_src_a), src_b.eq(w_src_b), bcast.eq(w_bcast),
+                         lm1.eq(w_lines - 1), hm1.eq(w_heads - 1), rm1.eq(w_rows - 1)]
+        to_act = Signal()
+        m.d.comb += to_act.eq(is_["SILU"] | is_["GELU"])
         hd = ins.rope.hd
 
-        # ---- input walk: row r, line l; index idx = r*L + l
-        left = Signal(32)
+        # ---- input walk: row r, group hh, line l; index idx = (r*H + hh)*L + l (a counter); the walk ends
+        # with the last line of the last group of the last row
+        walking = Signal()  # lines left to read
         idx = Signal(32)
         r = Signal(16)
         ln = Signal(17)
         hh = Signal(8)  # ROPE head within the row
         trow = Signal(32)  # ROPE: table + r * hd
         n_left = Signal(17)  # ARGMAX: lanes of the row not yet read
-        outs = Signal(32)  # output lines still expected
+        pend = Signal(9)  # output lines read or being read, not yet written (fewer than the units' depth)
         zeros = Signal(16)  # ARGMAX n = 0: zero lines still to write
+        zeros_nz = Signal()  # zeros != 0, a register (it selects the whole output line)
         optr = Signal(32)
         with m.If(self.start):
-            total = rows * H * L
-            m.d.sync += [left.eq(total), idx.eq(0), r.eq(0), ln.eq(0), hh.eq(0), trow.eq(ins.rope.table),
-                         n_left.eq(n_am), optr.eq(dst),
-                         outs.eq(Mux(is_["ARGMAX"], Mux(n_am == 0, 0, rows), total)),
-                         zeros.eq(Mux(is_["ARGMAX"] & (n_am == 0), rows, 0))]
+            m.d.sync += [walking.eq((w_rows != 0) & (w_lines != 0) & (w_heads != 0)),
+                         idx.eq(0), r.eq(0), ln.eq(0), hh.eq(0), trow.eq(ins.rope.table),
+                         n_left.eq(n_am), optr.eq(w_dst),
+                         zeros.eq(Mux(w_is["ARGMAX"] & (n_am == 0), w_rows, 0)),
+                         zeros_nz.eq(w_is["ARGMAX"] & (n_am == 0) & (w_rows != 0))]
         # a line takes B cycles in the vector unit, NB (>= B) in the activation unit, whose lanes may be
         # fewer (cfg.nonlinear_width): one read every B or NB cycles (ph counts them down)
         B, W = self.cfg.line_beats, self.cfg.line_width
@@ -124,7 +133,7 @@ class VectorSequencer(wiring.Component):
         rope = is_["ROPE"]
         ph = Signal(range(max(NB, 2)))
         issue = Signal()
-        m.d.comb += issue.eq((left != 0) & ~self.start & (ph == 0))
+        m.d.comb += issue.eq(walking & ~self.start & (ph == 0))
         with m.If(issue):
             m.d.sync += ph.eq(Mux(to_act, NB - 1, Mux(rope, max(B, 2) - 1, B - 1)))
         with m.Elif(ph != 0):
@@ -132,11 +141,13 @@ class VectorSequencer(wiring.Component):
         with m.If(self.start):
             m.d.sync += ph.eq(0)
         with m.If(issue):
-            m.d.sync += [left.eq(left - 1), idx.eq(idx + 1)]
-            with m.If(ln == L - 1):
+            m.d.sync += idx.eq(idx + 1)
+            with m.If(ln == lm1):
                 m.d.sync += [ln.eq(0), n_left.eq(n_am)]
-                with m.If(hh == H - 1):
+                with m.If(hh == hm1):
                     m.d.sync += [hh.eq(0), r.eq(r + 1), trow.eq(trow + hd)]
+                    with m.If(r == rm1):
+                        m.d.sync += walking.eq(0)
                 with m.Else():
                     m.d.sync += hh.eq(hh + 1)
             with m.Else():
@@ -159,7 +170,7 @@ class VectorSequencer(wiring.Component):
         first, last = Signal(), Signal()
         nline = Signal(17)  # ARGMAX: lanes of the row from this line on
         cos_hi, sin_hi = Signal(), Signal()  # ROPE: which half of each table line holds this line's pairs
-        m.d.sync += [valid.eq(issue), first.eq(ln == 0), last.eq(ln == L - 1),
+        m.d.sync += [valid.eq(issue), first.eq(ln == 0), last.eq(ln == lm1),
                      nline.eq(n_left), cos_hi.eq(ln[0]), sin_hi.eq((hd + ln)[0])]
         half = C // 2 * 32
         cos = Mux(cos_hi, self.vb_rdata[half:], self.vb_rdata[:half])
@@ -169,11 +180,18 @@ class VectorSequencer(wiring.Component):
         a_wait = Signal(C * 32, reset_less=True)
         cos_wait = Signal(C // 2 * 32, reset_less=True)
         first2, last2, sin_hi2 = Signal(), Signal(), Signal()
-        m.d.sync += [valid2.eq(valid & rope), first2.eq(first), last2.eq(last), sin_hi2.eq(sin_hi)]
-        with m.If(valid):
+        # (valid's own uses are few: a ROPE copy enables the wait registers, an ARGMAX copy the lane count)
+        valid_rope, valid_am = Signal(), Signal()
+        m.d.sync += [valid_rope.eq(issue & rope), valid_am.eq(issue & is_["ARGMAX"])]
+        m.d.sync += [valid2.eq(valid_rope), first2.eq(first), last2.eq(last), sin_hi2.eq(sin_hi)]
+        with m.If(valid_rope):
             m.d.sync += [a_wait.eq(self.va_rdata), cos_wait.eq(cos)]
         sin = Mux(sin_hi2, self.vb_rdata[half:], self.vb_rdata[:half])
-        load = Mux(rope, valid2, valid)
+        # the serializers' load strobes (Mux(rope, valid2, valid), split by unit) are registers of their own:
+        # each selects a whole line's register, too many loads for a decoded net (ECP5: 5.6 ns of routing)
+        load, ld_vec, ld_act = Signal(), Signal(), Signal()
+        nxt = Mux(rope, valid_rope, issue)
+        m.d.sync += [load.eq(nxt), ld_vec.eq(nxt & ~to_act), ld_act.eq(issue & to_act)]
         # beat k rotates pairs k*W/2 .. of the line: its b is their W/2 cos, then their W/2 sin elements
         hb = W // 2 * 32
         rope_b = Cat(*[Cat(cos_wait[k * hb:(k + 1) * hb], sin[k * hb:(k + 1) * hb]) for k in range(B)])
@@ -184,9 +202,9 @@ class VectorSequencer(wiring.Component):
                                                                 "ser", clear=self.start)
             x_beat, xvalid, xlast = a_beat, bvalid, blast
         else:  # the activation unit's narrower beats come from a serializer of their own
-            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, load & ~to_act, [a_line, b_line],
+            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, ld_vec, [a_line, b_line],
                                                                 [W * 32, W * 32], B, "ser", clear=self.start)
-            (x_beat,), xvalid, _, xlast = serialize(m, valid & to_act, [self.va_rdata], [NW * 32], NB, "aser",
+            (x_beat,), xvalid, _, xlast = serialize(m, ld_act, [self.va_rdata], [NW * 32], NB, "aser",
                                                     clear=self.start)
         exp = hold(m, load, self.exp_rdata[:8], "exp_line").as_signed()
         lfirst = hold(m, load, Mux(rope, first2, first), "first_line")
@@ -194,7 +212,7 @@ class VectorSequencer(wiring.Component):
         # ARGMAX: valid lanes of this beat, clamp(lanes left in the row - k*W, 0, W)
         nb = Signal(signed(18))
         nreg = Signal(signed(18), reset_less=True)
-        m.d.comb += nb.eq(Mux(valid, nline, nreg))
+        m.d.comb += nb.eq(Mux(valid_am, nline, nreg))
         m.d.sync += nreg.eq(nb - W)
         nl = Mux(nb >= W, W, Mux(nb > 0, nb, 0))
         vp = vec.i_stream.payload
@@ -225,13 +243,15 @@ class VectorSequencer(wiring.Component):
             oline, complete = Mux(to_act, xline, vline), Mux(to_act, xcomplete, vcomplete)
         got = Signal()
         m.d.comb += got.eq(complete | (vec.o_stream.valid & is_am))
-        m.d.comb += [self.out_addr.eq(optr), self.out_en.eq(got | (zeros != 0)),
-                     self.out_data.eq(Mux(zeros != 0, 0, Mux(is_am, vec.o_stream.payload.data.as_value(), oline)))]
-        with m.If(got | (zeros != 0)):
+        m.d.comb += [self.out_addr.eq(optr), self.out_en.eq(got | zeros_nz),
+                     self.out_data.eq(Mux(zeros_nz, 0, Mux(is_am, vec.o_stream.payload.data.as_value(), oline)))]
+        with m.If(got | zeros_nz):
             m.d.sync += optr.eq(optr + 1)
-        with m.If(got):
-            m.d.sync += outs.eq(outs - 1)
-        with m.If(zeros != 0):
-            m.d.sync += zeros.eq(zeros - 1)
-        m.d.comb += self.busy.eq((left != 0) | (outs != 0) | (zeros != 0) | bvalid | xvalid | valid2)
+        # one output line per line read, ARGMAX one per row (at its last line)
+        m.d.sync += pend.eq(pend + (issue & (~is_am | (ln == lm1))) - got)
+        with m.If(self.start):
+            m.d.sync += pend.eq(0)
+        with m.If(zeros_nz & ~self.start):
+            m.d.sync += [zeros.eq(zeros - 1), zeros_nz.eq(zeros != 1)]
+        m.d.comb += self.busy.eq(walking | (pend != 0) | zeros_nz | bvalid | xvalid | valid2)
         return m

@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import enum
 
-from amaranth import Const, Module, Mux, Signal, signed
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data
 
 from systolica.config import AccelConfig
 from systolica.numerics import TRIG_FRAC
 
-from .fixed import rshift_round_sat32
-from .line_unit import LineUnit
+from .fixed import INT32_MAX, INT32_MIN
+from .line_unit import LineUnit, Stages
 
 __all__ = ["VectorUnit", "VecOp"]
 
@@ -79,6 +80,9 @@ class VectorUnit(LineUnit):
                                "n": range(L + 1)},
                          {"data": line, "last": 1})
 
+    #: stages from the input register to the output register (both counted)
+    LATENCY = 1 + 1 + Stages.mul_latency(32, 32) + 1 + 4
+
     def elaborate(self, platform):
         m = Module()
         C = self.lanes
@@ -86,6 +90,7 @@ class VectorUnit(LineUnit):
         en = Signal()
         m.d.comb += [en.eq(~o.valid | o.ready), i.ready.eq(en)]
         fire = i.valid & i.ready
+        st = Stages(m, en)
 
         # ---- stage 0: the beat registered, so that the lane operands (muxed by the sequencer from the
         # instruction and the buffer line) and the multipliers are stages of their own ----
@@ -94,53 +99,93 @@ class VectorUnit(LineUnit):
         with m.If(en):
             m.d.sync += [v0.eq(fire), p.eq(i.payload)]
 
-        # ---- stage 1: product or sum per lane; the line's first maximum for ARGMAX ----
-        v1, op1, last1, first1 = Signal(), Signal(3), Signal(), Signal()
-        s1 = Signal(signed(10))
-        x1 = [Signal(signed(64), name=f"x1_{c}") for c in range(C)]
-        with m.If(en):
-            m.d.sync += [v1.eq(v0), op1.eq(p.op), last1.eq(p.last), first1.eq(p.first),
-                         s1.eq(Mux(p.op == VecOp.ADD, 0, Mux(p.op == VecOp.ROPE, TRIG_FRAC, p.shift)))]
-            for c in range(C):
-                # ROPE: lane 2j gives x0*cos - x1*sin, lane 2j+1 x0*sin + x1*cos (cos/sin of pair j)
-                j, x0, xo = c // 2, p.a[c - c % 2], p.a[c - c % 2 + 1]
-                cs, sn = p.b[j], p.b[C // 2 + j]
-                rot = (x0 * cs - xo * sn) if c % 2 == 0 else (x0 * sn + xo * cs)
-                m.d.sync += x1[c].eq(Mux(p.op == VecOp.ADD, p.a[c] + p.b[c],
-                                         Mux(p.op == VecOp.ROPE, rot, p.a[c] * p.b[c])))
-        # first maximum among the first n lanes: a left-to-right scan keeps the earliest on ties
+        # ---- stage 1: every op is x = P1 +- P2 of two 32 x 32 products per lane, the sign fixed by the
+        # lane's parity (ROPE: lane 2j gives x0*cos - x1*sin, lane 2j+1 x0*sin + x1*cos; MUL / REQUANT:
+        # a*b + 0; ADD: a*1 -+ b*(-+1)), so the operands are the only muxes and no product is
+        # selected after the multipliers.  The shift k = clamp(s, -33, 63) + 33 of the one right shifter
+        # (hw/fixed.py's rshift_round_var with its left shifts folded in) is decoded here too.
+        is_add, is_rope = p.op == VecOp.ADD, p.op == VecOp.ROPE
+        s = Mux(is_add, 0, Mux(is_rope, TRIG_FRAC, p.shift))
+        k1 = st.reg(Mux(s > 63, 0, Mux(s < -33, 0, s + 33)), "k1", unsigned(7))
+        z1 = st.reg(s > 63, "z1")  # rshift_round of 64 or more places: 0
+        xs = []
+        for c in range(C):
+            j, x0, xo = c // 2, p.a[c - c % 2], p.a[c - c % 2 + 1]
+            cs, sn = p.b[j], p.b[C // 2 + j]
+            sign = -1 if c % 2 == 0 else 1
+            a1 = st.reg(Mux(is_rope, x0, p.a[c]), f"a1_{c}", signed(32))
+            b1 = st.reg(Mux(is_rope, cs if c % 2 == 0 else sn, Mux(is_add, 1, p.b[c])), f"b1_{c}", signed(32))
+            a2 = st.reg(Mux(is_rope, xo, Mux(is_add, p.b[c], 0)), f"a2_{c}", signed(32))
+            b2 = st.reg(Mux(is_rope, sn if c % 2 == 0 else cs, sign), f"b2_{c}", signed(32))
+            # ---- stages 2 ..: the products, pieces for 18 x 18 multipliers summed a carry chain a stage
+            p1, p2 = st.mul(a1, b1, f"m1_{c}"), st.mul(a2, b2, f"m2_{c}")
+            xs.append(st.reg(p1 - p2 if sign < 0 else p1 + p2, f"x_{c}", signed(64)))
+        dm = Stages.mul_latency(32, 32) + 1  # stages from the operand registers to x
+        k, z = st.delay(k1, dm, "k"), st.delay(z1, dm, "z")
+        # ---- then sat32(rshift_round(x, s)) in four stages: t = (x << 34) >> k by 8-place steps, then
+        # by the remaining 0..7 places; y = (t + 1) >> 1 and whether it saturates; the output
+        kf = st.reg(k[:3], "kf")  # the fine shift, a stage after the coarse one
+        outs = []
+        for c in range(C):
+            wide = Cat(Const(0, 34), xs[c]).as_signed()  # x << 34, 98 bits
+            tc = st.reg(wide >> Cat(Const(0, 3), k[3:]), f"tc_{c}", signed(98))
+            t = st.reg(tc >> kf, f"t_{c}", signed(98))
+            # y = (T + 1) >> 1 of T = t[:34] saturates high when T >= 2**32 - 1, low when T <= -2**32 - 2:
+            # flags from T's two top bits and whether its low 32 are all ones (no compare on y's carry chain)
+            fits = (t[33:] == 0) | (t[33:] == (1 << 65) - 1)
+            ones, top = t[:32] == (1 << 32) - 1, t[32:34]
+            smax = st.reg(Mux(fits, (top == 0b01) | ((top == 0b00) & ones), ~t[97]), f"smax_{c}")
+            smin = st.reg(Mux(fits, (top == 0b10) & ~ones, t[97]), f"smin_{c}")
+            y = st.reg((t[:34] + 1)[1:33], f"y_{c}", signed(32))
+            outs.append(Mux(smax, INT32_MAX, Mux(smin, INT32_MIN, y)))
+        zo = st.delay(z, 3, "zo")
+
+        # ---- ARGMAX, from stage 0: the line's first maximum among the first n lanes (a left-to-right
+        # scan keeps the earliest on ties), registered; then the running maximum over the row's lines,
+        # whose result waits in registers until the others ops' results reach the output ----
         best, lane = p.a[0], Const(0, range(C))
         for c in range(1, C):
             take = (c < p.n) & (p.a[c] > best)
             nb, nl = Signal(signed(32), name=f"amax_v{c}"), Signal(range(C), name=f"amax_l{c}")
             m.d.comb += [nb.eq(Mux(take, p.a[c], best)), nl.eq(Mux(take, c, lane))]
             best, lane = nb, nl
+        v1, op1, last1, first1 = Signal(), Signal(3), Signal(), Signal()
         lmax1, llane1, any1 = Signal(signed(32)), Signal(range(C)), Signal()
         with m.If(en):
-            m.d.sync += [lmax1.eq(best), llane1.eq(lane), any1.eq(p.n != 0)]
-
-        # ---- stage 2: shift / saturate; ARGMAX running maximum over the row's lines ----
-        outs = [rshift_round_sat32(m, x1[c], s1, f"sat_{c}") for c in range(C)]
+            m.d.sync += [v1.eq(v0), op1.eq(p.op), last1.eq(p.last), first1.eq(p.first),
+                         lmax1.eq(best), llane1.eq(lane), any1.eq(p.n != 0)]
+        # the running maximum is a loop (each beat compares with the maximum after the one before), so
+        # that a stage holds one compare, both compares of a beat are made a stage early, against the
+        # beat ahead of it (lmax2) and against run_max from before that beat; the beat ahead's
+        # decision then picks one (better2 = whether it became the maximum)
         run_max = Signal(signed(32))
         run_idx = Signal(16)
         line_no = Signal(16)  # beats seen in this row before the current one
-        idx = Signal(32)
-        m.d.comb += idx.eq(llane1 + Mux(first1, 0, line_no) * C)
-        # strict: an equal later maximum keeps the first index; a beat wholly past n (L < cols) counts not
-        better = first1 | (any1 & (lmax1 > run_max))
-        new_max = Mux(better, lmax1, run_max)
-        new_idx = Mux(better, idx, run_idx)
-        is_amax = op1 == VecOp.ARGMAX
-        v2 = Signal()
+        is_amax1 = op1 == VecOp.ARGMAX
+        v2, last2, first2, any2 = Signal(), Signal(), Signal(), Signal()
+        lmax2, llane2 = Signal(signed(32)), Signal(range(C))
+        gt_ahead, gt_run, ahead = Signal(), Signal(), Signal()
         with m.If(en):
-            m.d.sync += v2.eq(v1 & (~is_amax | last1))
-            m.d.sync += o.payload.last.eq(last1)
-            with m.If(v1 & is_amax):
-                m.d.sync += [run_max.eq(new_max), run_idx.eq(new_idx),
-                             line_no.eq(Mux(last1, 0, Mux(first1, 1, line_no + 1)))]
-                m.d.sync += o.payload.data[0].eq(new_idx)
-                m.d.sync += [o.payload.data[c].eq(0) for c in range(1, C)]
-            with m.Else():
-                m.d.sync += [o.payload.data[c].eq(outs[c]) for c in range(C)]
-        m.d.comb += o.valid.eq(v2)
+            m.d.sync += [v2.eq(v1 & is_amax1), last2.eq(last1), first2.eq(first1), any2.eq(any1),
+                         lmax2.eq(lmax1), llane2.eq(llane1),
+                         gt_ahead.eq(lmax1 > lmax2), gt_run.eq(lmax1 > run_max), ahead.eq(v2)]
+        better2 = Signal()  # the decision of the last ARGMAX beat
+        idx = Signal(32)
+        m.d.comb += idx.eq(llane2 + Mux(first2, 0, line_no) * C)
+        # strict: an equal later maximum keeps the first index; a beat wholly past n (L < cols) counts not
+        better = first2 | (any2 & Mux(ahead & better2, gt_ahead, gt_run))
+        new_idx = Mux(better, idx, run_idx)
+        with m.If(en & v2):
+            m.d.sync += [run_max.eq(Mux(better, lmax2, run_max)), run_idx.eq(new_idx), better2.eq(better),
+                         line_no.eq(Mux(last2, 0, Mux(first2, 1, line_no + 1)))]
+        rest = self.LATENCY - 2  # stages from stage 1 to the output register
+        am_idx = st.delay(new_idx, rest - 2, "am_idx", signed(32))
+        side = data.StructLayout({"valid": 1, "last": 1, "amax": 1})
+        sv = Signal(side)
+        m.d.comb += [sv.valid.eq(v1 & (~is_amax1 | last1)), sv.last.eq(last1), sv.amax.eq(is_amax1)]
+        sv = st.delay(sv, rest - 1, "side", side, control=True)
+        with m.If(en):
+            m.d.sync += [o.valid.eq(sv.valid), o.payload.last.eq(sv.last)]
+            for c in range(C):
+                m.d.sync += o.payload.data[c].eq(Mux(sv.amax, am_idx if c == 0 else 0, Mux(zo, 0, outs[c])))
         return m

@@ -67,9 +67,11 @@ NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: unit's output pass is a pipeline of five stages (its last line is written four cycles after its last beat); a ROPE line waits a
 #: cycle for its sin line (read through the same vector-buffer port as cos); the vector unit's ops (ADD, MUL,
 #: REQUANT, ROPE, ARGMAX) pass its input register (``hw/vector_unit.py`` stage 0).  Calibrated on
-#: the RTL top level (tiny, line_lanes 0 and 2: every line op within 1 cycle for rows of 16+ lines).
-VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 18, "GELU": 18, "ROPE": 2, "SOFTMAX": 2, "RMSNORM": 3, "LAYERNORM": 4,
-                                        "ADD": 1, "MUL": 1, "REQUANT": 1, "ARGMAX": 1}
+#: the RTL top level (tiny, line_lanes 0 and 2: every line op within 1 cycle for rows of 16+ lines); then the
+#: vector and activation units were pipelined for ECP5's 100 MHz (VectorUnit.LATENCY 3 -> 10 stages,
+#: ActivationUnit.latency 20 -> 71): their ops' entries grew by 7 and 51.
+VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 69, "GELU": 69, "ROPE": 9, "SOFTMAX": 2, "RMSNORM": 3, "LAYERNORM": 4,
+                                        "ADD": 8, "MUL": 8, "REQUANT": 8, "ARGMAX": 8}
 
 
 @dataclass(frozen=True)

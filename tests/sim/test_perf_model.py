@@ -132,14 +132,16 @@ def test_busy_counters_add_up():
 #: nonlinear_lanes) = full width; 2 lanes (2 beats a line); 2 lanes with one-lane activation, norm and
 #: softmax units (4 beats a line on those).  Measured again 2026-12-01 after the vector unit's input
 #: register (ADD, ROPE one cycle more; the other units unchanged), and the norms again after the norm unit's
-#: pipeline (18 cycles a row more).
+#: pipeline (18 cycles a row more).  Then the vector and activation units were pipelined for ECP5's 100 MHz
+#: (2026-12-01: 7 and 51 stages more): ADD, ROPE + 7, SILU + 51 (their pipeline depth, once an op; derived
+#: from the units' depths, not re-measured: tests/sim/test_perf_rtl.py compares the model with the RTL).
 RTL_LINE_OPS = {
-    (0, 0): {"ADD": 67, "SILU": 84, "QUANT": 142, "QUANT_SPLIT": 214, "SOFTMAX": 340, "RMSNORM": 441,
-             "LAYERNORM": 565, "ROPE": 132},
-    (2, 0): {"ADD": 131, "SILU": 148, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 532, "RMSNORM": 633,
-             "LAYERNORM": 777, "ROPE": 133},
-    (2, 1): {"ADD": 131, "SILU": 276, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 916, "RMSNORM": 1017,
-             "LAYERNORM": 1289, "ROPE": 133},
+    (0, 0): {"ADD": 74, "SILU": 135, "QUANT": 142, "QUANT_SPLIT": 214, "SOFTMAX": 340, "RMSNORM": 441,
+             "LAYERNORM": 565, "ROPE": 139},
+    (2, 0): {"ADD": 138, "SILU": 199, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 532, "RMSNORM": 633,
+             "LAYERNORM": 777, "ROPE": 140},
+    (2, 1): {"ADD": 138, "SILU": 327, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 916, "RMSNORM": 1017,
+             "LAYERNORM": 1289, "ROPE": 140},
 }
 
 
