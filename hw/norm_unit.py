@@ -223,6 +223,9 @@ class NormUnit(LineUnit):
             m.d.sync += [o.payload.data[c].eq(outs[c]) for c in range(C)]
             with m.If(c_o.v & c_o.out):
                 m.d.sync += [o.valid.eq(1), o.payload.last.eq(c_o.last)]
+        # bitlen(maxd), registered every cycle (no state in its path): maxd is final a cycle before SCALE
+        maxd_bl = Signal(range(43))
+        m.d.sync += maxd_bl.eq(bitlen_tree(m, maxd, 42, "maxd_bitlen"))
         wrong = Signal()
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
@@ -293,8 +296,7 @@ class NormUnit(LineUnit):
             with m.State("MAXD_DRAIN"), m.If(~c1.v & ~c2.v):  # the last |d| is in maxd
                 m.next = "SCALE"
             with m.State("SCALE"):
-                bl = bitlen_tree(m, maxd, 42, "maxd_bitlen")
-                m.d.sync += [s.eq(Mux(bl > 23, bl - 23, 0)), acc.eq(0)]
+                m.d.sync += [s.eq(Mux(maxd_bl > 23, maxd_bl - 23, 0)), acc.eq(0)]
                 multiply(n, eps)  # < 2**40, held in prod through the next pass
                 m.next = "SSQ"
             with m.State("SSQ"):

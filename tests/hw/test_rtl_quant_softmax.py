@@ -59,5 +59,5 @@ def test_softmax_unit_rtl(units):
     met = res.metrics
     print(f"\nsoftmax: {met}")
     assert met["elements"] > 10_000, met
-    # three passes at one line per cycle plus the reciprocal (33 cycles) per row
-    assert 3 * ROW_LINES + 33 <= met["cycles_per_row"] <= 3 * ROW_LINES + 40, met
+    # three passes at one line per cycle plus the reciprocal (35 cycles) and the exp pipeline's drain per row
+    assert 3 * ROW_LINES + 35 <= met["cycles_per_row"] <= 3 * ROW_LINES + 55, met
