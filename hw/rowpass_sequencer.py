@@ -98,7 +98,7 @@ class RowPassSequencer(wiring.Component):
         with m.If(self.start):
             m.d.sync += [q_r_.eq(is_q), s_r_.eq(is_s), n_r_.eq(is_n), ln_r_.eq(is_ln), Lm1.eq(L - 1), L0.eq(L == 0),
                          Pm1.eq(P - 1), last_row.eq(send_rows - 1)]
-        is_q, is_s, is_n, is_ln = q_r_, s_r_, n_r_, ln_r_
+        is_q, is_s, is_n, is_ln = q_r_, s_r_, n_r_, ln_r_  # from here on: the registered copies (not at start)
 
         # ---- walk: per row a header, then P passes of L lines
         r = Signal(16)
@@ -222,7 +222,7 @@ class RowPassSequencer(wiring.Component):
             m.d.sync += [vptr.eq(dst), qp0.eq(ins.quant.dst), ep0.eq(ins.quant.exps),
                          ep1.eq(ins.quant.exps + ins.quant.rows), q_rows.eq(ins.quant.rows),
                          q_lines.eq(ins.quant.lines), q_dst.eq(ins.quant.dst),
-                         rows_out.eq(Mux(is_q, ins.quant.rows, send_rows))]
+                         rows_out.eq(send_rows)]  # QUANT sends every row (lines = 0: the header alone)
         # output beats are gathered into lines (hw/line_serial.py); QUANT's exponent beats are lines of their own
         vbeat = Mux(is_s, sm.o_stream.payload.data.as_value(), nu.o_stream.payload.data.as_value())
         vlast = Mux(is_s, sm.o_stream.payload.last, nu.o_stream.payload.last)
