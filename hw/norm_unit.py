@@ -7,7 +7,7 @@ several times — from the vector buffer, one beat of ``L = cfg.line_width`` lan
 (:mod:`~systolica.hw.line_unit`) — instead of being held here (a row may be 65535 elements):
 
 1. ``HDR``: ``n`` (elements), ``eps`` (``eps_q32``), ``center`` (1: LayerNorm).
-   ``recip(n)`` starts (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles).
+   ``recip(n)`` starts (:class:`~systolica.hw.recip.Reciprocal`, 35 cycles).
 2. LayerNorm only: the row (``a``) -> ``sum(x)``; ``mean = rsr(trunc31(sum) * ry, rk - c - 8)``.
 3. the row -> ``max |d|`` with ``d = (x << 8) - mean`` (Q24); ``s = max(0, bitlen - 23)``.
 4. the row -> ``ss = sum(rsr(d, s)**2) + rsr(n * eps, 2s - 16)``; then
@@ -16,18 +16,21 @@ several times — from the vector buffer, one beat of ``L = cfg.line_width`` lan
    input beat: ``sat32(rsr(rsr(ds * y, k + 4 - s) * gamma, 20) [+ beta])``.
 
 The per-row scalar products (the mean, ``n * eps``, the rsqrt argument, three per Newton step)
-share one two-stage multiplier (operands registered, then the product); each lane's ``ds * ds``
-(pass 4) and ``ds * y`` (pass 5) share one multiplier.  Passes 3..5 run through a pipeline of one
-operation a stage (A: ``d`` and ``ds``; B: the lane product and ``|d|``; C: the lanes' maximum or
-sum into the row's register, or the output's first rounding shift; D: the product with
-``gamma``; E: the output register, rounding, ``beta``, saturation), and the scalar states do one
-step each (a shift, an add, a priority encoder, a product), so no cycle chains a subtract, a
-shifter and two wide products as the output pass did, or an add, a priority encoder, a shifter
-and a product as the rsqrt argument did.  Passes 3 and 4 wait for their last beat to reach the
-row's register (3 cycles each); the output pass's last beats drain under the next row's
-reciprocal.  Fixed cycles per row beyond the passes' beats: 61 (RMSNorm), 65 (LayerNorm):
-header 1, reciprocal 33, the two drains 6, scale 1, the rsqrt argument 6 and rsqrt 3, the two
-Newton steps 12 [, mean 4].
+share one multiplier; each lane's ``ds * ds`` (pass 4) and ``ds * y`` (pass 5) share one, and
+``t * gamma`` has its own.  Every product takes registered operands, registers its 18 x 18 pieces
+(one ECP5 MULT18X18D each) and adds them in two stages of one add each (``fixed.mul_pipe``), so no
+cycle holds a multiplier and a wide adder together.  Passes 3..5 run through a pipeline of 13
+stages and the output register, one operation a stage: 1 ``d``; 2 ``(d << 1) >> s`` and ``|d|``;
+3 ``ds`` and the multiplier's second operand, the row's ``max |d|``; 4..6 the lane product; 7 the
+row's sum of squares, or the output's shift by ``k + 4 - s``; 8 its rounding; 9..11 ``t * gamma``;
+12 ``rsr(., 20)``; 13 ``+ beta``; the output register saturates.  The scalar states do one step each
+(a shift, an add, a priority encoder (a balanced tree, ``fixed.bitlen_tree``), a clamp, the
+rounding of a shifted value), and a state reading the shared product comes four after the one that
+multiplied.  Pass 3 waits for its last beat to reach ``maxd`` (3 cycles), pass 4 for its last
+square to reach the sum (7); the output pass's last beats drain under the next row's reciprocal.
+Fixed cycles per row beyond the passes' beats: 84 (RMSNorm), 92 (LayerNorm): header 1,
+reciprocal 35, the two drains 10, scale 1, the rsqrt argument and rsqrt 13, the two Newton steps
+24 [, the mean 8].
 
 Every pass ends with ``last``; lanes past ``n`` (in the row's last beats) are ignored (rows are
 padded to whole lines).  ``rsr`` is ``numerics.rshift_round``.

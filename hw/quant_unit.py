@@ -8,7 +8,7 @@ vector buffer, one beat of ``L`` int32 lanes per cycle (:mod:`~systolica.hw.line
    pass follows, the unit still writes the zero-row exponent(s)).
 2. MAX pass: the row -> ``hi = max(0, max x)``, ``lo = min(0, min x)`` (clamping at 0 changes
    neither ``A = max(hi, -lo)`` nor the overflow test, and makes an empty row ``A = 0``).
-3. one cycle: ``s0 = bitlen(A) - 7``; one cycle: ``s = s0 + (rsr(hi, s0) > 127 | rsr(lo, s0) < -127)``,
+3. ``s0 = bitlen(A) - 7``, then ``s = s0 + (rsr(hi, s0) > 127 | rsr(lo, s0) < -127)``,
    and the **exponent line** of block 0 goes out (lane 0 = ``e = s - 16``, other lanes 0).
    An all-zero row gives ``s = -7``, ``e = QUANT_ZERO_EXP`` with no special case.
 4. Q pass: the row -> one int8 line per input line, ``q = rsr(x, s)``.  With ``split = 1``
@@ -20,9 +20,14 @@ vector buffer, one beat of ``L`` int32 lanes per cycle (:mod:`~systolica.hw.line
    then an R pass where the row streams a third time and ``q_lo = rsr(r, s_lo)`` goes out,
    ``r`` recomputed from ``x`` and the stored ``s`` of block 0 (no row buffer).
 
+Every pass's beats go through a pipeline of three stages and the output register (q and the
+residual's low bits; r; the beat's max / min over its lanes and the residual's q), so a pass's
+statistics are complete 3 cycles after its last beat; the scale then takes 4 states (``max(hi, -lo)``,
+its bit length, the carry test, the exponent line).
+
 Input passes per row: 2 (``split = 0``) or 3 (``split = 1``); each ends with ``last``.
 ``rsr`` is ``numerics.rshift_round``.  Cycles per row of ``L`` lines at full rate:
-``2L + 3`` (``split = 0``), ``3L + 5`` (``split = 1``); the output register overlaps the next row.
+``2L + 8`` (``split = 0``), ``3L + 15`` (``split = 1``); the output register overlaps the next row.
 
 Sequencer contract (QUANT ``dst``, ``src``, ``exps``, ``rows``, ``lines``, ``split``), per row
 ``r`` in order: one header beat, then the ``L = lines`` lines of ``src + r*L`` (the max pass), the

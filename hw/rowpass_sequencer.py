@@ -22,7 +22,11 @@ cycle after x and gamma: its lines enter the FIFO at most every 2 cycles.
 The FIFO's head line goes to the unit in ``cols / cfg.line_width`` beats (QUANT) or
 ``cols / cfg.nonlinear_width`` beats (SOFTMAX and the norms: :mod:`~systolica.hw.line_unit`;
 a header is one beat) and leaves the FIFO with
-its last beat.  Output beats are gathered back into lines
+its last beat; each beat passes a register on its way to the unit (the unit's logic starts at a
+flip-flop, not at the FIFO's read multiplexer).  The instruction's derived counts are registered at
+``start``, the read addresses are counters, and the scratchpad addresses of QUANT's two blocks are
+pointers (the only product, ``rows * lines`` for block 1's base, is registered from registers).
+Output beats are gathered back into lines
 (:mod:`~systolica.hw.line_serial`; QUANT's exponent beats are lines of their
 own, zero past lane 0), always taken, and written the cycle a line completes.
 """

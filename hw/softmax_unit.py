@@ -9,21 +9,27 @@ the :class:`~systolica.hw.norm_unit.NormUnit` (rows reach 65535 elements, too lo
 2. MAX pass: ``mx = max(x)``.
 3. SUM pass: ``e = exp_fx(sat32(x - mx), 30)`` per lane (``u = rsr(d * LOG2E_Q30, 22)``, the
    256-entry ``EXP_BASE`` / ``EXP_DELTA`` tables with linear interpolation, a rounding
-   shift by the integer part: :func:`~systolica.hw.fixed.exp2_lookup`), ``S = sum(e)``
+   shift by the integer part, as :func:`~systolica.hw.fixed.exp2_lookup`), ``S = sum(e)``
    (``< 2**47``).  Then ``y, k = recip(S)``
-   (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles): one reciprocal per row.
+   (:class:`~systolica.hw.recip.Reciprocal`, 35 cycles): one reciprocal per row.
 4. OUT pass: ``e`` again, and one output line per input line,
    ``p = sat32(rsr(e * y, k - 16))`` (``<= 2**16 + 1``: the shift is 44..60, see ``OSH_MIN``);
    lanes past ``n`` are written as 0 (the golden simulator's padded rows).
 
-The SUM and OUT passes run through a 3-stage pipeline with one multiply per stage
-(``d * LOG2E_Q30``; the table interpolation; ``e * y`` into the output register), which
-stalls as a whole on output back-pressure.  The SUM pass waits for its last line to leave
-the pipeline (2 cycles) before the reciprocal starts; the OUT pass hands over to the next
-row's header at once, its last lines drain while the next max pass streams in.
+The max pass registers each beat's lanes before its comparator tree (one drain cycle). The SUM
+and OUT passes run through a pipeline of one operation a stage, which stalls as a whole on output
+back-pressure: the clamped difference; ``d * LOG2E_Q30`` (its 18 x 18 pieces, then two adds:
+``fixed.mul_pipe``); ``u``'s rounding; the table read (a block RAM, and a register after it);
+``delta * lo`` (pieces, then their add); the interpolation's rounding; ``+ base``; ``+ half``; the
+shift by the integer part: ``e`` after 13 stages; then ``e * y`` (3 stages), its rounding half, and
+the output register takes the 17-position shift.  The SUM pass waits for its last line to reach
+``S`` (13 cycles) before the reciprocal starts; the output's shift and half are registered from
+``k`` (1 cycle); the OUT pass hands over to the next row's header at once, its last lines drain
+while the next max pass streams in.
 
 Each pass ends with ``last``.  ``rsr`` is ``numerics.rshift_round``.  Cycles per row of
-``L`` lines at full rate: ``3L + 36`` (the reciprocal's 33, the SUM drain 2, the header 1).
+``L`` lines at full rate: ``3L + 51`` (the reciprocal's 35, the SUM drain 13, the max drain 1,
+the output shift 1, the header 1).
 
 Sequencer contract (SOFTMAX ``dst``, ``src``, ``rows``, ``n``): per row ``r``, one header beat,
 then the ``L = ceil(n / cols)`` lines of ``src + r*L`` three times, ``last`` on line ``L - 1`` of
