@@ -28,8 +28,8 @@ row's sum of squares, or the output's shift by ``k + 4 - s``; 8 its rounding; 9.
 rounding of a shifted value), and a state reading the shared product comes four after the one that
 multiplied.  Pass 3 waits for its last beat to reach ``maxd`` (3 cycles), pass 4 for its last
 square to reach the sum (7); the output pass's last beats drain under the next row's reciprocal.
-Fixed cycles per row beyond the passes' beats: 84 (RMSNorm), 92 (LayerNorm): header 1,
-reciprocal 35, the two drains 10, scale 1, the rsqrt argument and rsqrt 13, the two Newton steps
+Fixed cycles per row beyond the passes' beats: 85 (RMSNorm), 93 (LayerNorm): header 1,
+reciprocal 35, the two drains 10, scale 1, the rsqrt argument and rsqrt 14, the two Newton steps
 24 [, the mean 8].
 
 Every pass ends with ``last``; lanes past ``n`` (in the row's last beats) are ignored (rows are
@@ -123,15 +123,16 @@ class NormUnit(LineUnit):
             m.d.sync += [ma.eq(a), mb.eq(b)]
 
         def rsr_split(x, sh, width, max_left, name):
-            """``rsr(x, sh)`` (hw/fixed.py rshift_round_var) in two steps: `load` registers the shifted value
-            and the case, the returned value rounds it (a state later)."""
+            """``rsr(x, sh)`` (hw/fixed.py rshift_round_var) in two steps: the shift's amounts and case follow
+            ``sh`` in registers of their own (``sh`` holds still for cycles before), `load` registers the
+            shifted value, and the returned value rounds it (a state later)."""
             sr1 = Signal(range(63), name=f"{name}_sr1")
-            m.d.comb += sr1.eq(Mux(sh > 63, 62, Mux(sh < 1, 0, sh - 1)))
             sl = Signal(range(max_left + 1), name=f"{name}_sl")
-            m.d.comb += sl.eq(Mux(sh < -max_left, max_left, Mux(sh > 0, 0, -sh)))
-            t = Signal(signed(width + 1), name=f"{name}_t")
             zero, right = Signal(name=f"{name}_zero"), Signal(name=f"{name}_right")
-            load = [t.eq(Mux(sh > 0, x >> sr1, x << sl)), zero.eq(sh > 63), right.eq(sh > 0)]
+            m.d.sync += [sr1.eq(Mux(sh > 63, 62, Mux(sh < 1, 0, sh - 1))),
+                         sl.eq(Mux(sh < -max_left, max_left, Mux(sh > 0, 0, -sh))), zero.eq(sh > 63), right.eq(sh > 0)]
+            t = Signal(signed(width + 1), name=f"{name}_t", reset_less=True)
+            load = [t.eq(Mux(right, x >> sr1, x << sl))]
             out = Signal(signed(width), name=name)
             m.d.comb += out.eq(Mux(zero, 0, Mux(right, (t + 1) >> 1, t)))
             return load, out
@@ -348,13 +349,13 @@ class NormUnit(LineUnit):
                 kk = Signal(signed(10))
                 m.d.comb += kk.eq(t >> 1)
                 m.d.sync += [sh_r.eq(29 + e - (kk << 1)), k.eq(30 + kk)]
+                m.next = "RSQ7B"
+            nsh, psh, sh_pos = Signal(range(64)), Signal(range(32)), Signal()
+            with m.State("RSQ7B"):
+                m.d.sync += [nsh.eq(Mux(sh_r < 0, -sh_r, 0)), psh.eq(Mux(sh_r > 0, sh_r, 0)), sh_pos.eq(sh_r >= 0)]
                 m.next = "RSQ8"
             with m.State("RSQ8"):
-                nsh = Signal(range(64))
-                m.d.comb += nsh.eq(Mux(sh_r < 0, -sh_r, 0))
-                psh = Signal(range(32))
-                m.d.comb += psh.eq(Mux(sh_r > 0, sh_r, 0))
-                m.d.sync += [mant.eq(Mux(sh_r >= 0, v << psh, v >> nsh)), tsh_r.eq(k + 16 + GUARD - 20 - s)]
+                m.d.sync += [mant.eq(Mux(sh_pos, v << psh, v >> nsh)), tsh_r.eq(k + 16 + GUARD - 20 - s)]
                 m.next = "RSQ9"
             with m.State("RSQ9"):
                 m.d.comb += seed_r.addr.eq((mant >> 23) - 64)

@@ -67,11 +67,21 @@ def _round_shift8(m: Module, x, sh, name: str):
     of 9 output bits and an 8-bit increment per lane.  Callers use it where the result is known to
     fit int8, and keep ``sh`` in a register of its own (no add in front of the shifter).
     """
+    out = Signal(signed(8), name=name)
+    m.d.comb += out.eq(_round9(_shift9(m, x, sh, name)))
+    return out
+
+
+def _shift9(m: Module, x, sh, name: str):
+    """The shifter of :func:`_round_shift8`: ``x >> s`` and the rounding bit below it (9 bits)."""
     w = Signal(9, name=f"{name}_w")
     m.d.comb += w.eq((x << (MAX_LEFT + 1)) >> sh)
-    out = Signal(signed(8), name=name)
-    m.d.comb += out.eq(w[1:9] + w[0])
-    return out
+    return w
+
+
+def _round9(w):
+    """The increment of :func:`_round_shift8`: the 9 bits of :func:`_shift9`, rounded to 8."""
+    return (w[1:9] + w[0])[:8].as_signed()
 
 
 class QuantUnit(LineUnit):
@@ -145,14 +155,15 @@ class QuantUnit(LineUnit):
             x = p.data[c]
             sign = x.bit_select(spos, 1)
             x1.append(reg(signed(32), "qx1", x))
-            q1.append(reg(signed(8), "qh1", _round_shift8(m, x, sq_sh, f"qh_{c}")))
+            q1.append(reg(9, "qh1", _shift9(m, x, sq_sh, f"qh_{c}")))  # rounded in stage 2
             low1.append(reg(signed(32), "low1", Cat(*[Mux(keep[j], x[j], sign) for j in range(32)])))
             x2.append(reg(signed(32), "qx2", x1[c]))
-            q2.append(reg(signed(8), "qh2", q1[c]))
-            sat_fix = (sq25 & (q1[c] == 64)) | (sq26 & (q1[c] == 32))
+            q2.append(reg(signed(8), "qh2", _round9(q1[c])))
+            # q == 64 (32): the 9 shifted bits are 128 or 127 (64 or 63)
+            sat_fix = ((sq25 & ((q1[c] == 128) | (q1[c] == 127))) | (sq26 & ((q1[c] == 64) | (q1[c] == 63))))
             r2.append(reg(signed(32), "res2", Mux(sq_pos, low1[c] + sat_fix, 0)))
             q3.append(reg(signed(8), "qh3", q2[c]))
-            ql3.append(reg(signed(8), "ql3", _round_shift8(m, r2[c], sr_sh, f"ql_{c}")))
+            ql3.append(reg(9, "ql3", _shift9(m, r2[c], sr_sh, f"ql_{c}")))  # rounded into the output register
         # one pair of comparator trees serves both the max pass (over x) and the Q pass (over the residuals)
         vals = [Mux(c2.q, r2[c], x2[c]) for c in range(C)]
         bmx, bmn = Signal(signed(33), reset_less=True), Signal(signed(33), reset_less=True)
@@ -173,7 +184,7 @@ class QuantUnit(LineUnit):
             m.d.comb += [ob.data[c].eq(q3[c]) for c in range(C)]
             m.d.comb += [ob.blk.eq(0), ob.last.eq(c3.last & ~c3.split)]
         with m.Elif(c3.r):
-            m.d.comb += [ob.data[c].eq(ql3[c]) for c in range(C)]
+            m.d.comb += [ob.data[c].eq(_round9(ql3[c])) for c in range(C)]
             m.d.comb += [ob.blk.eq(1), ob.last.eq(c3.last)]
 
         wrong = Signal()
