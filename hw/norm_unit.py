@@ -28,8 +28,8 @@ row's sum of squares, or the output's shift by ``k + 4 - s``; 8 its rounding; 9.
 rounding of a shifted value), and a state reading the shared product comes four after the one that
 multiplied.  Pass 3 waits for its last beat to reach ``maxd`` (3 cycles), pass 4 for its last
 square to reach the sum (7); the output pass's last beats drain under the next row's reciprocal.
-Fixed cycles per row beyond the passes' beats: 85 (RMSNorm), 93 (LayerNorm): header 1,
-reciprocal 35, the two drains 10, scale 1, the rsqrt argument and rsqrt 14, the two Newton steps
+Fixed cycles per row beyond the passes' beats: 86 (RMSNorm), 94 (LayerNorm): header 1,
+reciprocal 35, the two drains 10, scale 1, the rsqrt argument and rsqrt 15, the two Newton steps
 24 [, the mean 8].
 
 Every pass ends with ``last``; lanes past ``n`` (in the row's last beats) are ignored (rows are
@@ -86,6 +86,7 @@ class NormUnit(LineUnit):
         m.submodules.seed = seed = memory.Memory(shape=unsigned(31), depth=len(RSQRT_SEED),
                                                  init=[int(v) for v in RSQRT_SEED])
         seed_r = seed.read_port(domain="comb")
+        seed_q = Signal(unsigned(31), reset_less=True)  # the table read, registered every cycle (no state in it)
 
         n, eps, center = Signal(unsigned(16)), Signal(unsigned(24)), Signal()
         ry, rk = Signal(unsigned(31)), Signal(unsigned(7))
@@ -230,6 +231,8 @@ class NormUnit(LineUnit):
         # bitlen(maxd), registered every cycle (no state in its path): maxd is final a cycle before SCALE
         maxd_bl = Signal(range(43))
         m.d.sync += maxd_bl.eq(bitlen_tree(m, maxd, 42, "maxd_bitlen"))
+        m.d.comb += seed_r.addr.eq((mant >> 23) - 64)
+        m.d.sync += seed_q.eq(seed_r.data)
         wrong = Signal()
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
@@ -357,9 +360,10 @@ class NormUnit(LineUnit):
             with m.State("RSQ8"):
                 m.d.sync += [mant.eq(Mux(sh_pos, v << psh, v >> nsh)), tsh_r.eq(k + 16 + GUARD - 20 - s)]
                 m.next = "RSQ9"
-            with m.State("RSQ9"):
-                m.d.comb += seed_r.addr.eq((mant >> 23) - 64)
-                m.d.sync += [y.eq(seed_r.data), newton.eq(0)]
+            with m.State("RSQ9"):  # the seed table's entry for mant is registered at the end of this state
+                m.next = "RSQ10"
+            with m.State("RSQ10"):
+                m.d.sync += [y.eq(seed_q), newton.eq(0)]
                 # the output's t = rsr(ds * y, tsh) (max_left 8), its shifts registered for the whole pass
                 m.d.sync += [t_sr1.eq(Mux(tsh_r > 63, 62, Mux(tsh_r < 1, 0, tsh_r - 1))),
                              t_sl.eq(Mux(tsh_r < -8, 8, Mux(tsh_r > 0, 0, -tsh_r))),

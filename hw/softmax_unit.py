@@ -249,8 +249,11 @@ class SoftmaxUnit(LineUnit):
         with m.FSM(name="softmax"):
             with m.State("HDR"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != HDR)]
+                # mx and S restart in every HDR cycle (no input in their multiplexers' select): the last OUT
+                # beat has left stage 1, the only one to read mx, and S is read before OUT
+                m.d.sync += [mx.eq(INT32_MIN), ssum.eq(0)]
                 with m.If(fire & ~wrong):
-                    m.d.sync += [n.eq(p.n), li.eq(0), mx.eq(INT32_MIN), ssum.eq(0)]
+                    m.d.sync += [n.eq(p.n), li.eq(0)]
                     with m.If(p.n != 0):
                         m.next = "MAX"
             with m.State("MAX"):

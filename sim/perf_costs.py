@@ -56,7 +56,7 @@ RECIP_CYCLES = 33  # hw/recip.py: one reciprocal, request to result
 #: ``n``, the rsqrt's Newton steps, the output pass.  ``QUANT_SPLIT`` is QUANT with ``split = 1``.
 VECTOR_PASSES: dict[str, tuple[int, int]] = {
     "REQUANT": (1, 0), "QUANT": (2, 8), "QUANT_SPLIT": (3, 15), "ADD": (1, 0), "MUL": (1, 0),
-    "RMSNORM": (3, 85), "LAYERNORM": (4, 92), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 51),
+    "RMSNORM": (3, 86), "LAYERNORM": (4, 93), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 51),
     "ARGMAX": (1, 0),
 }
 ROWPASS_FIFO_LINES = 4  # hw/rowpass_sequencer.py _DEPTH
