@@ -6,9 +6,10 @@ each is the hardware form of one :mod:`systolica.numerics` primitive, bit for bi
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 
-__all__ = ["INT32_MIN", "INT32_MAX", "sat32", "rshift_round_var", "rshift_round_sat32", "bitlen_u", "exp2_lookup"]
+__all__ = ["INT32_MIN", "INT32_MAX", "sat32", "rshift_round_var", "rshift_round_sat32", "bitlen_u", "exp2_lookup",
+           "bitlen_tree", "mul_pipe"]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -84,3 +85,89 @@ def exp2_lookup(m: Module, u, ufrac: int, frac_off, base_port, delta_port, name:
     out = Signal(unsigned(33), name=name)
     m.d.comb += out.eq((p + ((Const(1, 1) << sh) >> 1)) >> sh)
     return out
+
+
+def bitlen_tree(m: Module, x, width: int, name: str):
+    """``numerics.bitlen`` of a non-negative ``width``-bit value, as :func:`bitlen_u`, by a balanced tree.
+
+    Halves are combined pairwise (``log2(width)`` 2:1 multiplexers deep) instead of one priority chain
+    of ``width`` multiplexers.
+    """
+    k = max(1, (width - 1).bit_length())
+    xs = Signal(1 << k, name=f"{name}_x")
+    m.d.comb += xs.eq(x[:width])
+    # level 0: (any bit set, index of the highest set bit) per bit
+    nodes = [(xs[b], Const(0, 0)) for b in range(1 << k)]
+    for _ in range(k):
+        nxt = []
+        for j in range(0, len(nodes), 2):
+            (vl, pl), (vh, ph) = nodes[j], nodes[j + 1]
+            v = Signal(name=f"{name}_v{len(pl)}_{j}")
+            pos = Signal(len(pl) + 1, name=f"{name}_p{len(pl)}_{j}")
+            m.d.comb += [v.eq(vl | vh), pos.eq(Mux(vh, ph, pl) | (vh << len(pl)) if len(pl) else vh)]
+            nxt.append((v, pos))
+        nodes = nxt
+    v, pos = nodes[0]
+    out = Signal(range(width + 1), name=name)
+    m.d.comb += out.eq(Mux(v, pos + 1, 0))
+    return out
+
+
+def _chunks(x, signed_: bool):
+    """18-bit signed pieces of ``x`` (low pieces: 17 bits zero-extended) and their bit offsets."""
+    w = len(x)
+    pieces = []
+    lo = 0
+    while True:
+        rest = w - lo
+        if (signed_ and rest <= 18) or (not signed_ and rest <= 17):
+            top = x[lo:]
+            pieces.append(((top.as_signed() if signed_ else Cat(top, Const(0, 1)).as_signed()), lo))
+            return pieces
+        pieces.append((Cat(x[lo:lo + 17], Const(0, 1)).as_signed(), lo))
+        lo += 17
+
+
+def mul_pipe(m: Module, en, a, b, name: str):
+    """``a * b`` through registers: one 18 x 18 product a piece (one ECP5 MULT18X18D / DSP48 each),
+    then one add a stage.
+
+    ``a`` and ``b`` should be registers (the multiplier's operands).  Stage 1 registers the partial
+    products of the 18-bit pieces, stage 2 (where ``b`` has two pieces) adds them per piece of ``a``,
+    stage 3 (where ``a`` has two pieces) adds those.  Every stage loads while ``en`` is high.
+    Returns ``(product, latency)``: the product is ``len(a) + len(b)`` bits, signed when either is.
+    """
+    sa, sb = a.shape().signed, b.shape().signed
+    pa, pb = _chunks(a, sa), _chunks(b, sb)
+    assert len(pa) <= 2 and len(pb) <= 2, (name, len(a), len(b))
+    width = len(a) + len(b) + 1
+    rows = []
+    for i, (ca, oa) in enumerate(pa):
+        row = []
+        for j, (cb, ob) in enumerate(pb):
+            pp = Signal(signed(36), name=f"{name}_pp{i}{j}", reset_less=True)
+            with m.If(en):
+                m.d.sync += pp.eq(ca * cb)
+            row.append((pp, ob))
+        rows.append((row, oa))
+    lat = 1
+    if len(pb) > 1:
+        lat += 1
+        nrows = []
+        for i, (row, oa) in enumerate(rows):
+            s = Signal(signed(width), name=f"{name}_row{i}", reset_less=True)
+            with m.If(en):
+                m.d.sync += s.eq(row[0][0] + (row[1][0] << row[1][1]))
+            nrows.append(([(s, 0)], oa))
+        rows = nrows
+    if len(pa) > 1:
+        lat += 1
+        s = Signal(signed(width), name=f"{name}_sum", reset_less=True)
+        with m.If(en):
+            m.d.sync += s.eq(rows[0][0][0][0] + (rows[1][0][0][0] << rows[1][1]))
+        prod = s
+    else:
+        prod = rows[0][0][0][0]
+    out = Signal((signed if (sa or sb) else unsigned)(len(a) + len(b)), name=name)
+    m.d.comb += out.eq(prod)
+    return out, lat

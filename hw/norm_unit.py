@@ -7,7 +7,7 @@ several times — from the vector buffer, one beat of ``L = cfg.line_width`` lan
 (:mod:`~systolica.hw.line_unit`) — instead of being held here (a row may be 65535 elements):
 
 1. ``HDR``: ``n`` (elements), ``eps`` (``eps_q32``), ``center`` (1: LayerNorm).
-   ``recip(n)`` starts (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles).
+   ``recip(n)`` starts (:class:`~systolica.hw.recip.Reciprocal`, 35 cycles).
 2. LayerNorm only: the row (``a``) -> ``sum(x)``; ``mean = rsr(trunc31(sum) * ry, rk - c - 8)``.
 3. the row -> ``max |d|`` with ``d = (x << 8) - mean`` (Q24); ``s = max(0, bitlen - 23)``.
 4. the row -> ``ss = sum(rsr(d, s)**2) + rsr(n * eps, 2s - 16)``; then
@@ -16,18 +16,21 @@ several times — from the vector buffer, one beat of ``L = cfg.line_width`` lan
    input beat: ``sat32(rsr(rsr(ds * y, k + 4 - s) * gamma, 20) [+ beta])``.
 
 The per-row scalar products (the mean, ``n * eps``, the rsqrt argument, three per Newton step)
-share one two-stage multiplier (operands registered, then the product); each lane's ``ds * ds``
-(pass 4) and ``ds * y`` (pass 5) share one multiplier.  Passes 3..5 run through a pipeline of one
-operation a stage (A: ``d`` and ``ds``; B: the lane product and ``|d|``; C: the lanes' maximum or
-sum into the row's register, or the output's first rounding shift; D: the product with
-``gamma``; E: the output register, rounding, ``beta``, saturation), and the scalar states do one
-step each (a shift, an add, a priority encoder, a product), so no cycle chains a subtract, a
-shifter and two wide products as the output pass did, or an add, a priority encoder, a shifter
-and a product as the rsqrt argument did.  Passes 3 and 4 wait for their last beat to reach the
-row's register (3 cycles each); the output pass's last beats drain under the next row's
-reciprocal.  Fixed cycles per row beyond the passes' beats: 61 (RMSNorm), 65 (LayerNorm):
-header 1, reciprocal 33, the two drains 6, scale 1, the rsqrt argument 6 and rsqrt 3, the two
-Newton steps 12 [, mean 4].
+share one multiplier; each lane's ``ds * ds`` (pass 4) and ``ds * y`` (pass 5) share one, and
+``t * gamma`` has its own.  Every product takes registered operands, registers its 18 x 18 pieces
+(one ECP5 MULT18X18D each) and adds them in two stages of one add each (``fixed.mul_pipe``), so no
+cycle holds a multiplier and a wide adder together.  Passes 3..5 run through a pipeline of 13
+stages and the output register, one operation a stage: 1 ``d``; 2 ``(d << 1) >> s`` and ``|d|``;
+3 ``ds`` and the multiplier's second operand, the row's ``max |d|``; 4..6 the lane product; 7 the
+row's sum of squares, or the output's shift by ``k + 4 - s``; 8 its rounding; 9..11 ``t * gamma``;
+12 ``rsr(., 20)``; 13 ``+ beta``; the output register saturates.  The scalar states do one step each
+(a shift, an add, a priority encoder (a balanced tree, ``fixed.bitlen_tree``), a clamp, the
+rounding of a shifted value), and a state reading the shared product comes four after the one that
+multiplied.  Pass 3 waits for its last beat to reach ``maxd`` (3 cycles), pass 4 for its last
+square to reach the sum (7); the output pass's last beats drain under the next row's reciprocal.
+Fixed cycles per row beyond the passes' beats: 86 (RMSNorm), 94 (LayerNorm): header 1,
+reciprocal 35, the two drains 10, scale 1, the rsqrt argument and rsqrt 15, the two Newton steps
+24 [, the mean 8].
 
 Every pass ends with ``last``; lanes past ``n`` (in the row's last beats) are ignored (rows are
 padded to whole lines).  ``rsr`` is ``numerics.rshift_round``.
@@ -40,7 +43,7 @@ from amaranth.lib import data, memory
 
 from systolica.config import AccelConfig
 
-from .fixed import bitlen_u, rshift_round_var, sat32
+from .fixed import bitlen_tree, mul_pipe, sat32
 from .line_unit import HDR, ROW, LineUnit, lane_mask, registered_output, tree
 from .recip import Reciprocal
 
@@ -79,10 +82,11 @@ class NormUnit(LineUnit):
         p = i.payload
         fire = i.valid & i.ready
 
-        m.submodules.recip = recip = Reciprocal(17)
+        m.submodules.recip = recip = Reciprocal(17, registered=True)
         m.submodules.seed = seed = memory.Memory(shape=unsigned(31), depth=len(RSQRT_SEED),
                                                  init=[int(v) for v in RSQRT_SEED])
         seed_r = seed.read_port(domain="comb")
+        seed_q = Signal(unsigned(31), reset_less=True)  # the table read, registered every cycle (no state in it)
 
         n, eps, center = Signal(unsigned(16)), Signal(unsigned(24)), Signal()
         ry, rk = Signal(unsigned(31)), Signal(unsigned(7))
@@ -97,65 +101,138 @@ class NormUnit(LineUnit):
         mant = Signal(unsigned(31))  # rsqrt_fx's m: 2**29 <= m < 2**31
         # the scalar states' intermediate values, one operation a state
         cc_r = Signal(range(64))
-        eterm_r, ssp_r = Signal(signed(64)), Signal(unsigned(64))
+        mag_r = Signal(unsigned(64))
+        eterm_r, ss_r, ssp_r = Signal(signed(64)), Signal(signed(64)), Signal(unsigned(64))
         sh_r = Signal(signed(10))
+        vb_r = Signal(range(62))
+        tsh_r = Signal(signed(10))  # the output's first shift, k + 4 - s
         newton = Signal()  # Newton step 0 or 1
         newton_done = Signal()  # the step just multiplied was step 1
         m.d.comb += recip.i_stream.payload.eq(n)
 
         # The scalar products of a row (the mean, n * eps, the rsqrt argument, three per Newton step)
-        # come one after another, so they take turns on one registered multiplier (4 DSP48s).  The
+        # come one after another, so they take turns on one multiplier (4 MULT18X18D / DSP48s).  The
         # operands are bounded (each state says why): a = int32 or < 2**31, b < 2**32, |a * b| < 2**63.
-        # Two stages: the operands are registered (in the state that calls multiply), the product a cycle
-        # later, so a state reading prod comes two after the one that multiplied (`WAIT` states below).
+        # The operands are registered (in the state that calls multiply), then the pieces' products, their
+        # sums by piece of a, and the product (hw/fixed.py mul_pipe): a state reading prod comes four after the
+        # one that multiplied (three `W` states below).  prod follows ma * mb, which hold until the next multiply.
         ma, mb = Signal(signed(32), reset_less=True), Signal(signed(33), reset_less=True)
-        mul_v = Signal()
-        prod = Signal(signed(64), reset_less=True)
-        m.d.sync += mul_v.eq(0)
-        with m.If(mul_v):
-            m.d.sync += prod.eq(ma * mb)
+        prod, mlat = mul_pipe(m, Const(1, 1), ma, mb, "norm_prod")
+        assert mlat == 3
 
         def multiply(a, b):
-            m.d.sync += [ma.eq(a), mb.eq(b), mul_v.eq(1)]
+            m.d.sync += [ma.eq(a), mb.eq(b)]
+
+        def rsr_split(x, sh, width, max_left, name):
+            """``rsr(x, sh)`` (hw/fixed.py rshift_round_var) in two steps: the shift's amounts and case follow
+            ``sh`` in registers of their own (``sh`` holds still for cycles before), `load` registers the
+            shifted value, and the returned value rounds it (a state later)."""
+            sr1 = Signal(range(63), name=f"{name}_sr1")
+            sl = Signal(range(max_left + 1), name=f"{name}_sl")
+            zero, right = Signal(name=f"{name}_zero"), Signal(name=f"{name}_right")
+            m.d.sync += [sr1.eq(Mux(sh > 63, 62, Mux(sh < 1, 0, sh - 1))),
+                         sl.eq(Mux(sh < -max_left, max_left, Mux(sh > 0, 0, -sh))), zero.eq(sh > 63), right.eq(sh > 0)]
+            t = Signal(signed(width + 1), name=f"{name}_t", reset_less=True)
+            load = [t.eq(Mux(right, x >> sr1, x << sl))]
+            out = Signal(signed(width), name=name)
+            m.d.comb += out.eq(Mux(zero, 0, Mux(right, (t + 1) >> 1, t)))
+            return load, out
 
         lane_ok = lane_mask(m, li, n, C)
-        # ---- the beat pipeline of passes 3..5 (one operation a stage; every stage moves when the output
-        # register may load, `adv`): A d = (x << 8) - mean and ds = rsr(d, s); B each lane's one multiplier,
-        # ds * ds (pass 4) or ds * y (pass 5), and |d| (pass 3); C the row's max |d| or sum of squares, or
-        # the output's t = rsr(ds * y, k + 4 - s); D t * gamma; E (the output register) rsr(., 20) [+ beta],
-        # saturated.  A pass ends when its last beat has left the stages it uses; the output pass's last beats
-        # drain under the next row's reciprocal (`drained`: it waits for them).
+        # ---- the beat pipeline of passes 3..5, one operation a stage (every stage moves when the output
+        # register may load, `adv`):
+        #   1 d = (x << 8) - mean;  2 (d << 1) >> s, and |d| (pass 3);  3 ds = (. + 1) >> 1 = rsr(d, s) and the
+        #   multiplier's second operand, ds (pass 4) or y (pass 5), and the row's max |d| (pass 3);
+        #   4..6 ds * ds or ds * y (pieces, their sums, the product);  7 the row's sum of squares (pass 4), or the
+        #   output's t = rsr(ds * y, k + 4 - s) shifted;  8 t rounded, gamma registered;  9..11 t * gamma;
+        #   12 rsr(., 20);  13 + beta;  the output register: saturated.
+        # A pass ends when its last beat has left the stages it uses; the output pass's last beats drain under
+        # the next row's reciprocal (`drained`: it waits for them).
         adv = registered_output(m, o)
-        beat = data.StructLayout({"v": 1, "out": 1, "last": 1, "ok": data.ArrayLayout(1, C),
-                                  "b": data.ArrayLayout(signed(32), C), "c": data.ArrayLayout(signed(32), C)})
-        sa, sb, sc, sd = (Signal(beat, name=f"norm_s{x}") for x in "abcd")
-        ds_a = [Signal(signed(25), name=f"ds_a_{c}") for c in range(C)]  # |ds| <= 2**23 (numerics)
-        d_a = [Signal(signed(42), name=f"d_a_{c}") for c in range(C)]  # |d| < 2**39 + |mean| < 2**41
-        pp_b = [Signal(signed(57), name=f"pp_b_{c}") for c in range(C)]
-        absd_b = [Signal(unsigned(42), name=f"absd_b_{c}") for c in range(C)]
-        t_c = [Signal(signed(30), name=f"t_c_{c}") for c in range(C)]
-        g_d = [Signal(signed(62), name=f"tg_d_{c}") for c in range(C)]
-        is_out = Signal()  # the FSM is in pass 5 (the multipliers take y)
+        ctl_l = data.StructLayout({"v": 1, "mx": 1, "sq": 1, "out": 1, "last": 1, "ok": data.ArrayLayout(1, C)})
+        ctl = []  # ctl[j]: the control of the beat in stage j + 1
+        take = Signal()  # a row beat of passes 3..5 enters stage 1 this cycle
+        pass_mx, pass_sq, pass_out = Signal(), Signal(), Signal()  # the pass the FSM is in
+
+        def stage():
+            c_ = Signal(ctl_l, name=f"norm_c{len(ctl) + 1}")
+            with m.If(adv):
+                if not ctl:
+                    m.d.sync += [c_.v.eq(take), c_.mx.eq(pass_mx), c_.sq.eq(pass_sq), c_.out.eq(pass_out),
+                                 c_.last.eq(p.last)]
+                    m.d.sync += [c_.ok[c].eq(lane_ok[c]) for c in range(C)]
+                else:
+                    m.d.sync += c_.eq(ctl[-1])
+            ctl.append(c_)
+            return c_
+
+        def delay(x, stages, name):
+            """``x`` carried along ``stages`` stages (reset-less registers moving with `adv`)."""
+            for j in range(stages):
+                r = Signal.like(x, name=f"{name}_{j}", reset_less=True)
+                with m.If(adv):
+                    m.d.sync += r.eq(x)
+                x = r
+            return x
+
+        def reg(shape, name, value):
+            r = Signal(shape, name=name, reset_less=True)
+            with m.If(adv):
+                m.d.sync += r.eq(value)
+            return r
+
         yo = Signal(unsigned(31))  # the last Newton step's y, held in prod from pass 5 until the pipeline drained
         m.d.comb += yo.eq(prod[31:62])
-        take = Signal()  # a row beat of passes 3..5 enters stage A this cycle
+        c1, c2, _ = stage(), stage(), stage()
+        pp_s, absd2, outs = [], [], []
+        t_zero, t_right = Signal(), Signal()
+        t_sr1, t_sl = Signal(range(63)), Signal(range(9))
+        for c in range(C):
+            d1 = reg(signed(42), f"d1_{c}", (p.a[c] << GUARD) - mean)  # |d| < 2**39 + |mean| < 2**41
+            # rsr(d, s) = ((d >> (s - 1)) + 1) >> 1 = (((d << 1) >> s) + 1) >> 1, also for s = 0: one shifter
+            h2 = reg(signed(26), f"dsh2_{c}", (d1 << 1) >> s)  # |ds| <= 2**23 (numerics) on the row's lanes
+            absd2.append(reg(unsigned(42), f"absd2_{c}", Mux(c1.ok[c], Mux(d1 < 0, -d1, d1), 0)))
+            ds_n = Signal(signed(25), name=f"ds_{c}")
+            m.d.comb += ds_n.eq((h2 + 1) >> 1)
+            ds3 = reg(signed(25), f"ds3_{c}", ds_n)
+            # ds is 25 bits and y < 2**31 (at most 2**30 in numerics): 25 x 32 bits
+            pb3 = reg(signed(32), f"pb3_{c}", Mux(c2.out, yo, ds_n))
+            pp, plat = mul_pipe(m, adv, ds3, pb3, f"pp_{c}")
+            pp_s.append(pp)
+            b1 = reg(signed(32), f"g1_{c}", p.b[c])
+            cb1 = reg(signed(32), f"be1_{c}", Mux(center, p.c[c], 0))  # beta, LayerNorm only
+            # 7, 8: t = rsr(ds * y, k + 4 - s) = (x - mu) / rms in Q20: |t| <= sqrt(n) * 2**20 * (1 + 2**-5)
+            # < 2**29 (n < 2**16; y * sqrt(M) <= 1.016 * 2**30 over the seed intervals), so 30 bits hold it
+            t7 = reg(signed(31), f"t7_{c}", Mux(t_right, pp >> t_sr1, pp << t_sl))
+            t8 = reg(signed(30), f"t8_{c}", Mux(t_zero, 0, Mux(t_right, (t7 + 1) >> 1, t7)))
+            g8 = delay(b1, 3 + plat + 2 - 1, f"gam_{c}")
+            tg, glat = mul_pipe(m, adv, t8, g8, f"tg_{c}")
+            y12 = reg(signed(42), f"y12_{c}", (tg + (1 << (20 - 1))) >> 20)  # rsr(t * gamma, 20)
+            be12 = delay(cb1, 3 + plat + 2 + glat + 1 - 1, f"beta_{c}")
+            y13 = reg(signed(44), f"y13_{c}", y12 + be12)
+            outs.append(sat32(m, y13, f"norm_out_{c}"))
+        for _ in range(plat):
+            stage()
+        c6 = ctl[-1]  # the beat whose lane products are in pp
+        for _ in range(2 + glat + 2):
+            stage()
+        c_o = ctl[-1]  # the beat in stage 13: into the output register
+        drained = ~Cat(*[x.v for x in ctl]).any()
+        squares_in = ~Cat(*[x.v for x in ctl[:3 + plat]]).any()  # no beat before the sum of squares
         with m.If(adv):
-            m.d.sync += [sa.v.eq(take), sb.eq(sa), sc.eq(sb), sd.eq(sc)]
-            with m.If(take):
-                m.d.sync += [sa.out.eq(is_out), sa.last.eq(p.last), sa.b.eq(p.b)]
-                m.d.sync += [sa.c[c].eq(Mux(center, p.c[c], 0)) for c in range(C)]  # beta, LayerNorm only
-                m.d.sync += [sa.ok[c].eq(lane_ok[c]) for c in range(C)]
-            for c in range(C):
-                d = Signal(signed(42), name=f"d_{c}")
-                m.d.comb += d.eq((p.a[c] << GUARD) - mean)
-                # rsr(d, s) = ((d >> (s - 1)) + 1) >> 1 = (((d << 1) >> s) + 1) >> 1, also for s = 0: one shifter
-                m.d.sync += [d_a[c].eq(d), ds_a[c].eq((((d << 1) >> s) + 1) >> 1)]
-                # ds is 25 bits and y < 2**31 (at most 2**30 in numerics): 25 x 32 bits, 2 DSP48s per lane
-                pb = Signal(signed(32), name=f"pb_{c}")
-                m.d.comb += pb.eq(Mux(sa.out, yo, ds_a[c]))
-                m.d.sync += [pp_b[c].eq(ds_a[c] * pb),
-                             absd_b[c].eq(Mux(sa.ok[c], Mux(d_a[c] < 0, -d_a[c], d_a[c]), 0))]
-        drained = ~sa.v & ~sb.v & ~sc.v & ~sd.v
+            with m.If(c2.v & c2.mx):  # stage 3: the row's max |d|
+                mx = tree(absd2, lambda x, y_: Mux(x > y_, x, y_))
+                m.d.sync += maxd.eq(Mux(mx > maxd, mx, maxd))
+            with m.If(c6.v & c6.sq):  # stage 7: the row's sum of squares
+                m.d.sync += acc.eq(acc + tree([Mux(c6.ok[c], pp_s[c], 0) for c in range(C)], lambda x, y_: x + y_))
+            m.d.sync += [o.payload.data[c].eq(outs[c]) for c in range(C)]
+            with m.If(c_o.v & c_o.out):
+                m.d.sync += [o.valid.eq(1), o.payload.last.eq(c_o.last)]
+        # bitlen(maxd), registered every cycle (no state in its path): maxd is final a cycle before SCALE
+        maxd_bl = Signal(range(43))
+        m.d.sync += maxd_bl.eq(bitlen_tree(m, maxd, 42, "maxd_bitlen"))
+        m.d.comb += seed_r.addr.eq((mant >> 23) - 64)
+        m.d.sync += seed_q.eq(seed_r.data)
         wrong = Signal()
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
@@ -169,10 +246,13 @@ class NormUnit(LineUnit):
                     m.d.sync += li.eq(0)
                     m.next = next_state
 
-        with m.FSM(name="norm") as fsm:
-            def fsm_in(*names):
-                return Cat(*[fsm.ongoing(nm) for nm in names]).any()
+        def wait(name, next_state, cycles=3):
+            """``cycles`` states that only wait (for the multiplier), then ``next_state``."""
+            for j in range(cycles):
+                with m.State(f"{name}{j}"):
+                    m.next = f"{name}{j + 1}" if j + 1 < cycles else next_state
 
+        with m.FSM(name="norm"):
             with m.State("HDR"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != HDR)]
                 with m.If(fire & ~wrong):
@@ -185,7 +265,7 @@ class NormUnit(LineUnit):
                     m.next = "RECIP_WAIT"
             with m.State("RECIP_WAIT"):  # the last row's output beats have left the pipeline, too
                 m.d.comb += recip.o_stream.ready.eq(drained)
-                with m.If(recip.o_stream.valid):
+                with m.If(recip.o_stream.valid & drained):
                     m.d.sync += [ry.eq(recip.o_stream.payload.y), rk.eq(recip.o_stream.payload.k)]
                     m.next = "SUM"
                     with m.If(~center):
@@ -196,87 +276,98 @@ class NormUnit(LineUnit):
                     m.d.sync += acc.eq(acc + sum(Mux(lane_ok[c], p.a[c], 0) for c in range(C)))
                 row_pass("MEAN0")
             with m.State("MEAN0"):
-                # _trunc31(sum): c = max(0, bitlen(|sum|) - 31), st = sum >> c: int32
-                mag = Signal(unsigned(64))
-                m.d.comb += mag.eq(Mux(acc < 0, -acc, acc))
-                bl = bitlen_u(m, mag, 64, "sum_bitlen")
-                m.d.sync += cc_r.eq(Mux(bl > 31, bl - 31, 0))
+                m.d.sync += mag_r.eq(Mux(acc < 0, -acc, acc))
                 m.next = "MEAN1"
             with m.State("MEAN1"):
+                # _trunc31(sum): c = max(0, bitlen(|sum|) - 31), st = sum >> c: int32
+                bl = bitlen_tree(m, mag_r, 64, "sum_bitlen")
+                m.d.sync += cc_r.eq(Mux(bl > 31, bl - 31, 0))
+                m.next = "MEAN2"
+            with m.State("MEAN2"):
                 st = Signal(signed(32))
                 m.d.comb += st.eq(acc >> cc_r)
                 multiply(st, ry)
-                m.d.sync += e.eq(rk - cc_r - GUARD)  # the mean's shift, held in e until MEAN2
-                m.next = "MEAN_WAIT"
-            with m.State("MEAN_WAIT"):
-                m.next = "MEAN2"
-            with m.State("MEAN2"):
-                mterm = rshift_round_var(m, prod, e, 64, "mean_term", max_left=8)
+                m.d.sync += e.eq(rk - cc_r - GUARD)  # the mean's shift, held in e until MEAN3
+                m.next = "MEAN_W0"
+            wait("MEAN_W", "MEAN3")
+            mean_ld, mterm = rsr_split(prod, e, 64, 8, "mean_term")
+            with m.State("MEAN3"):
+                m.d.sync += mean_ld
+                m.next = "MEAN4"
+            with m.State("MEAN4"):
                 m.d.sync += [mean.eq(mterm), acc.eq(0)]
                 m.next = "MAXD"
             with m.State("MAXD"):
-                m.d.comb += [i.ready.eq(adv), take.eq(fire & ~wrong)]
+                m.d.comb += [i.ready.eq(adv), take.eq(fire & ~wrong), pass_mx.eq(1)]
                 row_pass("MAXD_DRAIN")
-            with m.State("MAXD_DRAIN"), m.If(~sa.v & ~sb.v):  # the last |d| is in maxd
+            with m.State("MAXD_DRAIN"), m.If(~c1.v & ~c2.v):  # the last |d| is in maxd
                 m.next = "SCALE"
             with m.State("SCALE"):
-                bl = bitlen_u(m, maxd, 42, "maxd_bitlen")
-                m.d.sync += [s.eq(Mux(bl > 23, bl - 23, 0)), acc.eq(0)]
+                m.d.sync += [s.eq(Mux(maxd_bl > 23, maxd_bl - 23, 0)), acc.eq(0)]
                 multiply(n, eps)  # < 2**40, held in prod through the next pass
                 m.next = "SSQ"
             with m.State("SSQ"):
-                m.d.comb += [i.ready.eq(adv), take.eq(fire & ~wrong)]
+                m.d.comb += [i.ready.eq(adv), take.eq(fire & ~wrong), pass_sq.eq(1)]
                 row_pass("SSQ_DRAIN")
-            with m.State("SSQ_DRAIN"), m.If(~sa.v & ~sb.v):  # the last squares are in acc
+            with m.State("SSQ_DRAIN"), m.If(squares_in):  # the last squares are in acc (and n * eps in prod)
                 m.next = "RSQ0"
+            # ss = sum + rsr(n * eps, 2s - 16); st, c = trunc31(max(ss, 1)); v = st * ry: one step a state
+            ne = Signal(signed(41))
+            m.d.comb += ne.eq(prod[:40])
+            esh = Signal(signed(8))
+            m.d.comb += esh.eq((s << 1) - 2 * GUARD)
+            eps_ld, eterm = rsr_split(ne, esh, 64, 16, "eps_term")
             with m.State("RSQ0"):
-                # ss = sum + rsr(n * eps, 2s - 16); st, c = trunc31(max(ss, 1)); v = st * ry: one step a state
-                ne = Signal(signed(41))
-                m.d.comb += ne.eq(prod[:40])
-                esh = Signal(signed(8))
-                m.d.comb += esh.eq((s << 1) - 2 * GUARD)
-                m.d.sync += eterm_r.eq(rshift_round_var(m, ne, esh, 64, "eps_term", max_left=16))
+                m.d.sync += eps_ld
                 m.next = "RSQ1"
             with m.State("RSQ1"):
-                ss = Signal(signed(64))
-                m.d.comb += ss.eq(acc + eterm_r)
-                m.d.sync += ssp_r.eq(Mux(ss < 1, 1, ss))
+                m.d.sync += eterm_r.eq(eterm)
                 m.next = "RSQ2"
             with m.State("RSQ2"):
-                bl = bitlen_u(m, ssp_r, 64, "ss_bitlen")
-                m.d.sync += cc_r.eq(Mux(bl > 31, bl - 31, 0))
+                m.d.sync += ss_r.eq(acc + eterm_r)
                 m.next = "RSQ3"
             with m.State("RSQ3"):
+                m.d.sync += ssp_r.eq(Mux(ss_r < 1, 1, ss_r))
+                m.next = "RSQ4"
+            with m.State("RSQ4"):
+                bl = bitlen_tree(m, ssp_r, 64, "ss_bitlen")
+                m.d.sync += cc_r.eq(Mux(bl > 31, bl - 31, 0))
+                m.next = "RSQ5"
+            with m.State("RSQ5"):
                 sst = Signal(unsigned(31))  # ssp >> cc < 2**31 by the choice of cc
                 m.d.comb += sst.eq(ssp_r >> cc_r)
                 multiply(sst, ry)
                 m.d.sync += e.eq(cc_r + (s << 1) - 2 * (16 + GUARD) - rk)
-                m.next = "RSQ_WAIT"
-            with m.State("RSQ_WAIT"):
-                m.next = "RSQ4"
-            with m.State("RSQ4"):
-                # rsqrt_fx(v, e): t = bitlen(v) - 1 + e; K = t >> 1; sh = 29 + e - 2K; m = v << sh or v >> -sh
-                v = Signal(unsigned(61))  # < 2**31 * 2**30
-                m.d.comb += v.eq(prod[:61])
-                vb = bitlen_u(m, v, 61, "v_bitlen")
+                m.next = "RSQ_W0"
+            wait("RSQ_W", "RSQ6")
+            # rsqrt_fx(v, e): t = bitlen(v) - 1 + e; K = t >> 1; sh = 29 + e - 2K; m = v << sh or v >> -sh
+            v = Signal(unsigned(61))  # < 2**31 * 2**30
+            m.d.comb += v.eq(prod[:61])
+            with m.State("RSQ6"):
+                m.d.sync += vb_r.eq(bitlen_tree(m, v, 61, "v_bitlen"))
+                m.next = "RSQ7"
+            with m.State("RSQ7"):
                 t = Signal(signed(10))
-                m.d.comb += t.eq(vb - 1 + e)
+                m.d.comb += t.eq(vb_r - 1 + e)
                 kk = Signal(signed(10))
                 m.d.comb += kk.eq(t >> 1)
                 m.d.sync += [sh_r.eq(29 + e - (kk << 1)), k.eq(30 + kk)]
-                m.next = "RSQ5"
-            with m.State("RSQ5"):
-                v = Signal(unsigned(61))
-                m.d.comb += v.eq(prod[:61])
-                nsh = Signal(range(64))
-                m.d.comb += nsh.eq(Mux(sh_r < 0, -sh_r, 0))
-                psh = Signal(range(32))
-                m.d.comb += psh.eq(Mux(sh_r > 0, sh_r, 0))
-                m.d.sync += mant.eq(Mux(sh_r >= 0, v << psh, v >> nsh))
-                m.next = "RSQ6"
-            with m.State("RSQ6"):
-                m.d.comb += seed_r.addr.eq((mant >> 23) - 64)
-                m.d.sync += [y.eq(seed_r.data), newton.eq(0)]
+                m.next = "RSQ7B"
+            nsh, psh, sh_pos = Signal(range(64)), Signal(range(32)), Signal()
+            with m.State("RSQ7B"):
+                m.d.sync += [nsh.eq(Mux(sh_r < 0, -sh_r, 0)), psh.eq(Mux(sh_r > 0, sh_r, 0)), sh_pos.eq(sh_r >= 0)]
+                m.next = "RSQ8"
+            with m.State("RSQ8"):
+                m.d.sync += [mant.eq(Mux(sh_pos, v << psh, v >> nsh)), tsh_r.eq(k + 16 + GUARD - 20 - s)]
+                m.next = "RSQ9"
+            with m.State("RSQ9"):  # the seed table's entry for mant is registered at the end of this state
+                m.next = "RSQ10"
+            with m.State("RSQ10"):
+                m.d.sync += [y.eq(seed_q), newton.eq(0)]
+                # the output's t = rsr(ds * y, tsh) (max_left 8), its shifts registered for the whole pass
+                m.d.sync += [t_sr1.eq(Mux(tsh_r > 63, 62, Mux(tsh_r < 1, 0, tsh_r - 1))),
+                             t_sl.eq(Mux(tsh_r < -8, 8, Mux(tsh_r > 0, 0, -tsh_r))),
+                             t_zero.eq(tsh_r > 63), t_right.eq(tsh_r > 0)]
                 m.next = "NEWTON_A"
             # Newton: y2 = (y * y) >> 30; tt = (m * y2) >> 29; y = (y * (3 * 2**30 - tt)) >> 31, twice.
             # Bounds over every seed interval (interval arithmetic on the 192 entries of RSQRT_SEED):
@@ -287,46 +378,25 @@ class NormUnit(LineUnit):
                 m.d.comb += ycur.eq(Mux(newton, prod[31:62], y))
                 m.d.sync += y.eq(ycur)
                 multiply(ycur, ycur)
-                m.next = "NEWTON_AW"
-            with m.State("NEWTON_AW"):
-                m.next = "NEWTON_B"
+                m.next = "NEWTON_AW0"
+            wait("NEWTON_AW", "NEWTON_B")
             with m.State("NEWTON_B"):
                 multiply(mant, prod[30:61])
-                m.next = "NEWTON_BW"
-            with m.State("NEWTON_BW"):
-                m.next = "NEWTON_C"
+                m.next = "NEWTON_BW0"
+            wait("NEWTON_BW", "NEWTON_C")
             with m.State("NEWTON_C"):
                 multiply(y, Const(3 << 30, signed(34)) - prod[29:61])
                 m.d.sync += [newton.eq(1), newton_done.eq(newton)]
-                m.next = "NEWTON_CW"
-            with m.State("NEWTON_CW"):
-                m.next = "NEWTON_A"
-                with m.If(newton_done):  # that was the second step
-                    m.next = "OUT"
+                m.next = "NEWTON_CW0"
+            for j in range(3):
+                with m.State(f"NEWTON_CW{j}"):
+                    if j < 2:
+                        m.next = f"NEWTON_CW{j + 1}"
+                    else:
+                        m.next = "NEWTON_A"
+                        with m.If(newton_done):  # that was the second step
+                            m.next = "OUT"
             with m.State("OUT"):
-                m.d.comb += [i.ready.eq(adv | wrong), take.eq(fire & ~wrong), is_out.eq(1)]
+                m.d.comb += [i.ready.eq(adv | wrong), take.eq(fire & ~wrong), pass_out.eq(1)]
                 row_pass("HDR")  # the last beats drain during the next row's header and reciprocal
-
-        # ---- stage C: the pass's reduction over the lanes (3, 4), or the output's t (5); D and E: pass 5
-        in_maxd = Signal()
-        in_ssq = Signal()
-        m.d.comb += [in_maxd.eq(fsm_in("MAXD", "MAXD_DRAIN")), in_ssq.eq(fsm_in("SSQ", "SSQ_DRAIN"))]
-        tsh = Signal(signed(10))
-        m.d.comb += tsh.eq(k + 16 + GUARD - 20 - s)
-        with m.If(adv):
-            with m.If(sb.v & in_maxd):
-                mx = tree(absd_b, lambda x, y_: Mux(x > y_, x, y_))
-                m.d.sync += maxd.eq(Mux(mx > maxd, mx, maxd))
-            with m.If(sb.v & in_ssq):
-                m.d.sync += acc.eq(acc + tree([Mux(sb.ok[c], pp_b[c], 0) for c in range(C)], lambda x, y_: x + y_))
-            for c in range(C):
-                # t = (x - mu) / rms in Q20: |t| <= sqrt(n) * 2**20 * (1 + 2**-5) < 2**29 (n < 2**16;
-                # y * sqrt(M) <= 1.016 * 2**30 over the seed intervals), so 30 bits hold it
-                m.d.sync += [t_c[c].eq(rshift_round_var(m, pp_b[c], tsh, 30, f"t_{c}", max_left=8)),
-                             g_d[c].eq(t_c[c] * sc.b[c])]
-                yv = Signal(signed(44), name=f"yv_{c}")
-                m.d.comb += yv.eq(((g_d[c] >> 20) + ((g_d[c] >> 19) & 1)) + sd.c[c])
-                m.d.sync += o.payload.data[c].eq(sat32(m, yv, f"norm_out_{c}"))
-            with m.If(sd.v & sd.out):
-                m.d.sync += [o.valid.eq(1), o.payload.last.eq(sd.last)]
         return m

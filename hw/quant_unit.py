@@ -8,7 +8,7 @@ vector buffer, one beat of ``L`` int32 lanes per cycle (:mod:`~systolica.hw.line
    pass follows, the unit still writes the zero-row exponent(s)).
 2. MAX pass: the row -> ``hi = max(0, max x)``, ``lo = min(0, min x)`` (clamping at 0 changes
    neither ``A = max(hi, -lo)`` nor the overflow test, and makes an empty row ``A = 0``).
-3. one cycle: ``s0 = bitlen(A) - 7``; one cycle: ``s = s0 + (rsr(hi, s0) > 127 | rsr(lo, s0) < -127)``,
+3. ``s0 = bitlen(A) - 7``, then ``s = s0 + (rsr(hi, s0) > 127 | rsr(lo, s0) < -127)``,
    and the **exponent line** of block 0 goes out (lane 0 = ``e = s - 16``, other lanes 0).
    An all-zero row gives ``s = -7``, ``e = QUANT_ZERO_EXP`` with no special case.
 4. Q pass: the row -> one int8 line per input line, ``q = rsr(x, s)``.  With ``split = 1``
@@ -20,9 +20,14 @@ vector buffer, one beat of ``L`` int32 lanes per cycle (:mod:`~systolica.hw.line
    then an R pass where the row streams a third time and ``q_lo = rsr(r, s_lo)`` goes out,
    ``r`` recomputed from ``x`` and the stored ``s`` of block 0 (no row buffer).
 
+Every pass's beats go through a pipeline of three stages and the output register (q and the
+residual's low bits; r; the beat's max / min over its lanes and the residual's q), so a pass's
+statistics are complete 3 cycles after its last beat; the scale then takes 4 states (``max(hi, -lo)``,
+its bit length, the carry test, the exponent line).
+
 Input passes per row: 2 (``split = 0``) or 3 (``split = 1``); each ends with ``last``.
 ``rsr`` is ``numerics.rshift_round``.  Cycles per row of ``L`` lines at full rate:
-``2L + 3`` (``split = 0``), ``3L + 5`` (``split = 1``); the output register overlaps the next row.
+``2L + 8`` (``split = 0``), ``3L + 15`` (``split = 1``); the output register overlaps the next row.
 
 Sequencer contract (QUANT ``dst``, ``src``, ``exps``, ``rows``, ``lines``, ``split``), per row
 ``r`` in order: one header beat, then the ``L = lines`` lines of ``src + r*L`` (the max pass), the
@@ -41,11 +46,12 @@ and the cycle counts above are in beats.
 from __future__ import annotations
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data
 
 from systolica.config import AccelConfig
 from systolica.numerics import FX_FRAC
 
-from .fixed import bitlen_u
+from .fixed import bitlen_tree
 from .line_unit import HDR, ROW, LineUnit, registered_output, tree
 
 __all__ = ["QuantUnit"]
@@ -53,21 +59,29 @@ __all__ = ["QuantUnit"]
 MAX_LEFT = 7  # s >= bitlen(0) - 7: q = x << 7 at most (then |x| < 1, q exact)
 
 
-def _round_shift8(m: Module, x, s, name: str):
-    """Low 8 bits of ``numerics.rshift_round(x, s)`` for int32 ``x`` and ``-7 <= s <= 26``.
+def _round_shift8(m: Module, x, sh, name: str):
+    """Low 8 bits of ``numerics.rshift_round(x, s)`` for int32 ``x``, ``-7 <= s <= 26`` and ``sh = s + 7``.
 
-    With ``t = x << 8`` and ``sh = s + 7``, the 9 bits of ``t >> sh`` are ``x >> s`` above the
-    rounding bit ``(x >> (s - 1)) & 1`` (0 for ``s <= 0``, where ``x << -s`` is exact): one
-    34-position shifter of 9 output bits and an 8-bit increment per lane.  Callers use it
-    where the result is known to fit int8.
+    With ``t = x << 8``, the 9 bits of ``t >> sh`` are ``x >> s`` above the rounding bit
+    ``(x >> (s - 1)) & 1`` (0 for ``s <= 0``, where ``x << -s`` is exact): one 34-position shifter
+    of 9 output bits and an 8-bit increment per lane.  Callers use it where the result is known to
+    fit int8, and keep ``sh`` in a register of its own (no add in front of the shifter).
     """
-    sh = Signal(range(MAX_LEFT + 27), name=f"{name}_sh")  # s + 7: 0..33
-    m.d.comb += sh.eq(s + MAX_LEFT)
+    out = Signal(signed(8), name=name)
+    m.d.comb += out.eq(_round9(_shift9(m, x, sh, name)))
+    return out
+
+
+def _shift9(m: Module, x, sh, name: str):
+    """The shifter of :func:`_round_shift8`: ``x >> s`` and the rounding bit below it (9 bits)."""
     w = Signal(9, name=f"{name}_w")
     m.d.comb += w.eq((x << (MAX_LEFT + 1)) >> sh)
-    out = Signal(signed(8), name=name)
-    m.d.comb += out.eq(w[1:9] + w[0])
-    return out
+    return w
+
+
+def _round9(w):
+    """The increment of :func:`_round_shift8`: the 9 bits of :func:`_shift9`, rounded to 8."""
+    return (w[1:9] + w[0])[:8].as_signed()
 
 
 class QuantUnit(LineUnit):
@@ -106,37 +120,72 @@ class QuantUnit(LineUnit):
         hi, lo = Signal(signed(33)), Signal(signed(33))  # running max(0, x) / min(0, x) of the block's values
         rhi, rlo = Signal(signed(33)), Signal(signed(33))  # the same for the residual, during the Q pass
         s0 = Signal(signed(7))
+        s0sh = Signal(range(MAX_LEFT + 27))  # s0 + 7
+        a_r = Signal(unsigned(33))
+        over = Signal()
         sq, sr = Signal(signed(7)), Signal(signed(7))  # s of block 0 (int8 part) and block 1 (residual)
+        sq_sh, sr_sh = Signal(range(MAX_LEFT + 27)), Signal(range(MAX_LEFT + 27))  # s + 7 of each
+        sq_pos = Signal()  # sq > 0
+        sq25, sq26 = Signal(), Signal()  # sq == 25, sq == 26
+        spos = Signal(range(26), name="sq_m1")  # max(sq - 1, 0)
+        keep = Signal(32)  # thermometer code of sq: bit j < sq
 
-        # ---- per lane: q = rsr(x, sq); r = sat32(x - sat32(q << sq)) (0 for sq <= 0); lo = rsr(r, sr).
-        # x - (q << s) with q = rsr(x, s) is the low s bits of x read as a signed s-bit number, so r
-        # needs no shifter or subtractor: bit j is x[j] below s and x[s - 1] from s up.  The inner
-        # sat32 bites only when q << s = 2**31 exactly (q = 64, s = 25 or q = 32, s = 26; q << s
-        # never rounds below -2**31), and then makes r one larger.
-        spos = Signal(range(26), name="sq_m1")
-        m.d.comb += spos.eq(Mux(sq > 0, sq - 1, 0))
-        keep = [Signal(name=f"keep_{j}") for j in range(32)]  # thermometer code of sq: bit j < sq
-        m.d.comb += [keep[j].eq(sq > j) for j in range(32)]
-        q_hi, q_lo, res = [], [], []
+        # ---- the beat pipeline of the max, Q and R passes (every stage moves with the output register, `en`):
+        # 1 x, q = rsr(x, sq) (8 bits), and the low sq bits of x with the sign of bit sq - 1;
+        # 2 r = sat32(x - sat32(q << sq)) (0 for sq <= 0);  3 the beat's max / min over its lanes (of x in the
+        # max pass, of r in the Q pass) and lo = rsr(r, sr) (R pass);  then the output register takes q or lo,
+        # and hi / lo (max pass) or rhi / rlo (Q pass) take the beat's max / min.
+        # x - (q << s) with q = rsr(x, s) is the low s bits of x read as a signed number, so r needs no shifter
+        # or subtractor: bit j is x[j] below s and x[s - 1] from s up.  The inner sat32 bites only when q << s =
+        # 2**31 exactly (q = 64, s = 25 or q = 32, s = 26; q << s never rounds below -2**31), and then makes r
+        # one larger.
+        take, mxp, qp, rp = Signal(), Signal(), Signal(), Signal()  # a beat enters, and of which pass
+        ctl_l = data.StructLayout({"v": 1, "mx": 1, "q": 1, "r": 1, "last": 1, "split": 1})  # the row's split
+        c1, c2, c3 = (Signal(ctl_l, name=f"quant_c{j}") for j in (1, 2, 3))
+        with m.If(en):
+            m.d.sync += [c1.v.eq(take), c1.mx.eq(mxp), c1.q.eq(qp), c1.r.eq(rp), c1.last.eq(p.last), c1.split.eq(split), c2.eq(c1),
+                         c3.eq(c2)]
+        x1, q1, low1, x2, q2, r2, q3, ql3 = [], [], [], [], [], [], [], []
         for c in range(C):
+            def reg(shape, name, value, c=c):
+                r = Signal(shape, name=f"{name}_{c}", reset_less=True)
+                with m.If(en):
+                    m.d.sync += r.eq(value)
+                return r
             x = p.data[c]
-            qh = _round_shift8(m, x, sq, f"qh_{c}")
             sign = x.bit_select(spos, 1)
-            low = Signal(signed(32), name=f"low_{c}")
-            m.d.comb += low.eq(Cat(*[Mux(keep[j], x[j], sign) for j in range(32)]))
-            sat_fix = ((sq == 25) & (qh == 64)) | ((sq == 26) & (qh == 32))
-            r = Signal(signed(32), name=f"res_{c}")
-            m.d.comb += r.eq(Mux(sq > 0, low + sat_fix, 0))
-            q_hi.append(qh)
-            q_lo.append(_round_shift8(m, r, sr, f"ql_{c}"))
-            res.append(r)
-
-        # one pair of comparator trees serves both the max pass (over x, into hi / lo) and the Q
-        # pass (over the residuals, into rhi / rlo): the two never run at once
-        in_q = Signal()
-        vals = [Mux(in_q, res[c], p.data[c]) for c in range(C)]
-        mx = tree([Mux(in_q, rhi, hi), *vals], lambda a, b: Mux(a > b, a, b))
-        mn = tree([Mux(in_q, rlo, lo), *vals], lambda a, b: Mux(a < b, a, b))
+            x1.append(reg(signed(32), "qx1", x))
+            q1.append(reg(9, "qh1", _shift9(m, x, sq_sh, f"qh_{c}")))  # rounded in stage 2
+            low1.append(reg(signed(32), "low1", Cat(*[Mux(keep[j], x[j], sign) for j in range(32)])))
+            x2.append(reg(signed(32), "qx2", x1[c]))
+            q2.append(reg(signed(8), "qh2", _round9(q1[c])))
+            # q == 64 (32): the 9 shifted bits are 128 or 127 (64 or 63)
+            sat_fix = ((sq25 & ((q1[c] == 128) | (q1[c] == 127))) | (sq26 & ((q1[c] == 64) | (q1[c] == 63))))
+            r2.append(reg(signed(32), "res2", Mux(sq_pos, low1[c] + sat_fix, 0)))
+            q3.append(reg(signed(8), "qh3", q2[c]))
+            ql3.append(reg(9, "ql3", _shift9(m, r2[c], sr_sh, f"ql_{c}")))  # rounded into the output register
+        # one pair of comparator trees serves both the max pass (over x) and the Q pass (over the residuals)
+        vals = [Mux(c2.q, r2[c], x2[c]) for c in range(C)]
+        bmx, bmn = Signal(signed(33), reset_less=True), Signal(signed(33), reset_less=True)
+        with m.If(en):
+            m.d.sync += [bmx.eq(tree(vals, lambda a, b: Mux(a > b, a, b))),
+                         bmn.eq(tree(vals, lambda a, b: Mux(a < b, a, b)))]
+        pipe_empty = ~c1.v & ~c2.v & ~c3.v
+        with m.If(en & c3.v):
+            with m.If(c3.mx):
+                m.d.sync += [hi.eq(Mux(bmx > hi, bmx, hi)), lo.eq(Mux(bmn < lo, bmn, lo))]
+            with m.If(c3.q):
+                m.d.sync += [rhi.eq(Mux(bmx > rhi, bmx, rhi)), rlo.eq(Mux(bmn < rlo, bmn, rlo))]
+                with m.If(c3.last & c3.split):  # the residual's statistics become block 1's
+                    m.d.sync += [hi.eq(Mux(bmx > rhi, bmx, rhi)), lo.eq(Mux(bmn < rlo, bmn, rlo))]
+            with m.If(c3.q | c3.r):
+                m.d.comb += load.eq(1)
+        with m.If(c3.q):
+            m.d.comb += [ob.data[c].eq(q3[c]) for c in range(C)]
+            m.d.comb += [ob.blk.eq(0), ob.last.eq(c3.last & ~c3.split)]
+        with m.Elif(c3.r):
+            m.d.comb += [ob.data[c].eq(_round9(ql3[c])) for c in range(C)]
+            m.d.comb += [ob.blk.eq(1), ob.last.eq(c3.last)]
 
         wrong = Signal()
         with m.If(fire & wrong):
@@ -146,65 +195,61 @@ class QuantUnit(LineUnit):
             with m.State("HDR"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != HDR)]
                 with m.If(fire & ~wrong):
-                    m.d.sync += [split.eq(p.split), empty.eq(p.empty), blk.eq(0), hi.eq(0), lo.eq(0), rhi.eq(0),
-                                 rlo.eq(0)]
+                    m.d.sync += [split.eq(p.split), empty.eq(p.empty), blk.eq(0)]
                     m.next = "MAX"
                     with m.If(p.empty):
-                        m.next = "SCALE"
+                        m.next = "SCALE0"
             with m.State("MAX"):
-                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != ROW)]
-                with m.If(fire & ~wrong):
-                    m.d.sync += [hi.eq(mx), lo.eq(mn)]
-                    with m.If(p.last):
-                        m.next = "SCALE"
-            with m.State("SCALE"):
-                a = Signal(unsigned(33))
-                m.d.comb += a.eq(Mux(hi > -lo, hi, -lo))
-                m.d.sync += s0.eq(bitlen_u(m, a, 33, "a_bitlen") - 7)
-                m.next = "EXP"
-            with m.State("EXP"):
+                m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW), take.eq(fire & ~wrong), mxp.eq(1)]
+                with m.If(fire & ~wrong & p.last):
+                    m.next = "SCALE0"
+            with m.State("SCALE0"), m.If(pipe_empty):  # the block's max and min are in hi / lo
+                m.d.sync += a_r.eq(Mux(hi > -lo, hi, -lo))
+                m.next = "SCALE1"
+            with m.State("SCALE1"):
+                bl = bitlen_tree(m, a_r, 33, "a_bitlen")
+                m.d.sync += [s0.eq(bl - 7), s0sh.eq(bl)]
+                m.next = "EXP0"
+            with m.State("EXP0"):
                 # rounding at s0 may carry the maximum to 128 (or the minimum to -128): one more bit
                 # |x| < 2**(s0 + 7) keeps rsr(x, s0) within -128..128, so the 8-bit shifter's
                 # -128 (0x80) flags exactly a 128 from hi or a -128 from lo
-                over = ((_round_shift8(m, hi, s0, "hi_r") == -128) | (_round_shift8(m, lo, s0, "lo_r") == -128))
+                m.d.sync += over.eq((_round_shift8(m, hi, s0sh, "hi_r") == -128) |
+                                    (_round_shift8(m, lo, s0sh, "lo_r") == -128))
+                m.next = "EXP1"
+            with m.State("EXP1"):
                 s = Signal(signed(7))
                 m.d.comb += s.eq(s0 + over)
                 m.d.comb += [ob.exp.eq(1), ob.blk.eq(blk), ob.data[0].eq(s - FX_FRAC),
                              ob.last.eq(empty & (blk | ~split))]
                 with m.If(en):
                     m.d.comb += load.eq(1)
+                    # the first row of the next pass uses s: hi / lo are free again for the next block
+                    m.d.sync += [hi.eq(0), lo.eq(0), rhi.eq(0), rlo.eq(0)]
                     with m.If(blk):
-                        m.d.sync += sr.eq(s)
+                        m.d.sync += [sr.eq(s), sr_sh.eq(s0sh + over)]
                     with m.Else():
-                        m.d.sync += sq.eq(s)
+                        m.d.sync += [sq.eq(s), sq_sh.eq(s0sh + over), sq_pos.eq(s > 0), sq25.eq(s == 25),
+                                     sq26.eq(s == 26), spos.eq(Mux(s > 0, s - 1, 0)),
+                                     keep.eq(Cat(*[s > j for j in range(32)]))]
                     with m.If(empty):
                         m.next = "HDR"
                         with m.If(split & ~blk):  # the residual of an empty row: empty too
                             m.d.sync += blk.eq(1)
-                            m.next = "SCALE"
+                            m.next = "SCALE0"
                     with m.Elif(blk):
                         m.next = "RPASS"
                     with m.Else():
                         m.next = "QPASS"
             with m.State("QPASS"):
-                m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW)]
-                m.d.comb += [ob.data[c].eq(q_hi[c]) for c in range(C)]
-                m.d.comb += [ob.blk.eq(0), ob.last.eq(p.last & ~split)]
-                m.d.comb += in_q.eq(1)
-                with m.If(fire & ~wrong):
-                    m.d.comb += load.eq(1)
-                    m.d.sync += [rhi.eq(mx), rlo.eq(mn)]
-                    with m.If(p.last):
-                        m.next = "HDR"
-                        with m.If(split):
-                            m.d.sync += [blk.eq(1), hi.eq(mx), lo.eq(mn)]
-                            m.next = "SCALE"
+                m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW), take.eq(fire & ~wrong), qp.eq(1)]
+                with m.If(fire & ~wrong & p.last):
+                    m.next = "HDR"
+                    with m.If(split):
+                        m.d.sync += blk.eq(1)
+                        m.next = "SCALE0"
             with m.State("RPASS"):
-                m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW)]
-                m.d.comb += [ob.data[c].eq(q_lo[c]) for c in range(C)]
-                m.d.comb += [ob.blk.eq(1), ob.last.eq(p.last)]
-                with m.If(fire & ~wrong):
-                    m.d.comb += load.eq(1)
-                    with m.If(p.last):
-                        m.next = "HDR"
+                m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW), take.eq(fire & ~wrong), rp.eq(1)]
+                with m.If(fire & ~wrong & p.last):
+                    m.next = "HDR"
         return m

@@ -4,16 +4,17 @@
 ``y = floor(2**60 / m)``, ``k = n + 29``; ``d <= 0`` counts as 1.  The quotient is exact
 (31 subtract-and-compare steps), so any exact method gives the same bits; one step per
 cycle is enough because the units need one reciprocal per row (attention output,
-norms), not per element.  Latency 33 cycles from the request to the result.
+norms), not per element.  Latency 33 cycles from the request to the result, or 35 with
+``registered=True`` (the operand, its bit length and the normalizing shift a cycle each).
 """
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .fixed import bitlen_u
+from .fixed import bitlen_tree
 
 __all__ = ["Reciprocal"]
 
@@ -27,12 +28,16 @@ class Reciprocal(wiring.Component):
         ``d`` (signed ``d_bits``).
     o_stream : Out(stream)
         ``y`` (31 bits, ``2**29 < y <= 2**30``) and ``k`` (``bitlen(d) + 29``).
+
+    ``registered=True``: the operand, its bit length and the normalized mantissa are registered one
+    after another (latency 35); otherwise the normalization is combinational from the request (33).
     """
 
-    def __init__(self, d_bits: int = 64):
+    def __init__(self, d_bits: int = 64, *, registered: bool = False):
         if not (isinstance(d_bits, int) and 2 <= d_bits <= 64):
             raise ValueError(f"d_bits={d_bits!r} must be an int in 2..64")
         self.d_bits = d_bits
+        self.registered = registered
         self.o_layout = data.StructLayout({"y": unsigned(31), "k": unsigned(7)})
         super().__init__({
             "i_stream": In(stream.Signature(signed(d_bits))),
@@ -43,33 +48,51 @@ class Reciprocal(wiring.Component):
         m = Module()
         i, o = self.i_stream, self.o_stream
         W = self.d_bits
-        dpos = Signal(unsigned(W))
-        m.d.comb += dpos.eq(Mux(i.payload <= 0, 1, i.payload))
-        n = bitlen_u(m, dpos, W, "n")
-        mant = Signal(unsigned(31))
+        # one step a cycle: the operand is registered (IDLE), its bit length found (LEN), the mantissa
+        # normalized (NORM), then 31 compare-and-subtract steps against a divisor that shifts right by
+        # one place a step (a fixed shift, no barrel shifter in front of the 62-bit subtractor)
+        R = self.registered
+        dreq = Signal(unsigned(W))
+        m.d.comb += dreq.eq(Mux(i.payload <= 0, 1, i.payload))
+        dpos = Signal(unsigned(W), reset_less=True) if R else dreq
+        nb = bitlen_tree(m, dpos, W, "nb")
+        n = Signal(range(W + 1), reset_less=True) if R else nb
         left = Signal(range(32))
         m.d.comb += left.eq(Mux(n <= 31, 31 - n, 0))
         right = Signal(range(W))
         m.d.comb += right.eq(Mux(n > 31, n - 31, 0))
+        mant = Signal(unsigned(31))
         m.d.comb += mant.eq(Mux(n <= 31, dpos << left, dpos >> right))
 
-        div = Signal(unsigned(31))  # the divisor m
-        rem = Signal(unsigned(62))
-        quo = Signal(unsigned(31))
+        dsh = Signal(unsigned(61), reset_less=True)  # m << bit
+        rem = Signal(unsigned(61), reset_less=True)  # < 2 * (m << bit) <= 2**61 after the first step
+        quo = Signal(unsigned(31), reset_less=True)
         bit = Signal(range(32))
-        k = Signal(unsigned(7))
+        k = Signal(unsigned(7), reset_less=True)
         with m.FSM(name="recip"):
+            start = [dsh.eq(mant << 30), rem.eq(1 << 60), quo.eq(0), bit.eq(30), k.eq(n + 29)]
             with m.State("IDLE"):
                 m.d.comb += i.ready.eq(1)
                 with m.If(i.valid):
-                    m.d.sync += [div.eq(mant), rem.eq(1 << 60), quo.eq(0), bit.eq(30), k.eq(n + 29)]
+                    if R:
+                        m.d.sync += dpos.eq(dreq)
+                        m.next = "LEN"
+                    else:
+                        m.d.sync += start
+                        m.next = "DIV"
+            if R:
+                with m.State("LEN"):
+                    m.d.sync += n.eq(nb)
+                    m.next = "NORM"
+                with m.State("NORM"):
+                    m.d.sync += start
                     m.next = "DIV"
             with m.State("DIV"):
-                trial = Signal(unsigned(63))
-                m.d.comb += trial.eq(rem - (div << bit))
-                with m.If(~trial[62]):  # no borrow: rem >= m << bit
-                    m.d.sync += [rem.eq(trial), quo.eq(quo | (Const(1, 1) << bit))]
-                m.d.sync += bit.eq(bit - 1)
+                trial = Signal(unsigned(62))
+                m.d.comb += trial.eq(rem - dsh)
+                with m.If(~trial[61]):  # no borrow: rem >= m << bit
+                    m.d.sync += rem.eq(trial)
+                m.d.sync += [quo.eq(Cat(~trial[61], quo)), dsh.eq(dsh >> 1), bit.eq(bit - 1)]
                 with m.If(bit == 0):
                     m.next = "DONE"
             with m.State("DONE"):

@@ -22,7 +22,11 @@ cycle after x and gamma: its lines enter the FIFO at most every 2 cycles.
 The FIFO's head line goes to the unit in ``cols / cfg.line_width`` beats (QUANT) or
 ``cols / cfg.nonlinear_width`` beats (SOFTMAX and the norms: :mod:`~systolica.hw.line_unit`;
 a header is one beat) and leaves the FIFO with
-its last beat.  Output beats are gathered back into lines
+its last beat; each beat passes a register on its way to the unit (the unit's logic starts at a
+flip-flop, not at the FIFO's read multiplexer).  The instruction's derived counts are registered at
+``start``, the read addresses are counters, and the scratchpad addresses of QUANT's two blocks are
+pointers (the only product, ``rows * lines`` for block 1's base, is registered from registers).
+Output beats are gathered back into lines
 (:mod:`~systolica.hw.line_serial`; QUANT's exponent beats are lines of their
 own, zero past lane 0), always taken, and written the cycle a line completes.
 """
@@ -89,6 +93,16 @@ class RowPassSequencer(wiring.Component):
         # rows that are sent at all: SOFTMAX and the norms send nothing for n = 0 (nothing is written)
         send_rows = Signal(16)
         m.d.comb += send_rows.eq(Mux(is_q | (n != 0), rows, 0))
+        # what the walk and the outputs compare against, registered at start (the word holds still while busy)
+        q_r_, s_r_, n_r_, ln_r_ = Signal(), Signal(), Signal(), Signal()
+        Lm1 = Signal(17)  # L - 1
+        L0 = Signal()  # L == 0: a row is its header alone
+        Pm1 = Signal(3)  # the final pass
+        last_row = Signal(16)  # send_rows - 1
+        with m.If(self.start):
+            m.d.sync += [q_r_.eq(is_q), s_r_.eq(is_s), n_r_.eq(is_n), ln_r_.eq(is_ln), Lm1.eq(L - 1), L0.eq(L == 0),
+                         Pm1.eq(P - 1), last_row.eq(send_rows - 1)]
+        is_q, is_s, is_n, is_ln = q_r_, s_r_, n_r_, ln_r_  # from here on: the registered copies (not at start)
 
         # ---- walk: per row a header, then P passes of L lines
         r = Signal(16)
@@ -96,9 +110,13 @@ class RowPassSequencer(wiring.Component):
         ln = Signal(17)
         hdr = Signal()  # next beat is the row's header
         active = Signal()
-        row_base = Signal(32)  # src + r*L
+        row_base = Signal.like(self.va_addr)  # src + r*L
+        va_ptr = Signal.like(self.va_addr)  # row_base + ln
+        g_ptr = Signal.like(self.vb_addr)  # gamma + ln
+        gamma = nrm.gamma
         with m.If(self.start):
-            m.d.sync += [r.eq(0), p.eq(0), ln.eq(0), hdr.eq(1), row_base.eq(src), active.eq(send_rows != 0)]
+            m.d.sync += [r.eq(0), p.eq(0), ln.eq(0), hdr.eq(1), row_base.eq(src), va_ptr.eq(src), g_ptr.eq(gamma),
+                         active.eq(send_rows != 0)]
         m.submodules.q = q = fifo.SyncFIFO(width=2 + 3 * C * 32, depth=_DEPTH)
         # a line read goes into the FIFO the next cycle (pending); LAYERNORM's output pass reads beta through
         # port b the cycle after x and gamma (beta_rd), so its lines go in a cycle later (pend2), 2 cycles apart
@@ -109,32 +127,33 @@ class RowPassSequencer(wiring.Component):
         read = Signal()
         push_hdr = Signal()
         m.d.comb += [push_hdr.eq(want & hdr & ~pending & ~pend2), read.eq(want & ~hdr)]
-        final = p == P - 1
+        final = p == Pm1
         two = is_ln & final
-        gamma = nrm.gamma
         beta_addr = Signal.like(self.vb_addr)
-        m.d.comb += [self.va_addr.eq(row_base + ln), self.va_en.eq(read),
-                     self.vb_addr.eq(Mux(beta_rd, beta_addr, gamma + ln)), self.vb_en.eq(read | beta_rd)]
+        line_end = ln == Lm1
+        m.d.comb += [self.va_addr.eq(va_ptr), self.va_en.eq(read),
+                     self.vb_addr.eq(Mux(beta_rd, beta_addr, g_ptr)), self.vb_en.eq(read | beta_rd)]
         m.d.sync += [pending.eq(read & ~two), beta_rd.eq(read & two), pend2.eq(beta_rd)]
         x_wait = Signal(C * 32, reset_less=True)
         g_wait = Signal(C * 32, reset_less=True)
         with m.If(read):
-            m.d.sync += [pend_last.eq(ln == L - 1), beta_addr.eq(gamma + L + ln)]
+            m.d.sync += [pend_last.eq(line_end), beta_addr.eq(g_ptr + Lm1 + 1)]
         with m.If(beta_rd):
             m.d.sync += [x_wait.eq(self.va_rdata), g_wait.eq(self.vb_rdata)]
         with m.If(push_hdr):
-            with m.If((L == 0) | (P == 0)):  # an empty row: the header is all (QUANT lines = 0)
+            with m.If(L0 | (Pm1 == 7)):  # an empty row: the header is all (QUANT lines = 0)
                 m.d.sync += r.eq(r + 1)
-                with m.If(r == send_rows - 1):
+                with m.If(r == last_row):
                     m.d.sync += active.eq(0)
             with m.Else():
                 m.d.sync += hdr.eq(0)
         with m.If(read):
-            with m.If(ln == L - 1):
-                m.d.sync += ln.eq(0)
+            m.d.sync += [va_ptr.eq(va_ptr + 1), g_ptr.eq(g_ptr + 1)]
+            with m.If(line_end):
+                m.d.sync += [ln.eq(0), g_ptr.eq(gamma), va_ptr.eq(row_base)]
                 with m.If(final):
-                    m.d.sync += [p.eq(0), hdr.eq(1), r.eq(r + 1), row_base.eq(row_base + L)]
-                    with m.If(r == send_rows - 1):
+                    m.d.sync += [p.eq(0), hdr.eq(1), r.eq(r + 1), row_base.eq(va_ptr + 1), va_ptr.eq(va_ptr + 1)]
+                    with m.If(r == last_row):
                         m.d.sync += active.eq(0)
                 with m.Else():
                     m.d.sync += p.eq(p + 1)
@@ -149,46 +168,68 @@ class RowPassSequencer(wiring.Component):
         b = q.r_data[2 + C * 32:2 + 2 * C * 32]
         c = q.r_data[2 + 2 * C * 32:]
         # the FIFO's head line goes to the unit in B beats of W lanes (beat bk: lanes bk*W ..); a header is one
-        # beat.  The head leaves the FIFO with its last beat.
+        # beat.  The head leaves the FIFO with its last beat.  Beats pass a register on their way to the unit
+        # (`bv`: it holds one), so the unit's logic starts from a flip-flop, not from the FIFO's read mux.
         # QUANT's unit has W lanes (B beats a line); the softmax and norm units NW (NB >= B beats a line)
         B, W = self.cfg.line_beats, self.cfg.line_width
         NB, NW = self.cfg.nonlinear_beats, self.cfg.nonlinear_width
         bk = Signal(range(NB))
-        took = Signal()  # the unit took the head's current beat
+        took = Signal()  # the unit took the beat register's beat
         beat_end = bk == Mux(is_q, B - 1, NB - 1)
         end = (kind == _HDR) | beat_end
-        last = lline & beat_end
         qa = a.word_select(bk, W * 32) if B > 1 else a
         a, b, c = (x.word_select(bk, NW * 32) if NB > 1 else x for x in (a, b, c))
+        bv = Signal()
+        bkind, blast = Signal(), Signal()
+        bqa = Signal(W * 32, reset_less=True)
+        ba, bb, bc = (Signal(NW * 32, reset_less=True, name=f"beat_{x}") for x in "abc")
+        ld = Signal()
+        m.d.comb += ld.eq(q.r_rdy & (~bv | took))
+        with m.If(ld):
+            m.d.sync += [bv.eq(1), bkind.eq(kind), blast.eq(lline & beat_end), bqa.eq(qa), ba.eq(a), bb.eq(b),
+                         bc.eq(c)]
+        with m.Elif(took):
+            m.d.sync += bv.eq(0)
         for unit, sel in ((qu, is_q), (sm, is_s), (nu, is_n)):
-            m.d.comb += [unit.i_stream.valid.eq(q.r_rdy & sel), unit.i_stream.payload.kind.eq(kind),
-                         unit.i_stream.payload.last.eq(last), unit.o_stream.ready.eq(1)]
+            m.d.comb += [unit.i_stream.valid.eq(bv & sel), unit.i_stream.payload.kind.eq(bkind),
+                         unit.i_stream.payload.last.eq(blast), unit.o_stream.ready.eq(1)]
             with m.If(sel):
-                m.d.comb += took.eq(q.r_rdy & unit.i_stream.ready)
-        m.d.comb += q.r_en.eq(took & end)
+                m.d.comb += took.eq(bv & unit.i_stream.ready)
+        m.d.comb += q.r_en.eq(ld & end)
         if NB > 1:
-            with m.If(took & (kind == _ROW)):
+            with m.If(ld & (kind == _ROW)):
                 m.d.sync += bk.eq(Mux(beat_end, 0, bk + 1))
-            with m.If(self.start):
+        with m.If(self.start):
+            m.d.sync += bv.eq(0)
+            if NB > 1:
                 m.d.sync += bk.eq(0)
-        m.d.comb += [qu.i_stream.payload.data.eq(qa), qu.i_stream.payload.split.eq(split),
+        m.d.comb += [qu.i_stream.payload.data.eq(bqa), qu.i_stream.payload.split.eq(split),
                      qu.i_stream.payload.empty.eq(ins.quant.lines == 0),
-                     sm.i_stream.payload.data.eq(a), sm.i_stream.payload.n.eq(ins.softmax.n),
-                     nu.i_stream.payload.a.eq(a), nu.i_stream.payload.b.eq(b), nu.i_stream.payload.c.eq(c),
+                     sm.i_stream.payload.data.eq(ba), sm.i_stream.payload.n.eq(ins.softmax.n),
+                     nu.i_stream.payload.a.eq(ba), nu.i_stream.payload.b.eq(bb), nu.i_stream.payload.c.eq(bc),
                      nu.i_stream.payload.n.eq(nrm.n), nu.i_stream.payload.eps.eq(nrm.eps),
                      nu.i_stream.payload.center.eq(is_ln)]
 
         # ---- outputs: vector buffer (SOFTMAX, norms) in order; scratchpad (QUANT) by block and kind
-        outs = Signal(48)  # output lines still expected
-        vptr = Signal(32)
-        q_r = Signal(16)  # QUANT: row of the next output, line within it, block
-        q_l = Signal(17)
+        rows_out = Signal(16)  # rows whose last output is still to come
+        vptr = Signal.like(self.out_addr)
+        # QUANT: the next line of block 0 / block 1 (dst + (b*rows + r)*lines + l) and exponent line
+        # (exps + b*rows + r); block 1 starts at dst + rows*lines, a product registered from registers
+        qp0, qp1 = Signal.like(self.spad_addr), Signal.like(self.spad_addr)
+        ep0, ep1 = Signal.like(self.spad_addr), Signal.like(self.spad_addr)
+        q_rows, q_lines = Signal(16, reset_less=True), Signal(17, reset_less=True)
+        q_dst = Signal.like(self.spad_addr)
+        q_blk1 = Signal(33, reset_less=True)
+        st1, st2 = Signal(), Signal()  # start, one and two cycles later (the operands, then the product)
+        m.d.sync += [st1.eq(self.start), st2.eq(st1), q_blk1.eq(q_rows * q_lines)]
         with m.If(self.start):
-            m.d.sync += [vptr.eq(dst), q_r.eq(0), q_l.eq(0),
-                         outs.eq(Mux(is_q, ins.quant.rows * (1 + ins.quant.lines) * (1 + split),
-                                     send_rows * L))]
+            m.d.sync += [vptr.eq(dst), qp0.eq(ins.quant.dst), ep0.eq(ins.quant.exps),
+                         ep1.eq(ins.quant.exps + ins.quant.rows), q_rows.eq(ins.quant.rows),
+                         q_lines.eq(ins.quant.lines), q_dst.eq(ins.quant.dst),
+                         rows_out.eq(send_rows)]  # QUANT sends every row (lines = 0: the header alone)
         # output beats are gathered into lines (hw/line_serial.py); QUANT's exponent beats are lines of their own
         vbeat = Mux(is_s, sm.o_stream.payload.data.as_value(), nu.o_stream.payload.data.as_value())
+        vlast = Mux(is_s, sm.o_stream.payload.last, nu.o_stream.payload.last)
         vdata, vout = gather(m, Mux(is_s, sm.o_stream.valid, nu.o_stream.valid) & ~is_q, vbeat, NB, "vgat",
                              clear=self.start)
         # lanes past n in a row's last line are written as 0 (the golden simulator's padded rows);
@@ -199,24 +240,29 @@ class RowPassSequencer(wiring.Component):
         masked = Cat(*[Mux(lanes_left > c, vdata[32 * c:32 * c + 32], 0) for c in range(C)])
         m.d.comb += [self.out_addr.eq(vptr), self.out_en.eq(vout), self.out_data.eq(masked)]
         with m.If(vout):
-            m.d.sync += [vptr.eq(vptr + 1), outs.eq(outs - 1),
-                         lanes_left.eq(Mux(lanes_left > C, lanes_left - C, n))]
+            m.d.sync += [vptr.eq(vptr + 1), lanes_left.eq(Mux(lanes_left > C, lanes_left - C, n))]
+            with m.If(vlast):
+                m.d.sync += rows_out.eq(rows_out - 1)
         qo = qu.o_stream.payload
         qv = qu.o_stream.valid & is_q
         qline, qdone = gather(m, qv & ~qo.exp, qo.data.as_value(), B, "qgat", clear=self.start)
         qw = Signal()  # a scratchpad line is written: an exponent line, or a line's last beat
         m.d.comb += qw.eq((qv & qo.exp) | qdone)
-        blk_row = q_r + Mux(qo.blk, ins.quant.rows, 0)
         m.d.comb += [self.spad_en.eq(qw), self.spad_data.eq(Mux(qo.exp, qo.data.as_value(), qline)),
-                     self.spad_addr.eq(Mux(qo.exp, ins.quant.exps + blk_row,
-                                           ins.quant.dst + blk_row * ins.quant.lines + q_l))]
+                     self.spad_addr.eq(Mux(qo.exp, Mux(qo.blk, ep1, ep0), Mux(qo.blk, qp1, qp0)))]
+        with m.If(st2):
+            m.d.sync += qp1.eq(q_dst + q_blk1)
         with m.If(qw):
-            m.d.sync += outs.eq(outs - 1)
             with m.If(qo.exp):
-                m.d.sync += q_l.eq(0)
+                with m.If(qo.blk):
+                    m.d.sync += ep1.eq(ep1 + 1)
+                with m.Else():
+                    m.d.sync += ep0.eq(ep0 + 1)
+            with m.Elif(qo.blk):
+                m.d.sync += qp1.eq(qp1 + 1)
             with m.Else():
-                m.d.sync += q_l.eq(q_l + 1)
+                m.d.sync += qp0.eq(qp0 + 1)
             with m.If(qo.last):
-                m.d.sync += [q_r.eq(q_r + 1), q_l.eq(0)]
-        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | q.r_rdy | (outs != 0))
+                m.d.sync += rows_out.eq(rows_out - 1)
+        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | q.r_rdy | bv | (rows_out != 0))
         return m

@@ -9,21 +9,27 @@ the :class:`~systolica.hw.norm_unit.NormUnit` (rows reach 65535 elements, too lo
 2. MAX pass: ``mx = max(x)``.
 3. SUM pass: ``e = exp_fx(sat32(x - mx), 30)`` per lane (``u = rsr(d * LOG2E_Q30, 22)``, the
    256-entry ``EXP_BASE`` / ``EXP_DELTA`` tables with linear interpolation, a rounding
-   shift by the integer part: :func:`~systolica.hw.fixed.exp2_lookup`), ``S = sum(e)``
+   shift by the integer part, as :func:`~systolica.hw.fixed.exp2_lookup`), ``S = sum(e)``
    (``< 2**47``).  Then ``y, k = recip(S)``
-   (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles): one reciprocal per row.
+   (:class:`~systolica.hw.recip.Reciprocal`, 35 cycles): one reciprocal per row.
 4. OUT pass: ``e`` again, and one output line per input line,
    ``p = sat32(rsr(e * y, k - 16))`` (``<= 2**16 + 1``: the shift is 44..60, see ``OSH_MIN``);
    lanes past ``n`` are written as 0 (the golden simulator's padded rows).
 
-The SUM and OUT passes run through a 3-stage pipeline with one multiply per stage
-(``d * LOG2E_Q30``; the table interpolation; ``e * y`` into the output register), which
-stalls as a whole on output back-pressure.  The SUM pass waits for its last line to leave
-the pipeline (2 cycles) before the reciprocal starts; the OUT pass hands over to the next
-row's header at once, its last lines drain while the next max pass streams in.
+The max pass registers each beat's lanes before its comparator tree (one drain cycle). The SUM
+and OUT passes run through a pipeline of one operation a stage, which stalls as a whole on output
+back-pressure: the clamped difference; ``d * LOG2E_Q30`` (its 18 x 18 pieces, then two adds:
+``fixed.mul_pipe``); ``u``'s rounding; the table read (a block RAM, and a register after it);
+``delta * lo`` (pieces, then their add); the interpolation's rounding; ``+ base``; ``+ half``; the
+shift by the integer part: ``e`` after 13 stages; then ``e * y`` (3 stages), its rounding half, and
+the output register takes the 17-position shift.  The SUM pass waits for its last line to reach
+``S`` (13 cycles) before the reciprocal starts; the output's shift and half are registered from
+``k`` (1 cycle); the OUT pass hands over to the next row's header at once, its last lines drain
+while the next max pass streams in.
 
 Each pass ends with ``last``.  ``rsr`` is ``numerics.rshift_round``.  Cycles per row of
-``L`` lines at full rate: ``3L + 36`` (the reciprocal's 33, the SUM drain 2, the header 1).
+``L`` lines at full rate: ``3L + 51`` (the reciprocal's 35, the SUM drain 13, the max drain 1,
+the output shift 1, the header 1).
 
 Sequencer contract (SOFTMAX ``dst``, ``src``, ``rows``, ``n``): per row ``r``, one header beat,
 then the ``L = ceil(n / cols)`` lines of ``src + r*L`` three times, ``last`` on line ``L - 1`` of
@@ -38,18 +44,19 @@ and the cycle counts above are in beats.
 from __future__ import annotations
 
 from amaranth import Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import memory
+from amaranth.lib import data, memory
 
 from systolica.config import AccelConfig
 from systolica.numerics import EXP_FRAC, FX_FRAC
 
-from .fixed import INT32_MIN, exp2_lookup, sat32
+from .fixed import INT32_MIN, mul_pipe
 from .line_unit import HDR, ROW, LineUnit, lane_mask, registered_output, tree
 from .recip import Reciprocal
 
 __all__ = ["SoftmaxUnit"]
 
 SUM_BITS = 48  # S <= 65535 * 2**30 < 2**47, signed
+assert EXP_FRAC == 30  # exp_fx at Q30: the final shift is -ip (no frac offset)
 # exp_fx(d) = 0 for every d <= -32.0: u <= -46 * 2**24, so the final shift is its cap of 40 and
 # (p + 2**39) >> 40 = 0 for p < 2**31.  Clamping d there keeps the bits and narrows the d * log2(e)
 # product to 22 x 31 bits (two DSP48s instead of four).
@@ -89,7 +96,7 @@ class SoftmaxUnit(LineUnit):
 
         en = registered_output(m, o)
 
-        m.submodules.recip = recip = Reciprocal(SUM_BITS)
+        m.submodules.recip = recip = Reciprocal(SUM_BITS, registered=True)
         # one table pair, a combinational read port per lane (LUT ROM; the tables are 256 entries)
         # as wide as their largest entry (2**31 > base, 2**23 > delta): smaller ROMs, a 23 x 16-bit interpolation
         m.submodules.exp_base = base = memory.Memory(shape=unsigned(int(EXP_BASE.max()).bit_length()), depth=256,
@@ -101,49 +108,113 @@ class SoftmaxUnit(LineUnit):
         li = Signal(16)  # beat within the row
         mx = Signal(signed(32))
         ssum = Signal(signed(SUM_BITS))
-        ry, rk = Signal(unsigned(31)), Signal(unsigned(7))
+        ry, rk = Signal(unsigned(31), reset_less=True), Signal(unsigned(7))
         m.d.comb += recip.i_stream.payload.eq(ssum)
 
         lane_ok = lane_mask(m, li, n, C)
 
-        # ---- the exp pipeline of the SUM and OUT passes: one multiply per stage
-        # stage 1: u = rsr(min(sat32(x - mx), 0) * LOG2E_Q30, 22); stage 2: e = exp2(u) (tables, Q30);
-        # then SUM adds e into S, OUT registers p = sat32(rsr(e * y, k - 16)) as the output.
-        # The whole pipeline advances with the output register (`adv`).
+        # ---- the exp pipeline of the SUM and OUT passes, one operation a stage (every stage moves with the
+        # output register, `adv`; a product takes its operands from registers and adds its 18 x 18 pieces in
+        # stages of their own, hw/fixed.py mul_pipe):
+        #   d = min(max(x - mx, D_MIN), 0) (the sat32 cannot bite inside the clamp);  l = d * LOG2E_Q30;
+        #   u = (l + 2**21) >> 22 (= rsr(l, 22), <= 0);  the tables at u's bits 16..23, sh = min(-(u >> 24), 40);
+        #   dl = delta * lo;  r = (dl + 2**15) >> 16;  p = base + r;  t = p + half(sh);  e = t >> sh (<= 2**30)
+        # then a SUM beat adds e into S, an OUT beat goes on: e * y;  + half(k - 16);  the output register
+        # takes the 18-bit result of the 17-position shift (`osh_rel`).
         adv = en
         into_pipe = Signal()
-        v1, last1, v2, last2 = Signal(), Signal(), Signal(), Signal()
-        out1, out2 = Signal(), Signal()  # the beat belongs to an OUT pass (else to a SUM pass)
         in_out = Signal()
-        ok1 = [Signal(name=f"ok1_{c}") for c in range(C)]
-        ok2 = [Signal(name=f"ok2_{c}") for c in range(C)]
-        u1 = [Signal(signed(42), name=f"u1_{c}") for c in range(C)]
-        e2 = [Signal(unsigned(31), name=f"e2_{c}") for c in range(C)]  # <= 2**30
-        osh = Signal(range(OSH_MIN, OSH_MAX + 1))
-        osh_rel = Signal(range(OSH_MAX - OSH_MIN + 1))
-        m.d.comb += [osh.eq(rk - FX_FRAC), osh_rel.eq(osh - OSH_MIN)]
-        prob = []
-        with m.If(adv):
-            m.d.sync += [v1.eq(into_pipe), last1.eq(p.last), v2.eq(v1), last2.eq(last1), out1.eq(in_out),
-                         out2.eq(out1)]
-        for c in range(C):
-            dsat = sat32(m, p.data[c] - mx, f"d_{c}")
-            dneg = Signal(signed(23), name=f"dneg_{c}")
-            # exp_fx: positive inputs count as 0; below D_MIN every input gives 0
-            m.d.comb += dneg.eq(Mux(dsat > 0, 0, Mux(dsat < D_MIN, D_MIN, dsat)))
-            prod = Signal(signed(54), name=f"lprod_{c}")
-            m.d.comb += prod.eq(dneg * LOG2E_Q30)
-            ec = exp2_lookup(m, u1[c], 24, 30 - EXP_FRAC, base.read_port(domain="comb"),
-                             delta.read_port(domain="comb"), f"exp_{c}")
+        ctl_l = data.StructLayout({"v": 1, "last": 1, "out": 1, "ok": data.ArrayLayout(1, C)})
+        ctl = []  # ctl[j]: the control of the beat in stage j + 1
+
+        def stage(name):
+            c_ = Signal(ctl_l, name=f"sm_c{len(ctl) + 1}_{name}")
             with m.If(adv):
-                m.d.sync += [u1[c].eq((prod >> 22) + ((prod >> 21) & 1)), ok1[c].eq(lane_ok[c]),
-                             e2[c].eq(ec), ok2[c].eq(ok1[c])]
-            # rshift_round by 44..60: add the half, then a 17-position shifter of the 18 result bits
-            t = Signal(unsigned(62), name=f"pt_{c}")
-            m.d.comb += t.eq(e2[c] * ry + ((Const(1, 1) << osh) >> 1))
+                if not ctl:
+                    m.d.sync += [c_.v.eq(into_pipe), c_.last.eq(p.last), c_.out.eq(in_out)]
+                    m.d.sync += [c_.ok[c].eq(lane_ok[c]) for c in range(C)]
+                else:
+                    m.d.sync += c_.eq(ctl[-1])
+            ctl.append(c_)
+
+        def delay(x, stages, name):
+            """``x`` carried along ``stages`` stages (reset-less registers moving with `adv`)."""
+            for j in range(stages):
+                r = Signal.like(x, name=f"{name}_{j}", reset_less=True)
+                with m.If(adv):
+                    m.d.sync += r.eq(x)
+                x = r
+            return x
+
+        osh = Signal(range(OSH_MIN, OSH_MAX + 1))
+        osh_rel = Signal(range(OSH_MAX - OSH_MIN + 1), reset_less=True)
+        ohalf = Signal(unsigned(OSH_MAX), reset_less=True)  # 2**(osh - 1): rsr's rounding half
+        m.d.comb += osh.eq(rk - FX_FRAC)
+        e_lanes, prob = [], []
+        for c in range(C):
+            base_rd, delta_rd = base.read_port(domain="comb"), delta.read_port(domain="comb")
+            dneg = Signal(signed(23), name=f"dneg_{c}", reset_less=True)
+            dd = Signal(signed(33), name=f"d_{c}")
+            m.d.comb += dd.eq(p.data[c] - mx)
+            with m.If(adv):  # exp_fx: positive inputs count as 0; below D_MIN every input gives 0
+                m.d.sync += dneg.eq(Mux(dd > 0, 0, Mux(dd < D_MIN, D_MIN, dd)))
+            lprod, lat = mul_pipe(m, adv, dneg, Const(LOG2E_Q30, unsigned(31)), f"lprod_{c}")
+            u = Signal(signed(33), name=f"u_{c}", reset_less=True)  # -47 * 2**24 <= u <= 0
+            with m.If(adv):
+                m.d.sync += u.eq((lprod + (1 << 21)) >> 22)
+            m.d.comb += [base_rd.addr.eq(u[16:24]), delta_rd.addr.eq(u[16:24])]
+            b6 = Signal(unsigned(31), name=f"ebase_{c}", reset_less=True)
+            d6 = Signal(unsigned(23), name=f"edelta_{c}", reset_less=True)
+            lo6 = Signal(unsigned(16), name=f"elo_{c}", reset_less=True)
+            sh6 = Signal(range(41), name=f"esh_{c}", reset_less=True)
+            ip = u[24:].as_signed()
+            with m.If(adv):
+                m.d.sync += [b6.eq(base_rd.data), d6.eq(delta_rd.data), lo6.eq(u[:16]),
+                             sh6.eq(Mux(ip < -40, 40, -ip))]
+            # the table read is a block RAM's registered read (slow out of the RAM): one more register
+            b6, d6, lo6, sh6 = (delay(x, 1, f"{x.name}_q") for x in (b6, d6, lo6, sh6))
+            dl, dlat = mul_pipe(m, adv, d6, lo6, f"edl_{c}")
+            b8, sh8 = delay(b6, dlat, f"ebase_d{c}"), delay(sh6, dlat, f"esh_d{c}")
+            r9 = Signal(unsigned(24), name=f"er_{c}", reset_less=True)
+            with m.If(adv):
+                m.d.sync += r9.eq((dl + (1 << 15)) >> 16)
+            b9, sh9 = delay(b8, 1, f"ebase_e{c}"), delay(sh8, 1, f"esh_e{c}")
+            p10 = Signal(unsigned(32), name=f"ep_{c}", reset_less=True)
+            with m.If(adv):
+                m.d.sync += p10.eq(b9 + r9)
+            sh10 = delay(sh9, 1, f"esh_f{c}")
+            t11 = Signal(unsigned(33), name=f"et_{c}", reset_less=True)
+            with m.If(adv):
+                m.d.sync += t11.eq(p10 + ((Const(1, 1) << sh10) >> 1))
+            sh11 = delay(sh10, 1, f"esh_g{c}")
+            e12 = Signal(unsigned(31), name=f"e_{c}", reset_less=True)  # <= 2**30
+            with m.If(adv):
+                m.d.sync += e12.eq(t11 >> sh11)
+            e_lanes.append(e12)
+            # OUT: rsr(e * y, osh) for osh in 44..60: add the half, then a 17-position shifter of 18 result bits
+            pr, plat = mul_pipe(m, adv, e12, ry, f"pr_{c}")
+            t16 = Signal(unsigned(62), name=f"pt_{c}", reset_less=True)
+            with m.If(adv):
+                m.d.sync += t16.eq(pr + ohalf)
             pc = Signal(unsigned(18), name=f"p_{c}")
-            m.d.comb += pc.eq((t >> OSH_MIN) >> osh_rel)
+            m.d.comb += pc.eq((t16 >> OSH_MIN) >> osh_rel)
             prob.append(pc)
+        for name in ["d", *[f"l{j}" for j in range(lat)], "u", "tab", "tab_q", *[f"dl{j}" for j in range(dlat)], "r", "p",
+                     "t", "e"]:
+            stage(name)
+        c_e = ctl[-1]  # the beat whose e is in e12
+        for j in range(plat):
+            stage(f"pr{j}")
+        stage("pt")
+        c_o = ctl[-1]  # the beat whose rounded product is in t16
+
+        # the max pass: the beat's lanes (past n: INT32_MIN) are registered, then a balanced comparator tree
+        # folds them into mx
+        into_max, mv = Signal(), Signal()
+        xm = [Signal(signed(32), name=f"xm_{c}", reset_less=True) for c in range(C)]
+        m.d.sync += [mv.eq(into_max), *[xm[c].eq(Mux(lane_ok[c], p.data[c], INT32_MIN)) for c in range(C)]]
+        with m.If(mv):
+            m.d.sync += mx.eq(tree([mx, *xm], lambda a, b: Mux(a > b, a, b)))
 
         wrong = Signal()
         with m.If(fire & wrong):
@@ -169,31 +240,31 @@ class SoftmaxUnit(LineUnit):
 
         # stage 2's beats: a SUM beat adds into S; an OUT beat becomes an output line (even after the
         # FSM has moved on to the next row's header and max pass, which do not touch the pipeline)
-        with m.If(adv & v2 & ~out2):
-            m.d.sync += ssum.eq(tree([ssum] + [Mux(ok2[c], e2[c], 0) for c in range(C)], lambda a, b: a + b))
-        with m.If(adv & v2 & out2):
-            m.d.sync += [o.valid.eq(1), o.payload.last.eq(last2)]
-            m.d.sync += [o.payload.data[c].eq(Mux(ok2[c], prob[c], 0)) for c in range(C)]
+        with m.If(adv & c_e.v & ~c_e.out):
+            m.d.sync += ssum.eq(tree([ssum] + [Mux(c_e.ok[c], e_lanes[c], 0) for c in range(C)], lambda a, b: a + b))
+        with m.If(adv & c_o.v & c_o.out):
+            m.d.sync += [o.valid.eq(1), o.payload.last.eq(c_o.last)]
+            m.d.sync += [o.payload.data[c].eq(Mux(c_o.ok[c], prob[c], 0)) for c in range(C)]
 
         with m.FSM(name="softmax"):
             with m.State("HDR"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != HDR)]
+                # mx and S restart in every HDR cycle (no input in their multiplexers' select): the last OUT
+                # beat has left stage 1, the only one to read mx, and S is read before OUT
+                m.d.sync += [mx.eq(INT32_MIN), ssum.eq(0)]
                 with m.If(fire & ~wrong):
-                    m.d.sync += [n.eq(p.n), li.eq(0), mx.eq(INT32_MIN), ssum.eq(0)]
+                    m.d.sync += [n.eq(p.n), li.eq(0)]
                     with m.If(p.n != 0):
                         m.next = "MAX"
             with m.State("MAX"):
-                m.d.comb += i.ready.eq(1)
-                # a balanced tree of comparators; lanes past n count as INT32_MIN
-                best = tree([mx] + [Mux(lane_ok[c], p.data[c], INT32_MIN) for c in range(C)],
-                             lambda a, b: Mux(a > b, a, b))
-                with m.If(fire & ~wrong):
-                    m.d.sync += mx.eq(best)
-                row_pass("SUM")
+                m.d.comb += [i.ready.eq(1), into_max.eq(fire & ~wrong)]
+                row_pass("MAX_DRAIN")
+            with m.State("MAX_DRAIN"):  # the last beat's maximum is in mx
+                m.next = "SUM"
             with m.State("SUM"):
                 pipe_pass()
                 row_pass(None)
-                with m.If(adv & v2 & ~out2 & last2):  # S is complete once its last line is through
+                with m.If(adv & c_e.v & ~c_e.out & c_e.last):  # S is complete once its last line is through
                     m.d.sync += took_last.eq(0)
                     m.next = "RECIP"
             with m.State("RECIP"):
@@ -204,7 +275,10 @@ class SoftmaxUnit(LineUnit):
                 m.d.comb += recip.o_stream.ready.eq(1)
                 with m.If(recip.o_stream.valid):
                     m.d.sync += [ry.eq(recip.o_stream.payload.y), rk.eq(recip.o_stream.payload.k)]
-                    m.next = "OUT"
+                    m.next = "OSH"
+            with m.State("OSH"):  # the output's shift and rounding half, from k (registered)
+                m.d.sync += [osh_rel.eq(osh - OSH_MIN), ohalf.eq((Const(1, 1) << osh) >> 1)]
+                m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += in_out.eq(1)
                 pipe_pass()

@@ -50,28 +50,30 @@ RECIP_CYCLES = 33  # hw/recip.py: one reciprocal, request to result
 #: Passes over the row of each line op and its fixed cycles per row, as the RTL runs them
 #: (``hw/vector_sequencer.py``, ``hw/rowpass_sequencer.py`` and the units' docstrings).  A pass takes
 #: ``cfg.line_beats`` cycles per buffer line: the line units have ``cfg.line_width`` lanes and see a
-#: ``cols``-wide line as ``cols / line_width`` beats.  Per row: QUANT (split 0) the max pass, the scale
-#: (2 cycles), the q pass, a header; SOFTMAX the max, sum and output passes, the reciprocal (33 cycles),
-#: the sum's drain, a header; the norms the (mean,) max and sum-of-squares passes, the reciprocal of
+#: ``cols``-wide line as ``cols / line_width`` beats.  Per row: QUANT (split 0) the max pass, its drain and
+#: the scale (7 cycles), the q pass, a header; SOFTMAX the max, sum and output passes, the reciprocal (35
+#: cycles), the max and sum drains, a header; the norms the (mean,) max and sum-of-squares passes, the reciprocal of
 #: ``n``, the rsqrt's Newton steps, the output pass.  ``QUANT_SPLIT`` is QUANT with ``split = 1``.
 VECTOR_PASSES: dict[str, tuple[int, int]] = {
-    "REQUANT": (1, 0), "QUANT": (2, 3), "QUANT_SPLIT": (3, 5), "ADD": (1, 0), "MUL": (1, 0),
-    "RMSNORM": (3, 61), "LAYERNORM": (4, 64), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 36),
+    "REQUANT": (1, 0), "QUANT": (2, 8), "QUANT_SPLIT": (3, 15), "ADD": (1, 0), "MUL": (1, 0),
+    "RMSNORM": (3, 86), "LAYERNORM": (4, 93), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 51),
     "ARGMAX": (1, 0),
 }
 ROWPASS_FIFO_LINES = 4  # hw/rowpass_sequencer.py _DEPTH
 #: The line ops that run on the activation, norm and softmax units (``cfg.nonlinear_width`` lanes).
 NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
-#: pipelined divider (``hw/activation.py``); SOFTMAX's exp pipeline drains after the last beat; the norm
-#: unit's output pass is a pipeline of five stages (its last line is written four cycles after its last beat); a ROPE line waits a
+#: pipelined divider (``hw/activation.py``); SOFTMAX's exp pipeline (17 stages) drains after the last beat; the
+#: norm unit's output pass is a pipeline of 14 stages; QUANT's of 4; the row-pass sequencer's beat register adds
+#: one to each; a ROPE line waits a
 #: cycle for its sin line (read through the same vector-buffer port as cos); the vector unit's ops (ADD, MUL,
 #: REQUANT, ROPE, ARGMAX) pass its input register (``hw/vector_unit.py`` stage 0).  Calibrated on
 #: the RTL top level (tiny, line_lanes 0 and 2: every line op within 1 cycle for rows of 16+ lines); then the
-#: vector and activation units were pipelined for ECP5's 100 MHz (VectorUnit.LATENCY 3 -> 10 stages,
-#: ActivationUnit.latency 20 -> 71): their ops' entries grew by 7 and 51.
-VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 69, "GELU": 69, "ROPE": 9, "SOFTMAX": 2, "RMSNORM": 3, "LAYERNORM": 4,
-                                        "ADD": 8, "MUL": 8, "REQUANT": 8, "ARGMAX": 8}
+#: line units were pipelined for ECP5's 100 MHz (2026-12-01 evening): VectorUnit.LATENCY 3 -> 10 stages and
+#: ActivationUnit.latency 20 -> 71 (their ops' entries grew by 7 and 51), and the row-pass units (QUANT's
+#: three-stage beat pipeline, SOFTMAX's exp pipeline, the norm's output pipeline).
+VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 69, "GELU": 69, "ROPE": 9, "SOFTMAX": 18, "RMSNORM": 13, "LAYERNORM": 14,
+                                        "ADD": 8, "MUL": 8, "REQUANT": 8, "ARGMAX": 8, "QUANT": 4, "QUANT_SPLIT": 4}
 
 
 @dataclass(frozen=True)
