@@ -127,21 +127,20 @@ def test_busy_counters_add_up():
 
 
 #: RTL exec cycles of single line ops on the tiny preset, from the fast harness's CYCLES of ``[op, FINISH]``
-#: minus the fetch / start / decode / FINISH overhead (21 cycles for an op with one range-check product,
-#: 22 for ROPE's two; 19 before the decoder's multiplier had its operand register): (line_lanes,
-#: nonlinear_lanes) = full width; 2 lanes (2 beats a line); 2 lanes with one-lane activation, norm and
-#: softmax units (4 beats a line on those).  Measured again 2026-12-01 after the vector unit's input
-#: register (ADD, ROPE one cycle more; the other units unchanged), and the norms again after the norm unit's
-#: pipeline (18 cycles a row more).  Then the vector and activation units were pipelined for ECP5's 100 MHz
-#: (2026-12-01: 7 and 51 stages more): ADD, ROPE + 7, SILU + 51 (their pipeline depth, once an op; derived
-#: from the units' depths, not re-measured: tests/sim/test_perf_rtl.py compares the model with the RTL).
+#: minus the fetch / start / decode / FINISH overhead: (line_lanes, nonlinear_lanes) = full width; 2 lanes
+#: (2 beats a line); 2 lanes with one-lane activation, norm and softmax units (4 beats a line on those).
+#: Measured again 2026-12-01 evening after the units were pipelined for ECP5's 100 MHz (vector unit 10
+#: stages, activation 71, the row-pass units, the decoder's 6 + 3p cycles and fetch's three-cycle start):
+#: the overhead is then 28 cycles for an op with one range-check product, 30 for ROPE's two (21 / 22 before:
+#: the decoder's four more cycles for one product, fetch's two, one more; ADD at full width, whose EXEC grew
+#: by exactly its unit's 7 new stages, fixes the constant).
 RTL_LINE_OPS = {
-    (0, 0): {"ADD": 74, "SILU": 135, "QUANT": 142, "QUANT_SPLIT": 214, "SOFTMAX": 340, "RMSNORM": 441,
-             "LAYERNORM": 565, "ROPE": 139},
-    (2, 0): {"ADD": 138, "SILU": 199, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 532, "RMSNORM": 633,
-             "LAYERNORM": 777, "ROPE": 140},
-    (2, 1): {"ADD": 138, "SILU": 327, "QUANT": 270, "QUANT_SPLIT": 406, "SOFTMAX": 916, "RMSNORM": 1017,
-             "LAYERNORM": 1289, "ROPE": 140},
+    (0, 0): {"ADD": 74, "SILU": 135, "QUANT": 166, "QUANT_SPLIT": 258, "SOFTMAX": 416, "RMSNORM": 551,
+             "LAYERNORM": 687, "ROPE": 139},
+    (2, 0): {"ADD": 138, "SILU": 199, "QUANT": 294, "QUANT_SPLIT": 450, "SOFTMAX": 608, "RMSNORM": 743,
+             "LAYERNORM": 903, "ROPE": 140},
+    (2, 1): {"ADD": 138, "SILU": 327, "QUANT": 294, "QUANT_SPLIT": 450, "SOFTMAX": 992, "RMSNORM": 1127,
+             "LAYERNORM": 1415, "ROPE": 140},
 }
 
 
