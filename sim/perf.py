@@ -69,19 +69,30 @@ def deadlock_error(pc: int, op: str, engine: int, pushes: Sequence[int], pops: S
                      f"waits forever; pushes/pops per queue: {list(pushes)}/{list(pops)}")
 
 
-def fetch_stretch(seen: Sequence[int], start: int, exec_cycles: int, first_beat: int, word_cycles: int) -> int:
+def fetch_stretch(seen: Sequence[int], start: int, exec_cycles: int, first_beat: int, word_cycles: int,
+                  busy: float = 0.0) -> int:
     """Cycles a LOAD (or GEMM_STREAM) starting at ``start`` is stretched by instruction words fetched during it
     (``seen``: sorted arrival cycles): fetch, LOAD and weight port 0 share one read port; words before its first
-    beat do not conflict.
+    beat do not conflict, and the words' beats first fill the cycles the port is idle during the transfer
+    (``exec_cycles - first_beat - busy``: ``busy`` is the transfer's own beats on that port; a transfer held
+    back by its outstanding bursts or the buffer's port leaves gaps that fetch bursts take).
     The words that arrive inside the stretched window stretch it further (a fixed point, three rounds)."""
     lo = bisect_right(seen, start + first_beat)
+    slack = max(0.0, exec_cycles - first_beat - busy) if busy else 0.0
     extra = 0
     for _ in range(3):
         got = bisect_right(seen, start + exec_cycles + extra) - lo
-        if got * word_cycles == extra:
+        nxt = max(0, int(round(got * word_cycles - slack)))
+        if nxt == extra:
             break
-        extra = got * word_cycles
+        extra = nxt
     return extra
+
+
+def port0_busy(cfg: AccelConfig, op: str, rd_beats: int, beat_cycles: float) -> float:
+    """Cycles a transfer's own beats hold the read port it shares with fetch: a LOAD's every beat, a GEMM_STREAM's
+    weight port 0's share."""
+    return rd_beats * beat_cycles / (cfg.dma_ports if op == "GEMM_STREAM" else 1)
 
 
 @dataclass
@@ -212,7 +223,7 @@ class PerfModel:
         exec_l = [x[3].exec_cycles for x in infos]
         rdb_l = [x[3].rd_beats for x in infos]
         exl = list(exec_l)  # EXEC cycles with the read-port contention added
-        first_beat = 2 + p.rd_latency
+        first_beat = 3 + p.rd_latency  # the DMA's first address two cycles after start (hw/dma.py)
         nd = 0  # next word to dispatch
         arrival_prev = RUN_OVERHEAD + FETCH_START + p.fetch_latency + p.rd_latency  # fetch starts with the run
         dec_free = 0
@@ -292,7 +303,8 @@ class PerfModel:
                         pops[q].append(s)
                     ex = exec_l[i]
                     if load_port and rdb_l[i]:  # a LOAD, or a GEMM_STREAM (weight port 0 shares gmem0)
-                        ex += fetch_stretch(seen, s, ex, first_beat, word_cycles)
+                        ex += fetch_stretch(seen, s, ex, first_beat, word_cycles,
+                                            port0_busy(cfg, infos[i][4], rdb_l[i], p.beat_cycles))
                         exl[i] = ex
                     r = s + ex + 1
                     end[i] = r

@@ -205,7 +205,7 @@ def dma_read_cycles(bursts: list[int], p: PerfParams) -> int:
     if not bursts:
         return 2
     ends: list[float] = []
-    a = 2.0 + p.ar_wait  # arvalid rises the cycle after exec_start's issue condition
+    a = 3.0 + p.ar_wait  # the first burst length is registered a cycle after start (hw/dma.py), then arvalid rises
     for b, n in enumerate(bursts):
         if b:
             a += p.ar_gap + p.ar_wait  # arvalid is a register: it drops for a cycle after each handshake

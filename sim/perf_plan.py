@@ -37,6 +37,7 @@ from systolica.sim.perf import (
     deadlock_error,
     decode_timed,
     fetch_stretch,
+    port0_busy,
 )
 from systolica.sim.perf_costs import cost_signature, op_cost
 
@@ -245,7 +246,9 @@ class ProgramPlan:
         start, end, arrivals = self._replay(ex, None, None, p, wc)
         exl = ex
         if p.fetch_contention and rd_total:
-            rdb = [cost_rd[s] for s in sig]
+            reps = _table(self.cfg).reps
+            busy0 = [port0_busy(self.cfg, reps[k].op, cost_rd[k], p.beat_cycles) for k in range(len(reps))]
+            rdb = [busy0[s] for s in sig]
             exl = list(ex)
             start, end, _ = self._replay(exl, rdb, arrivals, p, wc)
         busy = [0, 0, 0]
@@ -285,7 +288,7 @@ class ProgramPlan:
         lat = p.token_latency
         arrival = RUN_OVERHEAD + FETCH_START + p.fetch_latency + p.rd_latency  # fetch starts with the run
         refill = 1 + FETCH_REFILL + p.rd_latency + p.fetch_latency + wc
-        first_beat = 2 + p.rd_latency
+        first_beat = 3 + p.rd_latency  # the DMA's first address two cycles after start (hw/dma.py)
         fifo = _FETCH_FIFO
         dec_free = 0
         for x in self.seq:
@@ -332,8 +335,8 @@ class ProgramPlan:
                             s = v
                 start[i] = s
                 e = ex[i]
-                if rdb[i]:
-                    e += fetch_stretch(seen, s, e, first_beat, wc)
+                if rdb[i]:  # port 0's own busy cycles of a LOAD or GEMM_STREAM
+                    e += fetch_stretch(seen, s, e, first_beat, wc, rdb[i])
                     ex[i] = e
                 end[i] = s + e + 1
         del end[n]
