@@ -9,7 +9,7 @@ from __future__ import annotations
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 
 __all__ = ["INT32_MIN", "INT32_MAX", "sat32", "rshift_round_var", "rshift_round_sat32", "bitlen_u", "exp2_lookup",
-           "bitlen_tree", "mul_pipe"]
+           "bitlen_tree", "mul_pipe", "delay_line"]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -171,3 +171,14 @@ def mul_pipe(m: Module, en, a, b, name: str):
     out = Signal((signed if (sa or sb) else unsigned)(len(a) + len(b)), name=name)
     m.d.comb += out.eq(prod)
     return out, lat
+
+
+def delay_line(m: Module, en, x, stages: int, name: str):
+    """``x`` carried along ``stages`` reset-less registers that move when ``en`` is high (a pipeline's
+    side values: they travel with its stages and need no reset)."""
+    for j in range(stages):
+        r = Signal.like(x, name=f"{name}_{j}", reset_less=True)
+        with m.If(en):
+            m.d.sync += r.eq(x)
+        x = r
+    return x

@@ -43,7 +43,7 @@ from amaranth.lib import data, memory
 
 from systolica.config import AccelConfig
 
-from .fixed import bitlen_tree, mul_pipe, sat32
+from .fixed import bitlen_tree, delay_line, mul_pipe, sat32
 from .line_unit import HDR, ROW, LineUnit, lane_mask, registered_output, tree
 from .recip import Reciprocal
 
@@ -167,13 +167,7 @@ class NormUnit(LineUnit):
             return c_
 
         def delay(x, stages, name):
-            """``x`` carried along ``stages`` stages (reset-less registers moving with `adv`)."""
-            for j in range(stages):
-                r = Signal.like(x, name=f"{name}_{j}", reset_less=True)
-                with m.If(adv):
-                    m.d.sync += r.eq(x)
-                x = r
-            return x
+            return delay_line(m, adv, x, stages, name)
 
         def reg(shape, name, value):
             r = Signal(shape, name=name, reset_less=True)

@@ -49,7 +49,7 @@ from amaranth.lib import data, memory
 from systolica.config import AccelConfig
 from systolica.numerics import EXP_FRAC, FX_FRAC
 
-from .fixed import INT32_MIN, mul_pipe
+from .fixed import INT32_MIN, delay_line, mul_pipe
 from .line_unit import HDR, ROW, LineUnit, lane_mask, registered_output, tree
 from .recip import Reciprocal
 
@@ -138,13 +138,7 @@ class SoftmaxUnit(LineUnit):
             ctl.append(c_)
 
         def delay(x, stages, name):
-            """``x`` carried along ``stages`` stages (reset-less registers moving with `adv`)."""
-            for j in range(stages):
-                r = Signal.like(x, name=f"{name}_{j}", reset_less=True)
-                with m.If(adv):
-                    m.d.sync += r.eq(x)
-                x = r
-            return x
+            return delay_line(m, adv, x, stages, name)
 
         osh = Signal(range(OSH_MIN, OSH_MAX + 1))
         osh_rel = Signal(range(OSH_MAX - OSH_MIN + 1), reset_less=True)
