@@ -49,6 +49,9 @@ _FETCH_FIFO = 8  # words of the prefetch FIFO (hw/fetch.py default)
 #: before the first burst can be requested, and a burst length is registered (a refill waits a cycle for it)
 FETCH_START = 2
 FETCH_REFILL = 1
+#: cycles from a fetch burst's request to its grant beyond the DRAM latency and the word's beats (fetch's
+#: registered arvalid, the read arbiter's registered grant: hw/fetch.py, hw/dma.py ReadArbiter)
+TAIL_GRANT = 2
 
 
 class PerfError(ValueError):
@@ -70,23 +73,37 @@ def deadlock_error(pc: int, op: str, engine: int, pushes: Sequence[int], pops: S
 
 
 def fetch_stretch(seen: Sequence[int], start: int, exec_cycles: int, first_beat: int, word_cycles: int,
-                  busy: float = 0.0) -> int:
+                  busy: float = 0.0, tail: float | None = None) -> int:
     """Cycles a LOAD (or GEMM_STREAM) starting at ``start`` is stretched by instruction words fetched during it
     (``seen``: sorted arrival cycles): fetch, LOAD and weight port 0 share one read port; words before its first
     beat do not conflict, and the words' beats first fill the cycles the port is idle during the transfer
     (``exec_cycles - first_beat - busy``: ``busy`` is the transfer's own beats on that port; a transfer held
     back by its outstanding bursts or the buffer's port leaves gaps that fetch bursts take).
+    The read port answers bursts in the order their addresses were granted: a word whose burst was granted
+    after the transfer's last burst (``tail`` cycles before its end, :func:`port0_tail`) comes after its
+    beats and does not stretch it.
     The words that arrive inside the stretched window stretch it further (a fixed point, three rounds)."""
     lo = bisect_right(seen, start + first_beat)
     slack = max(0.0, exec_cycles - first_beat - busy) if busy else 0.0
+    window = min(exec_cycles, max(first_beat, exec_cycles - int(tail) + word_cycles)) if tail is not None else exec_cycles
     extra = 0
     for _ in range(3):
-        got = bisect_right(seen, start + exec_cycles + extra) - lo
+        got = bisect_right(seen, start + window + extra) - lo
         nxt = max(0, int(round(got * word_cycles - slack)))
         if nxt == extra:
             break
         extra = nxt
     return extra
+
+
+def port0_tail(cfg: AccelConfig, op: str, busy: float, p) -> float:
+    """Cycles at the end of a transfer on port 0 whose beats were requested before a fetch burst granted after
+    its last address could come in: the bursts in flight then (``outstanding`` of ``max_burst`` beats; weight
+    port 0 keeps :func:`~systolica.hw.weight_stream.stream_outstanding`) less the fetch word's own read latency,
+    word time and grant (the word arrives that much after its address)."""
+    from systolica.hw.weight_stream import stream_outstanding
+    out = stream_outstanding(cfg) if op == "GEMM_STREAM" else p.outstanding
+    return min(busy, out * cfg.max_burst * p.beat_cycles) - p.rd_latency - TAIL_GRANT
 
 
 def port0_busy(cfg: AccelConfig, op: str, rd_beats: int, beat_cycles: float) -> float:
@@ -303,8 +320,9 @@ class PerfModel:
                         pops[q].append(s)
                     ex = exec_l[i]
                     if load_port and rdb_l[i]:  # a LOAD, or a GEMM_STREAM (weight port 0 shares gmem0)
-                        ex += fetch_stretch(seen, s, ex, first_beat, word_cycles,
-                                            port0_busy(cfg, infos[i][4], rdb_l[i], p.beat_cycles))
+                        b0 = port0_busy(cfg, infos[i][4], rdb_l[i], p.beat_cycles)
+                        ex += fetch_stretch(seen, s, ex, first_beat, word_cycles, b0,
+                                            port0_tail(cfg, infos[i][4], b0, p))
                         exl[i] = ex
                     r = s + ex + 1
                     end[i] = r

@@ -38,6 +38,7 @@ from systolica.sim.perf import (
     decode_timed,
     fetch_stretch,
     port0_busy,
+    port0_tail,
 )
 from systolica.sim.perf_costs import cost_signature, op_cost
 
@@ -248,9 +249,10 @@ class ProgramPlan:
         if p.fetch_contention and rd_total:
             reps = _table(self.cfg).reps
             busy0 = [port0_busy(self.cfg, reps[k].op, cost_rd[k], p.beat_cycles) for k in range(len(reps))]
+            tail0 = [port0_tail(self.cfg, reps[k].op, busy0[k], p) for k in range(len(reps))]
             rdb = [busy0[s] for s in sig]
             exl = list(ex)
-            start, end, _ = self._replay(exl, rdb, arrivals, p, wc)
+            start, end, _ = self._replay(exl, rdb, arrivals, p, wc, [tail0[s] for s in sig])
         busy = [0, 0, 0]
         per_sig_op: dict[str, int] = dict.fromkeys(self.op_order, 0)
         ops_of = _table(self.cfg).reps
@@ -273,7 +275,8 @@ class ProgramPlan:
                           dma_beats=rd_total + self.n * ibeats, dma_wr_beats=wr, macs=macs, instructions=self.n,
                           per_op_cycles=per_sig_op)
 
-    def _replay(self, ex: list[int], rdb: list[int] | None, seen: list[int] | None, p, wc: int):
+    def _replay(self, ex: list[int], rdb: list[int] | None, seen: list[int] | None, p, wc: int,
+                tails: list[float] | None = None):
         """One pass of the schedule in the fixed order; with ``rdb`` and ``seen`` (the first pass's fetch
         arrivals), the words fetched during a LOAD or GEMM_STREAM stretch it (``ex`` is updated in place)."""
         n = self.n
@@ -336,7 +339,7 @@ class ProgramPlan:
                 start[i] = s
                 e = ex[i]
                 if rdb[i]:  # port 0's own busy cycles of a LOAD or GEMM_STREAM
-                    e += fetch_stretch(seen, s, e, first_beat, wc, rdb[i])
+                    e += fetch_stretch(seen, s, e, first_beat, wc, rdb[i], tails[i])
                     ex[i] = e
                 end[i] = s + e + 1
         del end[n]
