@@ -91,10 +91,14 @@ class _Walker:
         nxt = _burst_len(m, self.lo12, self.rem, bb, cfg.max_burst, name)
         lo12_0 = (base[:12] + addr[:12])[:12]
         m.d.sync += [self.len.eq(nxt), self.ready.eq(1)]
-        with m.If(start):  # the first length follows from these registers a cycle later (ready low until then)
+        # between transfers (no rows left) the start values are loaded every cycle: the command's fields
+        # are stable from before ``start``, so ``start`` itself only enables ``ready`` and ``more`` (no
+        # path from the engine's token handshake into every walker register's enable)
+        with m.If(~self.more):
             m.d.sync += [self.row_left.eq(rows), self.row_base.eq(addr), self.off.eq(addr), self.base.eq(base),
-                         self.rem.eq(beats), self.beats.eq(beats), self.stride.eq(stride),
-                         self.lo12.eq(lo12_0), self.ready.eq(0), self.more.eq((rows != 0) & (beats != 0))]
+                         self.rem.eq(beats), self.beats.eq(beats), self.stride.eq(stride), self.lo12.eq(lo12_0)]
+        with m.If(start):  # the first length follows from these registers a cycle later (ready low until then)
+            m.d.sync += [self.ready.eq(0), self.more.eq((rows != 0) & (beats != 0))]
         self._bb = bb
 
     def advance(self, m):
@@ -156,6 +160,8 @@ class DmaReader(wiring.Component):
         with m.If(~axi.arvalid & w.more & w.ready & ~self.abort & (inflight < self.outstanding) & ~self.start):
             m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(w.addr), axi.arlen.eq(w.len - 1)]
             w.advance(m)
+        with m.If(self.abort):  # no burst after an abort: the walker's start values load again (see _Walker)
+            m.d.sync += w.more.eq(0)
         m.d.comb += [self.beat_valid.eq(axi.rvalid & ~self.abort), self.beat_data.eq(axi.rdata),
                      self.quiet.eq(~axi.arvalid & (inflight == 0)),
                      self.busy.eq(w.more | ~self.quiet)]
@@ -195,6 +201,8 @@ class DmaWriter(wiring.Component):
         with m.If(issue):
             m.d.sync += [axi.awvalid.eq(1), axi.awaddr.eq(w.addr), axi.awlen.eq(w.len - 1)]
             w.advance(m)
+        with m.If(self.abort):
+            m.d.sync += w.more.eq(0)
 
         # W: beats of the bursts whose AW was accepted, in order; after abort, empty beats (wstrb=0)
         sent = Signal(9)

