@@ -50,7 +50,7 @@ class GemmSequencer(wiring.Component):
                              f"config {cfg.name!r} has rows={cfg.rows}, cols={cfg.cols}")
         self.cfg = cfg
         self.P = cfg.dma_ports  # weight lines per array beat: GEMM_STREAM's ports deliver one each a cycle
-        self.array = SystolicArray(cfg, w_cols=self.P)
+        self.array = SystolicArray(cfg, w_cols=self.P, out_fifo=0)  # the accumulator takes every line
         self.accum = Accumulator(cfg, self.array.o_layout)
         sbits = (cfg.spad_lines - 1).bit_length()
         abits = self.accum.abits
