@@ -36,7 +36,7 @@ class GemmCore(wiring.Component):
 
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg
-        self.array = SystolicArray(cfg)
+        self.array = SystolicArray(cfg, out_fifo=0)  # the accumulator takes every line
         self.acc = Accumulator(cfg, self.array.o_layout)
         self.buf = accumulator_buffer(cfg, read_ports=2)
         super().__init__({

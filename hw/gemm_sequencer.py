@@ -50,7 +50,7 @@ class GemmSequencer(wiring.Component):
                              f"config {cfg.name!r} has rows={cfg.rows}, cols={cfg.cols}")
         self.cfg = cfg
         self.P = cfg.dma_ports  # weight lines per array beat: GEMM_STREAM's ports deliver one each a cycle
-        self.array = SystolicArray(cfg, w_cols=self.P)
+        self.array = SystolicArray(cfg, w_cols=self.P, out_fifo=0)  # the accumulator takes every line
         self.accum = Accumulator(cfg, self.array.o_layout)
         sbits = (cfg.spad_lines - 1).bit_length()
         abits = self.accum.abits
@@ -98,6 +98,10 @@ class GemmSequencer(wiring.Component):
         inflight = Signal(16)
 
         streaming = Signal()  # this GEMM's weights come from the weight ports (GEMM_STREAM), not the scratchpad
+        # the walkers' last indices, registered at start (no subtract before their comparisons)
+        m1, k1, n1 = Signal(16), Signal(16), Signal(16)
+        with m.If(self.start):
+            m.d.sync += [m1.eq(self.m - 1), k1.eq(self.k - 1), n1.eq(self.n - 1)]
         with m.If(self.start):
             nonempty = (self.m != 0) & (self.n != 0)
             m.d.sync += [
@@ -115,10 +119,10 @@ class GemmSequencer(wiring.Component):
         with m.If(w_issue):
             with m.If(w_c == C - 1):
                 m.d.sync += w_c.eq(0)
-                with m.If(w_kk == self.k - 1):  # next output tile j: W rows j*C ..
+                with m.If(w_kk == k1):  # next output tile j: W rows j*C ..
                     nb = w_base + C * self.k
                     m.d.sync += [w_kk.eq(0), w_j.eq(w_j + 1), w_base.eq(nb), w_ptr.eq(nb)]
-                    with m.If(w_j == self.n - 1):
+                    with m.If(w_j == n1):
                         m.d.sync += w_more.eq(0)
                 with m.Else():
                     m.d.sync += [w_kk.eq(w_kk + 1), w_ptr.eq(w_base + w_kk + 1)]
@@ -151,17 +155,17 @@ class GemmSequencer(wiring.Component):
         side = 16 + 1 + 1
         side_now = Signal(side)  # describes the line read this cycle; registered to meet its data
         side_d = Signal(side)
-        m.d.comb += side_now.eq(t_ptr[:16] | ((self.acc | (a_kk != 0)) << 16) | ((a_i == self.m - 1) << 17))
+        m.d.comb += side_now.eq(t_ptr[:16] | ((self.acc | (a_kk != 0)) << 16) | ((a_i == m1) << 17))
         m.d.sync += side_d.eq(side_now)
         a_issue, aq = _prefetch(m, "aq", C * 8 + side, a_more & ~self.start,
                                 self.a_rdata | (side_d << (C * 8)))
         m.d.comb += [self.a_addr.eq(a_ptr), self.a_en.eq(a_issue)]
         with m.If(a_issue):
-            with m.If(a_i == self.m - 1):
+            with m.If(a_i == m1):
                 m.d.sync += a_i.eq(0)
-                with m.If(a_kk == self.k - 1):
+                with m.If(a_kk == k1):
                     m.d.sync += [a_kk.eq(0), a_j.eq(a_j + 1), a_ptr.eq(self.a), t_ptr.eq(self.dst + a_j + 1)]
-                    with m.If(a_j == self.n - 1):
+                    with m.If(a_j == n1):
                         m.d.sync += a_more.eq(0)
                 with m.Else():
                     m.d.sync += [a_kk.eq(a_kk + 1), a_ptr.eq(self.a + a_kk + 1), t_ptr.eq(self.dst + a_j)]
@@ -180,9 +184,9 @@ class GemmSequencer(wiring.Component):
         m.d.comb += [self.zero_addr.eq(zptr), self.zero_en.eq(zeros)]
         with m.If(zeros):
             m.d.sync += zptr.eq(zptr + 1)
-            with m.If(z_j == self.n - 1):
+            with m.If(z_j == n1):
                 m.d.sync += [z_j.eq(0), z_i.eq(z_i + 1)]
-                with m.If(z_i == self.m - 1):
+                with m.If(z_i == m1):
                     m.d.sync += zeros.eq(0)
             with m.Else():
                 m.d.sync += z_j.eq(z_j + 1)

@@ -246,9 +246,10 @@ def _dma_cost(cfg: AccelConfig, p: PerfParams, op: str, buf: int, dram4k: int, s
 
 def array_latency(cfg: AccelConfig) -> int:
     """Cycles from an activation beat entering the systolic array to its output line (hw/systolic_array.py's
-    ``SystolicArray.latency``): the input register, a cycle a row, the product register; one more with two
-    MACs a DSP (the fabric sum of the DSP chains)."""
-    return cfg.rows + 2 + (cfg.macs_per_dsp == 2)
+    ``SystolicArray.latency``): the input register, a cycle a row, the product register; with one MAC a DSP
+    the ``cols - 1`` cycles of the activation's pass along a row (de-skewed at the bottom), with two MACs a
+    DSP (a broadcast row) one, the fabric sum of the DSP chains."""
+    return cfg.rows + 2 + (cfg.cols - 1 if cfg.macs_per_dsp == 1 else 1)
 
 
 def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0) -> OpCost:

@@ -20,12 +20,13 @@ from systolica.sim.perf_costs import array_latency
 pytestmark = [pytest.mark.amaranth, pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")]
 
 
-def check_gemm(cfg: AccelConfig, M: int, K: int, N: int, seed: int, idle=0.3, stall=0.3, values=None):
+def check_gemm(cfg: AccelConfig, M: int, K: int, N: int, seed: int, idle=0.3, stall=0.3, values=None,
+               out_fifo=None):
     """``values``: draw the operands from these int8 values (default: all of them)."""
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     R, C = cfg.rows, cfg.cols
-    dut = SystolicArray(cfg)
+    dut = SystolicArray(cfg, out_fifo=out_fifo)
     P = dut.w_cols
     if values is None:
         a = nrng.integers(-128, 128, size=(M, K), dtype=np.int8)
@@ -52,6 +53,20 @@ def test_random_gemm(rows, cols, M, pack):
     """pack = macs_per_dsp: 2 puts the products of two adjacent columns in one multiplier."""
     cfg = AccelConfig(rows=rows, cols=cols, dma_bits=64, macs_per_dsp=pack)
     check_gemm(cfg, M=M, K=2 * rows, N=2 * cols, seed=rows * 100 + cols * 10 + M + pack)
+
+
+@pytest.mark.parametrize("rows,cols,M,dma_bits", [(4, 4, 5, 64), (8, 8, 3, 32), (4, 8, 9, 128), (8, 4, 2, 128)])
+def test_random_gemm_without_fifo(rows, cols, M, dma_bits):
+    # the sequencer's array: no output FIFO, a consumer that takes every line (the accumulator), random idle
+    # input cycles; P > 1 (dma_bits 128) makes the skewed columns' shadow writes wait
+    cfg = AccelConfig(rows=rows, cols=cols, dma_bits=dma_bits)
+    check_gemm(cfg, M=M, K=3 * rows, N=2 * cols, seed=rows + cols + M, stall=0.0, out_fifo=0)
+
+
+def test_small_fifo_back_pressure():
+    # a FIFO smaller than the lines in flight: the credits stop the input, never a line lost
+    cfg = AccelConfig(rows=4, cols=4, dma_bits=64)
+    check_gemm(cfg, M=7, K=8, N=8, seed=3, stall=0.6, out_fifo=2)
 
 
 def test_decode_consumes_full_dma_beat_per_cycle():
@@ -95,14 +110,17 @@ def test_bad_parameters():
     gc.collect()  # the half-built components go now, while this test's warning filter holds
 
 
-@pytest.mark.parametrize("rows,cols,dma_bits,pack", [(4, 4, 128, 1), (4, 8, 64, 1), (4, 8, 64, 2), (8, 8, 64, 2)])
-def test_decode_rate_and_latency(rows, cols, dma_bits, pack):
+@pytest.mark.parametrize("fifo", [None, 0])
+@pytest.mark.parametrize("rows,cols,dma_bits,pack", [(4, 4, 128, 1), (4, 8, 64, 1), (4, 8, 64, 2), (8, 8, 64, 2),
+                                                     (8, 8, 32, 1)])
+def test_decode_rate_and_latency(rows, cols, dma_bits, pack, fifo):
     # decode: one activation row per tile, every tile back to back: the weights stream in at a tile per C / P
     # beats without a gap (the shadow refills in the cycle its tile moves to the active registers), and the
-    # first output leaves the array_latency of the performance model after its activation entered
+    # first output leaves the array_latency of the performance model after its activation entered (the
+    # sequencer's array, without an output FIFO; the FIFO costs a cycle more)
     cfg = AccelConfig(rows=rows, cols=cols, dma_bits=dma_bits, macs_per_dsp=pack)
-    dut = SystolicArray(cfg)
-    assert dut.latency == array_latency(cfg)
+    dut = SystolicArray(cfg, out_fifo=fifo)
+    assert dut.latency == array_latency(cfg) + (fifo is None)
     beats, ntiles = cols // dut.w_cols, 6
     nrng = np.random.default_rng(rows + cols + pack)
     a = nrng.integers(-128, 128, size=(1, rows), dtype=np.int8)
