@@ -24,9 +24,9 @@ def test_ulx3s_top_level_reaches_100_mhz(tmp_path, monkeypatch):
     monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path / "cache"))  # the measured clock is cached here, not in ~
     from systolica.boards.timing_cache import timing_dir
 
-    rc = main(["hw", "build", "--board", "ulx3s", "--pnr", "--period", "10", "--synth-timeout", "1800",
+    rc = main(["hw", "build", "--board", "ulx3s", "--pnr", "--period", "10", "--synth-timeout", "1800", "--margin", "1",
                "-o", str(tmp_path / "ulx3s")])
     recs = [json.loads(p.read_text()) for p in timing_dir().glob("ulx3s-nextpnr-ecp5-*.json")]
     assert len(recs) == 1, recs
     assert recs[0]["fmax_mhz"] >= 100.0, (recs[0]["fmax_mhz"], recs[0]["critical_path"])
-    assert rc == 0  # it fits the 85F (MULT18X18D, DP16KD, LUT4) and meets the 100 MHz it aimed at
+    assert rc == 0  # it fits the 85F (every MULT18X18D, DP16KD, LUT4 it needs is there) and meets 100 MHz
