@@ -103,11 +103,15 @@ class VectorUnit(LineUnit):
         # lane's parity (ROPE: lane 2j gives x0*cos - x1*sin, lane 2j+1 x0*sin + x1*cos; MUL / REQUANT:
         # a*b + 0; ADD: a*1 -+ b*(-+1)), so the operands are the only muxes and no product is
         # selected after the multipliers.  The shift k = clamp(s, -33, 63) + 33 of the one right shifter
-        # (hw/fixed.py's rshift_round_var with its left shifts folded in) is decoded here too.
+        # (hw/fixed.py's rshift_round_var with its left shifts folded in) is needed only after the
+        # products, so it is decoded over three stages of their way: the op's shift (stage 1), the
+        # compares and the add side by side (stage 2), their selection (stage 3); one carry chain a stage.
         is_add, is_rope = p.op == VecOp.ADD, p.op == VecOp.ROPE
-        s = Mux(is_add, 0, Mux(is_rope, TRIG_FRAC, p.shift))
-        k1 = st.reg(Mux(s > 63, 0, Mux(s < -33, 0, s + 33)), "k1", unsigned(7))
-        z1 = st.reg(s > 63, "z1")  # rshift_round of 64 or more places: 0
+        s1 = st.reg(Mux(is_add, 0, Mux(is_rope, TRIG_FRAC, p.shift)), "s1", signed(10))
+        hi2, lo2 = st.reg(s1 > 63, "s_hi"), st.reg(s1 < -33, "s_lo")
+        ks2 = st.reg((s1 + 33)[:7], "s_k", unsigned(7))  # s + 33 in 0..96 where neither flag is set
+        k1 = st.reg(Mux(hi2 | lo2, 0, ks2), "k1", unsigned(7))
+        z1 = st.reg(hi2, "z1")  # rshift_round of 64 or more places: 0
         xs = []
         for c in range(C):
             j, x0, xo = c // 2, p.a[c - c % 2], p.a[c - c % 2 + 1]
@@ -121,7 +125,8 @@ class VectorUnit(LineUnit):
             p1, p2 = st.mul(a1, b1, f"m1_{c}"), st.mul(a2, b2, f"m2_{c}")
             xs.append(st.reg(p1 - p2 if sign < 0 else p1 + p2, f"x_{c}", signed(64)))
         dm = Stages.mul_latency(32, 32) + 1  # stages from the operand registers to x
-        k, z = st.delay(k1, dm, "k"), st.delay(z1, dm, "z")
+        assert dm >= 2, dm  # k1 / z1 are two stages past the operand registers
+        k, z = st.delay(k1, dm - 2, "k"), st.delay(z1, dm - 2, "z")
         # ---- then sat32(rshift_round(x, s)) in four stages: t = (x << 34) >> k by 8-place steps, then
         # by the remaining 0..7 places; y = (t + 1) >> 1 and whether it saturates; the output
         kf = st.reg(k[:3], "kf")  # the fine shift, a stage after the coarse one
