@@ -102,8 +102,11 @@ class VectorSequencer(wiring.Component):
             m.d.sync += [is_[name].eq(w_is[name]) for name in VECTOR_OPS]
             m.d.sync += [src_a.eq(w_src_a), src_b.eq(w_src_b), bcast.eq(w_bcast),
                          lm1.eq(w_lines - 1), hm1.eq(w_heads - 1), rm1.eq(w_rows - 1)]
-        to_act = Signal()
-        m.d.comb += to_act.eq(is_["SILU"] | is_["GELU"])
+        # whether the op runs on the activation unit: a register, and a reset-less copy for the output line's
+        # multiplexer (Yosys keeps the two: one resets), so that the control paths do not ride a 256-bit select
+        to_act, act_sel = Signal(), Signal(reset_less=True)
+        with m.If(self.start):
+            m.d.sync += [to_act.eq(w_is["SILU"] | w_is["GELU"]), act_sel.eq(w_is["SILU"] | w_is["GELU"])]
         hd = ins.rope.hd
 
         # ---- input walk: row r, group hh, line l; index idx = (r*H + hh)*L + l (a counter); the walk ends
@@ -231,6 +234,9 @@ class VectorSequencer(wiring.Component):
         ]
         # ---- outputs, in order, to dst: B beats gathered into a line; ARGMAX's one beat per row is a line
         is_am = is_["ARGMAX"]
+        am_sel = Signal(reset_less=True)  # ARGMAX, for the output line's multiplexer (as act_sel)
+        with m.If(self.start):
+            m.d.sync += am_sel.eq(w_is["ARGMAX"])
         if NB == B:
             obeat = Mux(act.o_stream.valid, act.o_stream.payload.data.as_value(), vec.o_stream.payload.data.as_value())
             oline, complete = gather(m, (vec.o_stream.valid | act.o_stream.valid) & ~is_am, obeat, B, "gat",
@@ -240,11 +246,12 @@ class VectorSequencer(wiring.Component):
                                       clear=self.start)
             xline, xcomplete = gather(m, act.o_stream.valid, act.o_stream.payload.data.as_value(), NB, "agat",
                                       clear=self.start)
-            oline, complete = Mux(to_act, xline, vline), Mux(to_act, xcomplete, vcomplete)
+            # one unit runs at a time (an instruction ends once its outputs are written): no select on complete
+            oline, complete = Mux(act_sel, xline, vline), vcomplete | xcomplete
         got = Signal()
         m.d.comb += got.eq(complete | (vec.o_stream.valid & is_am))
         m.d.comb += [self.out_addr.eq(optr), self.out_en.eq(got | zeros_nz),
-                     self.out_data.eq(Mux(zeros_nz, 0, Mux(is_am, vec.o_stream.payload.data.as_value(), oline)))]
+                     self.out_data.eq(Mux(zeros_nz, 0, Mux(am_sel, vec.o_stream.payload.data.as_value(), oline)))]
         with m.If(got | zeros_nz):
             m.d.sync += optr.eq(optr + 1)
         # one output line per line read, ARGMAX one per row (at its last line)
