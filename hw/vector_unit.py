@@ -145,20 +145,40 @@ class VectorUnit(LineUnit):
             outs.append(Mux(smax, INT32_MAX, Mux(smin, INT32_MIN, y)))
         zo = st.delay(z, 3, "zo")
 
-        # ---- ARGMAX, from stage 0: the line's first maximum among the first n lanes (a left-to-right
-        # scan keeps the earliest on ties), registered; then the running maximum over the row's lines,
+        # ---- ARGMAX, from stage 0: the line's first maximum among the first n lanes, by a balanced tree
+        # (the lower lanes' node wins ties), each level a compare stage then a select stage (a 32-bit
+        # compare and the select it drives were 11 ns on ECP5), or both in one stage where the levels
+        # would outgrow the stages left before the output; then the running maximum over the row's lines,
         # whose result waits in registers until the others ops' results reach the output ----
-        best, lane = p.a[0], Const(0, range(C))
-        for c in range(1, C):
-            take = (c < p.n) & (p.a[c] > best)
-            nb, nl = Signal(signed(32), name=f"amax_v{c}"), Signal(range(C), name=f"amax_l{c}")
-            m.d.comb += [nb.eq(Mux(take, p.a[c], best)), nl.eq(Mux(take, c, lane))]
-            best, lane = nb, nl
+        rest = self.LATENCY - 2  # stages from stage 1 to the output register
+        levels = (C - 1).bit_length()
+        split = 2 * levels - 1 <= rest - 2
+        extra = (2 if split else 1) * levels - 1  # stages the tree adds to the one stage of the old scan
+        nodes = [(Const(1, 1) if c == 0 else (c < p.n), p.a[c], Const(c, range(C))) for c in range(C)]
+        for lv in range(levels):
+            nxt = []
+            for j in range(0, len(nodes) - 1, 2):
+                (lv_, lx, li), (rv, rx, ri) = nodes[j], nodes[j + 1]
+                take = rv & (~lv_ | (rx > lx))
+                if split:  # the compare's result and both candidates registered, the select a stage later
+                    tk = st.reg(take, f"am_t{lv}_{j}")
+                    lv_, lx, li = (st.reg(v, f"am_l{lv}_{j}_{k}") for k, v in enumerate((lv_, lx, li)))
+                    rv, rx, ri = (st.reg(v, f"am_r{lv}_{j}_{k}") for k, v in enumerate((rv, rx, ri)))
+                    take = tk
+                sel = (lv_ | rv, Mux(take, rx, lx), Mux(take, ri, li))
+                nxt.append(tuple(st.reg(v, f"am_n{lv}_{j}_{k}", sh)
+                                 for k, (v, sh) in enumerate(zip(sel, (1, signed(32), range(C))))))
+            if len(nodes) % 2:  # the odd node out waits as many stages as a pair
+                nxt.append(tuple(st.delay(v, 2 if split else 1, f"am_o{lv}_{k}") for k, v in enumerate(nodes[-1])))
+            nodes = nxt
+        _, lmax1, llane1 = nodes[0]
         v1, op1, last1, first1 = Signal(), Signal(3), Signal(), Signal()
-        lmax1, llane1, any1 = Signal(signed(32)), Signal(range(C)), Signal()
+        any1 = Signal()
         with m.If(en):
-            m.d.sync += [v1.eq(v0), op1.eq(p.op), last1.eq(p.last), first1.eq(p.first),
-                         lmax1.eq(best), llane1.eq(lane), any1.eq(p.n != 0)]
+            m.d.sync += [v1.eq(v0), op1.eq(p.op), last1.eq(p.last), first1.eq(p.first), any1.eq(p.n != 0)]
+        if extra:  # the beat's side values meet its line maximum
+            v1 = st.delay(v1, extra, "am_v", control=True)
+            op1, last1, first1, any1 = (st.delay(v, extra, f"am_s{k}") for k, v in enumerate((op1, last1, first1, any1)))
         # the running maximum is a loop (each beat compares with the maximum after the one before), so
         # that a stage holds one compare, both compares of a beat are made a stage early, against the
         # beat ahead of it (lmax2) and against run_max from before that beat; the beat ahead's
@@ -183,12 +203,11 @@ class VectorUnit(LineUnit):
         with m.If(en & v2):
             m.d.sync += [run_max.eq(Mux(better, lmax2, run_max)), run_idx.eq(new_idx), better2.eq(better),
                          line_no.eq(Mux(last2, 0, Mux(first2, 1, line_no + 1)))]
-        rest = self.LATENCY - 2  # stages from stage 1 to the output register
-        am_idx = st.delay(new_idx, rest - 2, "am_idx", signed(32))
+        am_idx = st.delay(new_idx, rest - 2 - extra, "am_idx", signed(32))
         side = data.StructLayout({"valid": 1, "last": 1, "amax": 1})
         sv = Signal(side)
         m.d.comb += [sv.valid.eq(v1 & (~is_amax1 | last1)), sv.last.eq(last1), sv.amax.eq(is_amax1)]
-        sv = st.delay(sv, rest - 1, "side", side, control=True)
+        sv = st.delay(sv, rest - 1 - extra, "side", side, control=True)
         with m.If(en):
             m.d.sync += [o.valid.eq(sv.valid), o.payload.last.eq(sv.last)]
             for c in range(C):
