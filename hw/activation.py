@@ -3,8 +3,10 @@
 Both are ``x * sigmoid(z)`` (``numerics.silu``: ``z = x``; ``numerics.gelu``, GPT-2's tanh
 form: ``z = u2``, a cubic of the clipped ``x``), so one deep pipeline per lane serves both:
 
-1. GELU front end (5 stages): ``xc = clip(x, +-16)``, ``x3 = rsr(rsr(xc*xc, 16)*xc, 16)``,
-   ``w = xc + rsr(x3*C1, 30)``, ``u2 = rsr(w*C2, 30)``; SILU passes ``x`` by.
+1. GELU front end: ``xc = clip(x, +-16)``, ``x3 = rsr(rsr(xc*xc, 16)*xc, 16)``,
+   ``w = xc + rsr(x3*C1, 30)``, ``u2 = rsr(w*C2, 30)``; SILU passes ``x`` by.  The products by
+   the constants ``C1`` and ``C2`` are shift-and-add trees in LUTs (:mod:`~systolica.hw.vec_lut_mul`,
+   four stages each): they would take four of ECP5's 18x18 multipliers each.
 2. ``exp_fx(-|z|)`` (4 stages): ``u = rsr(-|z| * LOG2E_Q30, 22)``; its 8 top fraction bits
    address the 256-entry ``EXP_BASE`` / ``EXP_DELTA`` tables (a ROM per lane, read
    synchronously); linear interpolation; the integer part is a rounding right shift.
@@ -26,11 +28,18 @@ from amaranth.lib import data, memory
 from systolica.config import AccelConfig
 
 from .line_unit import LineUnit, Stages, Timed
+from .vec_lut_mul import const_mul, const_mul_latency
 
 __all__ = ["ActivationUnit", "ActOp", "DIV_STEPS"]
 
 DIV_STEPS = 1  # restoring-divider steps per pipeline stage: 31 stages for the 31 quotient bits
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _cmul(tl: Timed, tv, k: int, name: str):
+    """The registered value ``tv = (value, stage)`` times the constant ``k``, shift-and-add in LUTs."""
+    v, t = tv
+    return const_mul(tl.st, v, k, name), t + const_mul_latency(k)
 
 
 class ActOp(enum.IntEnum):
@@ -92,12 +101,10 @@ class ActivationUnit(LineUnit):
         a = R(lambda v: _rsr(v, 16), sq, name="sq16" + n, shape=signed(26))  # <= 2**24 + 1
         t = tl.mul(a, xc, "cube" + n)
         b = R(lambda v: _rsr(v, 16), t, name="x3" + n, shape=signed(30))  # |x3| < 2**28 + 2**5
-        c1 = (Const(C1, signed(27)), 0)
-        t2 = tl.mul(b, c1, "c1" + n)
+        t2 = _cmul(tl, b, C1, "c1" + n)  # in LUTs (hw/vec_lut_mul.py): four MULT18X18D fewer
         w = R(lambda v: _rsr(v, 30), t2, name="c1r" + n, shape=signed(27))  # |x3 * C1| < 2**54
         w = R(lambda v, k: v + k, w, xc, name="w" + n, shape=signed(28))
-        c2 = (Const(C2, signed(32)), 0)
-        t3 = tl.mul(w, c2, "c2" + n)
+        t3 = _cmul(tl, w, C2, "c2" + n)  # in LUTs, as x3 * C1
         u2 = R(lambda v: _rsr(v, 30), t3, name="u2" + n, shape=signed(34))
         # --- exp_fx(-|z|), z = u2 (GELU) or x (SILU): u = rsr(-|z| * LOG2E_Q30, 22), its top fraction bits
         # address the tables (synchronous ROM reads, their data registered before the multiplier)

@@ -50,6 +50,26 @@ __all__ = ["VectorSequencer", "VECTOR_OPS"]
 VECTOR_OPS = ("ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE")
 
 
+def _fanout_copies(m: Module, value, load, n: int, name: str) -> list[Signal]:
+    """``n`` copies (up to 9) of the flag ``value`` taken when ``load`` is high, valid two cycles after it:
+    three registers that Yosys cannot merge (reset to 0, reset to 1, no reset), each copied again the
+    same three ways the next cycle, so that each copy drives a part of a wide multiplexer."""
+    kinds = [dict(init=0), dict(init=1), dict(reset_less=True)]
+    first = []
+    for k, kw in enumerate(kinds):
+        s = Signal(name=f"{name}_l1_{k}", **kw)
+        with m.If(load):
+            m.d.sync += s.eq(value)
+        first.append(s)
+    out = []
+    for j, src in enumerate(first):
+        for k, kw in enumerate(kinds):
+            s = Signal(name=f"{name}_l2_{j}{k}", **kw)
+            m.d.sync += s.eq(src)
+            out.append(s)
+    return [out[c % len(out)] for c in range(n)]
+
+
 class VectorSequencer(wiring.Component):
     """Runs one vector-class instruction (``word``) from ``start`` until ``busy`` falls."""
 
@@ -102,8 +122,11 @@ class VectorSequencer(wiring.Component):
             m.d.sync += [is_[name].eq(w_is[name]) for name in VECTOR_OPS]
             m.d.sync += [src_a.eq(w_src_a), src_b.eq(w_src_b), bcast.eq(w_bcast),
                          lm1.eq(w_lines - 1), hm1.eq(w_heads - 1), rm1.eq(w_rows - 1)]
-        to_act = Signal()
-        m.d.comb += to_act.eq(is_["SILU"] | is_["GELU"])
+        # whether the op runs on the activation unit: a register, and a reset-less copy for the output line's
+        # multiplexer (Yosys keeps the two: one resets), so that the control paths do not ride a 256-bit select
+        to_act, act_sel = Signal(), Signal(reset_less=True)
+        with m.If(self.start):
+            m.d.sync += [to_act.eq(w_is["SILU"] | w_is["GELU"]), act_sel.eq(w_is["SILU"] | w_is["GELU"])]
         hd = ins.rope.hd
 
         # ---- input walk: row r, group hh, line l; index idx = (r*H + hh)*L + l (a counter); the walk ends
@@ -195,8 +218,15 @@ class VectorSequencer(wiring.Component):
         # beat k rotates pairs k*W/2 .. of the line: its b is their W/2 cos, then their W/2 sin elements
         hb = W // 2 * 32
         rope_b = Cat(*[Cat(cos_wait[k * hb:(k + 1) * hb], sin[k * hb:(k + 1) * hb]) for k in range(B)])
-        a_line = Mux(is_["REQUANT"], self.acc_rdata, Mux(rope, a_wait, self.va_rdata))
-        b_line = Mux(is_["ROPE"], rope_b, self.vb_rdata)
+        # the line multiplexers' selects, a copy per lane: one flag over 256 or 512 bits was 9.2 ns of routing
+        # on ECP5.  The copies are a cycle behind the op flags (a line loads two cycles after start at the
+        # earliest), and distinct registers, so that Yosys does not merge them back into one (_fanout_copies)
+        sel_req = _fanout_copies(m, w_is["REQUANT"], self.start, C, "sel_req")
+        sel_rope = _fanout_copies(m, w_is["ROPE"], self.start, C, "sel_rope")
+        lane = [slice(c * 32, (c + 1) * 32) for c in range(C)]
+        a_line = Cat(*[Mux(sel_req[c], self.acc_rdata[lane[c]], Mux(sel_rope[c], a_wait[lane[c]],
+                                                                    self.va_rdata[lane[c]])) for c in range(C)])
+        b_line = Cat(*[Mux(sel_rope[c], rope_b[lane[c]], self.vb_rdata[lane[c]]) for c in range(C)])
         if NB == B:
             (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, load, [a_line, b_line], [W * 32, W * 32], B,
                                                                 "ser", clear=self.start)
@@ -231,6 +261,9 @@ class VectorSequencer(wiring.Component):
         ]
         # ---- outputs, in order, to dst: B beats gathered into a line; ARGMAX's one beat per row is a line
         is_am = is_["ARGMAX"]
+        am_sel = Signal(reset_less=True)  # ARGMAX, for the output line's multiplexer (as act_sel)
+        with m.If(self.start):
+            m.d.sync += am_sel.eq(w_is["ARGMAX"])
         if NB == B:
             obeat = Mux(act.o_stream.valid, act.o_stream.payload.data.as_value(), vec.o_stream.payload.data.as_value())
             oline, complete = gather(m, (vec.o_stream.valid | act.o_stream.valid) & ~is_am, obeat, B, "gat",
@@ -240,11 +273,12 @@ class VectorSequencer(wiring.Component):
                                       clear=self.start)
             xline, xcomplete = gather(m, act.o_stream.valid, act.o_stream.payload.data.as_value(), NB, "agat",
                                       clear=self.start)
-            oline, complete = Mux(to_act, xline, vline), Mux(to_act, xcomplete, vcomplete)
+            # one unit runs at a time (an instruction ends once its outputs are written): no select on complete
+            oline, complete = Mux(act_sel, xline, vline), vcomplete | xcomplete
         got = Signal()
         m.d.comb += got.eq(complete | (vec.o_stream.valid & is_am))
         m.d.comb += [self.out_addr.eq(optr), self.out_en.eq(got | zeros_nz),
-                     self.out_data.eq(Mux(zeros_nz, 0, Mux(is_am, vec.o_stream.payload.data.as_value(), oline)))]
+                     self.out_data.eq(Mux(zeros_nz, 0, Mux(am_sel, vec.o_stream.payload.data.as_value(), oline)))]
         with m.If(got | zeros_nz):
             m.d.sync += optr.eq(optr + 1)
         # one output line per line read, ARGMAX one per row (at its last line)

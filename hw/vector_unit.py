@@ -103,11 +103,15 @@ class VectorUnit(LineUnit):
         # lane's parity (ROPE: lane 2j gives x0*cos - x1*sin, lane 2j+1 x0*sin + x1*cos; MUL / REQUANT:
         # a*b + 0; ADD: a*1 -+ b*(-+1)), so the operands are the only muxes and no product is
         # selected after the multipliers.  The shift k = clamp(s, -33, 63) + 33 of the one right shifter
-        # (hw/fixed.py's rshift_round_var with its left shifts folded in) is decoded here too.
+        # (hw/fixed.py's rshift_round_var with its left shifts folded in) is needed only after the
+        # products, so it is decoded over three stages of their way: the op's shift (stage 1), the
+        # compares and the add side by side (stage 2), their selection (stage 3); one carry chain a stage.
         is_add, is_rope = p.op == VecOp.ADD, p.op == VecOp.ROPE
-        s = Mux(is_add, 0, Mux(is_rope, TRIG_FRAC, p.shift))
-        k1 = st.reg(Mux(s > 63, 0, Mux(s < -33, 0, s + 33)), "k1", unsigned(7))
-        z1 = st.reg(s > 63, "z1")  # rshift_round of 64 or more places: 0
+        s1 = st.reg(Mux(is_add, 0, Mux(is_rope, TRIG_FRAC, p.shift)), "s1", signed(10))
+        hi2, lo2 = st.reg(s1 > 63, "s_hi"), st.reg(s1 < -33, "s_lo")
+        ks2 = st.reg((s1 + 33)[:7], "s_k", unsigned(7))  # s + 33 in 0..96 where neither flag is set
+        k1 = st.reg(Mux(hi2 | lo2, 0, ks2), "k1", unsigned(7))
+        z1 = st.reg(hi2, "z1")  # rshift_round of 64 or more places: 0
         xs = []
         for c in range(C):
             j, x0, xo = c // 2, p.a[c - c % 2], p.a[c - c % 2 + 1]
@@ -121,7 +125,8 @@ class VectorUnit(LineUnit):
             p1, p2 = st.mul(a1, b1, f"m1_{c}"), st.mul(a2, b2, f"m2_{c}")
             xs.append(st.reg(p1 - p2 if sign < 0 else p1 + p2, f"x_{c}", signed(64)))
         dm = Stages.mul_latency(32, 32) + 1  # stages from the operand registers to x
-        k, z = st.delay(k1, dm, "k"), st.delay(z1, dm, "z")
+        assert dm >= 2, dm  # k1 / z1 are two stages past the operand registers
+        k, z = st.delay(k1, dm - 2, "k"), st.delay(z1, dm - 2, "z")
         # ---- then sat32(rshift_round(x, s)) in four stages: t = (x << 34) >> k by 8-place steps, then
         # by the remaining 0..7 places; y = (t + 1) >> 1 and whether it saturates; the output
         kf = st.reg(k[:3], "kf")  # the fine shift, a stage after the coarse one
@@ -140,20 +145,40 @@ class VectorUnit(LineUnit):
             outs.append(Mux(smax, INT32_MAX, Mux(smin, INT32_MIN, y)))
         zo = st.delay(z, 3, "zo")
 
-        # ---- ARGMAX, from stage 0: the line's first maximum among the first n lanes (a left-to-right
-        # scan keeps the earliest on ties), registered; then the running maximum over the row's lines,
+        # ---- ARGMAX, from stage 0: the line's first maximum among the first n lanes, by a balanced tree
+        # (the lower lanes' node wins ties), each level a compare stage then a select stage (a 32-bit
+        # compare and the select it drives were 11 ns on ECP5), or both in one stage where the levels
+        # would outgrow the stages left before the output; then the running maximum over the row's lines,
         # whose result waits in registers until the others ops' results reach the output ----
-        best, lane = p.a[0], Const(0, range(C))
-        for c in range(1, C):
-            take = (c < p.n) & (p.a[c] > best)
-            nb, nl = Signal(signed(32), name=f"amax_v{c}"), Signal(range(C), name=f"amax_l{c}")
-            m.d.comb += [nb.eq(Mux(take, p.a[c], best)), nl.eq(Mux(take, c, lane))]
-            best, lane = nb, nl
+        rest = self.LATENCY - 2  # stages from stage 1 to the output register
+        levels = (C - 1).bit_length()
+        split = 2 * levels - 1 <= rest - 2
+        extra = (2 if split else 1) * levels - 1  # stages the tree adds to the one stage of the old scan
+        nodes = [(Const(1, 1) if c == 0 else (c < p.n), p.a[c], Const(c, range(C))) for c in range(C)]
+        for lv in range(levels):
+            nxt = []
+            for j in range(0, len(nodes) - 1, 2):
+                (lv_, lx, li), (rv, rx, ri) = nodes[j], nodes[j + 1]
+                take = rv & (~lv_ | (rx > lx))
+                if split:  # the compare's result and both candidates registered, the select a stage later
+                    tk = st.reg(take, f"am_t{lv}_{j}")
+                    lv_, lx, li = (st.reg(v, f"am_l{lv}_{j}_{k}") for k, v in enumerate((lv_, lx, li)))
+                    rv, rx, ri = (st.reg(v, f"am_r{lv}_{j}_{k}") for k, v in enumerate((rv, rx, ri)))
+                    take = tk
+                sel = (lv_ | rv, Mux(take, rx, lx), Mux(take, ri, li))
+                nxt.append(tuple(st.reg(v, f"am_n{lv}_{j}_{k}", sh)
+                                 for k, (v, sh) in enumerate(zip(sel, (1, signed(32), range(C))))))
+            if len(nodes) % 2:  # the odd node out waits as many stages as a pair
+                nxt.append(tuple(st.delay(v, 2 if split else 1, f"am_o{lv}_{k}") for k, v in enumerate(nodes[-1])))
+            nodes = nxt
+        _, lmax1, llane1 = nodes[0]
         v1, op1, last1, first1 = Signal(), Signal(3), Signal(), Signal()
-        lmax1, llane1, any1 = Signal(signed(32)), Signal(range(C)), Signal()
+        any1 = Signal()
         with m.If(en):
-            m.d.sync += [v1.eq(v0), op1.eq(p.op), last1.eq(p.last), first1.eq(p.first),
-                         lmax1.eq(best), llane1.eq(lane), any1.eq(p.n != 0)]
+            m.d.sync += [v1.eq(v0), op1.eq(p.op), last1.eq(p.last), first1.eq(p.first), any1.eq(p.n != 0)]
+        if extra:  # the beat's side values meet its line maximum
+            v1 = st.delay(v1, extra, "am_v", control=True)
+            op1, last1, first1, any1 = (st.delay(v, extra, f"am_s{k}") for k, v in enumerate((op1, last1, first1, any1)))
         # the running maximum is a loop (each beat compares with the maximum after the one before), so
         # that a stage holds one compare, both compares of a beat are made a stage early, against the
         # beat ahead of it (lmax2) and against run_max from before that beat; the beat ahead's
@@ -178,12 +203,11 @@ class VectorUnit(LineUnit):
         with m.If(en & v2):
             m.d.sync += [run_max.eq(Mux(better, lmax2, run_max)), run_idx.eq(new_idx), better2.eq(better),
                          line_no.eq(Mux(last2, 0, Mux(first2, 1, line_no + 1)))]
-        rest = self.LATENCY - 2  # stages from stage 1 to the output register
-        am_idx = st.delay(new_idx, rest - 2, "am_idx", signed(32))
+        am_idx = st.delay(new_idx, rest - 2 - extra, "am_idx", signed(32))
         side = data.StructLayout({"valid": 1, "last": 1, "amax": 1})
         sv = Signal(side)
         m.d.comb += [sv.valid.eq(v1 & (~is_amax1 | last1)), sv.last.eq(last1), sv.amax.eq(is_amax1)]
-        sv = st.delay(sv, rest - 1, "side", side, control=True)
+        sv = st.delay(sv, rest - 1 - extra, "side", side, control=True)
         with m.If(en):
             m.d.sync += [o.valid.eq(sv.valid), o.payload.last.eq(sv.last)]
             for c in range(C):

@@ -71,8 +71,10 @@ NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: the RTL top level (tiny, line_lanes 0 and 2: every line op within 1 cycle for rows of 16+ lines); then the
 #: line units were pipelined for ECP5's 100 MHz (2026-12-01 evening): VectorUnit.LATENCY 3 -> 10 stages and
 #: ActivationUnit.latency 20 -> 71 (their ops' entries grew by 7 and 51), and the row-pass units (QUANT's
-#: three-stage beat pipeline, SOFTMAX's exp pipeline, the norm's output pipeline).
-VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 69, "GELU": 69, "ROPE": 9, "SOFTMAX": 18, "RMSNORM": 13, "LAYERNORM": 14,
+#: three-stage beat pipeline, SOFTMAX's exp pipeline, the norm's output pipeline); then the activation unit's
+#: two constant products (GELU's x3 * C1, w * C2) became shift-and-add trees in LUTs, a stage longer each
+#: (ActivationUnit.latency 71 -> 73: SILU / GELU + 2, measured on the RTL sequencer).
+VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 71, "GELU": 71, "ROPE": 9, "SOFTMAX": 18, "RMSNORM": 13, "LAYERNORM": 14,
                                         "ADD": 8, "MUL": 8, "REQUANT": 8, "ARGMAX": 8, "QUANT": 4, "QUANT_SPLIT": 4}
 
 

@@ -48,3 +48,37 @@ def test_activation_bit_exact(cols, line_lanes, nonlinear):
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         assert [g.data[c] for c in range(lanes)] == w, f"line {k} ({'GELU' if beats[k]['op'] else 'SILU'}) " \
                                                       f"of {beats[k]['data']}"
+
+
+@pytest.mark.parametrize("k,width", [(48012366, 30), (1713444047, 28), (-12345, 20), (7, 8), (8, 8), (-1, 5)])
+def test_const_mul_exact(k, width):
+    """hw/vec_lut_mul.py's shift-and-add product (GELU's C1 / C2 and odd cases): x * k after its latency,
+    extremes included, one operand a cycle."""
+    from amaranth import Const, Module, Signal, signed
+    from amaranth.sim import Simulator
+
+    from systolica.hw.line_unit import Stages
+    from systolica.hw.vec_lut_mul import const_mul, const_mul_latency, csd
+
+    assert sum(d << s for s, d in csd(k)) == k
+    m = Module()
+    x = Signal(signed(width))
+    y = const_mul(Stages(m, Const(1)), x, k, "t")
+    lat = const_mul_latency(k)
+    rng = random.Random(k)
+    vals = [-(1 << (width - 1)), (1 << (width - 1)) - 1, 0] + \
+        [rng.randrange(-(1 << (width - 1)), 1 << (width - 1)) for _ in range(40)]
+    got = []
+
+    async def tb(ctx):
+        for i in range(len(vals) + lat):
+            if i < len(vals):
+                ctx.set(x, vals[i])
+            await ctx.tick()
+            got.append(ctx.get(y))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    assert got[lat - 1:lat - 1 + len(vals)] == [v * k for v in vals]
