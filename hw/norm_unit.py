@@ -152,7 +152,11 @@ class NormUnit(LineUnit):
         ctl_l = data.StructLayout({"v": 1, "mx": 1, "sq": 1, "out": 1, "last": 1, "ok": data.ArrayLayout(1, C)})
         ctl = []  # ctl[j]: the control of the beat in stage j + 1
         take = Signal()  # a row beat of passes 3..5 enters stage 1 this cycle
+        # the states that take beats, each a flag register of its own (set and cleared with the FSM's
+        # transitions, `goto`), so `ready` and the beat's enables decode no state register
+        st_hdr, st_sum = Signal(init=1), Signal()
         pass_mx, pass_sq, pass_out = Signal(), Signal(), Signal()  # the pass the FSM is in
+        flags = {"HDR": st_hdr, "SUM": st_sum, "MAXD": pass_mx, "SSQ": pass_sq, "OUT": pass_out}
 
         def stage():
             c_ = Signal(ctl_l, name=f"norm_c{len(ctl) + 1}")
@@ -230,81 +234,85 @@ class NormUnit(LineUnit):
         wrong = Signal()
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
+        row_st = pass_mx | pass_sq | pass_out
+        m.d.comb += [i.ready.eq(st_hdr | st_sum | (row_st & adv) | (pass_out & wrong)),
+                     wrong.eq(Mux(st_hdr, p.kind != HDR, p.kind != ROW)), take.eq(fire & ~wrong & row_st)]
+        with m.If(fire & ~wrong & ~st_hdr):  # the line counter of every pass
+            m.d.sync += li.eq(Mux(p.last, 0, li + 1))
+        with m.If(st_hdr):  # nothing reads these in HDR (the last row's beats have left stage 1)
+            m.d.sync += [li.eq(0), acc.eq(0), mean.eq(0), maxd.eq(0)]
+            with m.If(fire & ~wrong):
+                m.d.sync += [n.eq(p.n), eps.eq(p.eps), center.eq(p.center)]
+        with m.If(fire & ~wrong & st_sum):
+            m.d.sync += acc.eq(acc + sum(Mux(lane_ok[c], p.a[c], 0) for c in range(C)))
+
+        def goto(state):
+            """``m.next = state``, and the beat-taking states' flags with it."""
+            m.next = state
+            m.d.sync += [f.eq(name == state) for name, f in flags.items()]
 
         def row_pass(next_state):
-            """Common framing of a pass over the row: the line counter and the hand-over at `last`."""
-            m.d.comb += [wrong.eq(p.kind != ROW)]
-            with m.If(fire & ~wrong):
-                m.d.sync += li.eq(li + 1)
-                with m.If(p.last):
-                    m.d.sync += li.eq(0)
-                    m.next = next_state
+            """The hand-over at a pass's `last`."""
+            with m.If(fire & ~wrong & p.last):
+                goto(next_state)
 
         def wait(name, next_state, cycles=3):
             """``cycles`` states that only wait (for the multiplier), then ``next_state``."""
             for j in range(cycles):
                 with m.State(f"{name}{j}"):
-                    m.next = f"{name}{j + 1}" if j + 1 < cycles else next_state
+                    goto(f"{name}{j + 1}" if j + 1 < cycles else next_state)
 
         with m.FSM(name="norm"):
             with m.State("HDR"):
-                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != HDR)]
                 with m.If(fire & ~wrong):
-                    m.d.sync += [n.eq(p.n), eps.eq(p.eps), center.eq(p.center), li.eq(0), acc.eq(0),
-                                 mean.eq(0), maxd.eq(0)]
-                    m.next = "RECIP"
+                    goto("RECIP")
             with m.State("RECIP"):
                 m.d.comb += recip.i_stream.valid.eq(1)
                 with m.If(recip.i_stream.ready):
-                    m.next = "RECIP_WAIT"
+                    goto("RECIP_WAIT")
             with m.State("RECIP_WAIT"):  # the last row's output beats have left the pipeline, too
                 m.d.comb += recip.o_stream.ready.eq(drained)
                 with m.If(recip.o_stream.valid & drained):
                     m.d.sync += [ry.eq(recip.o_stream.payload.y), rk.eq(recip.o_stream.payload.k)]
-                    m.next = "SUM"
+                    goto("SUM")
                     with m.If(~center):
-                        m.next = "MAXD"
+                        goto("MAXD")
             with m.State("SUM"):
-                m.d.comb += i.ready.eq(1)
-                with m.If(fire & ~wrong):
-                    m.d.sync += acc.eq(acc + sum(Mux(lane_ok[c], p.a[c], 0) for c in range(C)))
                 row_pass("MEAN0")
             with m.State("MEAN0"):
                 m.d.sync += mag_r.eq(Mux(acc < 0, -acc, acc))
-                m.next = "MEAN1"
+                goto("MEAN1")
             with m.State("MEAN1"):
                 # _trunc31(sum): c = max(0, bitlen(|sum|) - 31), st = sum >> c: int32
-                bl = bitlen_tree(m, mag_r, 64, "sum_bitlen")
-                m.d.sync += cc_r.eq(Mux(bl > 31, bl - 31, 0))
-                m.next = "MEAN2"
+                # max(0, bitlen(x) - 31) = bitlen(x >> 31): a 33-bit encoder, no subtraction behind it
+                m.d.sync += cc_r.eq(bitlen_tree(m, mag_r >> 31, 33, "sum_bitlen"))
+                goto("MEAN2")
             with m.State("MEAN2"):
                 st = Signal(signed(32))
                 m.d.comb += st.eq(acc >> cc_r)
                 multiply(st, ry)
                 m.d.sync += e.eq(rk - cc_r - GUARD)  # the mean's shift, held in e until MEAN3
-                m.next = "MEAN_W0"
+                goto("MEAN_W0")
             wait("MEAN_W", "MEAN3")
             mean_ld, mterm = rsr_split(prod, e, 64, 8, "mean_term")
             with m.State("MEAN3"):
                 m.d.sync += mean_ld
-                m.next = "MEAN4"
+                goto("MEAN4")
             with m.State("MEAN4"):
                 m.d.sync += [mean.eq(mterm), acc.eq(0)]
-                m.next = "MAXD"
+                goto("MAXD")
             with m.State("MAXD"):
-                m.d.comb += [i.ready.eq(adv), take.eq(fire & ~wrong), pass_mx.eq(1)]
                 row_pass("MAXD_DRAIN")
             with m.State("MAXD_DRAIN"), m.If(~c1.v & ~c2.v):  # the last |d| is in maxd
-                m.next = "SCALE"
+                goto("SCALE")
             with m.State("SCALE"):
                 m.d.sync += [s.eq(Mux(maxd_bl > 23, maxd_bl - 23, 0)), acc.eq(0)]
                 multiply(n, eps)  # < 2**40, held in prod through the next pass
-                m.next = "SSQ"
+                goto("SSQ")
             with m.State("SSQ"):
-                m.d.comb += [i.ready.eq(adv), take.eq(fire & ~wrong), pass_sq.eq(1)]
                 row_pass("SSQ_DRAIN")
             with m.State("SSQ_DRAIN"), m.If(squares_in):  # the last squares are in acc (and n * eps in prod)
-                m.next = "RSQ0"
+                goto("RSQ0")
             # ss = sum + rsr(n * eps, 2s - 16); st, c = trunc31(max(ss, 1)); v = st * ry: one step a state
             ne = Signal(signed(41))
             m.d.comb += ne.eq(prod[:40])
@@ -313,56 +321,56 @@ class NormUnit(LineUnit):
             eps_ld, eterm = rsr_split(ne, esh, 64, 16, "eps_term")
             with m.State("RSQ0"):
                 m.d.sync += eps_ld
-                m.next = "RSQ1"
+                goto("RSQ1")
             with m.State("RSQ1"):
                 m.d.sync += eterm_r.eq(eterm)
-                m.next = "RSQ2"
+                goto("RSQ2")
             with m.State("RSQ2"):
                 m.d.sync += ss_r.eq(acc + eterm_r)
-                m.next = "RSQ3"
+                goto("RSQ3")
             with m.State("RSQ3"):
                 m.d.sync += ssp_r.eq(Mux(ss_r < 1, 1, ss_r))
-                m.next = "RSQ4"
+                goto("RSQ4")
             with m.State("RSQ4"):
-                bl = bitlen_tree(m, ssp_r, 64, "ss_bitlen")
-                m.d.sync += cc_r.eq(Mux(bl > 31, bl - 31, 0))
-                m.next = "RSQ5"
+                # max(0, bitlen(x) - 31) = bitlen(x >> 31): a 33-bit encoder, no subtraction behind it
+                m.d.sync += cc_r.eq(bitlen_tree(m, ssp_r >> 31, 33, "ss_bitlen"))
+                goto("RSQ5")
             with m.State("RSQ5"):
                 sst = Signal(unsigned(31))  # ssp >> cc < 2**31 by the choice of cc
                 m.d.comb += sst.eq(ssp_r >> cc_r)
                 multiply(sst, ry)
                 m.d.sync += e.eq(cc_r + (s << 1) - 2 * (16 + GUARD) - rk)
-                m.next = "RSQ_W0"
+                goto("RSQ_W0")
             wait("RSQ_W", "RSQ6")
             # rsqrt_fx(v, e): t = bitlen(v) - 1 + e; K = t >> 1; sh = 29 + e - 2K; m = v << sh or v >> -sh
             v = Signal(unsigned(61))  # < 2**31 * 2**30
             m.d.comb += v.eq(prod[:61])
             with m.State("RSQ6"):
                 m.d.sync += vb_r.eq(bitlen_tree(m, v, 61, "v_bitlen"))
-                m.next = "RSQ7"
+                goto("RSQ7")
             with m.State("RSQ7"):
                 t = Signal(signed(10))
                 m.d.comb += t.eq(vb_r - 1 + e)
                 kk = Signal(signed(10))
                 m.d.comb += kk.eq(t >> 1)
                 m.d.sync += [sh_r.eq(29 + e - (kk << 1)), k.eq(30 + kk)]
-                m.next = "RSQ7B"
+                goto("RSQ7B")
             nsh, psh, sh_pos = Signal(range(64)), Signal(range(32)), Signal()
             with m.State("RSQ7B"):
                 m.d.sync += [nsh.eq(Mux(sh_r < 0, -sh_r, 0)), psh.eq(Mux(sh_r > 0, sh_r, 0)), sh_pos.eq(sh_r >= 0)]
-                m.next = "RSQ8"
+                goto("RSQ8")
             with m.State("RSQ8"):
                 m.d.sync += [mant.eq(Mux(sh_pos, v << psh, v >> nsh)), tsh_r.eq(k + 16 + GUARD - 20 - s)]
-                m.next = "RSQ9"
+                goto("RSQ9")
             with m.State("RSQ9"):  # the seed table's entry for mant is registered at the end of this state
-                m.next = "RSQ10"
+                goto("RSQ10")
             with m.State("RSQ10"):
                 m.d.sync += [y.eq(seed_q), newton.eq(0)]
                 # the output's t = rsr(ds * y, tsh) (max_left 8), its shifts registered for the whole pass
                 m.d.sync += [t_sr1.eq(Mux(tsh_r > 63, 62, Mux(tsh_r < 1, 0, tsh_r - 1))),
                              t_sl.eq(Mux(tsh_r < -8, 8, Mux(tsh_r > 0, 0, -tsh_r))),
                              t_zero.eq(tsh_r > 63), t_right.eq(tsh_r > 0)]
-                m.next = "NEWTON_A"
+                goto("NEWTON_A")
             # Newton: y2 = (y * y) >> 30; tt = (m * y2) >> 29; y = (y * (3 * 2**30 - tt)) >> 31, twice.
             # Bounds over every seed interval (interval arithmetic on the 192 entries of RSQRT_SEED):
             # y, y2 < 2**30 before a step and y < 2**31 after it, tt < 2**31, 2**30.98 < 3 * 2**30 - tt
@@ -372,25 +380,24 @@ class NormUnit(LineUnit):
                 m.d.comb += ycur.eq(Mux(newton, prod[31:62], y))
                 m.d.sync += y.eq(ycur)
                 multiply(ycur, ycur)
-                m.next = "NEWTON_AW0"
+                goto("NEWTON_AW0")
             wait("NEWTON_AW", "NEWTON_B")
             with m.State("NEWTON_B"):
                 multiply(mant, prod[30:61])
-                m.next = "NEWTON_BW0"
+                goto("NEWTON_BW0")
             wait("NEWTON_BW", "NEWTON_C")
             with m.State("NEWTON_C"):
                 multiply(y, Const(3 << 30, signed(34)) - prod[29:61])
                 m.d.sync += [newton.eq(1), newton_done.eq(newton)]
-                m.next = "NEWTON_CW0"
+                goto("NEWTON_CW0")
             for j in range(3):
                 with m.State(f"NEWTON_CW{j}"):
                     if j < 2:
-                        m.next = f"NEWTON_CW{j + 1}"
+                        goto(f"NEWTON_CW{j + 1}")
                     else:
-                        m.next = "NEWTON_A"
+                        goto("NEWTON_A")
                         with m.If(newton_done):  # that was the second step
-                            m.next = "OUT"
+                            goto("OUT")
             with m.State("OUT"):
-                m.d.comb += [i.ready.eq(adv | wrong), take.eq(fire & ~wrong), pass_out.eq(1)]
                 row_pass("HDR")  # the last beats drain during the next row's header and reciprocal
         return m

@@ -119,6 +119,7 @@ class QuantUnit(LineUnit):
         split, empty, blk = Signal(), Signal(), Signal()
         hi, lo = Signal(signed(33)), Signal(signed(33))  # running max(0, x) / min(0, x) of the block's values
         rhi, rlo = Signal(signed(33)), Signal(signed(33))  # the same for the residual, during the Q pass
+        nlo, nrlo = Signal(signed(34)), Signal(signed(34))  # -lo and -rlo, folded beside them (no negation in SCALE0)
         s0 = Signal(signed(7))
         s0sh = Signal(range(MAX_LEFT + 27))  # s0 + 7
         a_r = Signal(unsigned(33))
@@ -173,11 +174,14 @@ class QuantUnit(LineUnit):
         pipe_empty = ~c1.v & ~c2.v & ~c3.v
         with m.If(en & c3.v):
             with m.If(c3.mx):
-                m.d.sync += [hi.eq(Mux(bmx > hi, bmx, hi)), lo.eq(Mux(bmn < lo, bmn, lo))]
+                m.d.sync += [hi.eq(Mux(bmx > hi, bmx, hi)), lo.eq(Mux(bmn < lo, bmn, lo)),
+                             nlo.eq(Mux(bmn < lo, -bmn, nlo))]
             with m.If(c3.q):
-                m.d.sync += [rhi.eq(Mux(bmx > rhi, bmx, rhi)), rlo.eq(Mux(bmn < rlo, bmn, rlo))]
+                m.d.sync += [rhi.eq(Mux(bmx > rhi, bmx, rhi)), rlo.eq(Mux(bmn < rlo, bmn, rlo)),
+                             nrlo.eq(Mux(bmn < rlo, -bmn, nrlo))]
                 with m.If(c3.last & c3.split):  # the residual's statistics become block 1's
-                    m.d.sync += [hi.eq(Mux(bmx > rhi, bmx, rhi)), lo.eq(Mux(bmn < rlo, bmn, rlo))]
+                    m.d.sync += [hi.eq(Mux(bmx > rhi, bmx, rhi)), lo.eq(Mux(bmn < rlo, bmn, rlo)),
+                                 nlo.eq(Mux(bmn < rlo, -bmn, nrlo))]
             with m.If(c3.q | c3.r):
                 m.d.comb += load.eq(1)
         with m.If(c3.q):
@@ -190,6 +194,20 @@ class QuantUnit(LineUnit):
         wrong = Signal()
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
+
+        # what EXP1 derives from s = s0 + over, for both values of over: registered every cycle from s0
+        # (final since SCALE1), so EXP1 only selects (no adder or comparison behind the carry test)
+        t0 = Signal(33, reset_less=True)  # t0[j + 1] = s0 > j, j = -1..31
+        s0p = [Signal(signed(7), name="s0_p1", reset_less=True), Signal(signed(8), name="e_p1", reset_less=True),
+               Signal(signed(8), name="e_p0", reset_less=True), Signal(range(MAX_LEFT + 28), name="s0sh_p1",
+                                                                      reset_less=True),
+               *[Signal(name=f"s0_eq{v}", reset_less=True) for v in (24, 25, 26)],
+               Signal(range(27), name="spos_p1", reset_less=True), Signal(range(27), name="spos_p0",
+                                                                       reset_less=True)]
+        m.d.sync += [t0.eq(Cat(*[s0 > j for j in range(-1, 32)])),
+                     s0p[0].eq(s0 + 1), s0p[1].eq(s0 + 1 - FX_FRAC), s0p[2].eq(s0 - FX_FRAC), s0p[3].eq(s0sh + 1),
+                     s0p[4].eq(s0 == 24), s0p[5].eq(s0 == 25), s0p[6].eq(s0 == 26),
+                     s0p[7].eq(Mux(s0 >= 0, s0, 0)), s0p[8].eq(Mux(s0 > 0, s0 - 1, 0))]
 
         with m.FSM(name="quant"):
             with m.State("HDR"):
@@ -204,7 +222,7 @@ class QuantUnit(LineUnit):
                 with m.If(fire & ~wrong & p.last):
                     m.next = "SCALE0"
             with m.State("SCALE0"), m.If(pipe_empty):  # the block's max and min are in hi / lo
-                m.d.sync += a_r.eq(Mux(hi > -lo, hi, -lo))
+                m.d.sync += a_r.eq(Mux(hi > nlo, hi, nlo))
                 m.next = "SCALE1"
             with m.State("SCALE1"):
                 bl = bitlen_tree(m, a_r, 33, "a_bitlen")
@@ -219,19 +237,20 @@ class QuantUnit(LineUnit):
                 m.next = "EXP1"
             with m.State("EXP1"):
                 s = Signal(signed(7))
-                m.d.comb += s.eq(s0 + over)
-                m.d.comb += [ob.exp.eq(1), ob.blk.eq(blk), ob.data[0].eq(s - FX_FRAC),
+                m.d.comb += s.eq(Mux(over, s0p[0], s0))
+                m.d.comb += [ob.exp.eq(1), ob.blk.eq(blk), ob.data[0].eq(Mux(over, s0p[1], s0p[2])),
                              ob.last.eq(empty & (blk | ~split))]
                 with m.If(en):
                     m.d.comb += load.eq(1)
                     # the first row of the next pass uses s: hi / lo are free again for the next block
-                    m.d.sync += [hi.eq(0), lo.eq(0), rhi.eq(0), rlo.eq(0)]
+                    m.d.sync += [hi.eq(0), lo.eq(0), rhi.eq(0), rlo.eq(0), nlo.eq(0), nrlo.eq(0)]
                     with m.If(blk):
-                        m.d.sync += [sr.eq(s), sr_sh.eq(s0sh + over)]
+                        m.d.sync += [sr.eq(s), sr_sh.eq(Mux(over, s0p[3], s0sh))]
                     with m.Else():
-                        m.d.sync += [sq.eq(s), sq_sh.eq(s0sh + over), sq_pos.eq(s > 0), sq25.eq(s == 25),
-                                     sq26.eq(s == 26), spos.eq(Mux(s > 0, s - 1, 0)),
-                                     keep.eq(Cat(*[s > j for j in range(32)]))]
+                        m.d.sync += [sq.eq(s), sq_sh.eq(Mux(over, s0p[3], s0sh)),
+                                     sq_pos.eq(Mux(over, t0[0], t0[1])), sq25.eq(Mux(over, s0p[4], s0p[5])),
+                                     sq26.eq(Mux(over, s0p[5], s0p[6])), spos.eq(Mux(over, s0p[7], s0p[8])),
+                                     keep.eq(Cat(*[t0[j + 1] | (over & t0[j]) for j in range(32)]))]
                     with m.If(empty):
                         m.next = "HDR"
                         with m.If(split & ~blk):  # the residual of an empty row: empty too

@@ -22,8 +22,9 @@ cycle after x and gamma: its lines enter the FIFO at most every 2 cycles.
 The FIFO's head line goes to the unit in ``cols / cfg.line_width`` beats (QUANT) or
 ``cols / cfg.nonlinear_width`` beats (SOFTMAX and the norms: :mod:`~systolica.hw.line_unit`;
 a header is one beat) and leaves the FIFO with
-its last beat; each beat passes a register on its way to the unit (the unit's logic starts at a
-flip-flop, not at the FIFO's read multiplexer).  The instruction's derived counts are registered at
+its last beat; each beat passes one of two beat registers on its way to the unit, filled and read
+in turn (the unit's logic starts at a 2:1 multiplexer of flip-flops, not at the FIFO's read multiplexer,
+and the unit's ``ready`` reaches no beat register's enable).  The instruction's derived counts are registered at
 ``start``, the read addresses are counters, and the scratchpad addresses of QUANT's two blocks are
 pointers (the only product, ``rows * lines`` for block 1's base, is registered from registers).
 Output beats are gathered back into lines
@@ -168,31 +169,54 @@ class RowPassSequencer(wiring.Component):
         b = q.r_data[2 + C * 32:2 + 2 * C * 32]
         c = q.r_data[2 + 2 * C * 32:]
         # the FIFO's head line goes to the unit in B beats of W lanes (beat bk: lanes bk*W ..); a header is one
-        # beat.  The head leaves the FIFO with its last beat.  Beats pass a register on their way to the unit
-        # (`bv`: it holds one), so the unit's logic starts from a flip-flop, not from the FIFO's read mux.
+        # beat.  The head leaves the FIFO with its last beat.  Beats pass a beat register (of two) on their way to the
+        # unit, so the unit's logic starts from flip-flops, not from the FIFO's read mux.
         # QUANT's unit has W lanes (B beats a line); the softmax and norm units NW (NB >= B beats a line)
         B, W = self.cfg.line_beats, self.cfg.line_width
         NB, NW = self.cfg.nonlinear_beats, self.cfg.nonlinear_width
         bk = Signal(range(NB))
-        took = Signal()  # the unit took the beat register's beat
+        took = Signal()  # the unit took the read slot's beat
         beat_end = bk == Mux(is_q, B - 1, NB - 1)
         end = (kind == _HDR) | beat_end
         qa = a.word_select(bk, W * 32) if B > 1 else a
         a, b, c = (x.word_select(bk, NW * 32) if NB > 1 else x for x in (a, b, c))
+        # two beat registers (slots) a unit, filled in turn from the FIFO's head and read in turn by the unit: a
+        # slot loads when it is empty (its valid bit, a register), so no unit's `ready` reaches the beat registers'
+        # enables; each unit reads its slots through a 2:1 multiplexer with a read pointer of its own (`rp_u`,
+        # equal to `rp` while the unit runs), so the slots and their select sit beside the unit's first stage
+        sv = [Signal(name=f"slot{j}_v") for j in range(2)]
+        wp, rp = Signal(), Signal()  # the slot the next beat goes into / the unit reads
         bv = Signal()
-        bkind, blast = Signal(), Signal()
-        bqa = Signal(W * 32, reset_less=True)
-        ba, bb, bc = (Signal(NW * 32, reset_less=True, name=f"beat_{x}") for x in "abc")
+        m.d.comb += bv.eq(Mux(rp, sv[1], sv[0]))
         ld = Signal()
-        m.d.comb += ld.eq(q.r_rdy & (~bv | took))
+        m.d.comb += ld.eq(q.r_rdy & ~Mux(wp, sv[1], sv[0]))
         with m.If(ld):
-            m.d.sync += [bv.eq(1), bkind.eq(kind), blast.eq(lline & beat_end), bqa.eq(qa), ba.eq(a), bb.eq(b),
-                         bc.eq(c)]
-        with m.Elif(took):
-            m.d.sync += bv.eq(0)
-        for unit, sel in ((qu, is_q), (sm, is_s), (nu, is_n)):
-            m.d.comb += [unit.i_stream.valid.eq(bv & sel), unit.i_stream.payload.kind.eq(bkind),
-                         unit.i_stream.payload.last.eq(blast), unit.o_stream.ready.eq(1)]
+            m.d.sync += wp.eq(~wp)
+        with m.If(took):
+            m.d.sync += rp.eq(~rp)
+        for j in range(2):
+            with m.If(ld & (wp == j)):
+                m.d.sync += sv[j].eq(1)
+            with m.If(took & (rp == j)):
+                m.d.sync += sv[j].eq(0)
+        rps = []
+        for unit, sel, fields in ((qu, is_q, (("data", qa),)), (sm, is_s, (("data", a),)),
+                                  (nu, is_n, (("a", a), ("b", b), ("c", c)))):
+            nm = unit.__class__.__name__.lower()
+            rp_u = Signal(name=f"rp_{nm}")
+            rps.append(rp_u)
+            with m.If(took & sel):
+                m.d.sync += rp_u.eq(~rp_u)
+            srcs = [kind, lline & beat_end, *(v for _, v in fields)]
+            regs = [[Signal(len(x), name=f"slot{j}_{nm}_{k}", reset_less=True) for k, x in enumerate(srcs)]
+                    for j in range(2)]
+            for j in range(2):
+                with m.If(ld & (wp == j) & sel):
+                    m.d.sync += [r_.eq(x) for r_, x in zip(regs[j], srcs)]
+            outs = [Mux(rp_u, r1, r0) for r0, r1 in zip(regs[0], regs[1])]
+            m.d.comb += [unit.i_stream.valid.eq(bv & sel), unit.i_stream.payload.kind.eq(outs[0]),
+                         unit.i_stream.payload.last.eq(outs[1]), unit.o_stream.ready.eq(1)]
+            m.d.comb += [getattr(unit.i_stream.payload, f).eq(o_) for (f, _), o_ in zip(fields, outs[2:])]
             with m.If(sel):
                 m.d.comb += took.eq(bv & unit.i_stream.ready)
         m.d.comb += q.r_en.eq(ld & end)
@@ -200,13 +224,12 @@ class RowPassSequencer(wiring.Component):
             with m.If(ld & (kind == _ROW)):
                 m.d.sync += bk.eq(Mux(beat_end, 0, bk + 1))
         with m.If(self.start):
-            m.d.sync += bv.eq(0)
+            m.d.sync += [sv[0].eq(0), sv[1].eq(0), wp.eq(0), rp.eq(0), *[x.eq(0) for x in rps]]
             if NB > 1:
                 m.d.sync += bk.eq(0)
-        m.d.comb += [qu.i_stream.payload.data.eq(bqa), qu.i_stream.payload.split.eq(split),
+        m.d.comb += [qu.i_stream.payload.split.eq(split),
                      qu.i_stream.payload.empty.eq(ins.quant.lines == 0),
-                     sm.i_stream.payload.data.eq(ba), sm.i_stream.payload.n.eq(ins.softmax.n),
-                     nu.i_stream.payload.a.eq(ba), nu.i_stream.payload.b.eq(bb), nu.i_stream.payload.c.eq(bc),
+                     sm.i_stream.payload.n.eq(ins.softmax.n),
                      nu.i_stream.payload.n.eq(nrm.n), nu.i_stream.payload.eps.eq(nrm.eps),
                      nu.i_stream.payload.center.eq(is_ln)]
 
@@ -264,5 +287,5 @@ class RowPassSequencer(wiring.Component):
                 m.d.sync += qp0.eq(qp0 + 1)
             with m.If(qo.last):
                 m.d.sync += rows_out.eq(rows_out - 1)
-        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | q.r_rdy | bv | (rows_out != 0))
+        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | q.r_rdy | sv[0] | sv[1] | (rows_out != 0))
         return m

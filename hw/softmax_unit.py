@@ -140,6 +140,7 @@ class SoftmaxUnit(LineUnit):
         def delay(x, stages, name):
             return delay_line(m, adv, x, stages, name)
 
+        thr = Signal(signed(34))  # mx + D_MIN, folded beside mx
         osh = Signal(range(OSH_MIN, OSH_MAX + 1))
         osh_rel = Signal(range(OSH_MAX - OSH_MIN + 1), reset_less=True)
         ohalf = Signal(unsigned(OSH_MAX), reset_less=True)  # 2**(osh - 1): rsr's rounding half
@@ -150,8 +151,10 @@ class SoftmaxUnit(LineUnit):
             dneg = Signal(signed(23), name=f"dneg_{c}", reset_less=True)
             dd = Signal(signed(33), name=f"d_{c}")
             m.d.comb += dd.eq(p.data[c] - mx)
-            with m.If(adv):  # exp_fx: positive inputs count as 0; below D_MIN every input gives 0
-                m.d.sync += dneg.eq(Mux(dd > 0, 0, Mux(dd < D_MIN, D_MIN, dd)))
+            # exp_fx: positive inputs count as 0; below D_MIN every input gives 0.  Both tests compare x with a
+            # register (x > mx; x < thr = mx + D_MIN), beside the subtractor rather than after it
+            with m.If(adv):
+                m.d.sync += dneg.eq(Mux(p.data[c] > mx, 0, Mux(p.data[c] < thr, D_MIN, dd)))
             lprod, lat = mul_pipe(m, adv, dneg, Const(LOG2E_Q30, unsigned(31)), f"lprod_{c}")
             u = Signal(signed(33), name=f"u_{c}", reset_less=True)  # -47 * 2**24 <= u <= 0
             with m.If(adv):
@@ -206,9 +209,12 @@ class SoftmaxUnit(LineUnit):
         # folds them into mx
         into_max, mv = Signal(), Signal()
         xm = [Signal(signed(32), name=f"xm_{c}", reset_less=True) for c in range(C)]
-        m.d.sync += [mv.eq(into_max), *[xm[c].eq(Mux(lane_ok[c], p.data[c], INT32_MIN)) for c in range(C)]]
+        xmd = [Signal(signed(34), name=f"xmd_{c}", reset_less=True) for c in range(C)]  # xm + D_MIN
+        m.d.sync += [mv.eq(into_max), *[xm[c].eq(Mux(lane_ok[c], p.data[c], INT32_MIN)) for c in range(C)],
+                     *[xmd[c].eq(Mux(lane_ok[c], p.data[c], INT32_MIN) + D_MIN) for c in range(C)]]
         with m.If(mv):
-            m.d.sync += mx.eq(tree([mx, *xm], lambda a, b: Mux(a > b, a, b)))
+            m.d.sync += [mx.eq(tree([mx, *xm], lambda a, b: Mux(a > b, a, b))),
+                         thr.eq(tree([thr, *xmd], lambda a, b: Mux(a > b, a, b)))]
 
         wrong = Signal()
         with m.If(fire & wrong):
@@ -245,7 +251,7 @@ class SoftmaxUnit(LineUnit):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != HDR)]
                 # mx and S restart in every HDR cycle (no input in their multiplexers' select): the last OUT
                 # beat has left stage 1, the only one to read mx, and S is read before OUT
-                m.d.sync += [mx.eq(INT32_MIN), ssum.eq(0)]
+                m.d.sync += [mx.eq(INT32_MIN), thr.eq(INT32_MIN + D_MIN), ssum.eq(0)]
                 with m.If(fire & ~wrong):
                     m.d.sync += [n.eq(p.n), li.eq(0)]
                     with m.If(p.n != 0):

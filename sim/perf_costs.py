@@ -59,7 +59,9 @@ VECTOR_PASSES: dict[str, tuple[int, int]] = {
     "RMSNORM": (3, 86), "LAYERNORM": (4, 93), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 51),
     "ARGMAX": (1, 0),
 }
-ROWPASS_FIFO_LINES = 4  # hw/rowpass_sequencer.py _DEPTH
+#: lines read ahead of a LAYERNORM output pass at full width: the FIFO's 4 (hw/rowpass_sequencer.py _DEPTH)
+#: and the second of the unit's two beat registers (a line a beat; RTL tiny: 687 -> 683 cycles for 4 rows)
+ROWPASS_FIFO_LINES = 5
 #: The line ops that run on the activation, norm and softmax units (``cfg.nonlinear_width`` lanes).
 NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
@@ -333,7 +335,7 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     beats = passes * rows * lines * per_line
     if ins.op == "LAYERNORM" and per_line < 2:
         # the output pass reads x and gamma, then beta through port b: a line every 2 cycles into the row-pass
-        # FIFO (4 lines, filled ahead during the row statistics), which the unit drains at one a cycle
+        # FIFO (4 lines and a beat register, filled ahead during the row statistics), drained at one a cycle
         beats += rows * max(0, lines - ROWPASS_FIFO_LINES)
     return OpCost(beats + rows * per_row + p.vector_latency + VECTOR_EXTRA_LATENCY.get(key, 0))
 
