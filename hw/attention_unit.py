@@ -68,16 +68,18 @@ from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
 
-from .fixed import bitlen_u, rshift_round_var, sat32
+from .attn_exp import exp2_pipelines
+from .fixed import bitlen_u, sat32
+from .lut_mul import lut_mul
 from .recip import Reciprocal
 
 __all__ = ["AttentionUnit", "AttnBeat"]
 
 #: stages of the state-line lanes (S0 operands .. S8 saturation; see AttentionUnit.elaborate)
 _LANE_STAGES = 9
-_EXP_STAGES = 5  # exp2 pipeline stages E0 .. E4 (E5 is the V1 register)
 _KIND_SCORE, _KIND_O, _KIND_LA = 0, 1, 2  # what a lane pipeline entry is (O: an O or FOUT lane group)
 
+_PV_MUL_STAGES = 3  # p * v in logic: v's 8 partial products added in pairs (hw/lut_mul.py)
 PV_BITS = 56  # |PV| < 2**50 for t <= 4095 and |v| < 1024 (numerics_attn); 6 bits of margin
 
 
@@ -125,7 +127,7 @@ class AttentionUnit(wiring.Component):
         })
 
     def elaborate(self, platform):
-        from systolica.numerics import EXP_BASE, EXP_DELTA, LOG2E_Q30
+        from systolica.numerics import LOG2E_Q30
 
         m = Module()
         C, R = self.cfg.cols, self.rows
@@ -143,10 +145,6 @@ class AttentionUnit(wiring.Component):
         # the URAM288 that the large buffers need (on zcu104 the second row's buffer passed the 80% URAM limit)
         umems = [mem(f"umem{_s(r)}", signed(32), self.max_tokens, attrs={"ram_style": "block"}) for r in range(R)]
         pvmems = [mem(f"pvmem{_s(r)}", data.ArrayLayout(signed(PV_BITS), C), self.max_lines) for r in range(R)]
-        base = mem("exp_base", unsigned(32), 256, init=[int(v) for v in EXP_BASE])
-        # EXP_DELTA < 2**23: stored at its width so that delta * lo fits one DSP48
-        delta = mem("exp_delta", unsigned(max(int(v) for v in EXP_DELTA).bit_length()), 256,
-                    init=[int(v) for v in EXP_DELTA])
         q_ws, q_rs = [q.write_port() for q in qmems], [q.read_port(domain="comb") for q in qmems]
         # the score buffers (max_tokens words) are read synchronously so that they map to block RAM:
         # the address runs one beat ahead (the token the next V line belongs to)
@@ -171,48 +169,27 @@ class AttentionUnit(wiring.Component):
         anyv = Signal()  # some token of the tile was unmasked (the same for every row: one query position)
         r = Signal(range(64))
         big_l = Signal(unsigned(56))  # L of the row in the L states
+        la_r, sp_r = Signal(signed(37), reset_less=True), Signal(unsigned(41), reset_less=True)  # its two terms
+        NG = 7  # bytes of L
+        gbl = [Signal(range(9), name=f"l_gbl{k}", reset_less=True) for k in range(NG)]  # bitlen of each
+        bl = Signal(range(57), reset_less=True)  # bitlen(L)
+        r_m1, r_zero = Signal(range(64), reset_less=True), Signal(reset_less=True)
+        l_t, m_r = Signal(unsigned(56), reset_less=True), Signal(signed(34), reset_less=True)
         m_new, l_new = Signal(signed(32)), Signal(signed(32))
         fire = i.valid & i.ready
         valid_tok = ~causal | (tok <= offset)
         m_old_o, l_old_o, m1_o = Array(m_old)[ri], Array(l_old)[ri], Array(m1)[ri]
         a_o, sum_p_o = Array(a)[ri], Array(sum_p)[ri]
 
-        # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): numerics.exp2_fx
-        # (u, 20, 30 - fo) in six stages, one operation each: E0 the clamp of u; E1 the table reads (LUT-RAM)
-        # and the shift; E2 delta * lo; E3 base + its rounding; E4 + the shift's rounding bit; E5 (v1) the shift
-        exp_in = per_row("exp_in", signed(34))
+        # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): hw/attn_exp.py
+        exp_in = per_row("exp_in", signed(32))  # m_old (state A) or the score u_j (V)
         e_l = data.StructLayout({"v": 1, "isv": 1, "ok": 1, "fo": range(3), "exp": signed(8),
                                  "li": range(self.max_lines + 1), "first": 1, "eot": 1,
                                  "data": data.ArrayLayout(signed(8), C)})
-        etag = [Signal(e_l, name=f"exp_s{s}") for s in range(_EXP_STAGES)]  # E0 .. E4
-        e_in = Signal(e_l, name="exp_issue")  # what enters E0 this cycle (A: isv = 0; V: a line)
-        m.d.sync += [etag[0].eq(e_in)] + [etag[s + 1].eq(etag[s]) for s in range(_EXP_STAGES - 1)]
+        e_in = Signal(e_l, name="exp_issue")  # what enters X1 this cycle (A: isv = 0; V: a line)
+        etag, e_fin = exp2_pipelines(m, e_l, e_in, exp_in, m1, _s)
         e_busy = Signal(name="exp_busy")
         m.d.comb += e_busy.eq(Cat(*[t.v for t in etag]).any())
-        e_fin = []  # per row: E4's value shifted (the result, before the mask)
-        for r_ in range(R):
-            def ereg(name, shape, r_=r_):
-                return Signal(shape, name=f"{name}{_s(r_)}", reset_less=True)
-            bport, dport = base.read_port(domain="comb"), delta.read_port(domain="comb")
-            uc0 = ereg("exp_e0_u", signed(34))
-            base1, delta1, lo1 = ereg("exp_e1_base", unsigned(32)), ereg("exp_e1_delta", len(dport.data)), \
-                ereg("exp_e1_lo", unsigned(12))
-            sh1, sh2, sh3, sh4 = (ereg(f"exp_e{k}_sh", range(41)) for k in range(1, 5))
-            dl2, base2 = ereg("exp_e2_dl", unsigned(len(dport.data) + 12)), ereg("exp_e2_base", unsigned(32))
-            p3 = ereg("exp_e3_p", unsigned(33))
-            pr4 = ereg("exp_e4_p", unsigned(42))
-            shc = Signal(signed(16), name=f"exp_e1_shc{_s(r_)}")
-            m.d.comb += [bport.addr.eq(uc0[12:20]), dport.addr.eq(uc0[12:20]),
-                         shc.eq(etag[0].fo - (uc0 >> 20))]
-            m.d.sync += [uc0.eq(Mux(exp_in[r_] > 0, 0, exp_in[r_])),
-                         base1.eq(bport.data), delta1.eq(dport.data), lo1.eq(uc0[0:12]),
-                         sh1.eq(Mux(shc > 40, 40, shc)),
-                         dl2.eq(delta1 * lo1), base2.eq(base1), sh2.eq(sh1),
-                         p3.eq(base2 + (dl2 >> 12) + ((dl2 >> 11) & 1)), sh3.eq(sh2),
-                         pr4.eq(p3 + ((Const(1, 1) << sh3) >> 1)), sh4.eq(sh3)]
-            fin = Signal(unsigned(33), name=f"exp_e5_fin{_s(r_)}")
-            m.d.comb += fin.eq(pr4 >> sh4)
-            e_fin.append(fin)
 
         wrong = Signal()
         with m.If(fire & wrong):
@@ -226,10 +203,8 @@ class AttentionUnit(wiring.Component):
         m.d.comb += r_s.eq(r)
 
         # ---- K pipeline: K1 line products (in state K), K2 dot accumulate, K3 score, each row at once ----
-        k1 = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1),
-                                       "ok": 1, "part": data.ArrayLayout(signed(32), R)}))
-        k2 = Signal(data.StructLayout({"v": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
-                                       "dot": data.ArrayLayout(signed(32), R)}))
+        k2 = Signal(data.StructLayout({"v": 1, "tok": range(self.max_tokens + 1), "ok": 1,
+                                       "dot": data.ArrayLayout(signed(32), R), "sh": data.ArrayLayout(signed(10), R)}))
         # K0: the line and each row's query line, registered; KP: their C products (one MULT18X18D each)
         k0 = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
                                        "q": data.ArrayLayout(data.ArrayLayout(signed(8), C), R),
@@ -239,14 +214,31 @@ class AttentionUnit(wiring.Component):
         m.d.sync += [k0.v.eq(0), k2.v.eq(0)]  # the stages below set them when they hold a line
         m.d.sync += [kp.v.eq(k0.v), kp.eot.eq(k0.eot), kp.exp.eq(k0.exp), kp.tok.eq(k0.tok), kp.ok.eq(k0.ok)]
         m.d.sync += [kp.prod[q][c].eq(k0.q[q][c] * k0.k[c]) for q in range(R) for c in range(C)]
-        m.d.sync += [k1.v.eq(kp.v), k1.eot.eq(kp.eot), k1.exp.eq(kp.exp), k1.tok.eq(kp.tok), k1.ok.eq(kp.ok)]
-        m.d.sync += [k1.part[q].eq(sum(kp.prod[q][c] for c in range(C))) for q in range(R)]
+        # K1 .. K1+log2(C)-1: the C products of each row summed in pairs, one add a stage
+        ktag_l = data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1})
+        k1, ksum = kp, [[kp.prod[q][c] for c in range(C)] for q in range(R)]
+        k_tree = []  # the tree's stages (their valid bits drain in KDRAIN)
+        while len(ksum[0]) > 1:
+            lvl = len(k_tree)
+            t = Signal(ktag_l, name=f"ksum_t{lvl}")
+            m.d.sync += [t.v.eq(k1.v), t.eot.eq(k1.eot), t.exp.eq(k1.exp), t.tok.eq(k1.tok), t.ok.eq(k1.ok)]
+            nxt = []
+            for q in range(R):
+                row = []
+                for j in range(0, len(ksum[q]), 2):
+                    sj = Signal(signed(17 + lvl), name=f"ksum{lvl}{_s(q)}_{j // 2}", reset_less=True)
+                    m.d.sync += sj.eq(ksum[q][j] + ksum[q][j + 1] if j + 1 < len(ksum[q]) else ksum[q][j])
+                    row.append(sj)
+                nxt.append(row)
+            k1, ksum = t, nxt
+            k_tree.append(t)
         with m.If(k1.v):
             with m.If(k1.eot):
-                m.d.sync += [k2.v.eq(1), k2.exp.eq(k1.exp), k2.tok.eq(k1.tok), k2.ok.eq(k1.ok)]
+                m.d.sync += [k2.v.eq(1), k2.tok.eq(k1.tok), k2.ok.eq(k1.ok)]
+                m.d.sync += [k2.sh[q].eq(10 - qexp[q] - k1.exp) for q in range(R)]
             for q in range(R):
                 full = Signal(signed(32), name=f"dot_full{_s(q)}")
-                m.d.comb += full.eq(dot[q] + k1.part[q])
+                m.d.comb += full.eq(dot[q] + ksum[q][0])
                 with m.If(k1.eot):
                     m.d.sync += [dot[q].eq(0), k2.dot[q].eq(full)]
                 with m.Else():
@@ -258,51 +250,49 @@ class AttentionUnit(wiring.Component):
         v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), R), "exp": signed(8),
                                        "li": range(self.max_lines + 1), "first": 1, "eot": 1,
                                        "data": data.ArrayLayout(signed(8), C)}))
-        e4 = etag[_EXP_STAGES - 1]
+        e4 = etag[-1]
         m.d.sync += [v1.v.eq(e4.v & e4.isv), v1.exp.eq(e4.exp), v1.li.eq(e4.li), v1.first.eq(e4.first),
                      v1.eot.eq(e4.eot), v1.data.eq(e4.data)]
         m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(R)]
         with m.If(e4.v & ~e4.isv):  # state A's rescales
             m.d.sync += [a[q].eq(e_fin[q]) for q in range(R)]
-        # V2 as P1 the products p_lo * v (and the few shifted adds of p_hi * v), P2 their sum, P3 the shift,
-        # P4 its rounding, then the read-modify-write of PV (read and write in one stage: a line may meet its
-        # own sum of the cycle before when a head is one line)
-        vt_l = data.StructLayout({"v": 1, "li": range(self.max_lines + 1), "first": 1, "sh": signed(10)})
-        vt = [Signal(vt_l, name=f"pv_s{s}") for s in range(1, 5)]  # P1 .. P4
+        # V2 as P1 .. P3 the products p * v in logic (hw/lut_mul.py: v's eight partial products of p added in
+        # pairs, one add a stage; no multiplier), P4 the shift, P5 its rounding, then the read-modify-write
+        # of PV (read and write in one stage: a line may meet its own sum of the cycle before when a head is
+        # one line).  The shift's decode (sh = -min(vexp, 3)) is registered with the line in P1.
+        vt_l = data.StructLayout({"v": 1, "li": range(self.max_lines + 1), "first": 1, "sr1": range(63),
+                                  "sl": range(4), "zero": 1, "pos": 1})
+        NV = _PV_MUL_STAGES + 2
+        vt = [Signal(vt_l, name=f"pv_s{s}") for s in range(1, NV + 1)]  # P1 .. P5
+        ve = v1.exp  # sh = -min(e, 3): sh > 63 iff e < -63, sh > 0 iff e < 0 (then sh - 1 = ~e), -sh = min(e, 3)
         m.d.sync += [vt[0].v.eq(v1.v), vt[0].li.eq(v1.li), vt[0].first.eq(v1.first),
-                     vt[0].sh.eq(-Mux(v1.exp > 3, 3, v1.exp))]
-        m.d.sync += [vt[s + 1].eq(vt[s]) for s in range(3)]
+                     vt[0].sr1.eq(Mux(ve < -63, 62, Mux(ve < 0, ~ve, 0))), vt[0].sl.eq(Mux(ve > 3, 3, Mux(ve < 0, 0, ve))),
+                     vt[0].zero.eq(ve < -63), vt[0].pos.eq(ve < 0)]
+        m.d.sync += [vt[s + 1].eq(vt[s]) for s in range(NV - 1)]
         v_busy = Signal(name="pv_busy")
         m.d.comb += v_busy.eq(Cat(v1.v, *[t.v for t in vt]).any())
-        vsh = vt[1].sh  # the shift of the line in P2 (its flags registered into P3)
-        sr1 = Signal(range(63), name="pv_sr1")
-        sl = Signal(range(4), name="pv_sl")
-        m.d.comb += [sr1.eq(Mux(vsh > 63, 62, Mux(vsh < 1, 0, vsh - 1))), sl.eq(Mux(vsh < -3, 3, Mux(vsh > 0, 0, -vsh)))]
-        zero3, pos3 = Signal(name="pv_zero3", reset_less=True), Signal(name="pv_pos3", reset_less=True)
-        m.d.sync += [zero3.eq(vsh > 63), pos3.eq(vsh > 0)]
+        vsh = vt[_PV_MUL_STAGES - 1]  # the line whose product leaves the multiplier (into P4)
+        zero4, pos4 = Signal(name="pv_zero4", reset_less=True), Signal(name="pv_pos4", reset_less=True)
+        m.d.sync += [zero4.eq(vsh.zero), pos4.eq(vsh.pos)]
+        vw = vt[NV - 1]  # P5: the term into PV
         for q in range(R):
-            m.d.comb += [pv_ws[q].addr.eq(vt[3].li), pv_ws[q].en.eq(vt[3].v)]
-            # p_j = exp2_fx(<= 0, 20, 28) <= 2**28: the low 24 bits fit a DSP48's 25-bit signed port, the
-            # top 5 bits are a few shifted adds of v (one DSP48 per lane instead of two)
-            p_lo, p_hi = v1.p[q][:24], v1.p[q][24:29]
+            m.d.comb += [pv_ws[q].addr.eq(vw.li), pv_ws[q].en.eq(vw.v)]
             for c in range(C):
                 def vreg(name, shape, q=q, c=c):
                     return Signal(shape, name=f"{name}{_s(q)}_{c}", reset_less=True)
-                vc = v1.data[c]
-                hi1, lo1 = vreg("pv_p1_hi", signed(14)), vreg("pv_p1_lo", signed(34))  # v * p_hi, |.| <= 128 * 16
-                prod2 = vreg("pv_p2_prod", signed(44))
-                t3, left3 = vreg("pv_p3_t", signed(44)), vreg("pv_p3_left", signed(47))
-                term4 = vreg("pv_p4_term", signed(PV_BITS))
-                m.d.sync += [hi1.eq(sum(Mux(p_hi[b], vc << b, 0) for b in range(5))), lo1.eq(p_lo * vc),
-                             prod2.eq(lo1 + (hi1 << 24)),
-                             t3.eq(prod2 >> sr1), left3.eq(prod2 << sl),
-                             term4.eq(Mux(zero3, 0, Mux(pos3, (t3 + 1) >> 1, left3)))]
-                m.d.comb += pv_ws[q].data[c].eq(Mux(vt[3].first, 0, pv_rs[q].data[c]) + term4)
+                # p_j = exp2_fx(<= 0, 20, 28) <= 2**28: 29 bits
+                prod, lat = lut_mul(m, Const(1, 1), v1.p[q][:29], v1.data[c], f"pv_mul{_s(q)}_{c}")
+                assert lat == _PV_MUL_STAGES, lat
+                t4, left4 = vreg("pv_p4_t", signed(37)), vreg("pv_p4_left", signed(40))
+                term5 = vreg("pv_p5_term", signed(PV_BITS))
+                m.d.sync += [t4.eq(prod >> vsh.sr1), left4.eq(prod << vsh.sl),
+                             term5.eq(Mux(zero4, 0, Mux(pos4, (t4 + 1) >> 1, left4)))]
+                m.d.comb += pv_ws[q].data[c].eq(Mux(vw.first, 0, pv_rs[q].data[c]) + term5)
             with m.If(v1.v & v1.eot):
                 m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[q])
         # the p.V read-modify-write (stage V2) and the O pass share each row's PV read port
         m.d.comb += [q_r.addr.eq(li) for q_r in q_rs]
-        m.d.comb += [pv_r.addr.eq(Mux(vt[3].v, vt[3].li, li)) for pv_r in pv_rs]
+        m.d.comb += [pv_r.addr.eq(Mux(vw.v, vw.li, li)) for pv_r in pv_rs]
         m.d.comb += [u_r.addr.eq(Mux(fire & ~wrong & p.eot, tok + 1, tok)) for u_r in u_rs]
 
         # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
@@ -361,7 +351,7 @@ class AttentionUnit(wiring.Component):
             srow = L - 1 - j  # the row whose score this lane scales
             if srow < R:
                 with m.If(k2.v):
-                    m.d.comb += [ox.eq(k2.dot[srow]), oy.eq(LOG2E_Q30), osh.eq(10 - qexp[srow] - k2.exp)]
+                    m.d.comb += [ox.eq(k2.dot[srow]), oy.eq(LOG2E_Q30), osh.eq(k2.sh[srow])]
             if j == 0:
                 with m.If(in_l):
                     m.d.comb += [ox.eq(l_old_o), oy.eq(a_o)]
@@ -378,16 +368,18 @@ class AttentionUnit(wiring.Component):
             # S4: the product's low 64 bits (FOUT, scores) or the two rounded terms (O); S5: one value
             raw4, pr4, pvr4 = reg("ls4_raw", signed(64)), reg("ls4_pr", signed(40)), reg("ls4_pvr", signed(50))
             sh4 = reg("ls4_sh", signed(10))
-            val5, sh5 = reg("ls5_val", signed(64)), reg("ls5_sh", signed(10))
+            # S5 also decodes the shift amount (the S6 shifters then take registered amounts)
+            val5, sr1_5, sl_5 = reg("ls5_val", signed(64)), reg("ls5_sr1", range(63)), reg("ls5_sl", range(34))
+            zero5, pos5 = reg("ls5_zero", 1), reg("ls5_pos", 1)
             # S6: val >> (s - 1) (or val << -s); S7: its rounding; S8: sat32
             t6, left6 = reg("ls6_t", signed(64)), reg("ls6_left", signed(97))
             zero6, pos6 = reg("ls6_zero", 1), reg("ls6_pos", 1)
             w7 = reg("ls7_w", signed(98))
             out8 = reg("ls8_out", signed(32))
-            sr1 = Signal(range(63), name=f"ls6_sr1_{j}")
-            sl = Signal(range(34), name=f"ls6_sl_{j}")
-            m.d.comb += [sr1.eq(Mux(sh5 > 63, 62, Mux(sh5 < 1, 0, sh5 - 1))),
-                         sl.eq(Mux(sh5 < -33, 33, Mux(sh5 > 0, 0, -sh5)))]
+            sr1 = Signal(range(63), name=f"ls5_sr1c_{j}")
+            sl = Signal(range(34), name=f"ls5_slc_{j}")
+            m.d.comb += [sr1.eq(Mux(sh4 > 63, 62, Mux(sh4 < 1, 0, sh4 - 1))),
+                         sl.eq(Mux(sh4 < -33, 33, Mux(sh4 > 0, 0, -sh4)))]
             xl, xh = x0[:16], x0[16:32].as_signed()
             yl, yh = y0[:17], y0[17:33]
             with m.If(adv):
@@ -398,8 +390,9 @@ class AttentionUnit(wiring.Component):
                              prod3.eq(pa2 + (pb2 << 17)), pv3.eq(pv2), sh3.eq(sh2),
                              raw4.eq(prod3[:64].as_signed()), pr4.eq((prod3 >> 30) + ((prod3 >> 29) & 1)),
                              pvr4.eq((pv3 >> 8) + ((pv3 >> 7) & 1)), sh4.eq(sh3),
-                             val5.eq(Mux(tags[4].raw, raw4, pr4 + pvr4)), sh5.eq(sh4),
-                             t6.eq(val5 >> sr1), left6.eq(val5 << sl), zero6.eq(sh5 > 63), pos6.eq(sh5 > 0),
+                             val5.eq(Mux(tags[4].raw, raw4, pr4 + pvr4)), sr1_5.eq(sr1), sl_5.eq(sl),
+                             zero5.eq(sh4 > 63), pos5.eq(sh4 > 0),
+                             t6.eq(val5 >> sr1_5), left6.eq(val5 << sl_5), zero6.eq(zero5), pos6.eq(pos5),
                              w7.eq(Mux(zero6, 0, Mux(pos6, (t6 + 1) >> 1, left6))),
                              out8.eq(sat32(m, w7, f"ls8_sat_{j}"))]
             if j == 0:
@@ -500,22 +493,21 @@ class AttentionUnit(wiring.Component):
                     with m.If(p.last):
                         m.d.sync += [tok.eq(0), li.eq(0)]
                         m.next = "KDRAIN"
-            with m.State("KDRAIN"), m.If(~k0.v & ~kp.v & ~k1.v & ~k2.v & ~pipe_busy):  # the last scores
+            with m.State("KDRAIN"), m.If(~k0.v & ~kp.v & ~Cat(*[t.v for t in k_tree]).any() & ~k2.v
+                                                   & ~pipe_busy):  # the last scores
                 m.next = "A"
             with m.State("A"):  # the rescales a = exp2(m - m1) into the exp2 pipelines
                 m.d.comb += [e_in.v.eq(1), e_in.isv.eq(0), e_in.fo.eq(0)]
                 for q in range(R):
-                    diff = Signal(signed(34), name=f"m_diff_in{_s(q)}")
-                    m.d.comb += diff.eq(m_old[q] - m1[q])
-                    m.d.comb += exp_in[q].eq(sat32(m, diff, f"m_diff{_s(q)}"))
+                    m.d.comb += exp_in[q].eq(m_old[q])
                     m.d.sync += sum_p[q].eq(0)
                 m.next = "AW"
-            with m.State("AW"), m.If(etag[_EXP_STAGES - 1].v):  # a is registered as it leaves E4
+            with m.State("AW"), m.If(etag[-1].v):  # a is registered as it leaves E4
                 m.next = "V"
             with m.State("V"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V)]
                 # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
-                m.d.comb += [exp_in[q].eq(u_rs[q].data - m1[q]) for q in range(R)]
+                m.d.comb += [exp_in[q].eq(u_rs[q].data) for q in range(R)]
                 with m.If(fire & ~wrong):
                     m.d.comb += [e_in.v.eq(1), e_in.isv.eq(1), e_in.ok.eq(valid_tok), e_in.fo.eq(2), e_in.exp.eq(p.exp),
                                  e_in.li.eq(li), e_in.first.eq(tok == 0), e_in.eot.eq(p.eot)]
@@ -533,19 +525,31 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += in_l.eq(1)  # l * a on lane 0's multiplier, behind the previous row's lines
                 with m.If(adv):
                     m.next = "LW"
-            # L = rsr(l*a, 30) + rsr(sum p, 8), as the product leaves S3
+            # L = rsr(l*a, 30) + rsr(sum p, 8): the two roundings as the product leaves S3, then their sum
             with m.State("LW"), m.If(tags[3].v & (tags[3].kind == _KIND_LA)):
-                m.d.sync += big_l.eq(((la >> 30) + ((la >> 29) & 1)) + ((sum_p_o >> 8) + ((sum_p_o >> 7) & 1)))
+                m.d.sync += [la_r.eq((la + (1 << 29)) >> 30), sp_r.eq((sum_p_o + (1 << 7)) >> 8)]
+                m.next = "LX"
+            with m.State("LX"):
+                m.d.sync += big_l.eq(la_r + sp_r)
+                m.next = "LB"
+            with m.State("LB"):  # bitlen(L): each byte's, then the highest non-zero byte's
+                m.d.sync += [gbl[k].eq(bitlen_u(m, big_l[8 * k:8 * k + 8], 8, f"l_bitlen{k}")) for k in range(NG)]
+                m.next = "LC"
+            with m.State("LC"):
+                m.d.sync += bl.eq(0)
+                for k in range(NG):  # the highest byte wins: later assignments take priority
+                    with m.If(gbl[k] != 0):
+                        m.d.sync += bl.eq(8 * k + gbl[k])
                 m.next = "LR"
-            with m.State("LR"):  # r = max(0, bitlen(L) - 21)
-                bl = bitlen_u(m, big_l, 56, "l_bitlen")
-                m.d.sync += r.eq(Mux(bl > 21, bl - 21, 0))
+            with m.State("LR"):  # r = max(0, bitlen(L) - 21), and r - 1 for the rounding shift
+                m.d.sync += [r.eq(Mux(bl > 21, bl - 21, 0)), r_m1.eq(Mux(bl > 22, bl - 22, 0)), r_zero.eq(bl <= 21)]
+                m.next = "LS"
+            with m.State("LS"):  # rsr(L, r) = ((L >> (r - 1)) + 1) >> 1 for r > 0; and m1 + (r << 20)
+                m.d.sync += [l_t.eq(big_l >> r_m1), m_r.eq(m1_o + (r << 20))]
                 m.next = "LN"
-            with m.State("LN"):  # the new header
-                l_sh = rshift_round_var(m, big_l.as_signed(), r, 58, "l_shift")
+            with m.State("LN"):  # the new header (rsr(L, r) < 2**22: no saturation)
                 with m.If(anyv):
-                    m.d.sync += [m_new.eq(sat32(m, m1_o + (r << 20), "m_new_sat")),
-                                 l_new.eq(sat32(m, l_sh, "l_new_sat"))]
+                    m.d.sync += [m_new.eq(sat32(m, m_r, "m_new_sat")), l_new.eq(Mux(r_zero, big_l, (l_t + 1) >> 1))]
                 with m.Else():  # every token masked: the state is unchanged
                     m.d.sync += [m_new.eq(m_old_o), l_new.eq(l_old_o)]
                 m.next = "OUTH"

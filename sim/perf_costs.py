@@ -138,8 +138,8 @@ class PerfParams:
     gemm: str = "systolic"
     weight_cols_per_cycle: int = 1
     vector_latency: int = 2
-    attn_latency: int = 40
-    attn_row_latency: int = 9
+    attn_latency: int = 49
+    attn_row_latency: int = 13
     fetch_latency: int = 0
     token_latency: int = 1
     fetch_contention: bool = True
@@ -347,14 +347,13 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     # (hw/attn_sequencer.py, hw/attention_unit.py) per job of up to attn_rows query rows: K and V at one line a
     # cycle (2 * t * hd) and the pipeline drains (attn_latency); per row: the header and the hd query lines, the
     # hd state lines in and out (line_beats cycles each: the state-line datapath has line_width lanes), the new
-    # sum (attn_row_latency; a job's later rows wait 2 cycles more for the row before to leave the unit's
-    # 9-stage state-line lanes).  A tile with t = 0 bypasses the unit: each row's state line and hd output lines
+    # sum and its shift (attn_row_latency: 13 cycles, longer than the row before takes to leave the unit's
+    # 9-stage state-line lanes, so a job's later rows wait no more).  A tile with t = 0 bypasses the unit: each row's state line and hd output lines
     # are copied through at a line a cycle (calibrated on the RTL)
     if t == 0:
         return OpCost(nq * (1 + hd) + ATTN_BYPASS_LATENCY, array_busy=0, macs=0)
     jobs = -(-nq // cfg.attn_rows)
     cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 1
-    cyc += 2 * (nq - jobs)
     return OpCost(cyc, array_busy=0, macs=2 * nq * t * hd * cols)
 
 
