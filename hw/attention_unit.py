@@ -146,9 +146,11 @@ class AttentionUnit(wiring.Component):
         umems = [mem(f"umem{_s(r)}", signed(32), self.max_tokens, attrs={"ram_style": "block"}) for r in range(R)]
         pvmems = [mem(f"pvmem{_s(r)}", data.ArrayLayout(signed(PV_BITS), C), self.max_lines) for r in range(R)]
         q_ws, q_rs = [q.write_port() for q in qmems], [q.read_port(domain="comb") for q in qmems]
-        # the score buffers (max_tokens words) are read synchronously so that they map to block RAM:
-        # the address runs one beat ahead (the token the next V line belongs to)
+        # the score buffers (max_tokens words) are read synchronously so that they map to block RAM, from
+        # registered addresses: in V both u[tok] and u[tok + 1] are read (the second on the write port's
+        # address: a true dual-port block RAM), and the token of the line that fires picks one
         u_ws, u_rs = [u.write_port() for u in umems], [u.read_port(domain="sync") for u in umems]
+        u_rn = [u.read_port(domain="sync") for u in umems]  # u[tok + 1] (V), on the write port's address
         pv_ws, pv_rs = [v.write_port() for v in pvmems], [v.read_port(domain="comb") for v in pvmems]
 
         # ---- job state: per query row, and shared by the rows (they see the same tile and mask) --------
@@ -178,6 +180,7 @@ class AttentionUnit(wiring.Component):
         m_new, l_new = Signal(signed(32)), Signal(signed(32))
         fire = i.valid & i.ready
         valid_tok = ~causal | (tok <= offset)
+        in_v = Signal()  # the FSM is in V (the score buffers' second read port follows tok + 1)
         m_old_o, l_old_o, m1_o = Array(m_old)[ri], Array(l_old)[ri], Array(m1)[ri]
         a_o, sum_p_o = Array(a)[ri], Array(sum_p)[ri]
 
@@ -195,7 +198,7 @@ class AttentionUnit(wiring.Component):
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
 
-        m.submodules.recip = recip = Reciprocal(33)
+        m.submodules.recip = recip = Reciprocal(33, registered=True)  # 35 cycles: its operand, bit length and shift registered
         fy, fk = Signal(unsigned(31)), Signal(unsigned(7))
         m.d.comb += recip.i_stream.payload.eq(l_old[0])  # ATTN_OUT jobs are one row
 
@@ -212,6 +215,10 @@ class AttentionUnit(wiring.Component):
         kp = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
                                        "prod": data.ArrayLayout(data.ArrayLayout(signed(16), C), R)}))
         m.d.sync += [k0.v.eq(0), k2.v.eq(0)]  # the stages below set them when they hold a line
+        # K0's data registers load every cycle (no enable: only k0.v depends on the handshake)
+        m.d.sync += [k0.eot.eq(p.eot), k0.exp.eq(p.exp), k0.tok.eq(tok), k0.ok.eq(valid_tok)]
+        m.d.sync += [k0.q[q][c].eq(q_rs[q].data[c]) for q in range(R) for c in range(C)]
+        m.d.sync += [k0.k[c].eq(p.data[c][0:8]) for c in range(C)]
         m.d.sync += [kp.v.eq(k0.v), kp.eot.eq(k0.eot), kp.exp.eq(k0.exp), kp.tok.eq(k0.tok), kp.ok.eq(k0.ok)]
         m.d.sync += [kp.prod[q][c].eq(k0.q[q][c] * k0.k[c]) for q in range(R) for c in range(C)]
         # K1 .. K1+log2(C)-1: the C products of each row summed in pairs, one add a stage
@@ -292,8 +299,14 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[q])
         # the p.V read-modify-write (stage V2) and the O pass share each row's PV read port
         m.d.comb += [q_r.addr.eq(li) for q_r in q_rs]
-        m.d.comb += [pv_r.addr.eq(Mux(vw.v, vw.li, li)) for pv_r in pv_rs]
-        m.d.comb += [u_r.addr.eq(Mux(fire & ~wrong & p.eot, tok + 1, tok)) for u_r in u_rs]
+        # the PV read address is a register (it drives every lane's LUT-RAM): the RMW's line a cycle ahead
+        # (P4's), or in states OUTH and O the O pass's line, li (O updates it with li)
+        pv_raddr = Signal(range(self.max_lines + 1), name="pv_raddr")
+        m.d.sync += pv_raddr.eq(vt[NV - 2].li)
+        m.d.comb += [pv_r.addr.eq(pv_raddr) for pv_r in pv_rs]
+        m.d.comb += [u_r.addr.eq(tok) for u_r in u_rs]
+        u_next = Signal(name="u_next", reset_less=True)  # the line that fired last cycle ended its token
+        m.d.sync += u_next.eq(fire & ~wrong & p.eot)
 
         # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
         # A state line is hd/C of a row per tile, so it may take C/L cycles: lane group g of the held
@@ -323,8 +336,8 @@ class AttentionUnit(wiring.Component):
         adv = Signal(name="lane_adv")
         pipe_busy = Signal(name="lane_busy")
         m.d.comb += pipe_busy.eq(Cat(*[t.v for t in tags]).any())
-        o_busy = Signal(name="lane_o_busy")  # output lines in the lanes
-        m.d.comb += o_busy.eq(Cat(*[t.v & (t.kind == _KIND_O) for t in tags]).any())
+        o_busy = Signal(name="lane_o_busy")  # output lines in the lanes (a cycle ago: OUTH and LN issue none)
+        m.d.sync += o_busy.eq(Cat(*[t.v & (t.kind == _KIND_O) for t in tags]).any())
         t_out = tags[NS - 1]
         out_line = Signal(name="lane_out_line")  # S8 holds the last lane group of an output line
         m.d.comb += [out_line.eq(t_out.v & (t_out.kind == _KIND_O) & (t_out.grp == G - 1)),
@@ -402,7 +415,8 @@ class AttentionUnit(wiring.Component):
                 q = srow
                 wen = Signal(name=f"score_wen{_s(q)}")
                 m.d.comb += wen.eq(t_out.v & (t_out.kind == _KIND_SCORE) & t_out.ok)
-                m.d.comb += [u_ws[q].addr.eq(t_out.tok), u_ws[q].data.eq(out8), u_ws[q].en.eq(wen)]
+                m.d.comb += [u_ws[q].addr.eq(Mux(in_v, tok + 1, t_out.tok)), u_ws[q].data.eq(out8),
+                             u_ws[q].en.eq(wen), u_rn[q].addr.eq(u_ws[q].addr)]
                 with m.If(wen & (out8 > m1[q])):
                     m.d.sync += m1[q].eq(out8)
         with m.If(k2.v):  # the scores of every row, one lane each
@@ -482,10 +496,7 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.K)]
                 # stage K1: q . (this line of k_j) for each row, registered with the token's framing
                 with m.If(fire & ~wrong):
-                    m.d.sync += [k0.v.eq(1), k0.eot.eq(p.eot), k0.exp.eq(p.exp), k0.tok.eq(tok),
-                                 k0.ok.eq(valid_tok)]
-                    m.d.sync += [k0.q[q][c].eq(q_rs[q].data[c]) for q in range(R) for c in range(C)]
-                    m.d.sync += [k0.k[c].eq(p.data[c][0:8]) for c in range(C)]
+                    m.d.sync += k0.v.eq(1)
                     with m.If(p.eot):
                         m.d.sync += [li.eq(0), tok.eq(tok + 1)]
                     with m.Else():
@@ -505,9 +516,9 @@ class AttentionUnit(wiring.Component):
             with m.State("AW"), m.If(etag[-1].v):  # a is registered as it leaves E4
                 m.next = "V"
             with m.State("V"):
-                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V)]
+                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V), in_v.eq(1)]
                 # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
-                m.d.comb += [exp_in[q].eq(u_rs[q].data) for q in range(R)]
+                m.d.comb += [exp_in[q].eq(Mux(u_next, u_rn[q].data, u_rs[q].data)) for q in range(R)]
                 with m.If(fire & ~wrong):
                     m.d.comb += [e_in.v.eq(1), e_in.isv.eq(1), e_in.ok.eq(valid_tok), e_in.fo.eq(2), e_in.exp.eq(p.exp),
                                  e_in.li.eq(li), e_in.first.eq(tok == 0), e_in.eot.eq(p.eot)]
@@ -554,6 +565,7 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += [m_new.eq(m_old_o), l_new.eq(l_old_o)]
                 m.next = "OUTH"
             with m.State("OUTH"), m.If(~o_busy):  # once the previous row's output lines are out
+                m.d.sync += pv_raddr.eq(li)
                 m.d.comb += [o.valid.eq(1), o.payload.hdr.eq(1), o.payload.data[0].eq(m_new),
                              o.payload.data[1].eq(l_new)]
                 m.d.comb += [o.payload.data[c].eq(0) for c in range(2, C)]
@@ -561,10 +573,11 @@ class AttentionUnit(wiring.Component):
                     m.next = "O"
             with m.State("O"):
                 m.d.comb += wrong.eq(p.kind != AttnBeat.STATE_O)
+                m.d.sync += pv_raddr.eq(li)
                 with m.If(fire & ~wrong):
-                    m.d.sync += li.eq(li + 1)
+                    m.d.sync += [li.eq(li + 1), pv_raddr.eq(li + 1)]
                     with m.If(p.last):
-                        m.d.sync += li.eq(0)
+                        m.d.sync += [li.eq(0), pv_raddr.eq(0)]
                 with m.If(state_line(False)):
                     m.d.sync += ri.eq(ri + 1)
                     m.next = "L"

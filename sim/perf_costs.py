@@ -360,7 +360,7 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
 def _attn_out(cfg: AccelConfig, p: PerfParams, nq: int, hd: int) -> OpCost:
     """ATTN_OUT: per row the ``l`` beat, one reciprocal (33 cycles), then the ``hd`` lines of ``o`` scaled
     (``line_beats`` cycles each on the state-line datapath), the last out of its 9 stages before the next row."""
-    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 10) + 1) if nq and hd else OpCost(1)
+    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 12) + 1) if nq and hd else OpCost(1)
 
 
 #: The instruction fields :func:`op_cost` reads (of ``dram`` only the offset in its 4 KiB page, where bursts split):
