@@ -140,7 +140,10 @@ class AttentionUnit(wiring.Component):
             m.submodules[name] = mm
             return mm
 
-        qmems = [mem(f"qmem{_s(r)}", data.ArrayLayout(signed(8), C), self.max_lines) for r in range(R)]
+        # the query lines in LUT-RAM: read asynchronously into K0, then the multipliers (a block RAM's slower
+        # output would feed them directly: Yosys merges K0's register into the block RAM's read)
+        qmems = [mem(f"qmem{_s(r)}", data.ArrayLayout(signed(8), C), self.max_lines, attrs={"ram_style": "distributed"})
+                 for r in range(R)]
         # block RAM, not UltraRAM: a score buffer is 4 RAMB36 (unused on the UltraScale+ presets) against one of
         # the URAM288 that the large buffers need (on zcu104 the second row's buffer passed the 80% URAM limit)
         umems = [mem(f"umem{_s(r)}", signed(32), self.max_tokens, attrs={"ram_style": "block"}) for r in range(R)]
@@ -180,7 +183,8 @@ class AttentionUnit(wiring.Component):
         m_new, l_new = Signal(signed(32)), Signal(signed(32))
         fire = i.valid & i.ready
         valid_tok = ~causal | (tok <= offset)
-        in_v = Signal()  # the FSM is in V (the score buffers' second read port follows tok + 1)
+        in_v = Signal()  # the FSM is in V (a register: the score buffers' second read port then reads tok + 1)
+        tok_p1 = Signal(range(self.max_tokens + 2), init=1)  # tok + 1, kept beside tok
         m_old_o, l_old_o, m1_o = Array(m_old)[ri], Array(l_old)[ri], Array(m1)[ri]
         a_o, sum_p_o = Array(a)[ri], Array(sum_p)[ri]
 
@@ -415,7 +419,7 @@ class AttentionUnit(wiring.Component):
                 q = srow
                 wen = Signal(name=f"score_wen{_s(q)}")
                 m.d.comb += wen.eq(t_out.v & (t_out.kind == _KIND_SCORE) & t_out.ok)
-                m.d.comb += [u_ws[q].addr.eq(Mux(in_v, tok + 1, t_out.tok)), u_ws[q].data.eq(out8),
+                m.d.comb += [u_ws[q].addr.eq(Mux(in_v, tok_p1, t_out.tok)), u_ws[q].data.eq(out8),
                              u_ws[q].en.eq(wen), u_rn[q].addr.eq(u_ws[q].addr)]
                 with m.If(wen & (out8 > m1[q])):
                     m.d.sync += m1[q].eq(out8)
@@ -453,7 +457,7 @@ class AttentionUnit(wiring.Component):
                         with m.If(hi == q):
                             m.d.sync += [m_old[q].eq(p.data[0]), l_old[q].eq(p.data[1]), m1[q].eq(p.data[0])]
                         m.d.sync += dot[q].eq(0)
-                    m.d.sync += [offset.eq(p.offset), causal.eq(p.causal), li.eq(0), tok.eq(0), anyv.eq(0),
+                    m.d.sync += [offset.eq(p.offset), causal.eq(p.causal), li.eq(0), tok.eq(0), tok_p1.eq(1), anyv.eq(0),
                                  ri.eq(0)]
                     with m.If(p.kind == AttnBeat.FIN):
                         m.next = "FREQ"
@@ -498,11 +502,11 @@ class AttentionUnit(wiring.Component):
                 with m.If(fire & ~wrong):
                     m.d.sync += k0.v.eq(1)
                     with m.If(p.eot):
-                        m.d.sync += [li.eq(0), tok.eq(tok + 1)]
+                        m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
                     with m.Else():
                         m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
-                        m.d.sync += [tok.eq(0), li.eq(0)]
+                        m.d.sync += [tok.eq(0), tok_p1.eq(1), li.eq(0)]
                         m.next = "KDRAIN"
             with m.State("KDRAIN"), m.If(~k0.v & ~kp.v & ~Cat(*[t.v for t in k_tree]).any() & ~k2.v
                                                    & ~pipe_busy):  # the last scores
@@ -513,10 +517,11 @@ class AttentionUnit(wiring.Component):
                     m.d.comb += exp_in[q].eq(m_old[q])
                     m.d.sync += sum_p[q].eq(0)
                 m.next = "AW"
-            with m.State("AW"), m.If(etag[-1].v):  # a is registered as it leaves E4
+            with m.State("AW"), m.If(etag[-1].v):  # a is registered as it leaves E5
+                m.d.sync += in_v.eq(1)
                 m.next = "V"
             with m.State("V"):
-                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V), in_v.eq(1)]
+                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V)]
                 # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
                 m.d.comb += [exp_in[q].eq(Mux(u_next, u_rn[q].data, u_rs[q].data)) for q in range(R)]
                 with m.If(fire & ~wrong):
@@ -524,11 +529,11 @@ class AttentionUnit(wiring.Component):
                                  e_in.li.eq(li), e_in.first.eq(tok == 0), e_in.eot.eq(p.eot)]
                     m.d.comb += [e_in.data[c].eq(p.data[c][0:8]) for c in range(C)]
                     with m.If(p.eot):
-                        m.d.sync += [li.eq(0), tok.eq(tok + 1)]
+                        m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
                     with m.Else():
                         m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
-                        m.d.sync += li.eq(0)
+                        m.d.sync += [li.eq(0), in_v.eq(0)]
                         m.next = "VDRAIN"
             with m.State("VDRAIN"), m.If(~e_busy & ~v_busy):  # the last V lines are still in V1 / V2
                 m.next = "L"

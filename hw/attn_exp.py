@@ -4,9 +4,11 @@ rescale ``a = exp2_fx(m - m1, 20, 30)`` (state A) and the weights ``p_j = exp2_f
 
 Stages, one operation each (for ECP5 at 100 MHz): X1 the operand ``x`` (``m`` or the score read from
 block RAM) registered; X2 ``d = x - m1`` and ``x > m1``; E0 the clamp ``min(d, 0)``; E1 the table reads
-(LUT-RAM) and ``fo - (u >> 20)``; E2 the shift's cap at 40 and ``delta * lo`` (the 18 x 18 pieces); E3 the
-product; E4 ``base + rsr(delta * lo, 12)`` (one add: ``base`` sits above the rounding constant) and the
-shift's rounding bit decoded; E5 their sum; then the caller's next register takes the shift.
+(Yosys puts the tables in block RAM, E1 being their output register) and ``fo - (u >> 20)``; E1B the table
+values registered again (the multipliers' operands: not straight from a block RAM); E2 the shift's cap at
+40 and ``delta * lo`` (the 18 x 18 pieces); E3 the product; E4 ``base + rsr(delta * lo, 12)`` (one add:
+``base`` sits above the rounding constant) and the shift's rounding bit decoded; E5 their sum; then the
+caller's next register takes the shift.
 
 ``x - m1`` is not saturated to int32 as numerics saturates ``m - m1``: values below ``-40 * 2**20``
 give 0 either way (the shift is capped at 40 places, past every ``base + rsr(..)`` < 2**33).
@@ -21,8 +23,8 @@ from .fixed import mul_pipe
 
 __all__ = ["EXP_STAGES", "exp2_pipelines"]
 
-#: stages X1, X2, E0 .. E5 (the caller's V1 register takes the shift)
-EXP_STAGES = 8
+#: stages X1, X2, E0, E1, E1B, E2 .. E5 (the caller's V1 register takes the shift)
+EXP_STAGES = 9
 
 
 def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix):
@@ -54,18 +56,21 @@ def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix):
         u0 = reg("e0_u", signed(34))
         base1, delta1, lo1 = reg("e1_base", unsigned(32)), reg("e1_delta", unsigned(dw)), reg("e1_lo", unsigned(12))
         shc1 = reg("e1_shc", signed(16))
+        base1b, delta1b, lo1b = reg("e1b_base", unsigned(32)), reg("e1b_delta", unsigned(dw)), reg("e1b_lo", unsigned(12))
+        shc1b = reg("e1b_shc", signed(16))
         sh2, base2 = reg("e2_sh", range(41)), reg("e2_base", unsigned(32))
         sh3, base3 = reg("e3_sh", range(41)), reg("e3_base", unsigned(32))
         p4, half4, sh4 = reg("e4_p", unsigned(33)), reg("e4_half", unsigned(41)), reg("e4_sh", range(41))
         pr5, sh5 = reg("e5_p", unsigned(42)), reg("e5_sh", range(41))
-        dl3, lat = mul_pipe(m, Const(1, 1), delta1, lo1, f"exp_e2_dl{suffix(r)}")  # pieces in E2, sum in E3
+        dl3, lat = mul_pipe(m, Const(1, 1), delta1b, lo1b, f"exp_e2_dl{suffix(r)}")  # pieces in E2, sum in E3
         assert lat == 2, lat
         m.d.comb += [bport.addr.eq(u0[12:20]), dport.addr.eq(u0[12:20])]
         m.d.sync += [x1.eq(x),
                      d2.eq(x1 - m1), gt2.eq(x1 > m1),
                      u0.eq(Mux(gt2, 0, d2)),
                      base1.eq(bport.data), delta1.eq(dport.data), lo1.eq(u0[0:12]), shc1.eq(fo2 - (u0 >> 20)),
-                     sh2.eq(Mux(shc1 > 40, 40, shc1)), base2.eq(base1),
+                     base1b.eq(base1), delta1b.eq(delta1), lo1b.eq(lo1), shc1b.eq(shc1),
+                     sh2.eq(Mux(shc1b > 40, 40, shc1b)), base2.eq(base1b),
                      sh3.eq(sh2), base3.eq(base2),
                      # base + rsr(dl, 12) = (base * 2**12 + 2**11 + dl) >> 12: one add
                      p4.eq((Cat(Const(1 << 11, 12), base3) + dl3) >> 12), half4.eq((Const(1, 1) << sh3) >> 1),

@@ -118,7 +118,8 @@ class AttnSequencer(wiring.Component):
                          ph.eq(_Ph.HDR), li.eq(0), tli.eq(0), tok.eq(0)]
             m.d.sync += [a_st.eq(state), a_qe.eq(at.qexp), a_q.eq(at.q), a_o.eq(state + nq),
                          a_st0.eq(state), a_qe0.eq(at.qexp), a_q0.eq(at.q), a_o0.eq(state + nq)]
-        m.submodules.q = q = fifo.SyncFIFO(width=3 + C * 32 + 8 + 2, depth=_DEPTH)
+        # the beat FIFO's output is a register (the unit's handshake and payload start at flip-flops)
+        m.submodules.q = q = fifo.SyncFIFOBuffered(width=3 + C * 32 + 8 + 2, depth=_DEPTH)
         pending = Signal()
         room = (q.level + pending) < _DEPTH
         read = Signal()
@@ -219,8 +220,11 @@ class AttnSequencer(wiring.Component):
             m.d.sync += [o_r.eq(0), o_l.eq(0), o_hdr.eq(~is_out), outs.eq((nq != 0) & (hd != 0)),
                          o_st.eq(state), o_base.eq(Mux(is_out, ao.dst, state + nq))]
         byp_hdr = f_kind == AttnBeat.HDR
-        got = Mux(bypass, q.r_rdy, u.o_stream.valid)
-        gdata = Mux(bypass, Mux(byp_hdr, f_line[:64], f_line), u.o_stream.payload.data.as_value())
+        # the unit's (or the bypass's) output lines are registered, then written (a cycle later)
+        got = Signal(name="out_got")
+        gdata = Signal(C * 32, name="out_line", reset_less=True)
+        m.d.sync += [got.eq(Mux(bypass, q.r_rdy, u.o_stream.valid)),
+                     gdata.eq(Mux(bypass, Mux(byp_hdr, f_line[:64], f_line), u.o_stream.payload.data.as_value()))]
         m.d.comb += [self.out_en.eq(got), self.out_data.eq(gdata),
                      self.out_addr.eq(Mux(o_hdr, o_st, o_base + o_l))]
         with m.If(got):

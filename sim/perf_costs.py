@@ -138,7 +138,7 @@ class PerfParams:
     gemm: str = "systolic"
     weight_cols_per_cycle: int = 1
     vector_latency: int = 2
-    attn_latency: int = 49
+    attn_latency: int = 51
     attn_row_latency: int = 13
     fetch_latency: int = 0
     token_latency: int = 1
@@ -336,7 +336,7 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
 
 
 #: Cycles of an ATTN over an empty tile (t = 0) beyond its rows' lines (the sequencer's start and drain; RTL)
-ATTN_BYPASS_LATENCY = 3
+ATTN_BYPASS_LATENCY = 5
 
 
 def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
@@ -353,14 +353,15 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     if t == 0:
         return OpCost(nq * (1 + hd) + ATTN_BYPASS_LATENCY, array_busy=0, macs=0)
     jobs = -(-nq // cfg.attn_rows)
-    cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 1
+    # + 3: the sequencer's start, its beat FIFO's output register and its output register
+    cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 3
     return OpCost(cyc, array_busy=0, macs=2 * nq * t * hd * cols)
 
 
 def _attn_out(cfg: AccelConfig, p: PerfParams, nq: int, hd: int) -> OpCost:
-    """ATTN_OUT: per row the ``l`` beat, one reciprocal (33 cycles), then the ``hd`` lines of ``o`` scaled
+    """ATTN_OUT: per row the ``l`` beat, one reciprocal (35 cycles: registered), then the ``hd`` lines of ``o`` scaled
     (``line_beats`` cycles each on the state-line datapath), the last out of its 9 stages before the next row."""
-    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 12) + 1) if nq and hd else OpCost(1)
+    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 12) + 3) if nq and hd else OpCost(1)
 
 
 #: The instruction fields :func:`op_cost` reads (of ``dram`` only the offset in its 4 KiB page, where bursts split):
