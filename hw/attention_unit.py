@@ -41,36 +41,35 @@ to ``R`` rows), plus per row its header, ``hd/C`` query lines and ``hd/C`` state
 few cycles per job.  A beat of the wrong kind for the current phase (or more rows than the
 job announced, or than the unit holds) sets the sticky ``error`` output and is dropped.
 
-Pipelining (for ECP5's ~100 MHz: each stage one multiply, one carry chain or one barrel shift; a
+Pipelining (for ECP5 at 100 MHz: each stage one multiply, one carry chain or one barrel shift; a
 multiplier has registers right before and after it): K runs in K0 (the line and the query lines
-registered), KP (the C-lane products of every row), K1 (their sum), K2 (the dot-product
-accumulations), then the scores through the state-line lanes (below; the running maxima and the
-score buffer take the lanes' S8); state A puts each row's ``m - m1`` through the ``exp2`` pipeline
-(E0 clamp, E1 table reads, E2 ``delta * lo``, E3 its rounding, E4 the shift's rounding bit, E5 the
-shift); V runs its score through the same ``exp2`` pipeline (E5 is V1), then P1 (``p * v``), P2 (the
-sum of its parts), P3 (the shift), P4 (its rounding) and the PV read-modify-write.  The state-line
-lanes are one pipeline S0..S8 (operands; four partial products; two sums; the roundings of
-``o*a >> 30`` and ``PV >> 8``; their sum; the barrel shift; its rounding; sat32), moved together and
-held only by a finished output line that ``o_stream`` does not take.  The rows' score scalings use
-the lanes' multipliers (idle during K), so ``R <= line_width``, and so does ``l * a`` (state L, then
-one cycle each for ``L``, ``r`` and the header).  Fixed latency: K drains 2 + 2 + 9 cycles, A takes
-6, V drains 10, a row's ``L`` 7 (a job's later rows 2 more while the row before leaves the lanes),
-the last output line of a job or ATTN_OUT row leaves 9 cycles after its input line.
+registered), KP (the C-lane products of every row), a tree of log2(C) adds and K2 (the dot-product
+accumulations; hw/attn_pipes.py), then the scores through the state-line lanes (the running maxima and
+the score buffer take the lanes' S8); state A puts each row's ``m`` through the ``exp2`` pipeline (X1 ..
+E5, hw/attn_exp.py); V its scores (read from registered addresses) through the same pipeline, then
+``p * v`` in logic (P1 .. P3, hw/lut_mul.py), the shift (P4), its rounding (P5) and the PV
+read-modify-write.  The state-line lanes are one pipeline S0 .. S8 (hw/attn_lane.py), moved together and
+held only by a finished output line that ``o_stream`` does not take.  The rows' score scalings use the
+lanes' multipliers (idle during K), so ``R <= line_width``, and so does ``l * a`` (state L); then one
+state each for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding
+shift and the header.  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 51 cycles a job
+(K drains, A, V drains) and 13 a row; the last output line leaves 9 cycles after its input line.
 """
 
 from __future__ import annotations
 
 import enum
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
 
 from .attn_exp import exp2_pipelines
+from .attn_lane import state_lane
+from .attn_pipes import k_pipeline, pv_pipeline
 from .fixed import bitlen_u, sat32
-from .lut_mul import lut_mul
 from .recip import Reciprocal
 
 __all__ = ["AttentionUnit", "AttnBeat"]
@@ -79,7 +78,6 @@ __all__ = ["AttentionUnit", "AttnBeat"]
 _LANE_STAGES = 9
 _KIND_SCORE, _KIND_O, _KIND_LA = 0, 1, 2  # what a lane pipeline entry is (O: an O or FOUT lane group)
 
-_PV_MUL_STAGES = 3  # p * v in logic: v's 8 partial products added in pairs (hw/lut_mul.py)
 PV_BITS = 56  # |PV| < 2**50 for t <= 4095 and |v| < 1024 (numerics_attn); 6 bits of margin
 
 
@@ -202,60 +200,16 @@ class AttentionUnit(wiring.Component):
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
 
-        m.submodules.recip = recip = Reciprocal(33, registered=True)  # 35 cycles: its operand, bit length and shift registered
+        # 35 cycles: its operand, bit length and shift registered
+        m.submodules.recip = recip = Reciprocal(33, registered=True)
         fy, fk = Signal(unsigned(31)), Signal(unsigned(7))
         m.d.comb += recip.i_stream.payload.eq(l_old[0])  # ATTN_OUT jobs are one row
 
         r_s = Signal(signed(8))  # r as a signed shift amount
         m.d.comb += r_s.eq(r)
 
-        # ---- K pipeline: K1 line products (in state K), K2 dot accumulate, K3 score, each row at once ----
-        k2 = Signal(data.StructLayout({"v": 1, "tok": range(self.max_tokens + 1), "ok": 1,
-                                       "dot": data.ArrayLayout(signed(32), R), "sh": data.ArrayLayout(signed(10), R)}))
-        # K0: the line and each row's query line, registered; KP: their C products (one MULT18X18D each)
-        k0 = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
-                                       "q": data.ArrayLayout(data.ArrayLayout(signed(8), C), R),
-                                       "k": data.ArrayLayout(signed(8), C)}))
-        kp = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
-                                       "prod": data.ArrayLayout(data.ArrayLayout(signed(16), C), R)}))
-        m.d.sync += [k0.v.eq(0), k2.v.eq(0)]  # the stages below set them when they hold a line
-        # K0's data registers load every cycle (no enable: only k0.v depends on the handshake)
-        m.d.sync += [k0.eot.eq(p.eot), k0.exp.eq(p.exp), k0.tok.eq(tok), k0.ok.eq(valid_tok)]
-        m.d.sync += [k0.q[q][c].eq(q_rs[q].data[c]) for q in range(R) for c in range(C)]
-        m.d.sync += [k0.k[c].eq(p.data[c][0:8]) for c in range(C)]
-        m.d.sync += [kp.v.eq(k0.v), kp.eot.eq(k0.eot), kp.exp.eq(k0.exp), kp.tok.eq(k0.tok), kp.ok.eq(k0.ok)]
-        m.d.sync += [kp.prod[q][c].eq(k0.q[q][c] * k0.k[c]) for q in range(R) for c in range(C)]
-        # K1 .. K1+log2(C)-1: the C products of each row summed in pairs, one add a stage
-        ktag_l = data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1})
-        k1, ksum = kp, [[kp.prod[q][c] for c in range(C)] for q in range(R)]
-        k_tree = []  # the tree's stages (their valid bits drain in KDRAIN)
-        while len(ksum[0]) > 1:
-            lvl = len(k_tree)
-            t = Signal(ktag_l, name=f"ksum_t{lvl}")
-            m.d.sync += [t.v.eq(k1.v), t.eot.eq(k1.eot), t.exp.eq(k1.exp), t.tok.eq(k1.tok), t.ok.eq(k1.ok)]
-            nxt = []
-            for q in range(R):
-                row = []
-                for j in range(0, len(ksum[q]), 2):
-                    sj = Signal(signed(17 + lvl), name=f"ksum{lvl}{_s(q)}_{j // 2}", reset_less=True)
-                    m.d.sync += sj.eq(ksum[q][j] + ksum[q][j + 1] if j + 1 < len(ksum[q]) else ksum[q][j])
-                    row.append(sj)
-                nxt.append(row)
-            k1, ksum = t, nxt
-            k_tree.append(t)
-        with m.If(k1.v):
-            with m.If(k1.eot):
-                m.d.sync += [k2.v.eq(1), k2.tok.eq(k1.tok), k2.ok.eq(k1.ok)]
-                m.d.sync += [k2.sh[q].eq(10 - qexp[q] - k1.exp) for q in range(R)]
-            for q in range(R):
-                full = Signal(signed(32), name=f"dot_full{_s(q)}")
-                m.d.comb += full.eq(dot[q] + ksum[q][0])
-                with m.If(k1.eot):
-                    m.d.sync += [dot[q].eq(0), k2.dot[q].eq(full)]
-                with m.Else():
-                    m.d.sync += dot[q].eq(full)
-        with m.If(k2.v & k2.ok):
-            m.d.sync += anyv.eq(1)
+        # ---- K pipeline (hw/attn_pipes.py): K0, KP the products, the sum tree, K2 the dot-product accumulation
+        k0, kp, k_tree, k2 = k_pipeline(m, p, tok, valid_tok, q_rs, qexp, dot, anyv, R, C, self.max_tokens, _s)
 
         # ---- V pipeline: V1 p_j (in state V), V2 PV += rsr(p_j * v, -min(vexp, 3)), each row at once ----
         v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), R), "exp": signed(8),
@@ -267,46 +221,14 @@ class AttentionUnit(wiring.Component):
         m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(R)]
         with m.If(e4.v & ~e4.isv):  # state A's rescales
             m.d.sync += [a[q].eq(e_fin[q]) for q in range(R)]
-        # V2 as P1 .. P3 the products p * v in logic (hw/lut_mul.py: v's eight partial products of p added in
-        # pairs, one add a stage; no multiplier), P4 the shift, P5 its rounding, then the read-modify-write
-        # of PV (read and write in one stage: a line may meet its own sum of the cycle before when a head is
-        # one line).  The shift's decode (sh = -min(vexp, 3)) is registered with the line in P1.
-        vt_l = data.StructLayout({"v": 1, "li": range(self.max_lines + 1), "first": 1, "sr1": range(63),
-                                  "sl": range(4), "zero": 1, "pos": 1})
-        NV = _PV_MUL_STAGES + 2
-        vt = [Signal(vt_l, name=f"pv_s{s}") for s in range(1, NV + 1)]  # P1 .. P5
-        ve = v1.exp  # sh = -min(e, 3): sh > 63 iff e < -63, sh > 0 iff e < 0 (then sh - 1 = ~e), -sh = min(e, 3)
-        m.d.sync += [vt[0].v.eq(v1.v), vt[0].li.eq(v1.li), vt[0].first.eq(v1.first),
-                     vt[0].sr1.eq(Mux(ve < -63, 62, Mux(ve < 0, ~ve, 0))), vt[0].sl.eq(Mux(ve > 3, 3, Mux(ve < 0, 0, ve))),
-                     vt[0].zero.eq(ve < -63), vt[0].pos.eq(ve < 0)]
-        m.d.sync += [vt[s + 1].eq(vt[s]) for s in range(NV - 1)]
-        v_busy = Signal(name="pv_busy")
-        m.d.comb += v_busy.eq(Cat(v1.v, *[t.v for t in vt]).any())
-        vsh = vt[_PV_MUL_STAGES - 1]  # the line whose product leaves the multiplier (into P4)
-        zero4, pos4 = Signal(name="pv_zero4", reset_less=True), Signal(name="pv_pos4", reset_less=True)
-        m.d.sync += [zero4.eq(vsh.zero), pos4.eq(vsh.pos)]
-        vw = vt[NV - 1]  # P5: the term into PV
-        for q in range(R):
-            m.d.comb += [pv_ws[q].addr.eq(vw.li), pv_ws[q].en.eq(vw.v)]
-            for c in range(C):
-                def vreg(name, shape, q=q, c=c):
-                    return Signal(shape, name=f"{name}{_s(q)}_{c}", reset_less=True)
-                # p_j = exp2_fx(<= 0, 20, 28) <= 2**28: 29 bits
-                prod, lat = lut_mul(m, Const(1, 1), v1.p[q][:29], v1.data[c], f"pv_mul{_s(q)}_{c}")
-                assert lat == _PV_MUL_STAGES, lat
-                t4, left4 = vreg("pv_p4_t", signed(37)), vreg("pv_p4_left", signed(40))
-                term5 = vreg("pv_p5_term", signed(PV_BITS))
-                m.d.sync += [t4.eq(prod >> vsh.sr1), left4.eq(prod << vsh.sl),
-                             term5.eq(Mux(zero4, 0, Mux(pos4, (t4 + 1) >> 1, left4)))]
-                m.d.comb += pv_ws[q].data[c].eq(Mux(vw.first, 0, pv_rs[q].data[c]) + term5)
-            with m.If(v1.v & v1.eot):
-                m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[q])
+        # V2: P1 .. P5 and the PV read-modify-write (hw/attn_pipes.py)
+        vt, v_busy = pv_pipeline(m, v1, pv_ws, pv_rs, sum_p, R, C, self.max_lines, PV_BITS, _s)
         # the p.V read-modify-write (stage V2) and the O pass share each row's PV read port
         m.d.comb += [q_r.addr.eq(li) for q_r in q_rs]
         # the PV read address is a register (it drives every lane's LUT-RAM): the RMW's line a cycle ahead
         # (P4's), or in states OUTH and O the O pass's line, li (O updates it with li)
         pv_raddr = Signal(range(self.max_lines + 1), name="pv_raddr")
-        m.d.sync += pv_raddr.eq(vt[NV - 2].li)
+        m.d.sync += pv_raddr.eq(vt[-2].li)
         m.d.comb += [pv_r.addr.eq(pv_raddr) for pv_r in pv_rs]
         m.d.comb += [u_r.addr.eq(tok) for u_r in u_rs]
         u_next = Signal(name="u_next", reset_less=True)  # the line that fired last cycle ended its token
@@ -372,46 +294,8 @@ class AttentionUnit(wiring.Component):
             if j == 0:
                 with m.If(in_l):
                     m.d.comb += [ox.eq(l_old_o), oy.eq(a_o)]
-            x0, y0, pv0, sh0 = reg("ls0_x", signed(32)), reg("ls0_y", unsigned(33)), reg("ls0_pv", signed(PV_BITS)), \
-                reg("ls0_sh", signed(10))
-            # S1: x = xh * 2**16 + xl, y = yh * 2**17 + yl: four products of at most 18 x 18 bits
-            pp = [reg(f"ls1_pp{k}", shp) for k, shp in enumerate((unsigned(33), unsigned(32), signed(34), signed(33)))]
-            pv1, sh1 = reg("ls1_pv", signed(PV_BITS)), reg("ls1_sh", signed(10))
-            # S2: two partial sums; S3: the product
-            pa2, pb2 = reg("ls2_a", signed(52)), reg("ls2_b", signed(50))
-            pv2, sh2 = reg("ls2_pv", signed(PV_BITS)), reg("ls2_sh", signed(10))
-            prod3 = reg("ls3_prod", signed(66))
-            pv3, sh3 = reg("ls3_pv", signed(PV_BITS)), reg("ls3_sh", signed(10))
-            # S4: the product's low 64 bits (FOUT, scores) or the two rounded terms (O); S5: one value
-            raw4, pr4, pvr4 = reg("ls4_raw", signed(64)), reg("ls4_pr", signed(40)), reg("ls4_pvr", signed(50))
-            sh4 = reg("ls4_sh", signed(10))
-            # S5 also decodes the shift amount (the S6 shifters then take registered amounts)
-            val5, sr1_5, sl_5 = reg("ls5_val", signed(64)), reg("ls5_sr1", range(63)), reg("ls5_sl", range(34))
-            zero5, pos5 = reg("ls5_zero", 1), reg("ls5_pos", 1)
-            # S6: val >> (s - 1) (or val << -s); S7: its rounding; S8: sat32
-            t6, left6 = reg("ls6_t", signed(64)), reg("ls6_left", signed(97))
-            zero6, pos6 = reg("ls6_zero", 1), reg("ls6_pos", 1)
-            w7 = reg("ls7_w", signed(98))
-            out8 = reg("ls8_out", signed(32))
-            sr1 = Signal(range(63), name=f"ls5_sr1c_{j}")
-            sl = Signal(range(34), name=f"ls5_slc_{j}")
-            m.d.comb += [sr1.eq(Mux(sh4 > 63, 62, Mux(sh4 < 1, 0, sh4 - 1))),
-                         sl.eq(Mux(sh4 < -33, 33, Mux(sh4 > 0, 0, -sh4)))]
-            xl, xh = x0[:16], x0[16:32].as_signed()
-            yl, yh = y0[:17], y0[17:33]
-            with m.If(adv):
-                m.d.sync += [x0.eq(ox), y0.eq(oy), pv0.eq(opv), sh0.eq(osh),
-                             pp[0].eq(xl * yl), pp[1].eq(xl * yh), pp[2].eq(xh * yl), pp[3].eq(xh * yh),
-                             pv1.eq(pv0), sh1.eq(sh0),
-                             pa2.eq(pp[0] + (pp[2] << 16)), pb2.eq(pp[1] + (pp[3] << 16)), pv2.eq(pv1), sh2.eq(sh1),
-                             prod3.eq(pa2 + (pb2 << 17)), pv3.eq(pv2), sh3.eq(sh2),
-                             raw4.eq(prod3[:64].as_signed()), pr4.eq((prod3 >> 30) + ((prod3 >> 29) & 1)),
-                             pvr4.eq((pv3 >> 8) + ((pv3 >> 7) & 1)), sh4.eq(sh3),
-                             val5.eq(Mux(tags[4].raw, raw4, pr4 + pvr4)), sr1_5.eq(sr1), sl_5.eq(sl),
-                             zero5.eq(sh4 > 63), pos5.eq(sh4 > 0),
-                             t6.eq(val5 >> sr1_5), left6.eq(val5 << sl_5), zero6.eq(zero5), pos6.eq(pos5),
-                             w7.eq(Mux(zero6, 0, Mux(pos6, (t6 + 1) >> 1, left6))),
-                             out8.eq(sat32(m, w7, f"ls8_sat_{j}"))]
+            # S0 .. S8 (hw/attn_lane.py)
+            out8, prod3 = state_lane(m, adv, ox, oy, opv, osh, tags[4].raw, j, PV_BITS)
             if j == 0:
                 m.d.comb += la.eq(prod3)
             lanes_out.append(out8)
@@ -457,8 +341,8 @@ class AttentionUnit(wiring.Component):
                         with m.If(hi == q):
                             m.d.sync += [m_old[q].eq(p.data[0]), l_old[q].eq(p.data[1]), m1[q].eq(p.data[0])]
                         m.d.sync += dot[q].eq(0)
-                    m.d.sync += [offset.eq(p.offset), causal.eq(p.causal), li.eq(0), tok.eq(0), tok_p1.eq(1), anyv.eq(0),
-                                 ri.eq(0)]
+                    m.d.sync += [offset.eq(p.offset), causal.eq(p.causal), li.eq(0), tok.eq(0), tok_p1.eq(1),
+                                 anyv.eq(0), ri.eq(0)]
                     with m.If(p.kind == AttnBeat.FIN):
                         m.next = "FREQ"
                     with m.Elif(p.last):

@@ -17,7 +17,7 @@ give 0 either way (the shift is capped at 40 places, past every ``base + rsr(..)
 from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, memory
+from amaranth.lib import memory
 
 from .fixed import mul_pipe
 
@@ -56,7 +56,8 @@ def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix):
         u0 = reg("e0_u", signed(34))
         base1, delta1, lo1 = reg("e1_base", unsigned(32)), reg("e1_delta", unsigned(dw)), reg("e1_lo", unsigned(12))
         shc1 = reg("e1_shc", signed(16))
-        base1b, delta1b, lo1b = reg("e1b_base", unsigned(32)), reg("e1b_delta", unsigned(dw)), reg("e1b_lo", unsigned(12))
+        base1b, delta1b = reg("e1b_base", unsigned(32)), reg("e1b_delta", unsigned(dw))
+        lo1b = reg("e1b_lo", unsigned(12))
         shc1b = reg("e1b_shc", signed(16))
         sh2, base2 = reg("e2_sh", range(41)), reg("e2_base", unsigned(32))
         sh3, base3 = reg("e3_sh", range(41)), reg("e3_base", unsigned(32))
