@@ -145,14 +145,16 @@ class AttentionUnit(wiring.Component):
         # block RAM, not UltraRAM: a score buffer is 4 RAMB36 (unused on the UltraScale+ presets) against one of
         # the URAM288 that the large buffers need (on zcu104 the second row's buffer passed the 80% URAM limit)
         umems = [mem(f"umem{_s(r)}", signed(32), self.max_tokens, attrs={"ram_style": "block"}) for r in range(R)]
-        pvmems = [mem(f"pvmem{_s(r)}", data.ArrayLayout(signed(PV_BITS), C), self.max_lines) for r in range(R)]
+        # the p.V sums in LUT-RAM, one memory a lane (each with address registers of its own: see pv_raddr)
+        pvmems = [[mem(f"pvmem{_s(r)}_{c}", signed(PV_BITS), self.max_lines) for c in range(C)] for r in range(R)]
         q_ws, q_rs = [q.write_port() for q in qmems], [q.read_port(domain="comb") for q in qmems]
         # the score buffers (max_tokens words) are read synchronously so that they map to block RAM, from
         # registered addresses: in V both u[tok] and u[tok + 1] are read (the second on the write port's
         # address: a true dual-port block RAM), and the token of the line that fires picks one
         u_ws, u_rs = [u.write_port() for u in umems], [u.read_port(domain="sync") for u in umems]
         u_rn = [u.read_port(domain="sync") for u in umems]  # u[tok + 1] (V), on the write port's address
-        pv_ws, pv_rs = [v.write_port() for v in pvmems], [v.read_port(domain="comb") for v in pvmems]
+        pv_ws = [[v.write_port() for v in row] for row in pvmems]
+        pv_rs = [[v.read_port(domain="comb") for v in row] for row in pvmems]
 
         # ---- job state: per query row, and shared by the rows (they see the same tile and mask) --------
         def per_row(name, shape):
@@ -227,9 +229,12 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [q_r.addr.eq(li) for q_r in q_rs]
         # the PV read address is a register (it drives every lane's LUT-RAM): the RMW's line a cycle ahead
         # (P4's), or in states OUTH and O the O pass's line, li (O updates it with li)
-        pv_raddr = Signal(range(self.max_lines + 1), name="pv_raddr")
-        m.d.sync += pv_raddr.eq(vt[-2].li)
-        m.d.comb += [pv_r.addr.eq(pv_raddr) for pv_r in pv_rs]
+        # One copy a lane, told apart by their reset values so that Yosys keeps them (one register would drive
+        # every lane's LUT-RAM: ~450 cells, 6.6 ns of routing measured)
+        pv_raddr = [Signal(range(self.max_lines + 1), name=f"pv_raddr_{c}", init=c % (self.max_lines + 1))
+                    for c in range(C)]
+        m.d.sync += [a.eq(vt[-2].li) for a in pv_raddr]
+        m.d.comb += [pv_rs[q][c].addr.eq(pv_raddr[c]) for q in range(R) for c in range(C)]
         m.d.comb += [u_r.addr.eq(tok) for u_r in u_rs]
         u_next = Signal(name="u_next", reset_less=True)  # the line that fired last cycle ended its token
         m.d.sync += u_next.eq(fire & ~wrong & p.eot)
@@ -250,7 +255,8 @@ class AttentionUnit(wiring.Component):
         g = Signal(range(G), name="o_group")
         done_groups = Signal(32 * L * (G - 1), name="o_groups_done", reset_less=True)
         is_fout = Signal()  # the FSM is in FOUT (ATTN_OUT: o * y) rather than O (ATTN: rescale and add p.V)
-        pv_o = Array([pv_r.data.as_value() for pv_r in pv_rs])[ri] if R > 1 else pv_rs[0].data.as_value()
+        pv_lines = [Cat(*[pv_r.data for pv_r in row]) for row in pv_rs]
+        pv_o = Array(pv_lines)[ri] if R > 1 else pv_lines[0]
         xs = p.data.as_value().word_select(g, 32 * L) if G > 1 else p.data.as_value()
         pvs = pv_o.word_select(g, PV_BITS * L) if G > 1 else pv_o
         fsh = Signal(signed(10))
@@ -454,7 +460,7 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += [m_new.eq(m_old_o), l_new.eq(l_old_o)]
                 m.next = "OUTH"
             with m.State("OUTH"), m.If(~o_busy):  # once the previous row's output lines are out
-                m.d.sync += pv_raddr.eq(li)
+                m.d.sync += [a.eq(li) for a in pv_raddr]
                 m.d.comb += [o.valid.eq(1), o.payload.hdr.eq(1), o.payload.data[0].eq(m_new),
                              o.payload.data[1].eq(l_new)]
                 m.d.comb += [o.payload.data[c].eq(0) for c in range(2, C)]
@@ -462,11 +468,11 @@ class AttentionUnit(wiring.Component):
                     m.next = "O"
             with m.State("O"):
                 m.d.comb += wrong.eq(p.kind != AttnBeat.STATE_O)
-                m.d.sync += pv_raddr.eq(li)
+                m.d.sync += [a.eq(li) for a in pv_raddr]
                 with m.If(fire & ~wrong):
-                    m.d.sync += [li.eq(li + 1), pv_raddr.eq(li + 1)]
+                    m.d.sync += [li.eq(li + 1)] + [a.eq(li + 1) for a in pv_raddr]
                     with m.If(p.last):
-                        m.d.sync += [li.eq(0), pv_raddr.eq(0)]
+                        m.d.sync += [li.eq(0)] + [a.eq(0) for a in pv_raddr]
                 with m.If(state_line(False)):
                     m.d.sync += ri.eq(ri + 1)
                     m.next = "L"

@@ -104,8 +104,13 @@ def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: i
     zero4, pos4 = Signal(name="pv_zero4", reset_less=True), Signal(name="pv_pos4", reset_less=True)
     m.d.sync += [zero4.eq(vsh.zero), pos4.eq(vsh.pos)]
     vw = vt[NV - 1]  # P5: the term into PV
+    # the write address, one copy a lane (told apart by their reset values, so that Yosys keeps them: one
+    # register would drive every lane's LUT-RAM)
+    wa = [Signal(range(max_lines + 1), name=f"pv_waddr_{c}", init=c % (max_lines + 1)) for c in range(C)]
+    m.d.sync += [a.eq(vt[NV - 2].li) for a in wa]
     for q in range(R):
-        m.d.comb += [pv_ws[q].addr.eq(vw.li), pv_ws[q].en.eq(vw.v)]
+        m.d.comb += [pv_ws[q][c].addr.eq(wa[c]) for c in range(C)]
+        m.d.comb += [pv_ws[q][c].en.eq(vw.v) for c in range(C)]
         for c in range(C):
             def vreg(name, shape, q=q, c=c):
                 return Signal(shape, name=f"{name}{suffix(q)}_{c}", reset_less=True)
@@ -116,7 +121,7 @@ def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: i
             term5 = vreg("pv_p5_term", signed(pv_bits))
             m.d.sync += [t4.eq(prod >> vsh.sr1), left4.eq(prod << vsh.sl),
                          term5.eq(Mux(zero4, 0, Mux(pos4, (t4 + 1) >> 1, left4)))]
-            m.d.comb += pv_ws[q].data[c].eq(Mux(vw.first, 0, pv_rs[q].data[c]) + term5)
+            m.d.comb += pv_ws[q][c].data.eq(Mux(vw.first, 0, pv_rs[q][c].data) + term5)
         with m.If(v1.v & v1.eot):
             m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[q])
     return vt, v_busy
