@@ -43,16 +43,16 @@ job announced, or than the unit holds) sets the sticky ``error`` output and is d
 
 Pipelining (for ECP5 at 100 MHz: each stage one multiply, one carry chain or one barrel shift; a
 multiplier has registers right before and after it): K runs in K0 (the line and the query lines
-registered), KP (the C-lane products of every row), a tree of log2(C) adds and K2 (the dot-product
+registered), KB (K0 again), KP (the C-lane products of every row), a tree of log2(C) adds and K2 (the dot-product
 accumulations; hw/attn_pipes.py), then the scores through the state-line lanes (the running maxima and
 the score buffer take the lanes' S8); state A puts each row's ``m`` through the ``exp2`` pipeline (X1 ..
-E5, hw/attn_exp.py); V its scores (read from registered addresses) through the same pipeline, then
+E5, hw/attn_exp.py); V its scores (from block RAM) through the same pipeline, then
 ``p * v`` in logic (P1 .. P3, hw/lut_mul.py), the shift (P4), its rounding (P5) and the PV
 read-modify-write.  The state-line lanes are one pipeline S0 .. S8 (hw/attn_lane.py), moved together and
 held only by a finished output line that ``o_stream`` does not take.  The rows' score scalings use the
 lanes' multipliers (idle during K), so ``R <= line_width``, and so does ``l * a`` (state L); then one
 state each for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding
-shift and the header.  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 51 cycles a job
+shift and the header.  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 52 cycles a job
 (K drains, A, V drains) and 13 a row; the last output line leaves 9 cycles after its input line.
 """
 
@@ -138,21 +138,17 @@ class AttentionUnit(wiring.Component):
             m.submodules[name] = mm
             return mm
 
-        # the query lines in LUT-RAM: read asynchronously into K0, then the multipliers (a block RAM's slower
-        # output would feed them directly: Yosys merges K0's register into the block RAM's read)
-        qmems = [mem(f"qmem{_s(r)}", data.ArrayLayout(signed(8), C), self.max_lines, attrs={"ram_style": "distributed"})
-                 for r in range(R)]
+        qmems = [mem(f"qmem{_s(r)}", data.ArrayLayout(signed(8), C), self.max_lines) for r in range(R)]
         # block RAM, not UltraRAM: a score buffer is 4 RAMB36 (unused on the UltraScale+ presets) against one of
         # the URAM288 that the large buffers need (on zcu104 the second row's buffer passed the 80% URAM limit)
         umems = [mem(f"umem{_s(r)}", signed(32), self.max_tokens, attrs={"ram_style": "block"}) for r in range(R)]
         # the p.V sums in LUT-RAM, one memory a lane (each with address registers of its own: see pv_raddr)
         pvmems = [[mem(f"pvmem{_s(r)}_{c}", signed(PV_BITS), self.max_lines) for c in range(C)] for r in range(R)]
         q_ws, q_rs = [q.write_port() for q in qmems], [q.read_port(domain="comb") for q in qmems]
-        # the score buffers (max_tokens words) are read synchronously so that they map to block RAM, from
-        # registered addresses: in V both u[tok] and u[tok + 1] are read (the second on the write port's
-        # address: a true dual-port block RAM), and the token of the line that fires picks one
+        # the score buffers (max_tokens words) are read synchronously so that they map to block RAM (one read
+        # port: tests/hw/test_buffer_ports.py): the address runs one beat ahead (tok + 1, kept beside tok,
+        # when the line that fires ends its token)
         u_ws, u_rs = [u.write_port() for u in umems], [u.read_port(domain="sync") for u in umems]
-        u_rn = [u.read_port(domain="sync") for u in umems]  # u[tok + 1] (V), on the write port's address
         pv_ws = [[v.write_port() for v in row] for row in pvmems]
         pv_rs = [[v.read_port(domain="comb") for v in row] for row in pvmems]
 
@@ -183,8 +179,7 @@ class AttentionUnit(wiring.Component):
         m_new, l_new = Signal(signed(32)), Signal(signed(32))
         fire = i.valid & i.ready
         valid_tok = ~causal | (tok <= offset)
-        in_v = Signal()  # the FSM is in V (a register: the score buffers' second read port then reads tok + 1)
-        tok_p1 = Signal(range(self.max_tokens + 2), init=1)  # tok + 1, kept beside tok
+        tok_p1 = Signal(range(self.max_tokens + 2), init=1)  # tok + 1, kept beside tok (the score read address)
         m_old_o, l_old_o, m1_o = Array(m_old)[ri], Array(l_old)[ri], Array(m1)[ri]
         a_o, sum_p_o = Array(a)[ri], Array(sum_p)[ri]
 
@@ -235,9 +230,7 @@ class AttentionUnit(wiring.Component):
                     for c in range(C)]
         m.d.sync += [a.eq(vt[-2].li) for a in pv_raddr]
         m.d.comb += [pv_rs[q][c].addr.eq(pv_raddr[c]) for q in range(R) for c in range(C)]
-        m.d.comb += [u_r.addr.eq(tok) for u_r in u_rs]
-        u_next = Signal(name="u_next", reset_less=True)  # the line that fired last cycle ended its token
-        m.d.sync += u_next.eq(fire & ~wrong & p.eot)
+        m.d.comb += [u_r.addr.eq(Mux(fire & ~wrong & p.eot, tok_p1, tok)) for u_r in u_rs]
 
         # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
         # A state line is hd/C of a row per tile, so it may take C/L cycles: lane group g of the held
@@ -309,8 +302,7 @@ class AttentionUnit(wiring.Component):
                 q = srow
                 wen = Signal(name=f"score_wen{_s(q)}")
                 m.d.comb += wen.eq(t_out.v & (t_out.kind == _KIND_SCORE) & t_out.ok)
-                m.d.comb += [u_ws[q].addr.eq(Mux(in_v, tok_p1, t_out.tok)), u_ws[q].data.eq(out8),
-                             u_ws[q].en.eq(wen), u_rn[q].addr.eq(u_ws[q].addr)]
+                m.d.comb += [u_ws[q].addr.eq(t_out.tok), u_ws[q].data.eq(out8), u_ws[q].en.eq(wen)]
                 with m.If(wen & (out8 > m1[q])):
                     m.d.sync += m1[q].eq(out8)
         with m.If(k2.v):  # the scores of every row, one lane each
@@ -408,12 +400,11 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += sum_p[q].eq(0)
                 m.next = "AW"
             with m.State("AW"), m.If(etag[-1].v):  # a is registered as it leaves E5
-                m.d.sync += in_v.eq(1)
                 m.next = "V"
             with m.State("V"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V)]
                 # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
-                m.d.comb += [exp_in[q].eq(Mux(u_next, u_rn[q].data, u_rs[q].data)) for q in range(R)]
+                m.d.comb += [exp_in[q].eq(u_rs[q].data) for q in range(R)]
                 with m.If(fire & ~wrong):
                     m.d.comb += [e_in.v.eq(1), e_in.isv.eq(1), e_in.ok.eq(valid_tok), e_in.fo.eq(2), e_in.exp.eq(p.exp),
                                  e_in.li.eq(li), e_in.first.eq(tok == 0), e_in.eot.eq(p.eot)]
@@ -423,7 +414,7 @@ class AttentionUnit(wiring.Component):
                     with m.Else():
                         m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
-                        m.d.sync += [li.eq(0), in_v.eq(0)]
+                        m.d.sync += li.eq(0)
                         m.next = "VDRAIN"
             with m.State("VDRAIN"), m.If(~e_busy & ~v_busy):  # the last V lines are still in V1 / V2
                 m.next = "L"

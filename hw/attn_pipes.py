@@ -42,10 +42,10 @@ def k_sum_tree(m: Module, kp, R: int, C: int, tok_shape, suffix):
 
 def k_pipeline(m: Module, p, tok, valid_tok, q_rs, qexp, dot, anyv, R: int, C: int, max_tokens: int, suffix):
     """The K phase, each row at once: K0 the line ``p`` and each row's query line (``q_rs``) registered, KP
-    their C products (one MULT18X18D each), the sum tree (:func:`k_sum_tree`), K2 the dot-product
+    their C products (one MULT18X18D each; KB registers K0 again before them), the sum tree (:func:`k_sum_tree`), K2 the dot-product
     accumulation into ``dot`` (a token's score leaves in ``k2.dot`` with its shift ``k2.sh``); ``anyv``
     is set by a token the mask lets through.  K0 loads every cycle; the caller sets ``k0.v`` on a K line.
-    Returns ``(k0, kp, tree_stages, k2)``."""
+    Returns ``(k0, kp, stages, k2)`` (``stages``: KB and the tree's, whose valid bits tell when they are empty)."""
     k2 = Signal(data.StructLayout({"v": 1, "tok": range(max_tokens + 1), "ok": 1,
                                    "dot": data.ArrayLayout(signed(32), R), "sh": data.ArrayLayout(signed(10), R)}))
     # K0: the line and each row's query line, registered; KP: their C products (one MULT18X18D each)
@@ -59,8 +59,12 @@ def k_pipeline(m: Module, p, tok, valid_tok, q_rs, qexp, dot, anyv, R: int, C: i
     m.d.sync += [k0.eot.eq(p.eot), k0.exp.eq(p.exp), k0.tok.eq(tok), k0.ok.eq(valid_tok)]
     m.d.sync += [k0.q[q][c].eq(q_rs[q].data[c]) for q in range(R) for c in range(C)]
     m.d.sync += [k0.k[c].eq(p.data[c][0:8]) for c in range(C)]
-    m.d.sync += [kp.v.eq(k0.v), kp.eot.eq(k0.eot), kp.exp.eq(k0.exp), kp.tok.eq(k0.tok), kp.ok.eq(k0.ok)]
-    m.d.sync += [kp.prod[q][c].eq(k0.q[q][c] * k0.k[c]) for q in range(R) for c in range(C)]
+    # KB: K0 again, the multipliers' operand registers (Yosys puts the query lines in block RAM with K0 as its
+    # output register, whose output is slower than a flip-flop's)
+    kb = Signal(k0.shape(), name="kb")
+    m.d.sync += kb.eq(k0)
+    m.d.sync += [kp.v.eq(kb.v), kp.eot.eq(kb.eot), kp.exp.eq(kb.exp), kp.tok.eq(kb.tok), kp.ok.eq(kb.ok)]
+    m.d.sync += [kp.prod[q][c].eq(kb.q[q][c] * kb.k[c]) for q in range(R) for c in range(C)]
     # K1 .. K1+log2(C)-1: the C products of each row summed in pairs, one add a stage
     k1, ksum, k_tree = k_sum_tree(m, kp, R, C, range(max_tokens + 1), suffix)
     with m.If(k1.v):
@@ -76,7 +80,7 @@ def k_pipeline(m: Module, p, tok, valid_tok, q_rs, qexp, dot, anyv, R: int, C: i
                 m.d.sync += dot[q].eq(full)
     with m.If(k2.v & k2.ok):
         m.d.sync += anyv.eq(1)
-    return k0, kp, k_tree, k2
+    return k0, kp, [kb, *k_tree], k2
 
 
 def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: int, pv_bits: int, suffix):

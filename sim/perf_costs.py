@@ -138,7 +138,7 @@ class PerfParams:
     gemm: str = "systolic"
     weight_cols_per_cycle: int = 1
     vector_latency: int = 2
-    attn_latency: int = 51
+    attn_latency: int = 52
     attn_row_latency: int = 13
     fetch_latency: int = 0
     token_latency: int = 1
