@@ -42,10 +42,11 @@ def k_sum_tree(m: Module, kp, R: int, C: int, tok_shape, suffix):
 
 def k_pipeline(m: Module, p, tok, valid_tok, q_rs, qexp, dot, anyv, R: int, C: int, max_tokens: int, suffix):
     """The K phase, each row at once: K0 the line ``p`` and each row's query line (``q_rs``) registered, KP
-    their C products (one MULT18X18D each; KB registers K0 again before them), the sum tree (:func:`k_sum_tree`), K2 the dot-product
-    accumulation into ``dot`` (a token's score leaves in ``k2.dot`` with its shift ``k2.sh``); ``anyv``
-    is set by a token the mask lets through.  K0 loads every cycle; the caller sets ``k0.v`` on a K line.
-    Returns ``(k0, kp, stages, k2)`` (``stages``: KB and the tree's, whose valid bits tell when they are empty)."""
+    their C products (one MULT18X18D each; KB registers K0 again before them), the sum tree
+    (:func:`k_sum_tree`), K2 the dot-product accumulation into ``dot`` (a token's score leaves in ``k2.dot``
+    with its shift ``k2.sh``); ``anyv`` is set by a token the mask lets through.  K0 loads every cycle; the
+    caller sets ``k0.v`` on a K line.  Returns ``(k0, kp, stages, k2)`` (``stages``: KB and the tree's;
+    their valid bits tell when they are empty)."""
     k2 = Signal(data.StructLayout({"v": 1, "tok": range(max_tokens + 1), "ok": 1,
                                    "dot": data.ArrayLayout(signed(32), R), "sh": data.ArrayLayout(signed(10), R)}))
     # K0: the line and each row's query line, registered; KP: their C products (one MULT18X18D each)
