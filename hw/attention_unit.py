@@ -41,41 +41,41 @@ to ``R`` rows), plus per row its header, ``hd/C`` query lines and ``hd/C`` state
 few cycles per job.  A beat of the wrong kind for the current phase (or more rows than the
 job announced, or than the unit holds) sets the sticky ``error`` output and is dropped.
 
-Pipelining (for ECP5's ~100 MHz: each stage one multiply, one carry chain or one barrel shift; a
+Pipelining (for ECP5 at 100 MHz: each stage one multiply, one carry chain or one barrel shift; a
 multiplier has registers right before and after it): K runs in K0 (the line and the query lines
-registered), KP (the C-lane products of every row), K1 (their sum), K2 (the dot-product
-accumulations), then the scores through the state-line lanes (below; the running maxima and the
-score buffer take the lanes' S8); state A puts each row's ``m - m1`` through the ``exp2`` pipeline
-(E0 clamp, E1 table reads, E2 ``delta * lo``, E3 its rounding, E4 the shift's rounding bit, E5 the
-shift); V runs its score through the same ``exp2`` pipeline (E5 is V1), then P1 (``p * v``), P2 (the
-sum of its parts), P3 (the shift), P4 (its rounding) and the PV read-modify-write.  The state-line
-lanes are one pipeline S0..S8 (operands; four partial products; two sums; the roundings of
-``o*a >> 30`` and ``PV >> 8``; their sum; the barrel shift; its rounding; sat32), moved together and
-held only by a finished output line that ``o_stream`` does not take.  The rows' score scalings use
-the lanes' multipliers (idle during K), so ``R <= line_width``, and so does ``l * a`` (state L, then
-one cycle each for ``L``, ``r`` and the header).  Fixed latency: K drains 2 + 2 + 9 cycles, A takes
-6, V drains 10, a row's ``L`` 7 (a job's later rows 2 more while the row before leaves the lanes),
-the last output line of a job or ATTN_OUT row leaves 9 cycles after its input line.
+registered), KB (K0 again), KP (the C-lane products of every row), a tree of log2(C) adds and K2 (the dot-product
+accumulations; hw/attn_pipes.py), then the scores through the state-line lanes (the running maxima and
+the score buffer take the lanes' S8); state A puts each row's ``m`` through the ``exp2`` pipeline (X1 ..
+E5, hw/attn_exp.py); V its scores (from block RAM) through the same pipeline, then
+``p * v`` in logic (P1 .. P3, hw/lut_mul.py), the shift (P4), its rounding (P5) and the PV
+read-modify-write.  The state-line lanes are one pipeline S0 .. S8 (hw/attn_lane.py), moved together and
+held only by a finished output line that ``o_stream`` does not take.  The rows' score scalings use the
+lanes' multipliers (idle during K), so ``R <= line_width``, and so does ``l * a`` (state L); then one
+state each for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding
+shift and the header.  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 52 cycles a job
+(K drains, A, V drains) and 13 a row; the last output line leaves 9 cycles after its input line.
 """
 
 from __future__ import annotations
 
 import enum
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
 
-from .fixed import bitlen_u, rshift_round_var, sat32
+from .attn_exp import exp2_pipelines
+from .attn_lane import state_lane
+from .attn_pipes import k_pipeline, pv_pipeline
+from .fixed import bitlen_u, sat32
 from .recip import Reciprocal
 
 __all__ = ["AttentionUnit", "AttnBeat"]
 
 #: stages of the state-line lanes (S0 operands .. S8 saturation; see AttentionUnit.elaborate)
 _LANE_STAGES = 9
-_EXP_STAGES = 5  # exp2 pipeline stages E0 .. E4 (E5 is the V1 register)
 _KIND_SCORE, _KIND_O, _KIND_LA = 0, 1, 2  # what a lane pipeline entry is (O: an O or FOUT lane group)
 
 PV_BITS = 56  # |PV| < 2**50 for t <= 4095 and |v| < 1024 (numerics_attn); 6 bits of margin
@@ -125,7 +125,7 @@ class AttentionUnit(wiring.Component):
         })
 
     def elaborate(self, platform):
-        from systolica.numerics import EXP_BASE, EXP_DELTA, LOG2E_Q30
+        from systolica.numerics import LOG2E_Q30
 
         m = Module()
         C, R = self.cfg.cols, self.rows
@@ -142,16 +142,15 @@ class AttentionUnit(wiring.Component):
         # block RAM, not UltraRAM: a score buffer is 4 RAMB36 (unused on the UltraScale+ presets) against one of
         # the URAM288 that the large buffers need (on zcu104 the second row's buffer passed the 80% URAM limit)
         umems = [mem(f"umem{_s(r)}", signed(32), self.max_tokens, attrs={"ram_style": "block"}) for r in range(R)]
-        pvmems = [mem(f"pvmem{_s(r)}", data.ArrayLayout(signed(PV_BITS), C), self.max_lines) for r in range(R)]
-        base = mem("exp_base", unsigned(32), 256, init=[int(v) for v in EXP_BASE])
-        # EXP_DELTA < 2**23: stored at its width so that delta * lo fits one DSP48
-        delta = mem("exp_delta", unsigned(max(int(v) for v in EXP_DELTA).bit_length()), 256,
-                    init=[int(v) for v in EXP_DELTA])
+        # the p.V sums in LUT-RAM, one memory a lane (each with address registers of its own: see pv_raddr)
+        pvmems = [[mem(f"pvmem{_s(r)}_{c}", signed(PV_BITS), self.max_lines) for c in range(C)] for r in range(R)]
         q_ws, q_rs = [q.write_port() for q in qmems], [q.read_port(domain="comb") for q in qmems]
-        # the score buffers (max_tokens words) are read synchronously so that they map to block RAM:
-        # the address runs one beat ahead (the token the next V line belongs to)
+        # the score buffers (max_tokens words) are read synchronously so that they map to block RAM (one read
+        # port: tests/hw/test_buffer_ports.py): the address runs one beat ahead (tok + 1, kept beside tok,
+        # when the line that fires ends its token)
         u_ws, u_rs = [u.write_port() for u in umems], [u.read_port(domain="sync") for u in umems]
-        pv_ws, pv_rs = [v.write_port() for v in pvmems], [v.read_port(domain="comb") for v in pvmems]
+        pv_ws = [[v.write_port() for v in row] for row in pvmems]
+        pv_rs = [[v.read_port(domain="comb") for v in row] for row in pvmems]
 
         # ---- job state: per query row, and shared by the rows (they see the same tile and mask) --------
         def per_row(name, shape):
@@ -171,139 +170,67 @@ class AttentionUnit(wiring.Component):
         anyv = Signal()  # some token of the tile was unmasked (the same for every row: one query position)
         r = Signal(range(64))
         big_l = Signal(unsigned(56))  # L of the row in the L states
+        la_r, sp_r = Signal(signed(37), reset_less=True), Signal(unsigned(41), reset_less=True)  # its two terms
+        NG = 7  # bytes of L
+        gbl = [Signal(range(9), name=f"l_gbl{k}", reset_less=True) for k in range(NG)]  # bitlen of each
+        bl = Signal(range(57), reset_less=True)  # bitlen(L)
+        r_m1, r_zero = Signal(range(64), reset_less=True), Signal(reset_less=True)
+        l_t, m_r = Signal(unsigned(56), reset_less=True), Signal(signed(34), reset_less=True)
         m_new, l_new = Signal(signed(32)), Signal(signed(32))
         fire = i.valid & i.ready
         valid_tok = ~causal | (tok <= offset)
+        tok_p1 = Signal(range(self.max_tokens + 2), init=1)  # tok + 1, kept beside tok (the score read address)
         m_old_o, l_old_o, m1_o = Array(m_old)[ri], Array(l_old)[ri], Array(m1)[ri]
         a_o, sum_p_o = Array(a)[ri], Array(sum_p)[ri]
 
-        # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): numerics.exp2_fx
-        # (u, 20, 30 - fo) in six stages, one operation each: E0 the clamp of u; E1 the table reads (LUT-RAM)
-        # and the shift; E2 delta * lo; E3 base + its rounding; E4 + the shift's rounding bit; E5 (v1) the shift
-        exp_in = per_row("exp_in", signed(34))
+        # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): hw/attn_exp.py
+        exp_in = per_row("exp_in", signed(32))  # m_old (state A) or the score u_j (V)
         e_l = data.StructLayout({"v": 1, "isv": 1, "ok": 1, "fo": range(3), "exp": signed(8),
                                  "li": range(self.max_lines + 1), "first": 1, "eot": 1,
                                  "data": data.ArrayLayout(signed(8), C)})
-        etag = [Signal(e_l, name=f"exp_s{s}") for s in range(_EXP_STAGES)]  # E0 .. E4
-        e_in = Signal(e_l, name="exp_issue")  # what enters E0 this cycle (A: isv = 0; V: a line)
-        m.d.sync += [etag[0].eq(e_in)] + [etag[s + 1].eq(etag[s]) for s in range(_EXP_STAGES - 1)]
+        e_in = Signal(e_l, name="exp_issue")  # what enters X1 this cycle (A: isv = 0; V: a line)
+        etag, e_fin = exp2_pipelines(m, e_l, e_in, exp_in, m1, _s)
         e_busy = Signal(name="exp_busy")
         m.d.comb += e_busy.eq(Cat(*[t.v for t in etag]).any())
-        e_fin = []  # per row: E4's value shifted (the result, before the mask)
-        for r_ in range(R):
-            def ereg(name, shape, r_=r_):
-                return Signal(shape, name=f"{name}{_s(r_)}", reset_less=True)
-            bport, dport = base.read_port(domain="comb"), delta.read_port(domain="comb")
-            uc0 = ereg("exp_e0_u", signed(34))
-            base1, delta1, lo1 = ereg("exp_e1_base", unsigned(32)), ereg("exp_e1_delta", len(dport.data)), \
-                ereg("exp_e1_lo", unsigned(12))
-            sh1, sh2, sh3, sh4 = (ereg(f"exp_e{k}_sh", range(41)) for k in range(1, 5))
-            dl2, base2 = ereg("exp_e2_dl", unsigned(len(dport.data) + 12)), ereg("exp_e2_base", unsigned(32))
-            p3 = ereg("exp_e3_p", unsigned(33))
-            pr4 = ereg("exp_e4_p", unsigned(42))
-            shc = Signal(signed(16), name=f"exp_e1_shc{_s(r_)}")
-            m.d.comb += [bport.addr.eq(uc0[12:20]), dport.addr.eq(uc0[12:20]),
-                         shc.eq(etag[0].fo - (uc0 >> 20))]
-            m.d.sync += [uc0.eq(Mux(exp_in[r_] > 0, 0, exp_in[r_])),
-                         base1.eq(bport.data), delta1.eq(dport.data), lo1.eq(uc0[0:12]),
-                         sh1.eq(Mux(shc > 40, 40, shc)),
-                         dl2.eq(delta1 * lo1), base2.eq(base1), sh2.eq(sh1),
-                         p3.eq(base2 + (dl2 >> 12) + ((dl2 >> 11) & 1)), sh3.eq(sh2),
-                         pr4.eq(p3 + ((Const(1, 1) << sh3) >> 1)), sh4.eq(sh3)]
-            fin = Signal(unsigned(33), name=f"exp_e5_fin{_s(r_)}")
-            m.d.comb += fin.eq(pr4 >> sh4)
-            e_fin.append(fin)
 
         wrong = Signal()
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
 
-        m.submodules.recip = recip = Reciprocal(33)
+        # 35 cycles: its operand, bit length and shift registered
+        m.submodules.recip = recip = Reciprocal(33, registered=True)
         fy, fk = Signal(unsigned(31)), Signal(unsigned(7))
         m.d.comb += recip.i_stream.payload.eq(l_old[0])  # ATTN_OUT jobs are one row
 
         r_s = Signal(signed(8))  # r as a signed shift amount
         m.d.comb += r_s.eq(r)
 
-        # ---- K pipeline: K1 line products (in state K), K2 dot accumulate, K3 score, each row at once ----
-        k1 = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1),
-                                       "ok": 1, "part": data.ArrayLayout(signed(32), R)}))
-        k2 = Signal(data.StructLayout({"v": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
-                                       "dot": data.ArrayLayout(signed(32), R)}))
-        # K0: the line and each row's query line, registered; KP: their C products (one MULT18X18D each)
-        k0 = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
-                                       "q": data.ArrayLayout(data.ArrayLayout(signed(8), C), R),
-                                       "k": data.ArrayLayout(signed(8), C)}))
-        kp = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(self.max_tokens + 1), "ok": 1,
-                                       "prod": data.ArrayLayout(data.ArrayLayout(signed(16), C), R)}))
-        m.d.sync += [k0.v.eq(0), k2.v.eq(0)]  # the stages below set them when they hold a line
-        m.d.sync += [kp.v.eq(k0.v), kp.eot.eq(k0.eot), kp.exp.eq(k0.exp), kp.tok.eq(k0.tok), kp.ok.eq(k0.ok)]
-        m.d.sync += [kp.prod[q][c].eq(k0.q[q][c] * k0.k[c]) for q in range(R) for c in range(C)]
-        m.d.sync += [k1.v.eq(kp.v), k1.eot.eq(kp.eot), k1.exp.eq(kp.exp), k1.tok.eq(kp.tok), k1.ok.eq(kp.ok)]
-        m.d.sync += [k1.part[q].eq(sum(kp.prod[q][c] for c in range(C))) for q in range(R)]
-        with m.If(k1.v):
-            with m.If(k1.eot):
-                m.d.sync += [k2.v.eq(1), k2.exp.eq(k1.exp), k2.tok.eq(k1.tok), k2.ok.eq(k1.ok)]
-            for q in range(R):
-                full = Signal(signed(32), name=f"dot_full{_s(q)}")
-                m.d.comb += full.eq(dot[q] + k1.part[q])
-                with m.If(k1.eot):
-                    m.d.sync += [dot[q].eq(0), k2.dot[q].eq(full)]
-                with m.Else():
-                    m.d.sync += dot[q].eq(full)
-        with m.If(k2.v & k2.ok):
-            m.d.sync += anyv.eq(1)
+        # ---- K pipeline (hw/attn_pipes.py): K0, KP the products, the sum tree, K2 the dot-product accumulation
+        k0, kp, k_tree, k2 = k_pipeline(m, p, tok, valid_tok, q_rs, qexp, dot, anyv, R, C, self.max_tokens, _s)
 
         # ---- V pipeline: V1 p_j (in state V), V2 PV += rsr(p_j * v, -min(vexp, 3)), each row at once ----
         v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), R), "exp": signed(8),
                                        "li": range(self.max_lines + 1), "first": 1, "eot": 1,
                                        "data": data.ArrayLayout(signed(8), C)}))
-        e4 = etag[_EXP_STAGES - 1]
+        e4 = etag[-1]
         m.d.sync += [v1.v.eq(e4.v & e4.isv), v1.exp.eq(e4.exp), v1.li.eq(e4.li), v1.first.eq(e4.first),
                      v1.eot.eq(e4.eot), v1.data.eq(e4.data)]
         m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(R)]
         with m.If(e4.v & ~e4.isv):  # state A's rescales
             m.d.sync += [a[q].eq(e_fin[q]) for q in range(R)]
-        # V2 as P1 the products p_lo * v (and the few shifted adds of p_hi * v), P2 their sum, P3 the shift,
-        # P4 its rounding, then the read-modify-write of PV (read and write in one stage: a line may meet its
-        # own sum of the cycle before when a head is one line)
-        vt_l = data.StructLayout({"v": 1, "li": range(self.max_lines + 1), "first": 1, "sh": signed(10)})
-        vt = [Signal(vt_l, name=f"pv_s{s}") for s in range(1, 5)]  # P1 .. P4
-        m.d.sync += [vt[0].v.eq(v1.v), vt[0].li.eq(v1.li), vt[0].first.eq(v1.first),
-                     vt[0].sh.eq(-Mux(v1.exp > 3, 3, v1.exp))]
-        m.d.sync += [vt[s + 1].eq(vt[s]) for s in range(3)]
-        v_busy = Signal(name="pv_busy")
-        m.d.comb += v_busy.eq(Cat(v1.v, *[t.v for t in vt]).any())
-        vsh = vt[1].sh  # the shift of the line in P2 (its flags registered into P3)
-        sr1 = Signal(range(63), name="pv_sr1")
-        sl = Signal(range(4), name="pv_sl")
-        m.d.comb += [sr1.eq(Mux(vsh > 63, 62, Mux(vsh < 1, 0, vsh - 1))), sl.eq(Mux(vsh < -3, 3, Mux(vsh > 0, 0, -vsh)))]
-        zero3, pos3 = Signal(name="pv_zero3", reset_less=True), Signal(name="pv_pos3", reset_less=True)
-        m.d.sync += [zero3.eq(vsh > 63), pos3.eq(vsh > 0)]
-        for q in range(R):
-            m.d.comb += [pv_ws[q].addr.eq(vt[3].li), pv_ws[q].en.eq(vt[3].v)]
-            # p_j = exp2_fx(<= 0, 20, 28) <= 2**28: the low 24 bits fit a DSP48's 25-bit signed port, the
-            # top 5 bits are a few shifted adds of v (one DSP48 per lane instead of two)
-            p_lo, p_hi = v1.p[q][:24], v1.p[q][24:29]
-            for c in range(C):
-                def vreg(name, shape, q=q, c=c):
-                    return Signal(shape, name=f"{name}{_s(q)}_{c}", reset_less=True)
-                vc = v1.data[c]
-                hi1, lo1 = vreg("pv_p1_hi", signed(14)), vreg("pv_p1_lo", signed(34))  # v * p_hi, |.| <= 128 * 16
-                prod2 = vreg("pv_p2_prod", signed(44))
-                t3, left3 = vreg("pv_p3_t", signed(44)), vreg("pv_p3_left", signed(47))
-                term4 = vreg("pv_p4_term", signed(PV_BITS))
-                m.d.sync += [hi1.eq(sum(Mux(p_hi[b], vc << b, 0) for b in range(5))), lo1.eq(p_lo * vc),
-                             prod2.eq(lo1 + (hi1 << 24)),
-                             t3.eq(prod2 >> sr1), left3.eq(prod2 << sl),
-                             term4.eq(Mux(zero3, 0, Mux(pos3, (t3 + 1) >> 1, left3)))]
-                m.d.comb += pv_ws[q].data[c].eq(Mux(vt[3].first, 0, pv_rs[q].data[c]) + term4)
-            with m.If(v1.v & v1.eot):
-                m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[q])
+        # V2: P1 .. P5 and the PV read-modify-write (hw/attn_pipes.py)
+        vt, v_busy = pv_pipeline(m, v1, pv_ws, pv_rs, sum_p, R, C, self.max_lines, PV_BITS, _s)
         # the p.V read-modify-write (stage V2) and the O pass share each row's PV read port
         m.d.comb += [q_r.addr.eq(li) for q_r in q_rs]
-        m.d.comb += [pv_r.addr.eq(Mux(vt[3].v, vt[3].li, li)) for pv_r in pv_rs]
-        m.d.comb += [u_r.addr.eq(Mux(fire & ~wrong & p.eot, tok + 1, tok)) for u_r in u_rs]
+        # the PV read address is a register (it drives every lane's LUT-RAM): the RMW's line a cycle ahead
+        # (P4's), or in states OUTH and O the O pass's line, li (O updates it with li)
+        # One copy a lane, told apart by their reset values so that Yosys keeps them (one register would drive
+        # every lane's LUT-RAM: ~450 cells, 6.6 ns of routing measured)
+        pv_raddr = [Signal(range(self.max_lines + 1), name=f"pv_raddr_{c}", init=c % (self.max_lines + 1))
+                    for c in range(C)]
+        m.d.sync += [a.eq(vt[-2].li) for a in pv_raddr]
+        m.d.comb += [pv_rs[q][c].addr.eq(pv_raddr[c]) for q in range(R) for c in range(C)]
+        m.d.comb += [u_r.addr.eq(Mux(fire & ~wrong & p.eot, tok_p1, tok)) for u_r in u_rs]
 
         # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
         # A state line is hd/C of a row per tile, so it may take C/L cycles: lane group g of the held
@@ -321,7 +248,8 @@ class AttentionUnit(wiring.Component):
         g = Signal(range(G), name="o_group")
         done_groups = Signal(32 * L * (G - 1), name="o_groups_done", reset_less=True)
         is_fout = Signal()  # the FSM is in FOUT (ATTN_OUT: o * y) rather than O (ATTN: rescale and add p.V)
-        pv_o = Array([pv_r.data.as_value() for pv_r in pv_rs])[ri] if R > 1 else pv_rs[0].data.as_value()
+        pv_lines = [Cat(*[pv_r.data for pv_r in row]) for row in pv_rs]
+        pv_o = Array(pv_lines)[ri] if R > 1 else pv_lines[0]
         xs = p.data.as_value().word_select(g, 32 * L) if G > 1 else p.data.as_value()
         pvs = pv_o.word_select(g, PV_BITS * L) if G > 1 else pv_o
         fsh = Signal(signed(10))
@@ -333,8 +261,8 @@ class AttentionUnit(wiring.Component):
         adv = Signal(name="lane_adv")
         pipe_busy = Signal(name="lane_busy")
         m.d.comb += pipe_busy.eq(Cat(*[t.v for t in tags]).any())
-        o_busy = Signal(name="lane_o_busy")  # output lines in the lanes
-        m.d.comb += o_busy.eq(Cat(*[t.v & (t.kind == _KIND_O) for t in tags]).any())
+        o_busy = Signal(name="lane_o_busy")  # output lines in the lanes (a cycle ago: OUTH and LN issue none)
+        m.d.sync += o_busy.eq(Cat(*[t.v & (t.kind == _KIND_O) for t in tags]).any())
         t_out = tags[NS - 1]
         out_line = Signal(name="lane_out_line")  # S8 holds the last lane group of an output line
         m.d.comb += [out_line.eq(t_out.v & (t_out.kind == _KIND_O) & (t_out.grp == G - 1)),
@@ -361,47 +289,12 @@ class AttentionUnit(wiring.Component):
             srow = L - 1 - j  # the row whose score this lane scales
             if srow < R:
                 with m.If(k2.v):
-                    m.d.comb += [ox.eq(k2.dot[srow]), oy.eq(LOG2E_Q30), osh.eq(10 - qexp[srow] - k2.exp)]
+                    m.d.comb += [ox.eq(k2.dot[srow]), oy.eq(LOG2E_Q30), osh.eq(k2.sh[srow])]
             if j == 0:
                 with m.If(in_l):
                     m.d.comb += [ox.eq(l_old_o), oy.eq(a_o)]
-            x0, y0, pv0, sh0 = reg("ls0_x", signed(32)), reg("ls0_y", unsigned(33)), reg("ls0_pv", signed(PV_BITS)), \
-                reg("ls0_sh", signed(10))
-            # S1: x = xh * 2**16 + xl, y = yh * 2**17 + yl: four products of at most 18 x 18 bits
-            pp = [reg(f"ls1_pp{k}", shp) for k, shp in enumerate((unsigned(33), unsigned(32), signed(34), signed(33)))]
-            pv1, sh1 = reg("ls1_pv", signed(PV_BITS)), reg("ls1_sh", signed(10))
-            # S2: two partial sums; S3: the product
-            pa2, pb2 = reg("ls2_a", signed(52)), reg("ls2_b", signed(50))
-            pv2, sh2 = reg("ls2_pv", signed(PV_BITS)), reg("ls2_sh", signed(10))
-            prod3 = reg("ls3_prod", signed(66))
-            pv3, sh3 = reg("ls3_pv", signed(PV_BITS)), reg("ls3_sh", signed(10))
-            # S4: the product's low 64 bits (FOUT, scores) or the two rounded terms (O); S5: one value
-            raw4, pr4, pvr4 = reg("ls4_raw", signed(64)), reg("ls4_pr", signed(40)), reg("ls4_pvr", signed(50))
-            sh4 = reg("ls4_sh", signed(10))
-            val5, sh5 = reg("ls5_val", signed(64)), reg("ls5_sh", signed(10))
-            # S6: val >> (s - 1) (or val << -s); S7: its rounding; S8: sat32
-            t6, left6 = reg("ls6_t", signed(64)), reg("ls6_left", signed(97))
-            zero6, pos6 = reg("ls6_zero", 1), reg("ls6_pos", 1)
-            w7 = reg("ls7_w", signed(98))
-            out8 = reg("ls8_out", signed(32))
-            sr1 = Signal(range(63), name=f"ls6_sr1_{j}")
-            sl = Signal(range(34), name=f"ls6_sl_{j}")
-            m.d.comb += [sr1.eq(Mux(sh5 > 63, 62, Mux(sh5 < 1, 0, sh5 - 1))),
-                         sl.eq(Mux(sh5 < -33, 33, Mux(sh5 > 0, 0, -sh5)))]
-            xl, xh = x0[:16], x0[16:32].as_signed()
-            yl, yh = y0[:17], y0[17:33]
-            with m.If(adv):
-                m.d.sync += [x0.eq(ox), y0.eq(oy), pv0.eq(opv), sh0.eq(osh),
-                             pp[0].eq(xl * yl), pp[1].eq(xl * yh), pp[2].eq(xh * yl), pp[3].eq(xh * yh),
-                             pv1.eq(pv0), sh1.eq(sh0),
-                             pa2.eq(pp[0] + (pp[2] << 16)), pb2.eq(pp[1] + (pp[3] << 16)), pv2.eq(pv1), sh2.eq(sh1),
-                             prod3.eq(pa2 + (pb2 << 17)), pv3.eq(pv2), sh3.eq(sh2),
-                             raw4.eq(prod3[:64].as_signed()), pr4.eq((prod3 >> 30) + ((prod3 >> 29) & 1)),
-                             pvr4.eq((pv3 >> 8) + ((pv3 >> 7) & 1)), sh4.eq(sh3),
-                             val5.eq(Mux(tags[4].raw, raw4, pr4 + pvr4)), sh5.eq(sh4),
-                             t6.eq(val5 >> sr1), left6.eq(val5 << sl), zero6.eq(sh5 > 63), pos6.eq(sh5 > 0),
-                             w7.eq(Mux(zero6, 0, Mux(pos6, (t6 + 1) >> 1, left6))),
-                             out8.eq(sat32(m, w7, f"ls8_sat_{j}"))]
+            # S0 .. S8 (hw/attn_lane.py)
+            out8, prod3 = state_lane(m, adv, ox, oy, opv, osh, tags[4].raw, j, PV_BITS)
             if j == 0:
                 m.d.comb += la.eq(prod3)
             lanes_out.append(out8)
@@ -446,8 +339,8 @@ class AttentionUnit(wiring.Component):
                         with m.If(hi == q):
                             m.d.sync += [m_old[q].eq(p.data[0]), l_old[q].eq(p.data[1]), m1[q].eq(p.data[0])]
                         m.d.sync += dot[q].eq(0)
-                    m.d.sync += [offset.eq(p.offset), causal.eq(p.causal), li.eq(0), tok.eq(0), anyv.eq(0),
-                                 ri.eq(0)]
+                    m.d.sync += [offset.eq(p.offset), causal.eq(p.causal), li.eq(0), tok.eq(0), tok_p1.eq(1),
+                                 anyv.eq(0), ri.eq(0)]
                     with m.If(p.kind == AttnBeat.FIN):
                         m.next = "FREQ"
                     with m.Elif(p.last):
@@ -489,39 +382,35 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.K)]
                 # stage K1: q . (this line of k_j) for each row, registered with the token's framing
                 with m.If(fire & ~wrong):
-                    m.d.sync += [k0.v.eq(1), k0.eot.eq(p.eot), k0.exp.eq(p.exp), k0.tok.eq(tok),
-                                 k0.ok.eq(valid_tok)]
-                    m.d.sync += [k0.q[q][c].eq(q_rs[q].data[c]) for q in range(R) for c in range(C)]
-                    m.d.sync += [k0.k[c].eq(p.data[c][0:8]) for c in range(C)]
+                    m.d.sync += k0.v.eq(1)
                     with m.If(p.eot):
-                        m.d.sync += [li.eq(0), tok.eq(tok + 1)]
+                        m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
                     with m.Else():
                         m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
-                        m.d.sync += [tok.eq(0), li.eq(0)]
+                        m.d.sync += [tok.eq(0), tok_p1.eq(1), li.eq(0)]
                         m.next = "KDRAIN"
-            with m.State("KDRAIN"), m.If(~k0.v & ~kp.v & ~k1.v & ~k2.v & ~pipe_busy):  # the last scores
+            with m.State("KDRAIN"), m.If(~k0.v & ~kp.v & ~Cat(*[t.v for t in k_tree]).any() & ~k2.v
+                                                   & ~pipe_busy):  # the last scores
                 m.next = "A"
             with m.State("A"):  # the rescales a = exp2(m - m1) into the exp2 pipelines
                 m.d.comb += [e_in.v.eq(1), e_in.isv.eq(0), e_in.fo.eq(0)]
                 for q in range(R):
-                    diff = Signal(signed(34), name=f"m_diff_in{_s(q)}")
-                    m.d.comb += diff.eq(m_old[q] - m1[q])
-                    m.d.comb += exp_in[q].eq(sat32(m, diff, f"m_diff{_s(q)}"))
+                    m.d.comb += exp_in[q].eq(m_old[q])
                     m.d.sync += sum_p[q].eq(0)
                 m.next = "AW"
-            with m.State("AW"), m.If(etag[_EXP_STAGES - 1].v):  # a is registered as it leaves E4
+            with m.State("AW"), m.If(etag[-1].v):  # a is registered as it leaves E5
                 m.next = "V"
             with m.State("V"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V)]
                 # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
-                m.d.comb += [exp_in[q].eq(u_rs[q].data - m1[q]) for q in range(R)]
+                m.d.comb += [exp_in[q].eq(u_rs[q].data) for q in range(R)]
                 with m.If(fire & ~wrong):
                     m.d.comb += [e_in.v.eq(1), e_in.isv.eq(1), e_in.ok.eq(valid_tok), e_in.fo.eq(2), e_in.exp.eq(p.exp),
                                  e_in.li.eq(li), e_in.first.eq(tok == 0), e_in.eot.eq(p.eot)]
                     m.d.comb += [e_in.data[c].eq(p.data[c][0:8]) for c in range(C)]
                     with m.If(p.eot):
-                        m.d.sync += [li.eq(0), tok.eq(tok + 1)]
+                        m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
                     with m.Else():
                         m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
@@ -533,23 +422,36 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += in_l.eq(1)  # l * a on lane 0's multiplier, behind the previous row's lines
                 with m.If(adv):
                     m.next = "LW"
-            # L = rsr(l*a, 30) + rsr(sum p, 8), as the product leaves S3
+            # L = rsr(l*a, 30) + rsr(sum p, 8): the two roundings as the product leaves S3, then their sum
             with m.State("LW"), m.If(tags[3].v & (tags[3].kind == _KIND_LA)):
-                m.d.sync += big_l.eq(((la >> 30) + ((la >> 29) & 1)) + ((sum_p_o >> 8) + ((sum_p_o >> 7) & 1)))
+                m.d.sync += [la_r.eq((la + (1 << 29)) >> 30), sp_r.eq((sum_p_o + (1 << 7)) >> 8)]
+                m.next = "LX"
+            with m.State("LX"):
+                m.d.sync += big_l.eq(la_r + sp_r)
+                m.next = "LB"
+            with m.State("LB"):  # bitlen(L): each byte's, then the highest non-zero byte's
+                m.d.sync += [gbl[k].eq(bitlen_u(m, big_l[8 * k:8 * k + 8], 8, f"l_bitlen{k}")) for k in range(NG)]
+                m.next = "LC"
+            with m.State("LC"):
+                m.d.sync += bl.eq(0)
+                for k in range(NG):  # the highest byte wins: later assignments take priority
+                    with m.If(gbl[k] != 0):
+                        m.d.sync += bl.eq(8 * k + gbl[k])
                 m.next = "LR"
-            with m.State("LR"):  # r = max(0, bitlen(L) - 21)
-                bl = bitlen_u(m, big_l, 56, "l_bitlen")
-                m.d.sync += r.eq(Mux(bl > 21, bl - 21, 0))
+            with m.State("LR"):  # r = max(0, bitlen(L) - 21), and r - 1 for the rounding shift
+                m.d.sync += [r.eq(Mux(bl > 21, bl - 21, 0)), r_m1.eq(Mux(bl > 22, bl - 22, 0)), r_zero.eq(bl <= 21)]
+                m.next = "LS"
+            with m.State("LS"):  # rsr(L, r) = ((L >> (r - 1)) + 1) >> 1 for r > 0; and m1 + (r << 20)
+                m.d.sync += [l_t.eq(big_l >> r_m1), m_r.eq(m1_o + (r << 20))]
                 m.next = "LN"
-            with m.State("LN"):  # the new header
-                l_sh = rshift_round_var(m, big_l.as_signed(), r, 58, "l_shift")
+            with m.State("LN"):  # the new header (rsr(L, r) < 2**22: no saturation)
                 with m.If(anyv):
-                    m.d.sync += [m_new.eq(sat32(m, m1_o + (r << 20), "m_new_sat")),
-                                 l_new.eq(sat32(m, l_sh, "l_new_sat"))]
+                    m.d.sync += [m_new.eq(sat32(m, m_r, "m_new_sat")), l_new.eq(Mux(r_zero, big_l, (l_t + 1) >> 1))]
                 with m.Else():  # every token masked: the state is unchanged
                     m.d.sync += [m_new.eq(m_old_o), l_new.eq(l_old_o)]
                 m.next = "OUTH"
             with m.State("OUTH"), m.If(~o_busy):  # once the previous row's output lines are out
+                m.d.sync += [a.eq(li) for a in pv_raddr]
                 m.d.comb += [o.valid.eq(1), o.payload.hdr.eq(1), o.payload.data[0].eq(m_new),
                              o.payload.data[1].eq(l_new)]
                 m.d.comb += [o.payload.data[c].eq(0) for c in range(2, C)]
@@ -557,10 +459,11 @@ class AttentionUnit(wiring.Component):
                     m.next = "O"
             with m.State("O"):
                 m.d.comb += wrong.eq(p.kind != AttnBeat.STATE_O)
+                m.d.sync += [a.eq(li) for a in pv_raddr]
                 with m.If(fire & ~wrong):
-                    m.d.sync += li.eq(li + 1)
+                    m.d.sync += [li.eq(li + 1)] + [a.eq(li + 1) for a in pv_raddr]
                     with m.If(p.last):
-                        m.d.sync += li.eq(0)
+                        m.d.sync += [li.eq(0)] + [a.eq(0) for a in pv_raddr]
                 with m.If(state_line(False)):
                     m.d.sync += ri.eq(ri + 1)
                     m.next = "L"

@@ -24,7 +24,7 @@ ATTN_OUT jobs: a ``FIN`` beat (``l``), then the ``hd`` lines of ``o`` -> ``hd`` 
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib import enum as aenum
 from amaranth.lib.wiring import In, Out
@@ -77,14 +77,25 @@ class AttnSequencer(wiring.Component):
         nq = Mux(is_out, ao.nq, at.nq)
         hd = Mux(is_out, ao.hd, at.hd)
         state = Mux(is_out, ao.state, at.state)
-        P = Signal(17)
-        m.d.comb += P.eq(Const(1, 17) << at.page_log2)
         bypass = ~is_out & (at.t == 0)
         init = ~is_out & at.init
         # no products of instruction fields (each would be DSP48s): r*hd and o_r*hd are running sums,
-        # P*hd a shift, and K/V phases end on their last token's last line
-        php = Signal(21)  # P * hd: lines of K (or V) in the tile layout
-        m.d.comb += php.eq(hd << at.page_log2)
+        # P*hd a shift, and K/V phases end on their last token's last line.  The word holds still while the
+        # sequencer is busy, so what the walk needs of it is registered every cycle (one operation each):
+        # the limits the next cycle after start, the tile's bases (two stages) before the K phase (the
+        # HDR and Q beats come first)
+        def wreg(name, value, shape=None):
+            sig = Signal(shape if shape is not None else len(value), name=name, reset_less=True)
+            m.d.sync += sig.eq(value)
+            return sig
+        hd_m1 = wreg("hd_m1", hd - 1, signed(8))
+        nq_m1 = wreg("nq_m1", nq - 1, signed(8))
+        t_m1 = wreg("t_m1", at.t - 1, signed(14))
+        php = wreg("php", hd << at.page_log2, 21)  # P * hd: lines of K (or V) in the tile layout
+        php2p = wreg("php2p", Cat(Const(1, 1), hd) << at.page_log2, 22)  # 2 * P * hd + P
+        kv_v = wreg("kv_v", at.kv + php, 32)  # the V lines
+        kv_ke = wreg("kv_ke", at.kv + (php << 1), 32)  # the K exponent lines
+        kv_ve = wreg("kv_ve", at.kv + php2p, 32)  # the V exponent lines
 
         # ---- walk: jobs of up to R rows (r0 .. r0+n-1), phase, row r, line li of K / V (and token j / its
         # line tli; tli is also the line of a row's query or state lines)
@@ -96,33 +107,43 @@ class AttnSequencer(wiring.Component):
         tli = Signal(8)  # line within the token (K, V) or the row (Q, OUT)
         tok = Signal(13)
         rhd, r0hd = Signal(12), Signal(12)  # r * hd, r0 * hd
+        # the addresses' row parts, kept beside r and r * hd (and their copies at the job's first row r0):
+        # the state line state + r, the query's exponent line qexp + r, the query q + r*hd and the state's
+        # o lines state + nq + r*hd
+        a_st, a_qe = Signal(32, name="a_state"), Signal(32, name="a_qexp")
+        a_q, a_o = Signal(32, name="a_q"), Signal(32, name="a_o")
+        a_st0, a_qe0, a_q0, a_o0 = (Signal(32, name=f"{x.name}0") for x in (a_st, a_qe, a_q, a_o))
         with m.If(self.start):
             m.d.sync += [active.eq((nq != 0) & (hd != 0)), r.eq(0), r0.eq(0), gi.eq(0), rhd.eq(0), r0hd.eq(0),
                          ph.eq(_Ph.HDR), li.eq(0), tli.eq(0), tok.eq(0)]
-        m.submodules.q = q = fifo.SyncFIFO(width=3 + C * 32 + 8 + 2, depth=_DEPTH)
+            m.d.sync += [a_st.eq(state), a_qe.eq(at.qexp), a_q.eq(at.q), a_o.eq(state + nq),
+                         a_st0.eq(state), a_qe0.eq(at.qexp), a_q0.eq(at.q), a_o0.eq(state + nq)]
+        # the beat FIFO's output is a register (the unit's handshake and payload start at flip-flops)
+        m.submodules.q = q = fifo.SyncFIFOBuffered(width=3 + C * 32 + 8 + 2, depth=_DEPTH)
         pending = Signal()
         room = (q.level + pending) < _DEPTH
         read = Signal()
         m.d.comb += read.eq(active & ~self.start & room)
-        eot = tli == hd - 1
+        eot = tli == hd_m1
         # ATTN_OUT and the bypass are jobs of one row; an ATTN job ends at R rows or at the group's last
-        job_last = (is_out | bypass | (r == nq - 1) | (gi == R - 1)) if R > 1 else Const(1, 1)
-        kv_end = eot & (tok == at.t - 1)
+        job_last = (is_out | bypass | (r == nq_m1) | (gi == R - 1)) if R > 1 else Const(1, 1)
+        kv_end = eot & (tok == t_m1)
         beat_last = Mux(ph == _Ph.HDR, job_last, Mux(ph == _Ph.Q, eot & job_last,
                                                       Mux((ph == _Ph.K) | (ph == _Ph.V), kv_end, eot)))
         phase_end = Mux(ph == _Ph.OUT, eot & job_last, beat_last)
-        next_row = [r.eq(r + 1), rhd.eq(rhd + hd), gi.eq(gi + 1)]
+        next_row = [r.eq(r + 1), rhd.eq(rhd + hd), gi.eq(gi + 1),
+                    a_st.eq(a_st + 1), a_qe.eq(a_qe + 1), a_q.eq(a_q + hd), a_o.eq(a_o + hd)]
         # with one row a job the walk stays on its row until the row's state lines (the job's) are out
-        first_row = [r.eq(r0), rhd.eq(r0hd), gi.eq(0)] if R > 1 else []
+        first_row = [r.eq(r0), rhd.eq(r0hd), gi.eq(0),
+                     a_st.eq(a_st0), a_qe.eq(a_qe0), a_q.eq(a_q0), a_o.eq(a_o0)] if R > 1 else []
         job_rows = next_row if R > 1 else []
         kv = at.kv
         m.d.comb += [
-            self.va_addr.eq(Mux(ph == _Ph.HDR, state + r, state + nq + rhd + tli)),
+            self.va_addr.eq(Mux(ph == _Ph.HDR, a_st, a_o + tli)),
             self.va_en.eq(read),
-            self.sa_addr.eq(Mux(ph == _Ph.Q, at.q + rhd + tli, Mux(ph == _Ph.K, kv + li, kv + php + li))),
+            self.sa_addr.eq(Mux(ph == _Ph.Q, a_q + tli, Mux(ph == _Ph.K, kv + li, kv_v + li))),
             self.sa_en.eq(read),
-            self.sb_addr.eq(Mux(ph == _Ph.Q, at.qexp + r, Mux(ph == _Ph.K, kv + (php << 1) + tok,
-                                                               kv + (php << 1) + P + tok))),
+            self.sb_addr.eq(Mux(ph == _Ph.Q, a_qe, Mux(ph == _Ph.K, kv_ke + tok, kv_ve + tok))),
             self.sb_en.eq(read),
         ]
         with m.If(read):
@@ -147,8 +168,9 @@ class AttnSequencer(wiring.Component):
                     with m.If(phase_end):  # the job's last state line: the next job starts at the next row
                         m.d.sync += [ph.eq(_Ph.HDR), gi.eq(0)]
                         if R > 1:
-                            m.d.sync += [r0.eq(r + 1), r0hd.eq(rhd + hd)]
-                        with m.If(r == nq - 1):
+                            m.d.sync += [r0.eq(r + 1), r0hd.eq(rhd + hd), a_st0.eq(a_st + 1), a_qe0.eq(a_qe + 1),
+                                         a_q0.eq(a_q + hd), a_o0.eq(a_o + hd)]
+                        with m.If(r == nq_m1):
                             m.d.sync += active.eq(0)
             with m.If(phase_end):
                 m.d.sync += [li.eq(0), tli.eq(0), tok.eq(0)]
@@ -190,22 +212,28 @@ class AttnSequencer(wiring.Component):
         o_r = Signal(6)
         o_l = Signal(8)
         o_hdr = Signal()  # next ATTN output is a state line
-        o_rhd = Signal(12)  # o_r * hd
         outs = Signal()  # output lines still expected (a register: the word may be any op when idle)
+        # the row's addresses kept as running sums: its state line state + o_r, its first output line
+        # (ATTN: state + nq + o_r*hd in place; ATTN_OUT: dst + o_r*hd)
+        o_st, o_base = Signal(32, name="o_state"), Signal(32, name="o_base")
         with m.If(self.start):
-            m.d.sync += [o_r.eq(0), o_rhd.eq(0), o_l.eq(0), o_hdr.eq(~is_out), outs.eq((nq != 0) & (hd != 0))]
+            m.d.sync += [o_r.eq(0), o_l.eq(0), o_hdr.eq(~is_out), outs.eq((nq != 0) & (hd != 0)),
+                         o_st.eq(state), o_base.eq(Mux(is_out, ao.dst, state + nq))]
         byp_hdr = f_kind == AttnBeat.HDR
-        got = Mux(bypass, q.r_rdy, u.o_stream.valid)
-        gdata = Mux(bypass, Mux(byp_hdr, f_line[:64], f_line), u.o_stream.payload.data.as_value())
-        o_base = Mux(is_out, ao.dst + o_rhd, state + nq + o_rhd)
+        # the unit's (or the bypass's) output lines are registered, then written (a cycle later)
+        got = Signal(name="out_got")
+        gdata = Signal(C * 32, name="out_line", reset_less=True)
+        m.d.sync += [got.eq(Mux(bypass, q.r_rdy, u.o_stream.valid)),
+                     gdata.eq(Mux(bypass, Mux(byp_hdr, f_line[:64], f_line), u.o_stream.payload.data.as_value()))]
         m.d.comb += [self.out_en.eq(got), self.out_data.eq(gdata),
-                     self.out_addr.eq(Mux(o_hdr, state + o_r, o_base + o_l))]
+                     self.out_addr.eq(Mux(o_hdr, o_st, o_base + o_l))]
         with m.If(got):
             with m.If(o_hdr):
                 m.d.sync += o_hdr.eq(0)
-            with m.Elif(o_l == hd - 1):
-                m.d.sync += [o_l.eq(0), o_r.eq(o_r + 1), o_rhd.eq(o_rhd + hd), o_hdr.eq(~is_out)]
-                with m.If(o_r == nq - 1):
+            with m.Elif(o_l == hd_m1):
+                m.d.sync += [o_l.eq(0), o_r.eq(o_r + 1), o_st.eq(o_st + 1), o_base.eq(o_base + hd),
+                             o_hdr.eq(~is_out)]
+                with m.If(o_r == nq_m1):
                     m.d.sync += outs.eq(0)
             with m.Else():
                 m.d.sync += o_l.eq(o_l + 1)

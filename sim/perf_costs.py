@@ -142,8 +142,8 @@ class PerfParams:
     gemm: str = "systolic"
     weight_cols_per_cycle: int = 1
     vector_latency: int = 2
-    attn_latency: int = 40
-    attn_row_latency: int = 9
+    attn_latency: int = 52
+    attn_row_latency: int = 13
     fetch_latency: int = 0
     token_latency: int = 1
     fetch_contention: bool = True
@@ -341,7 +341,7 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
 
 
 #: Cycles of an ATTN over an empty tile (t = 0) beyond its rows' lines (the sequencer's start and drain; RTL)
-ATTN_BYPASS_LATENCY = 3
+ATTN_BYPASS_LATENCY = 5
 
 
 def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
@@ -352,21 +352,21 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     # (hw/attn_sequencer.py, hw/attention_unit.py) per job of up to attn_rows query rows: K and V at one line a
     # cycle (2 * t * hd) and the pipeline drains (attn_latency); per row: the header and the hd query lines, the
     # hd state lines in and out (line_beats cycles each: the state-line datapath has line_width lanes), the new
-    # sum (attn_row_latency; a job's later rows wait 2 cycles more for the row before to leave the unit's
-    # 9-stage state-line lanes).  A tile with t = 0 bypasses the unit: each row's state line and hd output lines
+    # sum and its shift (attn_row_latency: 13 cycles, longer than the row before takes to leave the unit's
+    # 9-stage state-line lanes, so a job's later rows wait no more).  A tile with t = 0 bypasses the unit: each row's state line and hd output lines
     # are copied through at a line a cycle (calibrated on the RTL)
     if t == 0:
         return OpCost(nq * (1 + hd) + ATTN_BYPASS_LATENCY, array_busy=0, macs=0)
     jobs = -(-nq // cfg.attn_rows)
-    cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 1
-    cyc += 2 * (nq - jobs)
+    # + 3: the sequencer's start, its beat FIFO's output register and its output register
+    cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 3
     return OpCost(cyc, array_busy=0, macs=2 * nq * t * hd * cols)
 
 
 def _attn_out(cfg: AccelConfig, p: PerfParams, nq: int, hd: int) -> OpCost:
-    """ATTN_OUT: per row the ``l`` beat, one reciprocal (33 cycles), then the ``hd`` lines of ``o`` scaled
+    """ATTN_OUT: per row the ``l`` beat, one reciprocal (35 cycles: registered), then the ``hd`` lines of ``o`` scaled
     (``line_beats`` cycles each on the state-line datapath), the last out of its 9 stages before the next row."""
-    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 10) + 1) if nq and hd else OpCost(1)
+    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 12) + 3) if nq and hd else OpCost(1)
 
 
 #: The instruction fields :func:`op_cost` reads (of ``dram`` only the offset in its 4 KiB page, where bursts split):

@@ -1,0 +1,83 @@
+"""The attention unit's ``exp2`` pipelines (hw/attention_unit.py): one per query row, shared by the
+rescale ``a = exp2_fx(m - m1, 20, 30)`` (state A) and the weights ``p_j = exp2_fx(u_j - m1, 20, 28)``
+(the V phase), bit-exact with :func:`systolica.numerics.exp2_fx`.
+
+Stages, one operation each (for ECP5 at 100 MHz): X1 the operand ``x`` (``m`` or the score read from
+block RAM) registered; X2 ``d = x - m1`` and ``x > m1``; E0 the clamp ``min(d, 0)``; E1 the table reads
+(Yosys puts the tables in block RAM, E1 being their output register) and ``fo - (u >> 20)``; E1B the table
+values registered again (the multipliers' operands: not straight from a block RAM); E2 the shift's cap at
+40 and ``delta * lo`` (the 18 x 18 pieces); E3 the product; E4 ``base + rsr(delta * lo, 12)`` (one add:
+``base`` sits above the rounding constant) and the shift's rounding bit decoded; E5 their sum; then the
+caller's next register takes the shift.
+
+``x - m1`` is not saturated to int32 as numerics saturates ``m - m1``: values below ``-40 * 2**20``
+give 0 either way (the shift is capped at 40 places, past every ``base + rsr(..)`` < 2**33).
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import memory
+
+from .fixed import mul_pipe
+
+__all__ = ["EXP_STAGES", "exp2_pipelines"]
+
+#: stages X1, X2, E0, E1, E1B, E2 .. E5 (the caller's V1 register takes the shift)
+EXP_STAGES = 9
+
+
+def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix):
+    """Builds the tags' shift register and one pipeline per row.
+
+    ``e_in`` is the tag entering X1 (its ``fo`` field: ``30 - frac``); ``xs[r]`` / ``m1s[r]`` row ``r``'s
+    operand and running maximum (``x`` is registered in X1; ``m1`` must hold still while a value is in
+    X2).  Returns ``(tags, results)``: the tags of the stages X1 .. E5 (``tags[-1]`` is E5), and per row
+    the result as it leaves E5 (combinational: E5's value shifted).
+    """
+    from systolica.numerics import EXP_BASE, EXP_DELTA
+
+    tags = [Signal(tag_layout, name=f"exp_s{s}") for s in range(EXP_STAGES)]
+    m.d.sync += [tags[0].eq(e_in)] + [tags[s + 1].eq(tags[s]) for s in range(EXP_STAGES - 1)]
+    base = memory.Memory(shape=unsigned(32), depth=256, init=[int(v) for v in EXP_BASE])
+    # EXP_DELTA < 2**23: stored at its width (two 18 x 18 pieces against the 12-bit lo)
+    delta = memory.Memory(shape=unsigned(max(int(v) for v in EXP_DELTA).bit_length()), depth=256,
+                          init=[int(v) for v in EXP_DELTA])
+    m.submodules.exp_base, m.submodules.exp_delta = base, delta
+    fo2 = tags[2].fo  # E0's tag: the row's frac offset as the value enters E1
+    results = []
+    for r, (x, m1) in enumerate(zip(xs, m1s, strict=True)):
+        def reg(name, shape, r=r):
+            return Signal(shape, name=f"exp_{name}{suffix(r)}", reset_less=True)
+        bport, dport = base.read_port(domain="comb"), delta.read_port(domain="comb")
+        dw = len(dport.data)
+        x1 = reg("x1", signed(32))
+        d2, gt2 = reg("x2_d", signed(34)), reg("x2_gt", 1)
+        u0 = reg("e0_u", signed(34))
+        base1, delta1, lo1 = reg("e1_base", unsigned(32)), reg("e1_delta", unsigned(dw)), reg("e1_lo", unsigned(12))
+        shc1 = reg("e1_shc", signed(16))
+        base1b, delta1b = reg("e1b_base", unsigned(32)), reg("e1b_delta", unsigned(dw))
+        lo1b = reg("e1b_lo", unsigned(12))
+        shc1b = reg("e1b_shc", signed(16))
+        sh2, base2 = reg("e2_sh", range(41)), reg("e2_base", unsigned(32))
+        sh3, base3 = reg("e3_sh", range(41)), reg("e3_base", unsigned(32))
+        p4, half4, sh4 = reg("e4_p", unsigned(33)), reg("e4_half", unsigned(41)), reg("e4_sh", range(41))
+        pr5, sh5 = reg("e5_p", unsigned(42)), reg("e5_sh", range(41))
+        dl3, lat = mul_pipe(m, Const(1, 1), delta1b, lo1b, f"exp_e2_dl{suffix(r)}")  # pieces in E2, sum in E3
+        assert lat == 2, lat
+        m.d.comb += [bport.addr.eq(u0[12:20]), dport.addr.eq(u0[12:20])]
+        m.d.sync += [x1.eq(x),
+                     d2.eq(x1 - m1), gt2.eq(x1 > m1),
+                     u0.eq(Mux(gt2, 0, d2)),
+                     base1.eq(bport.data), delta1.eq(dport.data), lo1.eq(u0[0:12]), shc1.eq(fo2 - (u0 >> 20)),
+                     base1b.eq(base1), delta1b.eq(delta1), lo1b.eq(lo1), shc1b.eq(shc1),
+                     sh2.eq(Mux(shc1b > 40, 40, shc1b)), base2.eq(base1b),
+                     sh3.eq(sh2), base3.eq(base2),
+                     # base + rsr(dl, 12) = (base * 2**12 + 2**11 + dl) >> 12: one add
+                     p4.eq((Cat(Const(1 << 11, 12), base3) + dl3) >> 12), half4.eq((Const(1, 1) << sh3) >> 1),
+                     sh4.eq(sh3),
+                     pr5.eq(p4 + half4), sh5.eq(sh4)]
+        fin = Signal(unsigned(33), name=f"exp_e6_fin{suffix(r)}")
+        m.d.comb += fin.eq(pr5 >> sh5)
+        results.append(fin)
+    return tags, results

@@ -1,0 +1,132 @@
+"""Two of the attention unit's pipelines (hw/attention_unit.py): the sum of each row's C products in the K
+phase, and the ``p . V`` accumulation of the V phase.  Both are one operation a stage, for ECP5 at 100 MHz.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data
+
+from .lut_mul import lut_mul
+
+__all__ = ["PV_MUL_STAGES", "k_pipeline", "k_sum_tree", "pv_pipeline"]
+
+PV_MUL_STAGES = 3  # p * v in logic: v's 8 partial products added in pairs (hw/lut_mul.py)
+
+
+def k_sum_tree(m: Module, kp, R: int, C: int, tok_shape, suffix):
+    """K1 .. K1+log2(C)-1: the C products ``kp.prod[q][c]`` of each row ``q`` summed in pairs, one add a
+    stage, with the line's framing (``v``, ``eot``, ``exp``, ``tok``, ``ok``) alongside.
+
+    Returns ``(tag, sums, stages)``: the last stage's framing, each row's sum (``sums[q]``) and the tags
+    of every stage (their valid bits tell when the tree is empty)."""
+    ktag_l = data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": tok_shape, "ok": 1})
+    k1, ksum = kp, [[kp.prod[q][c] for c in range(C)] for q in range(R)]
+    k_tree = []
+    while len(ksum[0]) > 1:
+        lvl = len(k_tree)
+        t = Signal(ktag_l, name=f"ksum_t{lvl}")
+        m.d.sync += [t.v.eq(k1.v), t.eot.eq(k1.eot), t.exp.eq(k1.exp), t.tok.eq(k1.tok), t.ok.eq(k1.ok)]
+        nxt = []
+        for q in range(R):
+            row = []
+            for j in range(0, len(ksum[q]), 2):
+                sj = Signal(signed(17 + lvl), name=f"ksum{lvl}{suffix(q)}_{j // 2}", reset_less=True)
+                m.d.sync += sj.eq(ksum[q][j] + ksum[q][j + 1] if j + 1 < len(ksum[q]) else ksum[q][j])
+                row.append(sj)
+            nxt.append(row)
+        k1, ksum = t, nxt
+        k_tree.append(t)
+    return k1, [row[0] for row in ksum], k_tree
+
+
+def k_pipeline(m: Module, p, tok, valid_tok, q_rs, qexp, dot, anyv, R: int, C: int, max_tokens: int, suffix):
+    """The K phase, each row at once: K0 the line ``p`` and each row's query line (``q_rs``) registered, KP
+    their C products (one MULT18X18D each; KB registers K0 again before them), the sum tree
+    (:func:`k_sum_tree`), K2 the dot-product accumulation into ``dot`` (a token's score leaves in ``k2.dot``
+    with its shift ``k2.sh``); ``anyv`` is set by a token the mask lets through.  K0 loads every cycle; the
+    caller sets ``k0.v`` on a K line.  Returns ``(k0, kp, stages, k2)`` (``stages``: KB and the tree's;
+    their valid bits tell when they are empty)."""
+    k2 = Signal(data.StructLayout({"v": 1, "tok": range(max_tokens + 1), "ok": 1,
+                                   "dot": data.ArrayLayout(signed(32), R), "sh": data.ArrayLayout(signed(10), R)}))
+    # K0: the line and each row's query line, registered; KP: their C products (one MULT18X18D each)
+    k0 = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(max_tokens + 1), "ok": 1,
+                                   "q": data.ArrayLayout(data.ArrayLayout(signed(8), C), R),
+                                   "k": data.ArrayLayout(signed(8), C)}))
+    kp = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(max_tokens + 1), "ok": 1,
+                                   "prod": data.ArrayLayout(data.ArrayLayout(signed(16), C), R)}))
+    m.d.sync += [k0.v.eq(0), k2.v.eq(0)]  # the stages below set them when they hold a line
+    # K0's data registers load every cycle (no enable: only k0.v depends on the handshake)
+    m.d.sync += [k0.eot.eq(p.eot), k0.exp.eq(p.exp), k0.tok.eq(tok), k0.ok.eq(valid_tok)]
+    m.d.sync += [k0.q[q][c].eq(q_rs[q].data[c]) for q in range(R) for c in range(C)]
+    m.d.sync += [k0.k[c].eq(p.data[c][0:8]) for c in range(C)]
+    # KB: K0 again, the multipliers' operand registers (Yosys puts the query lines in block RAM with K0 as its
+    # output register, whose output is slower than a flip-flop's)
+    kb = Signal(k0.shape(), name="kb")
+    m.d.sync += kb.eq(k0)
+    m.d.sync += [kp.v.eq(kb.v), kp.eot.eq(kb.eot), kp.exp.eq(kb.exp), kp.tok.eq(kb.tok), kp.ok.eq(kb.ok)]
+    m.d.sync += [kp.prod[q][c].eq(kb.q[q][c] * kb.k[c]) for q in range(R) for c in range(C)]
+    # K1 .. K1+log2(C)-1: the C products of each row summed in pairs, one add a stage
+    k1, ksum, k_tree = k_sum_tree(m, kp, R, C, range(max_tokens + 1), suffix)
+    with m.If(k1.v):
+        with m.If(k1.eot):
+            m.d.sync += [k2.v.eq(1), k2.tok.eq(k1.tok), k2.ok.eq(k1.ok)]
+            m.d.sync += [k2.sh[q].eq(10 - qexp[q] - k1.exp) for q in range(R)]
+        for q in range(R):
+            full = Signal(signed(32), name=f"dot_full{suffix(q)}")
+            m.d.comb += full.eq(dot[q] + ksum[q])
+            with m.If(k1.eot):
+                m.d.sync += [dot[q].eq(0), k2.dot[q].eq(full)]
+            with m.Else():
+                m.d.sync += dot[q].eq(full)
+    with m.If(k2.v & k2.ok):
+        m.d.sync += anyv.eq(1)
+    return k0, kp, [kb, *k_tree], k2
+
+
+def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: int, pv_bits: int, suffix):
+    """``PV += rsr(p_j * v, -min(vexp, 3))`` lane by lane, each row at once, from the V1 register ``v1``.
+
+    P1 .. P3 the products ``p * v`` in logic (:func:`~systolica.hw.lut_mul.lut_mul`: v's eight partial
+    products of p added in pairs, one add a stage; no multiplier), P4 the shift, P5 its rounding, then the
+    read-modify-write of PV (read and write in one stage: a line may meet its own sum of the cycle before
+    when a head is one line).  The shift's decode (``sh = -min(vexp, 3)``) is registered with the line in
+    P1.  Also ``sum_p += p_j`` once a token (on its last line).
+    Returns ``(tags, busy)``: the tags of P1 .. P5 and whether a line is in V1 .. P5.
+    """
+    vt_l = data.StructLayout({"v": 1, "li": range(max_lines + 1), "first": 1, "sr1": range(63),
+                              "sl": range(4), "zero": 1, "pos": 1})
+    NV = PV_MUL_STAGES + 2
+    vt = [Signal(vt_l, name=f"pv_s{s}") for s in range(1, NV + 1)]  # P1 .. P5
+    ve = v1.exp  # sh = -min(e, 3): sh > 63 iff e < -63, sh > 0 iff e < 0 (then sh - 1 = ~e), -sh = min(e, 3)
+    m.d.sync += [vt[0].v.eq(v1.v), vt[0].li.eq(v1.li), vt[0].first.eq(v1.first),
+                 vt[0].sr1.eq(Mux(ve < -63, 62, Mux(ve < 0, ~ve, 0))), vt[0].sl.eq(Mux(ve > 3, 3, Mux(ve < 0, 0, ve))),
+                 vt[0].zero.eq(ve < -63), vt[0].pos.eq(ve < 0)]
+    m.d.sync += [vt[s + 1].eq(vt[s]) for s in range(NV - 1)]
+    v_busy = Signal(name="pv_busy")
+    m.d.comb += v_busy.eq(Cat(v1.v, *[t.v for t in vt]).any())
+    vsh = vt[PV_MUL_STAGES - 1]  # the line whose product leaves the multiplier (into P4)
+    zero4, pos4 = Signal(name="pv_zero4", reset_less=True), Signal(name="pv_pos4", reset_less=True)
+    m.d.sync += [zero4.eq(vsh.zero), pos4.eq(vsh.pos)]
+    vw = vt[NV - 1]  # P5: the term into PV
+    # the write address, one copy a lane (told apart by their reset values, so that Yosys keeps them: one
+    # register would drive every lane's LUT-RAM)
+    wa = [Signal(range(max_lines + 1), name=f"pv_waddr_{c}", init=c % (max_lines + 1)) for c in range(C)]
+    m.d.sync += [a.eq(vt[NV - 2].li) for a in wa]
+    for q in range(R):
+        m.d.comb += [pv_ws[q][c].addr.eq(wa[c]) for c in range(C)]
+        m.d.comb += [pv_ws[q][c].en.eq(vw.v) for c in range(C)]
+        for c in range(C):
+            def vreg(name, shape, q=q, c=c):
+                return Signal(shape, name=f"{name}{suffix(q)}_{c}", reset_less=True)
+            # p_j = exp2_fx(<= 0, 20, 28) <= 2**28: 29 bits
+            prod, lat = lut_mul(m, Const(1, 1), v1.p[q][:29], v1.data[c], f"pv_mul{suffix(q)}_{c}")
+            assert lat == PV_MUL_STAGES, lat
+            t4, left4 = vreg("pv_p4_t", signed(37)), vreg("pv_p4_left", signed(40))
+            term5 = vreg("pv_p5_term", signed(pv_bits))
+            m.d.sync += [t4.eq(prod >> vsh.sr1), left4.eq(prod << vsh.sl),
+                         term5.eq(Mux(zero4, 0, Mux(pos4, (t4 + 1) >> 1, left4)))]
+            m.d.comb += pv_ws[q][c].data.eq(Mux(vw.first, 0, pv_rs[q][c].data) + term5)
+        with m.If(v1.v & v1.eot):
+            m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[q])
+    return vt, v_busy
