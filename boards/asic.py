@@ -184,7 +184,8 @@ def asic_script(sources: list[str], top: str, liberty: str, period_ps: int, macr
               "setundef -zero",
               "opt_clean -purge",
               f"tee -q -o stat.json stat -liberty {liberty} -json -top {top}",
-              "write_verilog -noattr -noexpr -nohex -nodec netlist.v"]
+              # -simple-lhs: no `assign {a, b} = ...` (the OpenSTA of Debian 12 stops at a concatenation on the left)
+              "write_verilog -noattr -noexpr -nohex -nodec -simple-lhs netlist.v"]
     return "\n".join(lines) + "\n"
 
 
