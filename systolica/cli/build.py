@@ -357,6 +357,9 @@ def _asic(args: argparse.Namespace) -> int:
     (out / "asic.json").write_text(json.dumps(report, indent=1))
     written = emit_json(args.json, report)
     console.print(f"report: {out / 'asic.json'}" + (f", {written}" if written else ""))
+    from systolica.boards.asic_cache import store
+
+    console.print(f"cached for systolica dse --asic: {store(report, cfg)}")
     slack = report["timing"].get("slack_ns")
     if args.period is not None and slack is not None and slack < 0:
         return EXIT_CHECK_FAILED  # the period asked for is not met (render said so)

@@ -117,7 +117,13 @@ class Dse:
                        help="sweep the DRAM bandwidth the board delivers (default: the board's peak x efficiency)")
         add_jobs(p, "local processes", None, old=("--workers",))
         p.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster ('local' starts one here)")
-        add_synth(p, "they are reported as 'fit: not measured'")
+        add_synth(p, "they are reported as 'fit: not measured' (with --asic: runs the ASIC estimate)")
+        a = p.add_argument_group("ASIC points (--asic: NanGate 45 nm, docs/asic.md)")
+        a.add_argument("--asic", action="store_true",
+                       help="sweep ASIC points instead of boards: array shapes of --config, area / Fmax / power from "
+                            "cached `systolica hw build --asic` estimates, tokens/s from the performance model")
+        a.add_argument("--config", default=None, metavar="PRESET|FILE.toml",
+                       help="with --asic: the configuration whose array shapes are swept (default: default)")
         add_json(p, "every point, the Pareto front and the failed points")
         add_plots(p, f"the Pareto plot ({PLOT_NAME})")
         add_deprecated(p, "--plot", "--plots DIR", "plot_file")
@@ -141,6 +147,13 @@ class Dse:
                 raise UsageError(f"--dma-bits item {x!r} is not a port width in bits (e.g. 64)")
             widths.append(int(x))
         models = split_models(args.models)
+        if args.asic:
+            from systolica.cli.dse_asic import asic_main
+
+            return asic_main(args, models, shapes, _floats(args.clocks, "--clocks", "a clock in MHz"),
+                             _floats(args.dram_gbps, "--dram-gbps", "a bandwidth in GB/s"))
+        if args.config is not None:
+            raise UsageError("--config goes with --asic (board sweeps take each board's [accel] configuration)")
         tasks = make_tasks(models, [b.strip() for b in args.boards.split(",") if b.strip()], shapes, widths,
                            args.prompt_len, args.gemm, clocks=_floats(args.clocks, "--clocks", "a clock in MHz"),
                            dram_gbps=_floats(args.dram_gbps, "--dram-gbps", "a bandwidth in GB/s"))
