@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["plot_pareto"]
+__all__ = ["plot_pareto", "plot_asic"]
 
 
 def plot_pareto(points: list[dict], front: set[int], path: str | Path) -> Path:
@@ -44,6 +44,45 @@ def plot_pareto(points: list[dict], front: set[int], path: str | Path) -> Path:
     a2.set_xlabel("decode tokens/s (modelled, assumed clock)")
     a2.set_ylabel("energy per token (J, board power figure)")
     a2.set_yscale("log")
+    for a in (a1, a2):
+        a.grid(True, alpha=0.3)
+    a1.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_asic(points: list[dict], front: set[int], path: str | Path) -> Path:
+    """``systolica dse --asic``: tokens/s vs area and energy per token vs tokens/s of the points with a measured ASIC
+    estimate (one colour per array shape; ringed: Pareto front; x: a swept clock above the measured Fmax)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    meas = [(i, p) for i, p in enumerate(points) if p.get("area_mm2") is not None]
+    shapes = sorted({(p["rows"], p["cols"]) for _, p in meas})
+    for i, p in meas:
+        c = f"C{shapes.index((p['rows'], p['cols']))}"
+        kw = {"color": c, "linestyle": "none", "marker": "x" if p["clock"].get("met") is False else "o"}
+        a1.plot(p["area_mm2"], p["decode_tokens_per_s"], **kw)
+        if p.get("joules_per_token") is not None:
+            a2.plot(p["decode_tokens_per_s"], p["joules_per_token"], **kw)
+        if i in front:
+            a1.plot(p["area_mm2"], p["decode_tokens_per_s"], "o", ms=13, mfc="none", color="k")
+            a2.plot(p["decode_tokens_per_s"], p["joules_per_token"], "o", ms=13, mfc="none", color="k")
+    for si, (r, c) in enumerate(shapes):
+        a1.plot([], [], "o", color=f"C{si}", label=f"{r}x{c}")
+    a1.plot([], [], "o", color="k", mfc="none", ms=13, label="Pareto front")
+    a1.plot([], [], "x", color="gray", label="clock above measured Fmax")
+    n_missing = len(points) - len(meas)
+    a1.set_title(f"NanGate 45 nm, measured estimates ({n_missing} point(s) not measured, not shown)", fontsize=9)
+    a1.set_xlabel("area (mm^2: cells from synthesis + SRAM model)")
+    a1.set_ylabel("decode tokens/s (performance model)")
+    a2.set_xlabel("decode tokens/s (performance model)")
+    a2.set_ylabel("energy per token (J, standard cells, OpenSTA)")
     for a in (a1, a2):
         a.grid(True, alpha=0.3)
     a1.legend(fontsize=7)

@@ -11,7 +11,9 @@ import argparse
 from systolica.cli.exits import EXIT_OK
 from systolica.cli.options import emit_json, json_to_stdout
 
-__all__ = ["asic_main"]
+__all__ = ["asic_main", "ASIC_PLOT_NAME"]
+
+ASIC_PLOT_NAME = "dse_asic.png"  # the file --plots DIR writes with --asic
 
 
 def _num(v, fmt: str) -> str:
@@ -79,4 +81,11 @@ def asic_main(args: argparse.Namespace, models: list[str], shapes: list[tuple[in
                                     "failed": [p for p in points if "error" in p]})
     if written is not None:
         con.print(f"JSON: {written}")
+    if args.plots:
+        from pathlib import Path
+
+        from systolica.bench.dse_plot import plot_asic
+
+        Path(args.plots).mkdir(parents=True, exist_ok=True)
+        con.print(f"plot: {plot_asic(ok, front, Path(args.plots) / ASIC_PLOT_NAME)}")
     return EXIT_OK

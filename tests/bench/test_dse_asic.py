@@ -81,10 +81,13 @@ def test_cli_asic_sweep_json(cache, capsys):
 
     tiny = preset("tiny")
     asic_cache.store(_report(tiny), tiny)
-    rc = main(["dse", "--asic", "--config", "tiny", "--shapes", "4x4,8x8", "--models", MODEL, "--json"])
+    rc = main(["dse", "--asic", "--config", "tiny", "--shapes", "4x4,8x8", "--models", MODEL, "--json",
+               "--plots", str(cache / "plots")])
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
     assert [p["asic"] for p in doc["points"]] == ["measured", "not measured"] and doc["pareto"] == [0]
+    png = (cache / "plots" / "dse_asic.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
 def test_cli_config_needs_asic(capsys):
