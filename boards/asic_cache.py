@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from systolica.boards.synth_cache import hw_digest
+from systolica.boards import synth_cache
 from systolica.config import AccelConfig
 
 __all__ = ["asic_cache_dir", "store", "lookup"]
@@ -34,7 +34,7 @@ def store(report: dict[str, Any], cfg: AccelConfig, *, root: Path | None = None)
     period = float(report["timing"]["target_period_ns"])
     path = _path(cfg, report["unit"], period, root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {**report, "cached": {"hw": hw_digest(), "config": cfg.to_dict(),
+    doc = {**report, "cached": {"hw": synth_cache.hw_digest(), "config": cfg.to_dict(),
                                 "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(doc, indent=1))
@@ -53,7 +53,7 @@ def lookup(cfg: AccelConfig, unit: str = "top", *, root: Path | None = None) -> 
         except (OSError, ValueError):
             continue
         meta = doc.get("cached") or {}
-        if meta.get("hw") != hw_digest() or doc.get("config_hash") != cfg.hash_hex():
+        if meta.get("hw") != synth_cache.hw_digest() or doc.get("config_hash") != cfg.hash_hex():
             continue
         k = ((doc.get("timing") or {}).get("fmax_mhz") or 0.0, meta.get("when", ""))
         if key is None or k > key:

@@ -44,7 +44,7 @@ def test_cache_keeps_the_best_current_report(cache, monkeypatch):
     assert asic_cache.lookup(cfg)["timing"]["fmax_mhz"] == 420.0
     assert asic_cache.lookup(preset("default")) is None
     # a report of other RTL is stale: not looked up
-    monkeypatch.setattr(asic_cache, "hw_digest", lambda: "other-rtl")
+    monkeypatch.setattr(asic_cache.synth_cache, "hw_digest", lambda: "other-rtl")
     assert asic_cache.lookup(cfg) is None
 
 

@@ -223,6 +223,10 @@ def test_cli_prints_sources_and_writes_json(small_run, tmp_path, monkeypatch, ca
         else "OpenSTA report_power" in text
     assert json.loads(out.read_text())["schema"] == "systolica-asic/1"
     assert (tmp_path / "b" / "asic.json").exists()
+    # cached for dse --asic (the session's private cache)
+    from systolica.boards.asic_cache import lookup
+
+    assert lookup(preset("tiny"), r["unit"])["area"] == r["area"]
 
 
 def test_abc_stime_is_read_where_the_log_has_it():
