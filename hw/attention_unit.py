@@ -231,7 +231,11 @@ class AttentionUnit(wiring.Component):
         # 35 cycles: its operand, bit length and shift registered
         m.submodules.recip = recip = Reciprocal(33, registered=True)
         fy, fk = Signal(unsigned(31)), Signal(unsigned(7))
-        m.d.comb += recip.i_stream.payload.eq(l_old[0])  # ATTN_OUT jobs are one row
+        # ATTN_OUT jobs are one row: l from a register of its own beside the reciprocal (loaded with l_old[0];
+        # reset-less, so that Yosys keeps it apart): l_old's other loads had placed it 10 ns of routing away
+        # from the reciprocal's operand register, the slowest path measured); l > 0 registered in FREQ
+        l_rc, l_pos = Signal(signed(32), name="recip_l", reset_less=True), Signal(name="recip_l_pos")
+        m.d.comb += recip.i_stream.payload.eq(l_rc)
         m.d.comb += recip.o_stream.ready.eq(1)  # its one result (35 cycles after FREQ) is taken in FWAIT
 
         r_s = Signal(signed(8))  # r as a signed shift amount
@@ -311,7 +315,7 @@ class AttentionUnit(wiring.Component):
             x = xs[32 * j:32 * j + 32].as_signed()
             pvj = pvs[PV_BITS * j:PV_BITS * (j + 1)].as_signed()
             with m.If(is_fout):  # o * y, or 0 when l <= 0
-                m.d.comb += [ox.eq(x), oy.eq(Mux(l_old[0] > 0, fy, 0)), opv.eq(0), osh.eq(fsh)]
+                m.d.comb += [ox.eq(x), oy.eq(fy), opv.eq(0), osh.eq(fsh)]
             with m.Else():  # O: rsr(o*a, 30) + rsr(PV, 8) >> r; every token masked: x * 2**30 >> 30 = x
                 m.d.comb += [ox.eq(x), oy.eq(Mux(anyv, a_o, 1 << 30)), opv.eq(Mux(anyv, pvj, 0)),
                              osh.eq(Mux(anyv, r_s, 0))]
@@ -374,6 +378,8 @@ class AttentionUnit(wiring.Component):
                 for q in range(R):
                     with m.If(hi == q):
                         m.d.sync += [m_old[q].eq(p.data[0]), l_old[q].eq(p.data[1])]
+                        if q == 0:
+                            m.d.sync += l_rc.eq(p.data[1])
                     m.d.sync += dot[q].eq(0)
                 m.d.sync += [offset.eq(p.offset), causal.eq(p.causal), li.eq(0), tok.eq(0), tok_p1.eq(1),
                              anyv.eq(0), ri.eq(0)]
@@ -388,11 +394,12 @@ class AttentionUnit(wiring.Component):
             # ---- ATTN_OUT: o / l with one reciprocal per row --------------------------------
             with fsm.state("FREQ"):
                 m.d.comb += recip.i_stream.valid.eq(1)
+                m.d.sync += l_pos.eq(l_rc > 0)
                 with m.If(recip.i_stream.ready):
                     fsm.goto("FWAIT")
             with fsm.state("FWAIT"):  # (the reciprocal's result comes only here: its `ready` is 1, above)
                 with m.If(recip.o_stream.valid):
-                    m.d.sync += [fy.eq(recip.o_stream.payload.y), fk.eq(recip.o_stream.payload.k)]
+                    m.d.sync += [fy.eq(Mux(l_pos, recip.o_stream.payload.y, 0)), fk.eq(recip.o_stream.payload.k)]
                     fsm.goto("FOUT")
             with fsm.state("FOUT"):
                 with m.If(state_line(True)):

@@ -126,8 +126,12 @@ class AttnSequencer(wiring.Component):
         # the beat FIFO's output is a register (the unit's handshake and payload start at flip-flops)
         m.submodules.q = q = fifo.SyncFIFOBuffered(width=3 + C * 32 + 8 + 2, depth=_DEPTH)
         pending = Signal()
-        room = (q.level + pending) < _DEPTH
         read = Signal()
+        # room in the FIFO for one more beat (level + pending < _DEPTH), kept as a count of free places
+        # beside the walk: no adder in front of `read` (which drives ~150 walk registers)
+        free = Signal(range(_DEPTH + 1), init=_DEPTH, name="fifo_free")
+        m.d.sync += free.eq(free - read + (q.r_rdy & q.r_en))
+        room = free != 0
         m.d.comb += read.eq(active & ~self.start & room)
         eot = tli == hd_m1
         # ATTN_OUT and the bypass are jobs of one row; an ATTN job ends at R rows or at the group's last
