@@ -47,11 +47,11 @@ registered), KB (K0 again), KP (the C-lane products of every row), a tree of log
 accumulations; hw/attn_pipes.py), then the scores through the state-line lanes (the running maxima and
 the score buffer take the lanes' S8); state A puts each row's ``m`` through the ``exp2`` pipeline (X1 ..
 E5, hw/attn_exp.py); V its scores (from block RAM) through the same pipeline, then
-``p * v`` in logic (P1 .. P3, hw/lut_mul.py), the shift (P4), its rounding (P5) and the PV
-read-modify-write.  The state-line lanes are one pipeline S0 .. S8 (hw/attn_lane.py), moved together and
-held only by a finished output line that ``o_stream`` does not take.  The rows' score scalings use the
-lanes' multipliers (idle during K), so ``R <= line_width``, and so does ``l * a`` (state L); then one
-state each for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding
+``p * v`` in logic (P1 .. P3, hw/lut_mul.py), the shift and the PV read (P4), its rounding and the PV
+write (P5).  The states are one-hot (hw/attn_fsm.py).  The state-line lanes are one pipeline S0 .. S8
+(hw/attn_lane.py), moved together and held only by a finished output line that ``o_stream`` does not take.
+The rows' score scalings use the lanes' multipliers (idle during K), so ``R <= line_width``, and so does
+``l * a`` (state L); then one state each for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding
 shift and the header.  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 52 cycles a job
 (K drains, A, V drains) and 13 a row; the last output line leaves 9 cycles after its input line.
 """
@@ -152,8 +152,7 @@ class AttentionUnit(wiring.Component):
         pvmems = [[mem(f"pvmem{_s(r)}_{c}", signed(PV_BITS), pv_raddr.depth) for c in range(C)] for r in range(R)]
         q_ws, q_rs = [q.write_port() for q in qmems], [q.read_port(domain="comb") for q in qmems]
         # the score buffers (max_tokens words) are read synchronously so that they map to block RAM (one read
-        # port: tests/hw/test_buffer_ports.py): the address runs one beat ahead (tok + 1, kept beside tok,
-        # when the line that fires ends its token)
+        # port: tests/hw/test_buffer_ports.py): in V the address is tok + 1 (kept beside tok; see u_cur)
         u_ws, u_rs = [u.write_port() for u in umems], [u.read_port(domain="sync") for u in umems]
         pv_ws = [[v.write_port() for v in row] for row in pvmems]
         pv_rs = [[v.read_port(domain="comb") for v in row] for row in pvmems]
@@ -207,7 +206,6 @@ class AttentionUnit(wiring.Component):
         etag, e_fin = exp2_pipelines(m, e_l, e_in, exp_in, m1, _s)
         # m_old in state A, else the score read from block RAM (one select: what X1 holds outside A and V is
         # never used)
-        m.d.comb += [exp_in[q].eq(Mux(fsm["A"], m_old[q], u_rs[q].data)) for q in range(R)]
         e_busy = Signal(name="exp_busy")
         m.d.comb += e_busy.eq(Cat(*[t.v for t in etag]).any())
 
@@ -225,6 +223,16 @@ class AttentionUnit(wiring.Component):
                             | (fsm["V"] & ok["V"]) | (take_sl & ok["SL"]))
         wrong = Signal()
         m.d.comb += wrong.eq(~good)
+        # the current token's score (V): the buffer reads at tok + 1 (a register: no handshake in front of the
+        # block RAM's address), so its output is the current token's score in the cycle after a token's last
+        # line was taken (and after AW, whose address is tok = 0), else the next token's: `u_cur` keeps it
+        u_new = Signal(name="score_new")  # the buffer's output is the current token's score
+        u_cur = [Signal(signed(32), name=f"score_cur{_s(q)}", reset_less=True) for q in range(R)]
+        u_now = [Signal(signed(32), name=f"score_now{_s(q)}") for q in range(R)]
+        m.d.sync += u_new.eq(fsm["AW"] | (fsm["V"] & tk["V"] & p.eot))
+        m.d.comb += [u_now[q].eq(Mux(u_new, u_rs[q].data, u_cur[q])) for q in range(R)]
+        m.d.sync += [u_cur[q].eq(u_now[q]) for q in range(R)]
+        m.d.comb += [exp_in[q].eq(Mux(fsm["A"], m_old[q], u_now[q])) for q in range(R)]
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
 
@@ -263,7 +271,7 @@ class AttentionUnit(wiring.Component):
         # register would drive every lane's LUT-RAM: ~450 cells, 6.6 ns of routing measured)
         m.d.sync += pv_raddr.eq(vt[-3].li)
         m.d.comb += [pv_rs[q][c].addr.eq(pv_raddr[c]) for q in range(R) for c in range(C)]
-        m.d.comb += [u_r.addr.eq(Mux(fsm["V"] & tk["V"] & p.eot, tok_p1, tok)) for u_r in u_rs]  # V: ready is 1
+        m.d.comb += [u_r.addr.eq(Mux(fsm["V"], tok_p1, tok)) for u_r in u_rs]
 
         # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
         # A state line is hd/C of a row per tile, so it may take C/L cycles: lane group g of the held
@@ -339,7 +347,8 @@ class AttentionUnit(wiring.Component):
                 # the running maximum a cycle later, from a register of the score beside m1 (S8 also drives the
                 # score buffer and the output line: its compare into m1 was the slowest path, 11 ns of routing);
                 # m1 is next read in X2 of state A's rescale, two cycles after its last update here
-                sc9, wen9 = Signal(signed(32), name=f"score_s9{_s(q)}", reset_less=True), Signal(name=f"score_w9{_s(q)}")
+                sc9 = Signal(signed(32), name=f"score_s9{_s(q)}", reset_less=True)
+                wen9 = Signal(name=f"score_w9{_s(q)}")
                 m.d.sync += [sc9.eq(out8), wen9.eq(wen)]
                 with m.If(wen9 & (sc9 > m1[q])):
                     m.d.sync += m1[q].eq(sc9)
