@@ -47,11 +47,11 @@ registered), KB (K0 again), KP (the C-lane products of every row), a tree of log
 accumulations; hw/attn_pipes.py), then the scores through the state-line lanes (the running maxima and
 the score buffer take the lanes' S8); state A puts each row's ``m`` through the ``exp2`` pipeline (X1 ..
 E5, hw/attn_exp.py); V its scores (from block RAM) through the same pipeline, then
-``p * v`` in logic (P1 .. P3, hw/lut_mul.py), the shift (P4), its rounding (P5) and the PV
-read-modify-write.  The state-line lanes are one pipeline S0 .. S8 (hw/attn_lane.py), moved together and
-held only by a finished output line that ``o_stream`` does not take.  The rows' score scalings use the
-lanes' multipliers (idle during K), so ``R <= line_width``, and so does ``l * a`` (state L); then one
-state each for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding
+``p * v`` in logic (P1 .. P3, hw/lut_mul.py), the shift and the PV read (P4), its rounding and the PV
+write (P5).  The states are one-hot (hw/attn_fsm.py).  The state-line lanes are one pipeline S0 .. S8
+(hw/attn_lane.py), moved together and held only by a finished output line that ``o_stream`` does not take.
+The rows' score scalings use the lanes' multipliers (idle during K), so ``R <= line_width``, and so does
+``l * a`` (state L); then one state each for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding
 shift and the header.  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 52 cycles a job
 (K drains, A, V drains) and 13 a row; the last output line leaves 9 cycles after its input line.
 """
@@ -60,15 +60,16 @@ from __future__ import annotations
 
 import enum
 
-from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
 
 from .attn_exp import exp2_pipelines
+from .attn_fsm import OneHotFSM
 from .attn_lane import state_lane
-from .attn_pipes import k_pipeline, pv_pipeline
+from .attn_pipes import AddrCopies, k_pipeline, pv_pipeline
 from .fixed import bitlen_u, sat32
 from .recip import Reciprocal
 
@@ -143,11 +144,15 @@ class AttentionUnit(wiring.Component):
         # the URAM288 that the large buffers need (on zcu104 the second row's buffer passed the 80% URAM limit)
         umems = [mem(f"umem{_s(r)}", signed(32), self.max_tokens, attrs={"ram_style": "block"}) for r in range(R)]
         # the p.V sums in LUT-RAM, one memory a lane (each with address registers of its own: see pv_raddr)
-        pvmems = [[mem(f"pvmem{_s(r)}_{c}", signed(PV_BITS), self.max_lines) for c in range(C)] for r in range(R)]
+        # the read and write addresses, one copy a lane each (hw/attn_pipes.py: AddrCopies; half the lanes'
+        # memories are addressed in reverse, so that Yosys keeps the copies apart)
+        li_w = len(Signal(range(self.max_lines + 1)))
+        pv_raddr = AddrCopies(m, "pv_raddr", li_w, C)
+        pv_waddr = AddrCopies(m, "pv_waddr", li_w, C)
+        pvmems = [[mem(f"pvmem{_s(r)}_{c}", signed(PV_BITS), pv_raddr.depth) for c in range(C)] for r in range(R)]
         q_ws, q_rs = [q.write_port() for q in qmems], [q.read_port(domain="comb") for q in qmems]
         # the score buffers (max_tokens words) are read synchronously so that they map to block RAM (one read
-        # port: tests/hw/test_buffer_ports.py): the address runs one beat ahead (tok + 1, kept beside tok,
-        # when the line that fires ends its token)
+        # port: tests/hw/test_buffer_ports.py): in V the address is tok + 1 (kept beside tok; see u_cur)
         u_ws, u_rs = [u.write_port() for u in umems], [u.read_port(domain="sync") for u in umems]
         pv_ws = [[v.write_port() for v in row] for row in pvmems]
         pv_rs = [[v.read_port(domain="comb") for v in row] for row in pvmems]
@@ -183,24 +188,63 @@ class AttentionUnit(wiring.Component):
         m_old_o, l_old_o, m1_o = Array(m_old)[ri], Array(l_old)[ri], Array(m1)[ri]
         a_o, sum_p_o = Array(a)[ri], Array(sum_p)[ri]
 
+        # the unit's states, one flip-flop each (hw/attn_fsm.py)
+        fsm = OneHotFSM(m, ["HDR", "FREQ", "FWAIT", "FOUT", "Q", "K", "KDRAIN", "A", "AW", "V", "VDRAIN", "L", "LW",
+                            "LX", "LB", "LC", "LR", "LS", "LN", "OUTH", "O", "ODRAIN"], "attn")
+
         # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): hw/attn_exp.py
         exp_in = per_row("exp_in", signed(32))  # m_old (state A) or the score u_j (V)
         e_l = data.StructLayout({"v": 1, "isv": 1, "ok": 1, "fo": range(3), "exp": signed(8),
                                  "li": range(self.max_lines + 1), "first": 1, "eot": 1,
                                  "data": data.ArrayLayout(signed(8), C)})
         e_in = Signal(e_l, name="exp_issue")  # what enters X1 this cycle (A: isv = 0; V: a line)
+        # the V line's fields in every cycle (state A overrides isv and fo): only e_in.v waits for the handshake,
+        # so X1's tag registers load without an enable (a reset from `fire` on each was 5 ns of routing)
+        m.d.comb += [e_in.isv.eq(1), e_in.ok.eq(valid_tok), e_in.fo.eq(2), e_in.exp.eq(p.exp), e_in.li.eq(li),
+                     e_in.first.eq(tok == 0), e_in.eot.eq(p.eot)]
+        m.d.comb += [e_in.data[c].eq(p.data[c][0:8]) for c in range(C)]
         etag, e_fin = exp2_pipelines(m, e_l, e_in, exp_in, m1, _s)
+        # m_old in state A, else the score read from block RAM (one select: what X1 holds outside A and V is
+        # never used)
         e_busy = Signal(name="exp_busy")
         m.d.comb += e_busy.eq(Cat(*[t.v for t in etag]).any())
 
+        # a beat of the kind the state takes: per state, with no priority between the (exclusive) state flags;
+        # `tk[s]` (the beat taken and of the right kind) in state s's own logic is then i.valid & ok[s] (HDR, Q,
+        # K and V take every beat: ready is 1 there)
+        ok = {"HDR": ((p.kind == AttnBeat.HDR) & (p.last | (hi != R - 1))) | ((p.kind == AttnBeat.FIN) & (hi == 0)),
+              "Q": (p.kind == AttnBeat.Q) & ~(p.eot & ~p.last & (hi == nlast)),
+              "K": p.kind == AttnBeat.K, "V": p.kind == AttnBeat.V, "SL": p.kind == AttnBeat.STATE_O}
+        tk = {k: Signal(name=f"take_{k.lower()}") for k in ok}
+        m.d.comb += [tk[k].eq(i.valid & v) for k, v in ok.items()]
+        good = Signal(name="beat_good")
+        take_all, take_sl = fsm.group("take", ["HDR", "Q", "K", "V"]), fsm.group("sl", ["FOUT", "O"])
+        m.d.comb += good.eq((fsm["HDR"] & ok["HDR"]) | (fsm["Q"] & ok["Q"]) | (fsm["K"] & ok["K"])
+                            | (fsm["V"] & ok["V"]) | (take_sl & ok["SL"]))
         wrong = Signal()
+        m.d.comb += wrong.eq(~good)
+        # the current token's score (V): the buffer reads at tok + 1 (a register: no handshake in front of the
+        # block RAM's address), so its output is the current token's score in the cycle after a token's last
+        # line was taken (and after AW, whose address is tok = 0), else the next token's: `u_cur` keeps it
+        u_new = Signal(name="score_new")  # the buffer's output is the current token's score
+        u_cur = [Signal(signed(32), name=f"score_cur{_s(q)}", reset_less=True) for q in range(R)]
+        u_now = [Signal(signed(32), name=f"score_now{_s(q)}") for q in range(R)]
+        m.d.sync += u_new.eq(fsm["AW"] | (fsm["V"] & tk["V"] & p.eot))
+        m.d.comb += [u_now[q].eq(Mux(u_new, u_rs[q].data, u_cur[q])) for q in range(R)]
+        m.d.sync += [u_cur[q].eq(u_now[q]) for q in range(R)]
+        m.d.comb += [exp_in[q].eq(Mux(fsm["A"], m_old[q], u_now[q])) for q in range(R)]
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
 
         # 35 cycles: its operand, bit length and shift registered
         m.submodules.recip = recip = Reciprocal(33, registered=True)
         fy, fk = Signal(unsigned(31)), Signal(unsigned(7))
-        m.d.comb += recip.i_stream.payload.eq(l_old[0])  # ATTN_OUT jobs are one row
+        # ATTN_OUT jobs are one row: l from a register of its own beside the reciprocal (loaded with l_old[0];
+        # reset-less, so that Yosys keeps it apart): l_old's other loads had placed it 10 ns of routing away
+        # from the reciprocal's operand register, the slowest path measured); l > 0 registered in FREQ
+        l_rc, l_pos = Signal(signed(32), name="recip_l", reset_less=True), Signal(name="recip_l_pos")
+        m.d.comb += recip.i_stream.payload.eq(l_rc)
+        m.d.comb += recip.o_stream.ready.eq(1)  # its one result (35 cycles after FREQ) is taken in FWAIT
 
         r_s = Signal(signed(8))  # r as a signed shift amount
         m.d.comb += r_s.eq(r)
@@ -219,18 +263,15 @@ class AttentionUnit(wiring.Component):
         with m.If(e4.v & ~e4.isv):  # state A's rescales
             m.d.sync += [a[q].eq(e_fin[q]) for q in range(R)]
         # V2: P1 .. P5 and the PV read-modify-write (hw/attn_pipes.py)
-        vt, v_busy = pv_pipeline(m, v1, pv_ws, pv_rs, sum_p, R, C, self.max_lines, PV_BITS, _s)
+        vt, v_busy = pv_pipeline(m, v1, pv_ws, pv_rs, sum_p, R, C, self.max_lines, PV_BITS, _s, pv_waddr)
         # the p.V read-modify-write (stage V2) and the O pass share each row's PV read port
         m.d.comb += [q_r.addr.eq(li) for q_r in q_rs]
-        # the PV read address is a register (it drives every lane's LUT-RAM): the RMW's line a cycle ahead
-        # (P4's), or in states OUTH and O the O pass's line, li (O updates it with li)
-        # One copy a lane, told apart by their reset values so that Yosys keeps them (one register would drive
-        # every lane's LUT-RAM: ~450 cells, 6.6 ns of routing measured)
-        pv_raddr = [Signal(range(self.max_lines + 1), name=f"pv_raddr_{c}", init=c % (self.max_lines + 1))
-                    for c in range(C)]
-        m.d.sync += [a.eq(vt[-2].li) for a in pv_raddr]
+        # the PV read address is a register (it drives every lane's LUT-RAM): the RMW's line (P4's) a cycle
+        # ahead, or in states OUTH and O the O pass's line, li (O updates it with li).  One copy a lane (one
+        # register would drive every lane's LUT-RAM: ~450 cells, 6.6 ns of routing measured)
+        m.d.sync += pv_raddr.eq(vt[-3].li)
         m.d.comb += [pv_rs[q][c].addr.eq(pv_raddr[c]) for q in range(R) for c in range(C)]
-        m.d.comb += [u_r.addr.eq(Mux(fire & ~wrong & p.eot, tok_p1, tok)) for u_r in u_rs]
+        m.d.comb += [u_r.addr.eq(Mux(fsm["V"], tok_p1, tok)) for u_r in u_rs]
 
         # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
         # A state line is hd/C of a row per tile, so it may take C/L cycles: lane group g of the held
@@ -282,7 +323,7 @@ class AttentionUnit(wiring.Component):
             x = xs[32 * j:32 * j + 32].as_signed()
             pvj = pvs[PV_BITS * j:PV_BITS * (j + 1)].as_signed()
             with m.If(is_fout):  # o * y, or 0 when l <= 0
-                m.d.comb += [ox.eq(x), oy.eq(Mux(l_old[0] > 0, fy, 0)), opv.eq(0), osh.eq(fsh)]
+                m.d.comb += [ox.eq(x), oy.eq(fy), opv.eq(0), osh.eq(fsh)]
             with m.Else():  # O: rsr(o*a, 30) + rsr(PV, 8) >> r; every token masked: x * 2**30 >> 30 = x
                 m.d.comb += [ox.eq(x), oy.eq(Mux(anyv, a_o, 1 << 30)), opv.eq(Mux(anyv, pvj, 0)),
                              osh.eq(Mux(anyv, r_s, 0))]
@@ -303,8 +344,14 @@ class AttentionUnit(wiring.Component):
                 wen = Signal(name=f"score_wen{_s(q)}")
                 m.d.comb += wen.eq(t_out.v & (t_out.kind == _KIND_SCORE) & t_out.ok)
                 m.d.comb += [u_ws[q].addr.eq(t_out.tok), u_ws[q].data.eq(out8), u_ws[q].en.eq(wen)]
-                with m.If(wen & (out8 > m1[q])):
-                    m.d.sync += m1[q].eq(out8)
+                # the running maximum a cycle later, from a register of the score beside m1 (S8 also drives the
+                # score buffer and the output line: its compare into m1 was the slowest path, 11 ns of routing);
+                # m1 is next read in X2 of state A's rescale, two cycles after its last update here
+                sc9 = Signal(signed(32), name=f"score_s9{_s(q)}", reset_less=True)
+                wen9 = Signal(name=f"score_w9{_s(q)}")
+                m.d.sync += [sc9.eq(out8), wen9.eq(wen)]
+                with m.If(wen9 & (sc9 > m1[q])):
+                    m.d.sync += m1[q].eq(sc9)
         with m.If(k2.v):  # the scores of every row, one lane each
             m.d.comb += [iss.v.eq(1), iss.kind.eq(_KIND_SCORE), iss.raw.eq(1), iss.tok.eq(k2.tok), iss.ok.eq(k2.ok)]
         with m.If(in_l & adv):
@@ -315,73 +362,77 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [o.payload.last.eq(t_out.last), o.payload.data.eq(Cat(done_groups, *lanes_out))]
         with m.If(out_line):
             m.d.comb += o.valid.eq(1)
-        last_group = Signal(name="o_last_group")
-        m.d.comb += last_group.eq(g == G - 1)
+        last_group = Signal(name="o_last_group", init=int(G == 1))  # g == G - 1, a register beside g
 
         def state_line(fout: bool):
             """A state line's lane groups into the pipeline, one a cycle; the line is taken with its last.
 
             Returns the condition under which the FSM leaves after the row's last state line."""
-            m.d.comb += [i.ready.eq(wrong | (last_group & adv)), is_fout.eq(fout)]
-            with m.If(i.valid & ~wrong & adv):
-                m.d.comb += [iss.v.eq(1), iss.kind.eq(_KIND_O), iss.raw.eq(fout), iss.last.eq(p.last), iss.grp.eq(g)]
-                m.d.sync += g.eq(Mux(last_group, 0, g + 1))
-            return fire & ~wrong & p.last
+            m.d.comb += is_fout.eq(fout)
+            # only the valid bit depends on the beat's handshake (the tag's fields are don't-cares without it)
+            m.d.comb += [iss.kind.eq(_KIND_O), iss.raw.eq(fout), iss.last.eq(p.last), iss.grp.eq(g)]
+            with m.If(tk["SL"] & adv):
+                m.d.comb += iss.v.eq(1)
+                m.d.sync += [g.eq(Mux(last_group, 0, g + 1)), last_group.eq(Mux(last_group, G == 1, g == G - 2))]
+            return tk["SL"] & last_group & adv & p.last
 
-        with m.FSM(name="attn"):
-            with m.State("HDR"):
+        # the unit takes every beat in HDR, Q, K and V (a wrong one to drop it), a state line's with its last
+        # lane group (or a wrong beat): `ready` from flip-flops and the beat's kind only
+        m.d.comb += i.ready.eq(take_all | (take_sl & (~ok["SL"] | (last_group & adv))))
+        if True:  # (the states' blocks)
+            with fsm.state("HDR"):
                 # a job's rows: one header each, the last one marked; more than the unit holds is an error
-                m.d.comb += [i.ready.eq(1), wrong.eq(((p.kind != AttnBeat.HDR) & (p.kind != AttnBeat.FIN))
-                                                     | ((p.kind == AttnBeat.HDR) & ~p.last & (hi == R - 1))
-                                                     | ((p.kind == AttnBeat.FIN) & (hi != 0)))]
-                with m.If(fire & ~wrong):
-                    for q in range(R):
-                        with m.If(hi == q):
-                            m.d.sync += [m_old[q].eq(p.data[0]), l_old[q].eq(p.data[1]), m1[q].eq(p.data[0])]
-                        m.d.sync += dot[q].eq(0)
-                    m.d.sync += [offset.eq(p.offset), causal.eq(p.causal), li.eq(0), tok.eq(0), tok_p1.eq(1),
-                                 anyv.eq(0), ri.eq(0)]
+                # the row's old state loads in every cycle of HDR while hi is its row (the last load is its beat's:
+                # hi moves on as it is taken), so that no wide enable waits for the handshake
+                for q in range(R):
+                    with m.If(hi == q):
+                        m.d.sync += [m_old[q].eq(p.data[0]), l_old[q].eq(p.data[1])]
+                        if q == 0:
+                            m.d.sync += l_rc.eq(p.data[1])
+                    m.d.sync += dot[q].eq(0)
+                m.d.sync += [offset.eq(p.offset), causal.eq(p.causal), li.eq(0), tok.eq(0), tok_p1.eq(1),
+                             anyv.eq(0), ri.eq(0)]
+                with m.If(tk["HDR"]):
                     with m.If(p.kind == AttnBeat.FIN):
-                        m.next = "FREQ"
+                        fsm.goto("FREQ")
                     with m.Elif(p.last):
                         m.d.sync += [nlast.eq(hi), hi.eq(0)]
-                        m.next = "Q"
+                        fsm.goto("Q")
                     with m.Else():
                         m.d.sync += hi.eq(hi + 1)
             # ---- ATTN_OUT: o / l with one reciprocal per row --------------------------------
-            with m.State("FREQ"):
+            with fsm.state("FREQ"):
                 m.d.comb += recip.i_stream.valid.eq(1)
+                m.d.sync += l_pos.eq(l_rc > 0)
                 with m.If(recip.i_stream.ready):
-                    m.next = "FWAIT"
-            with m.State("FWAIT"):
-                m.d.comb += recip.o_stream.ready.eq(1)
+                    fsm.goto("FWAIT")
+            with fsm.state("FWAIT"):  # (the reciprocal's result comes only here: its `ready` is 1, above)
                 with m.If(recip.o_stream.valid):
-                    m.d.sync += [fy.eq(recip.o_stream.payload.y), fk.eq(recip.o_stream.payload.k)]
-                    m.next = "FOUT"
-            with m.State("FOUT"):
-                m.d.comb += wrong.eq(p.kind != AttnBeat.STATE_O)
+                    m.d.sync += [fy.eq(Mux(l_pos, recip.o_stream.payload.y, 0)), fk.eq(recip.o_stream.payload.k)]
+                    fsm.goto("FOUT")
+            with fsm.state("FOUT"):
                 with m.If(state_line(True)):
-                    m.next = "ODRAIN"
-            with m.State("Q"):
+                    fsm.goto("ODRAIN")
+            with fsm.state("Q"):
                 # the rows' query lines, row by row: `eot` on each row's last line, `last` on the job's
-                m.d.comb += [i.ready.eq(1), wrong.eq((p.kind != AttnBeat.Q) | (p.eot & ~p.last & (hi == nlast)))]
+                # the query line is written at li in every cycle of Q (li moves on only when a line is taken, so what
+                # is written without one is written over by the next line); qexp likewise; m1 starts at m_old
                 for q in range(R):
-                    m.d.comb += [q_ws[q].addr.eq(li), q_ws[q].en.eq(fire & ~wrong & (hi == q))]
+                    m.d.comb += [q_ws[q].addr.eq(li), q_ws[q].en.eq(hi == q)]
                     m.d.comb += [q_ws[q].data[c].eq(p.data[c]) for c in range(C)]
-                with m.If(fire & ~wrong):
-                    for q in range(R):
-                        with m.If(hi == q):
-                            m.d.sync += qexp[q].eq(p.exp)
+                    with m.If(hi == q):
+                        m.d.sync += qexp[q].eq(p.exp)
+                    m.d.sync += m1[q].eq(m_old[q])
+                with m.If(tk["Q"]):
                     m.d.sync += li.eq(li + 1)
                     with m.If(p.eot):
                         m.d.sync += [li.eq(0), hi.eq(hi + 1)]
                     with m.If(p.last):
                         m.d.sync += [li.eq(0), hi.eq(0)]
-                        m.next = "K"
-            with m.State("K"):
-                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.K)]
+                        fsm.goto("K")
+            with fsm.state("K"):
                 # stage K1: q . (this line of k_j) for each row, registered with the token's framing
-                with m.If(fire & ~wrong):
+                with m.If(tk["K"]):
                     m.d.sync += k0.v.eq(1)
                     with m.If(p.eot):
                         m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
@@ -389,89 +440,83 @@ class AttentionUnit(wiring.Component):
                         m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
                         m.d.sync += [tok.eq(0), tok_p1.eq(1), li.eq(0)]
-                        m.next = "KDRAIN"
-            with m.State("KDRAIN"), m.If(~k0.v & ~kp.v & ~Cat(*[t.v for t in k_tree]).any() & ~k2.v
+                        fsm.goto("KDRAIN")
+            with fsm.state("KDRAIN"), m.If(~k0.v & ~kp.v & ~Cat(*[t.v for t in k_tree]).any() & ~k2.v
                                                    & ~pipe_busy):  # the last scores
-                m.next = "A"
-            with m.State("A"):  # the rescales a = exp2(m - m1) into the exp2 pipelines
-                m.d.comb += [e_in.v.eq(1), e_in.isv.eq(0), e_in.fo.eq(0)]
-                for q in range(R):
-                    m.d.comb += exp_in[q].eq(m_old[q])
-                    m.d.sync += sum_p[q].eq(0)
-                m.next = "AW"
-            with m.State("AW"), m.If(etag[-1].v):  # a is registered as it leaves E5
-                m.next = "V"
-            with m.State("V"):
-                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != AttnBeat.V)]
+                fsm.goto("A")
+            with fsm.state("A"):  # the rescales a = exp2(m - m1) into the exp2 pipelines
+                m.d.comb += [e_in.v.eq(1), e_in.isv.eq(0), e_in.fo.eq(0)]  # (the V fields below: don't-cares)
+                m.d.sync += [sum_p[q].eq(0) for q in range(R)]
+                fsm.goto("AW")
+            with fsm.state("AW"), m.If(etag[-1].v):  # a is registered as it leaves E5
+                fsm.goto("V")
+            with fsm.state("V"):
                 # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
-                m.d.comb += [exp_in[q].eq(u_rs[q].data) for q in range(R)]
-                with m.If(fire & ~wrong):
-                    m.d.comb += [e_in.v.eq(1), e_in.isv.eq(1), e_in.ok.eq(valid_tok), e_in.fo.eq(2), e_in.exp.eq(p.exp),
-                                 e_in.li.eq(li), e_in.first.eq(tok == 0), e_in.eot.eq(p.eot)]
-                    m.d.comb += [e_in.data[c].eq(p.data[c][0:8]) for c in range(C)]
+                with m.If(tk["V"]):
+                    m.d.comb += e_in.v.eq(1)
                     with m.If(p.eot):
                         m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
                     with m.Else():
                         m.d.sync += li.eq(li + 1)
                     with m.If(p.last):
                         m.d.sync += li.eq(0)
-                        m.next = "VDRAIN"
-            with m.State("VDRAIN"), m.If(~e_busy & ~v_busy):  # the last V lines are still in V1 / V2
-                m.next = "L"
-            with m.State("L"):  # row ri's new sum and shift (rows one after another, each before its O pass)
+                        fsm.goto("VDRAIN")
+            with fsm.state("VDRAIN"), m.If(~e_busy & ~v_busy):  # the last V lines are still in V1 / V2
+                fsm.goto("L")
+            with fsm.state("L"):  # row ri's new sum and shift (rows one after another, each before its O pass)
                 m.d.comb += in_l.eq(1)  # l * a on lane 0's multiplier, behind the previous row's lines
                 with m.If(adv):
-                    m.next = "LW"
+                    fsm.goto("LW")
             # L = rsr(l*a, 30) + rsr(sum p, 8): the two roundings as the product leaves S3, then their sum
-            with m.State("LW"), m.If(tags[3].v & (tags[3].kind == _KIND_LA)):
+            with fsm.state("LW"), m.If(tags[3].v & (tags[3].kind == _KIND_LA)):
                 m.d.sync += [la_r.eq((la + (1 << 29)) >> 30), sp_r.eq((sum_p_o + (1 << 7)) >> 8)]
-                m.next = "LX"
-            with m.State("LX"):
+                fsm.goto("LX")
+            with fsm.state("LX"):
                 m.d.sync += big_l.eq(la_r + sp_r)
-                m.next = "LB"
-            with m.State("LB"):  # bitlen(L): each byte's, then the highest non-zero byte's
+                fsm.goto("LB")
+            with fsm.state("LB"):  # bitlen(L): each byte's, then the highest non-zero byte's
                 m.d.sync += [gbl[k].eq(bitlen_u(m, big_l[8 * k:8 * k + 8], 8, f"l_bitlen{k}")) for k in range(NG)]
-                m.next = "LC"
-            with m.State("LC"):
+                fsm.goto("LC")
+            with fsm.state("LC"):
                 m.d.sync += bl.eq(0)
                 for k in range(NG):  # the highest byte wins: later assignments take priority
                     with m.If(gbl[k] != 0):
                         m.d.sync += bl.eq(8 * k + gbl[k])
-                m.next = "LR"
-            with m.State("LR"):  # r = max(0, bitlen(L) - 21), and r - 1 for the rounding shift
+                fsm.goto("LR")
+            with fsm.state("LR"):  # r = max(0, bitlen(L) - 21), and r - 1 for the rounding shift
                 m.d.sync += [r.eq(Mux(bl > 21, bl - 21, 0)), r_m1.eq(Mux(bl > 22, bl - 22, 0)), r_zero.eq(bl <= 21)]
-                m.next = "LS"
-            with m.State("LS"):  # rsr(L, r) = ((L >> (r - 1)) + 1) >> 1 for r > 0; and m1 + (r << 20)
+                fsm.goto("LS")
+            with fsm.state("LS"):  # rsr(L, r) = ((L >> (r - 1)) + 1) >> 1 for r > 0; and m1 + (r << 20)
                 m.d.sync += [l_t.eq(big_l >> r_m1), m_r.eq(m1_o + (r << 20))]
-                m.next = "LN"
-            with m.State("LN"):  # the new header (rsr(L, r) < 2**22: no saturation)
+                fsm.goto("LN")
+            with fsm.state("LN"):  # the new header (rsr(L, r) < 2**22: no saturation)
                 with m.If(anyv):
                     m.d.sync += [m_new.eq(sat32(m, m_r, "m_new_sat")), l_new.eq(Mux(r_zero, big_l, (l_t + 1) >> 1))]
                 with m.Else():  # every token masked: the state is unchanged
                     m.d.sync += [m_new.eq(m_old_o), l_new.eq(l_old_o)]
-                m.next = "OUTH"
-            with m.State("OUTH"), m.If(~o_busy):  # once the previous row's output lines are out
-                m.d.sync += [a.eq(li) for a in pv_raddr]
+                fsm.goto("OUTH")
+            with fsm.state("OUTH"), m.If(~o_busy):  # once the previous row's output lines are out
+                m.d.sync += pv_raddr.eq(li)
                 m.d.comb += [o.valid.eq(1), o.payload.hdr.eq(1), o.payload.data[0].eq(m_new),
                              o.payload.data[1].eq(l_new)]
                 m.d.comb += [o.payload.data[c].eq(0) for c in range(2, C)]
                 with m.If(o.ready):
-                    m.next = "O"
-            with m.State("O"):
-                m.d.comb += wrong.eq(p.kind != AttnBeat.STATE_O)
-                m.d.sync += [a.eq(li) for a in pv_raddr]
-                with m.If(fire & ~wrong):
-                    m.d.sync += [li.eq(li + 1)] + [a.eq(li + 1) for a in pv_raddr]
+                    fsm.goto("O")
+            with fsm.state("O"):
+                m.d.sync += pv_raddr.eq(li)
+                with m.If(tk["SL"] & last_group & adv):  # the state line is taken
+                    m.d.sync += [li.eq(li + 1)] + pv_raddr.eq(li + 1)
                     with m.If(p.last):
-                        m.d.sync += [li.eq(0)] + [a.eq(0) for a in pv_raddr]
+                        m.d.sync += [li.eq(0)] + pv_raddr.eq(Const(0, li_w))
                 with m.If(state_line(False)):
-                    m.d.sync += ri.eq(ri + 1)
-                    m.next = "L"
                     with m.If(ri == nlast):
                         m.d.sync += ri.eq(0)
-                        m.next = "ODRAIN"
-            with m.State("ODRAIN"), m.If(~pipe_busy):  # the job's last output lines leave the lanes
-                m.next = "HDR"
+                        fsm.goto("ODRAIN")
+                    with m.Else():
+                        m.d.sync += ri.eq(ri + 1)
+                        fsm.goto("L")
+            with fsm.state("ODRAIN"), m.If(~pipe_busy):  # the job's last output lines leave the lanes
+                fsm.goto("HDR")
         return m
 
 

@@ -9,9 +9,46 @@ from amaranth.lib import data
 
 from .lut_mul import lut_mul
 
-__all__ = ["PV_MUL_STAGES", "k_pipeline", "k_sum_tree", "pv_pipeline"]
+__all__ = ["PV_MUL_STAGES", "AddrCopies", "Copies", "k_pipeline", "k_sum_tree", "pv_pipeline"]
 
 PV_MUL_STAGES = 3  # p * v in logic: v's 8 partial products added in pairs (hw/lut_mul.py)
+
+
+class Copies:
+    """``n`` copies of one register (each driving a share of a wide fan-out) that Yosys keeps apart.
+
+    ``opt_merge`` merges flip-flops with the same input and the same init value and reset, bit by bit, so
+    copies with differing init values alone share their equal bits (one merged bit drove ~1,300 LUT-RAM
+    inputs, measured).  Copy ``c`` holds the value XOR a key (all ones for odd ``c``; the inversion folds
+    into the LUTs before and after the register), all-ones init for ``c & 2``, and a reset for ``c & 4``:
+    eight variants a bit.  ``copies.get(c)`` is copy ``c``'s value; ``copies[c]`` the register itself."""
+
+    def __init__(self, m: Module, name: str, width: int, n: int):
+        self.m, self.width = m, width
+        ones = (1 << width) - 1
+        self.keys = [ones if c & 1 else 0 for c in range(n)]
+        self.regs = [Signal(width, name=f"{name}_{c}", init=ones if c & 2 else 0, reset_less=not c & 4)
+                     for c in range(n)]
+
+    def eq(self, value):
+        """The assignments that load every copy with ``value`` (each XOR its key)."""
+        return [r.eq((value ^ k)[:self.width]) for r, k in zip(self.regs, self.keys, strict=True)]
+
+    def get(self, c: int):
+        return (self.regs[c] ^ self.keys[c])[:self.width]
+
+    def __getitem__(self, c: int):
+        return self.regs[c]
+
+
+class AddrCopies(Copies):
+    """:class:`Copies` of a memory address, one a lane's memory: copy ``c`` addresses its memory with the
+    register itself (XOR its key: odd lanes' memories are addressed in reverse, reads and writes alike), so
+    no logic sits between the register and the memory.  The memories need ``2**width`` words (``depth``)."""
+
+    def __init__(self, m: Module, name: str, width: int, n: int):
+        super().__init__(m, name, width, n)
+        self.depth = 1 << width
 
 
 def k_sum_tree(m: Module, kp, R: int, C: int, tok_shape, suffix):
@@ -84,14 +121,17 @@ def k_pipeline(m: Module, p, tok, valid_tok, q_rs, qexp, dot, anyv, R: int, C: i
     return k0, kp, [kb, *k_tree], k2
 
 
-def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: int, pv_bits: int, suffix):
+def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: int, pv_bits: int, suffix,
+                wa: AddrCopies):
     """``PV += rsr(p_j * v, -min(vexp, 3))`` lane by lane, each row at once, from the V1 register ``v1``.
 
     P1 .. P3 the products ``p * v`` in logic (:func:`~systolica.hw.lut_mul.lut_mul`: v's eight partial
-    products of p added in pairs, one add a stage; no multiplier), P4 the shift, P5 its rounding, then the
-    read-modify-write of PV (read and write in one stage: a line may meet its own sum of the cycle before
-    when a head is one line).  The shift's decode (``sh = -min(vexp, 3)``) is registered with the line in
-    P1.  Also ``sum_p += p_j`` once a token (on its last line).
+    products of p added in pairs, one add a stage; no multiplier), P4 the shift and the read of PV (the
+    caller keeps the read address at P4's line: ``tags[-3].li`` a cycle ahead), P5 the rounding and the
+    write of PV + the term.  The line in P4 takes P5's new sum instead of the memory's (not written yet)
+    when both are one line of the head (a head of one line, or the two lines of a token boundary).  The
+    shift's decode (``sh = -min(vexp, 3)``) is registered with the line in P1.  Also ``sum_p += p_j`` once
+    a token (on its last line).  ``wa``: the write address registers, one a lane (:class:`AddrCopies`).
     Returns ``(tags, busy)``: the tags of P1 .. P5 and whether a line is in V1 .. P5.
     """
     vt_l = data.StructLayout({"v": 1, "li": range(max_lines + 1), "first": 1, "sr1": range(63),
@@ -106,13 +146,19 @@ def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: i
     v_busy = Signal(name="pv_busy")
     m.d.comb += v_busy.eq(Cat(v1.v, *[t.v for t in vt]).any())
     vsh = vt[PV_MUL_STAGES - 1]  # the line whose product leaves the multiplier (into P4)
-    zero4, pos4 = Signal(name="pv_zero4", reset_less=True), Signal(name="pv_pos4", reset_less=True)
-    m.d.sync += [zero4.eq(vsh.zero), pos4.eq(vsh.pos)]
-    vw = vt[NV - 1]  # P5: the term into PV
-    # the write address, one copy a lane (told apart by their reset values, so that Yosys keeps them: one
-    # register would drive every lane's LUT-RAM)
-    wa = [Signal(range(max_lines + 1), name=f"pv_waddr_{c}", init=c % (max_lines + 1)) for c in range(C)]
-    m.d.sync += [a.eq(vt[NV - 2].li) for a in wa]
+    vw, vr = vt[NV - 1], vt[NV - 2]  # P5: the term into PV; P4: the line whose PV is read
+    # the write address, one copy a lane (one register would drive every lane's LUT-RAM)
+    m.d.sync += wa.eq(vr.li)
+    # each lane's selects are copies of their own (one register a select drove ~300-450 LUTs, one per bit of
+    # every lane): P3's shift amounts (loaded beside vsh), P4's zero / pos flags, and P4's `first` and
+    # `fwd` (the line in P4 meets P5's not yet written sum: both valid lines of one li)
+    n = R * C
+    sr1c, slc = Copies(m, "pv_p3_sr1", 6, n), Copies(m, "pv_p3_sl", 2, n)
+    zero4, pos4 = Copies(m, "pv_zero4", 1, n), Copies(m, "pv_pos4", 1, n)
+    first4, fwd = Copies(m, "pv_first4", 1, n), Copies(m, "pv_fwd4", 1, n)
+    m.d.sync += sr1c.eq(vt[PV_MUL_STAGES - 2].sr1) + slc.eq(vt[PV_MUL_STAGES - 2].sl)
+    m.d.sync += zero4.eq(vsh.zero) + pos4.eq(vsh.pos) + first4.eq(vt[NV - 3].first)
+    m.d.sync += fwd.eq(vr.v & (vt[NV - 3].li == vr.li))
     for q in range(R):
         m.d.comb += [pv_ws[q][c].addr.eq(wa[c]) for c in range(C)]
         m.d.comb += [pv_ws[q][c].en.eq(vw.v) for c in range(C)]
@@ -123,10 +169,14 @@ def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: i
             prod, lat = lut_mul(m, Const(1, 1), v1.p[q][:29], v1.data[c], f"pv_mul{suffix(q)}_{c}")
             assert lat == PV_MUL_STAGES, lat
             t4, left4 = vreg("pv_p4_t", signed(37)), vreg("pv_p4_left", signed(40))
-            term5 = vreg("pv_p5_term", signed(pv_bits))
-            m.d.sync += [t4.eq(prod >> vsh.sr1), left4.eq(prod << vsh.sl),
-                         term5.eq(Mux(zero4, 0, Mux(pos4, (t4 + 1) >> 1, left4)))]
-            m.d.comb += pv_ws[q][c].data.eq(Mux(vw.first, 0, pv_rs[q][c].data) + term5)
+            term5, acc5 = vreg("pv_p5_term", signed(pv_bits)), vreg("pv_p5_acc", signed(pv_bits))
+            new = Signal(signed(pv_bits), name=f"pv_new{suffix(q)}_{c}")
+            m.d.comb += new.eq(acc5 + term5)
+            k = q * C + c
+            m.d.sync += [t4.eq(prod >> sr1c.get(k)), left4.eq(prod << slc.get(k)),
+                         term5.eq(Mux(zero4.get(k), 0, Mux(pos4.get(k), (t4 + 1) >> 1, left4))),
+                         acc5.eq(Mux(first4.get(k), 0, Mux(fwd.get(k), new, pv_rs[q][c].data)))]
+            m.d.comb += pv_ws[q][c].data.eq(new)
         with m.If(v1.v & v1.eot):
             m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[q])
     return vt, v_busy

@@ -84,8 +84,8 @@ class AttnSequencer(wiring.Component):
         # sequencer is busy, so what the walk needs of it is registered every cycle (one operation each):
         # the limits the next cycle after start, the tile's bases (two stages) before the K phase (the
         # HDR and Q beats come first)
-        def wreg(name, value, shape=None):
-            sig = Signal(shape if shape is not None else len(value), name=name, reset_less=True)
+        def wreg(name, value, shape=None, init=0):
+            sig = Signal(shape if shape is not None else len(value), name=name, reset_less=True, init=init)
             m.d.sync += sig.eq(value)
             return sig
         hd_m1 = wreg("hd_m1", hd - 1, signed(8))
@@ -96,6 +96,11 @@ class AttnSequencer(wiring.Component):
         kv_v = wreg("kv_v", at.kv + php, 32)  # the V lines
         kv_ke = wreg("kv_ke", at.kv + (php << 1), 32)  # the K exponent lines
         kv_ve = wreg("kv_ve", at.kv + php2p, 32)  # the V exponent lines
+        # the op's flags, registered for every use after the start cycle (the unit's handshake and the walk)
+        is_out_r, bypass_r, init_r = wreg("is_out_r", is_out), wreg("bypass_r", bypass), wreg("init_r", init)
+        # a copy of bypass for the unit's handshake (bypass_r also selects the 256-bit output line); its other
+        # init value keeps Yosys from merging the two
+        bypass_h = wreg("bypass_h", bypass, init=1)
 
         # ---- walk: jobs of up to R rows (r0 .. r0+n-1), phase, row r, line li of K / V (and token j / its
         # line tli; tli is also the line of a row's query or state lines)
@@ -121,12 +126,16 @@ class AttnSequencer(wiring.Component):
         # the beat FIFO's output is a register (the unit's handshake and payload start at flip-flops)
         m.submodules.q = q = fifo.SyncFIFOBuffered(width=3 + C * 32 + 8 + 2, depth=_DEPTH)
         pending = Signal()
-        room = (q.level + pending) < _DEPTH
         read = Signal()
+        # room in the FIFO for one more beat (level + pending < _DEPTH), kept as a count of free places
+        # beside the walk: no adder in front of `read` (which drives ~150 walk registers)
+        free = Signal(range(_DEPTH + 1), init=_DEPTH, name="fifo_free")
+        m.d.sync += free.eq(free - read + (q.r_rdy & q.r_en))
+        room = free != 0
         m.d.comb += read.eq(active & ~self.start & room)
         eot = tli == hd_m1
         # ATTN_OUT and the bypass are jobs of one row; an ATTN job ends at R rows or at the group's last
-        job_last = (is_out | bypass | (r == nq_m1) | (gi == R - 1)) if R > 1 else Const(1, 1)
+        job_last = (is_out_r | bypass_r | (r == nq_m1) | (gi == R - 1)) if R > 1 else Const(1, 1)
         kv_end = eot & (tok == t_m1)
         beat_last = Mux(ph == _Ph.HDR, job_last, Mux(ph == _Ph.Q, eot & job_last,
                                                       Mux((ph == _Ph.K) | (ph == _Ph.V), kv_end, eot)))
@@ -152,7 +161,7 @@ class AttnSequencer(wiring.Component):
                 with m.Case(_Ph.HDR):
                     m.d.sync += job_rows
                     with m.If(phase_end):
-                        m.d.sync += [ph.eq(Mux(is_out | bypass, _Ph.OUT, _Ph.Q)), *first_row]
+                        m.d.sync += [ph.eq(Mux(is_out_r | bypass_r, _Ph.OUT, _Ph.Q)), *first_row]
                 with m.Case(_Ph.Q):
                     with m.If(eot):
                         m.d.sync += job_rows
@@ -180,7 +189,7 @@ class AttnSequencer(wiring.Component):
         kind = Signal(3)
         with m.Switch(p_ph):
             with m.Case(_Ph.HDR):
-                m.d.comb += kind.eq(Mux(is_out, AttnBeat.FIN, AttnBeat.HDR))
+                m.d.comb += kind.eq(Mux(is_out_r, AttnBeat.FIN, AttnBeat.HDR))
             with m.Case(_Ph.Q):
                 m.d.comb += kind.eq(AttnBeat.Q)
             with m.Case(_Ph.K):
@@ -193,7 +202,7 @@ class AttnSequencer(wiring.Component):
         empty_hdr = Cat(Const(INT32_MIN & 0xFFFF_FFFF, 32), Const(0, 32 * (C - 1)))
         vline = self.va_rdata
         line = Mux((p_ph == _Ph.Q) | (p_ph == _Ph.K) | (p_ph == _Ph.V), ext,
-                   Mux(init, Mux(p_ph == _Ph.HDR, empty_hdr, 0), vline))
+                   Mux(init_r, Mux(p_ph == _Ph.HDR, empty_hdr, 0), vline))
         m.d.comb += [q.w_en.eq(pending), q.w_data.eq(Cat(kind, line, self.sb_rdata[:8], p_eot, p_last))]
 
         # ---- to the unit, or around it (t = 0)
@@ -203,10 +212,10 @@ class AttnSequencer(wiring.Component):
         f_eot = q.r_data[3 + C * 32 + 8]
         f_last = q.r_data[3 + C * 32 + 9]
         ip = u.i_stream.payload
-        m.d.comb += [u.i_stream.valid.eq(q.r_rdy & ~bypass), ip.kind.eq(f_kind), ip.data.eq(f_line),
+        m.d.comb += [u.i_stream.valid.eq(q.r_rdy & ~bypass_h), ip.kind.eq(f_kind), ip.data.eq(f_line),
                      ip.exp.eq(f_exp), ip.eot.eq(f_eot), ip.last.eq(f_last), ip.offset.eq(at.offset),
                      ip.causal.eq(at.causal), u.o_stream.ready.eq(1)]
-        m.d.comb += q.r_en.eq(Mux(bypass, 1, u.i_stream.ready))
+        m.d.comb += q.r_en.eq(bypass_h | u.i_stream.ready)
 
         # ---- outputs: ATTN: state line r, then o lines of row r, in place; ATTN_OUT: dst + r*hd + ...
         o_r = Signal(6)
@@ -223,8 +232,8 @@ class AttnSequencer(wiring.Component):
         # the unit's (or the bypass's) output lines are registered, then written (a cycle later)
         got = Signal(name="out_got")
         gdata = Signal(C * 32, name="out_line", reset_less=True)
-        m.d.sync += [got.eq(Mux(bypass, q.r_rdy, u.o_stream.valid)),
-                     gdata.eq(Mux(bypass, Mux(byp_hdr, f_line[:64], f_line), u.o_stream.payload.data.as_value()))]
+        m.d.sync += [got.eq(Mux(bypass_r, q.r_rdy, u.o_stream.valid)),
+                     gdata.eq(Mux(bypass_r, Mux(byp_hdr, f_line[:64], f_line), u.o_stream.payload.data.as_value()))]
         m.d.comb += [self.out_en.eq(got), self.out_data.eq(gdata),
                      self.out_addr.eq(Mux(o_hdr, o_st, o_base + o_l))]
         with m.If(got):
@@ -232,7 +241,7 @@ class AttnSequencer(wiring.Component):
                 m.d.sync += o_hdr.eq(0)
             with m.Elif(o_l == hd_m1):
                 m.d.sync += [o_l.eq(0), o_r.eq(o_r + 1), o_st.eq(o_st + 1), o_base.eq(o_base + hd),
-                             o_hdr.eq(~is_out)]
+                             o_hdr.eq(~is_out_r)]
                 with m.If(o_r == nq_m1):
                     m.d.sync += outs.eq(0)
             with m.Else():
