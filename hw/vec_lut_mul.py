@@ -7,8 +7,9 @@ constant's canonical signed-digit form (no two adjacent non-zero digits): the sh
 trees, one add a stage, and the root subtracts the negative sum from the positive one.  No ``$mul``
 cell is left for Yosys to map to a DSP.
 
-(Another branch writes a general LUT multiplier in ``hw/lut_mul.py``; this one serves the
-activation unit's constant products; the two are to be unified.)
+:func:`systolica.hw.lut_mul.lut_mul` is its counterpart for two variables (partial products of the
+narrow operand's bits, for the attention unit's p.V); a constant needs no partial product for its zero
+digits, and its signed digits halve the adds, which is why this one stays separate.
 """
 
 from __future__ import annotations
