@@ -44,13 +44,7 @@ def plot_pareto(points: list[dict], front: set[int], path: str | Path) -> Path:
     a2.set_xlabel("decode tokens/s (modelled, assumed clock)")
     a2.set_ylabel("energy per token (J, board power figure)")
     a2.set_yscale("log")
-    for a in (a1, a2):
-        a.grid(True, alpha=0.3)
-    a1.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, (a1, a2), path)
 
 
 def plot_asic(points: list[dict], front: set[int], path: str | Path) -> Path:
@@ -83,9 +77,16 @@ def plot_asic(points: list[dict], front: set[int], path: str | Path) -> Path:
     a1.set_ylabel("decode tokens/s (performance model)")
     a2.set_xlabel("decode tokens/s (performance model)")
     a2.set_ylabel("energy per token (J, standard cells, OpenSTA)")
-    for a in (a1, a2):
+    return _save(fig, (a1, a2), path)
+
+
+def _save(fig, axes, path) -> Path:
+    """Grid on every panel, the first panel's legend, then write ``path`` and free the figure."""
+    import matplotlib.pyplot as plt
+
+    for a in axes:
         a.grid(True, alpha=0.3)
-    a1.legend(fontsize=7)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
