@@ -26,6 +26,9 @@ Decisions (the compiler must make the same ones to be bit-exact):
   quantized on its own (its own ``S``).  GEMM is exact, so the compiler may still
   issue one GEMM over the concatenated rows, followed by three REQUANTs over the
   three column ranges, each with its tensor's shift: the integers are the same.
+- ``weights="int4"``: matrices as :class:`~systolica.quant_int4.Q4Matrix` (GGUF Q4 codes kept, float ones
+  quantized to Q4_1 groups unless too lossy, the LM head int8; :func:`_q4_matrix`); their REQUANT ``mult`` are
+  powers of two and the GEMM is GEMM_STREAM's int4 format (``numerics_int4.stream_acc``).
 - Vectors (norm gains and betas, biases, embeddings, learned positions):
   ``numerics.to_fx`` int32.  RoPE: ``numerics.rope_table(arange(max_seq), hd, base)``.
 - ``eps_q32 = round(norm_eps * 2**32)``, a 24-bit field: ``norm_eps`` must lie in
