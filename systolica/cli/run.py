@@ -256,7 +256,10 @@ def _generate(args, rt, art, file, compile_s, cfg, m, sp) -> int:
     if args.json is not None:
         d = m.to_dict()
         d.update(prompt=args.prompt, text="".join(text), artifact=str(file), compile_s=compile_s,
-                 config=cfg.name, model=art.manifest["model"].get("name"))
+                 config=cfg.name, model=art.manifest["model"].get("name"),
+                 weight_format=art.manifest.get("weight_format", "int8"),
+                 stream_bytes_per_token_by_format=art.manifest.get("stats", {}).get("decode", {})
+                 .get("stream_bytes_by_format"))  # counted from the compiled decode program
         emit_json(args.json, d)
     if stream:
         out.write("\n\n")
@@ -274,6 +277,8 @@ def _print_metrics(con, m, cfg, art) -> None:
     timed = "" if m.has_cycles else " (no cycle counts on this backend)"
     if m.backend == "golden" and m.has_cycles:
         timed = " (performance model)"
+        if art.manifest.get("weight_format", "int8") != "int8":  # the int4 stream is modelled, not built
+            timed = " (performance model of an int4 datapath the RTL does not have yet)"
     t.add_row("prompt tokens", f"{m.prompt_tokens}")
     t.add_row("generated tokens", f"{m.generated_tokens}")
     t.add_row("time to first token" + timed, _fmt(m.ttft_s, " ms", 1e3))
