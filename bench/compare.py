@@ -80,6 +80,11 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
             row.name = f"{row.name}, {fmt} weights (model: no RTL datapath yet)"
             row.extra["weights_note"] = (f"{fmt}: performance model of a 4-bit weight datapath the RTL does not "
                                          "have yet (its decoder refuses int4 GEMM_STREAMs)")
+            rep = row.extra.get("roofline_report")
+            if rep:  # its modelled figures are not RTL-validated: say so where they are printed
+                rep["board"] = f"{rep['board']} {fmt}"
+                for part in ("decode", "prefill"):
+                    rep[part]["modelled_tps"]["source"] = row.extra["weights_note"]
         _attach_fit(row, name, spec.config, synth=synth, timeout=synth_timeout, progress=progress)
         rows.append(row)
         if fmt != weights[0]:
