@@ -73,3 +73,15 @@ def test_nan_scale_in_a_q4_tensor_is_refused_naming_it(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(GGUFError, match=r"blk.1.ffn_gate.weight: scale of row 1 block 1 is nan"):
         read_gguf(path)
+
+
+def test_cli_compile_int4_prints_each_matrix_format_and_error(tmp_path, capsys):
+    from systolica.cli import main
+
+    path = write_gguf(_model(tied=False), tmp_path / "m.gguf", "Q4_1", types={"output": "Q8_0"})
+    out = tmp_path / "m.systolica"
+    assert main(["compile", str(path), "--config", "tiny", "-o", str(out), "--page", "8", "--weights", "int4"]) == 0
+    text = capsys.readouterr().out
+    assert "matrix formats (--weights int4" in text and "int4 Q4_1 (codes kept), gshift=" in text
+    assert "LM head stays int8" in text  # the Q8_0 output matrix
+    assert "weight-stream bytes per decode token by format (compiled program): Q4_1" in text
