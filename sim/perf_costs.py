@@ -288,10 +288,10 @@ WSTREAM_STARTUP = 4
 def _stream_share(cfg: AccelConfig, k: int, wfmt: int) -> float:
     """Bytes an int4 stream reads per byte of the int8 stream of the same tiles (:mod:`systolica.wstream4`:
     half a byte a code plus the group scales, each section padded to whole lines); 1.0 for int8."""
-    if not wfmt:
-        return 1.0
     from systolica import wstream, wstream4
 
+    if wfmt not in (1, 2) or not wstream4.whole_groups(k, cfg):  # int8, or a word that faults ILLEGAL_FIELD
+        return 1.0
     return wstream4.port_row_bytes(k, wfmt, cfg) / wstream.port_row_bytes(k, cfg)
 
 
