@@ -150,17 +150,6 @@ class QuantModel:
             lines.append(f"{k:<{width}}  {e:14.3e}  {self.format_of(k)}")
         return "\n".join(lines)
 
-    def weight_bytes(self) -> dict[str, int]:
-        """Bytes of matrix weights by format as GEMM_STREAM reads them, before line padding: int8 one a weight,
-        int4 half a byte a code plus 2 bytes a scale (and a minimum) per group of 32."""
-        out: dict[str, int] = {}
-        for m in self.mats.values():
-            n, k = m.shape
-            per_group = 2 if getattr(m, "Mn", None) is None else 4  # one int16 scale (and minimum) per 32
-            b = n * k // 2 + n * (k // GROUP) * per_group if isinstance(m, Q4Matrix) else n * k
-            out[m.wfmt.name] = out.get(m.wfmt.name, 0) + b
-        return out
-
 
 def _rel_rms(approx: np.ndarray, exact: np.ndarray) -> float:
     exact = np.asarray(exact, dtype=np.float64)
