@@ -64,3 +64,16 @@ def render(r: dict[str, Any], console) -> None:
         say(f"[bold yellow]warning:[/] cells not from the liberty: {r['foreign_cells']}")
     steps = ", ".join(f"{k.split(':')[0]} {v:.0f} s" for k, v in r["seconds"].items())
     say(f"wall time: {steps}")
+    y = r.get("yosys")
+    if y:
+        top = r["top"]
+        jobs = sorted(y["jobs"], key=lambda j: -(j["seconds"] or 0))
+        say(f"Yosys: {len(jobs)} job(s), {y['processes']} at a time" + (", multipliers Booth-encoded (synth -booth)"
+                                                                           if y.get("booth") else "") + ": " +
+            "; ".join(f"{_label(j['modules'], top)} {j['seconds']:.0f} s" for j in jobs[:6]) +
+            (f"; {len(jobs) - 6} more" if len(jobs) > 6 else ""))
+
+
+def _label(modules: list[str], top: str) -> str:
+    short = [m[len(top):].lstrip(".") or top if m.startswith(top) else m for m in modules]
+    return short[0] + (f" +{len(short) - 1}" if len(short) > 1 else "")

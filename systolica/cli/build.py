@@ -133,6 +133,8 @@ class Build:
                 raise BuildError("--asic is a NanGate 45 nm estimate without a board: drop --board, --vivado, "
                                  "--pnr and --estimate")
             return _asic(args)
+        if args.booth:
+            raise BuildError("--booth goes with --asic (it changes the ASIC flow's multipliers only)")
         if not args.board:
             raise BuildError("systolica hw build needs --board B (boards: " + ", ".join(list_boards()) +
                              ") or --asic for a NanGate 45 nm ASIC estimate")
