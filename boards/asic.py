@@ -314,8 +314,7 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
                 sta_note = f"not measured (OpenSTA could not read the netlist: {errors[0]}; see {wd / 'sta.log'})"
             else:
                 sta_out = parse_sta(text, period_ns)
-                if power_errors:  # the timing before it stands; the power total is not a number
-                    sta_out.pop("power_mw", None)
+                if power_errors and "power_mw" not in sta_out:  # the timing before it stands
                     sta_out["power_note"] = (f"not measured (OpenSTA's report_power failed: {power_errors[0]}; "
                                              f"see {wd / 'sta.log'})")
         elif not sta:
@@ -391,9 +390,12 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
     if "power_mw" in sta_out:
         power.update({k: round(v, 4) for k, v in sta_out["power_mw"].items()},
                      clock_mhz=round(1000.0 / period_ns, 1),
-                     source=f"OpenSTA report_power, vectorless: toggle rate {ACTIVITY} per clock assumed at the "
-                            f"inputs (reset held), at the target clock; standard cells only (SRAM macros not "
-                            f"included)")
+                     source=(f"OpenSTA report_power, vectorless: toggle rate {ACTIVITY} per clock assumed at the "
+                             f"inputs (reset held)" if "power_global" not in sta_out else
+                             f"OpenSTA report_power, vectorless: toggle rate {ACTIVITY} per clock assumed on every "
+                             f"net (set_power_activity -global; reset held), because the activity propagated from "
+                             f"the inputs gave a non-number ({sta_out['power_global']})") +
+                            ", at the target clock; standard cells only (SRAM macros not included)")
     else:
         power["source"] = f"dynamic power {sta_out.get('power_note') or sta_note or 'not measured'}"
     return {

@@ -155,6 +155,12 @@ def test_parse_sta_names_the_largest_fanout_and_no_power_from_an_error():
     assert r["path"]["max_fanout"] == {"net": "unit/addr[2]", "loads": 1859}
     assert r["path"]["period_ns"] == pytest.approx(12.255) and r["path"]["slack_ns"] < 0
     assert "power_mw" not in r
+    # the flow's fallback: every net at the same toggle rate, and the report says why
+    r = parse_sta(STA_FANOUT + """=== power_global
+Group                   Internal   Switching     Leakage       Total
+Total                1.30488e-01 1.50280e-02 1.96527e-02 1.65169e-01 100.0%
+""", 10.0)
+    assert r["power_mw"]["total"] == pytest.approx(165.169) and "non-numeric" in r["power_global"]
 
 
 def test_missing_liberty_says_what_to_install(monkeypatch):
