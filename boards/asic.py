@@ -350,9 +350,12 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
     leak_nw, foreign = 0.0, {}
     names = set(modules)
     logic_um2 = 0.0
+    by_block: dict[str, float] = {}  # std-cell area of each block of the hierarchy, submodules below depth 3 in it
     for name, mod in modules.items():
         # a module's own cells: stat -top gives hierarchical totals as "area", the cell counts are local
         cat = per_cat[category(name, top, unit)]
+        below = name[len(top):].lstrip(".") if name.startswith(top) else name
+        block = ".".join(below.split(".")[:3]) or "(top level)"
         cat["modules"].append(name)
         for t, n in mod.get("num_cells_by_type", {}).items():
             t = t.lstrip("\\")
@@ -362,6 +365,7 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
                 cat["area_um2"] += c["area"] * n
                 cat["sequential_um2"] += c["area"] * n * c["sequential"]
                 logic_um2 += c["area"] * n
+                by_block[block] = by_block.get(block, 0.0) + c["area"] * n
                 leak_nw += c["leakage_nw"] * n
             elif t not in names and t != SRAM_CELL:
                 foreign[t] = foreign.get(t, 0) + n
@@ -412,6 +416,9 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
                       "modules": sorted(v["modules"]),
                       "source": sram.describe() if c == "buffers" else "measured synthesis (Yosys stat -liberty)"}
                   for c, v in per_cat.items() if v["area_um2"] > 0 or v["modules"]},
+        "blocks": {"area_um2": {b: round(a, 1) for b, a in sorted(by_block.items(), key=lambda kv: -kv[1])},
+                   "source": "measured synthesis (Yosys stat -liberty), the standard cells of each block of the "
+                             "hierarchy (module path below the top, 3 levels) with the submodules below it"},
         "memories": {"sram": sram_rows,
                      "flip_flops": [{"name": _short(m, top), "words": m.depth, "width": m.width, "bits": m.bits}
                                     for m in mems if m.kind == "ff"],

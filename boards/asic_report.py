@@ -36,6 +36,10 @@ def render(r: dict[str, Any], console) -> None:
     say = console.print
     say(f"area: [bold]{area['total_mm2']:.4f} mm^2[/] = standard cells {area['logic_um2'] * 1e-6:.4f} mm^2 "
         f"({area['logic_source']}) + SRAM {area['sram_um2'] * 1e-6:.4f} mm^2")
+    blocks = (r.get("blocks") or {}).get("area_um2") or {}
+    if len(blocks) > 1:
+        say("largest blocks (std cells, Yosys stat -liberty): " + ", ".join(
+            f"{b} {_um2(a)} um^2" for b, a in list(blocks.items())[:8]))
     mem = r["memories"]
     if mem["sram"]:
         say(f"buffers: {area['sram_source']}")

@@ -120,6 +120,9 @@ def test_stitched_area_is_the_sum_of_the_jobs(runs):
         parts = sum(j["area_um2"] for j in r["yosys"]["jobs"])
         assert parts > 0 and r["area"]["yosys_design_um2"] == pytest.approx(parts, abs=0.5)
         assert r["area"]["logic_um2"] == pytest.approx(parts, abs=0.5)
+        blocks = r["blocks"]["area_um2"]  # the per-block breakdown covers every cell once
+        assert set(blocks) == {"(top level)", "mac0", "mac1", "mac2", "small"}
+        assert sum(blocks.values()) == pytest.approx(parts, abs=0.5)
         # the stitched netlist has every module of the design and only liberty cells (and the SRAM stand-in)
         mods = set(re.findall(r"^module \\?(\S+?)\s*\(", (wd / "netlist.v").read_text(), re.M))
         assert {m.lstrip("\\") for m in mods} == set(asic_jobs.module_sizes((wd / "systolica_hier.il").read_text()))
