@@ -276,7 +276,7 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
         shutil.copyfile(lib, wd / "stdcells.lib")  # YoWASP sees only its working folder
         mems = rtlil_memories(il)
         macros = [(m.module, m.name) for m in mems if m.kind == "sram"]
-        sizes = asic_jobs.module_sizes(il)
+        sizes = asic_jobs.module_sizes(il, macros)
         plan = asic_jobs.plan_jobs(sizes, jobs)
         try:
             done, log = steps.run(
@@ -323,7 +323,7 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
             sta_note = "not measured (OpenSTA not installed: apt-get install opensta puts `sta` on PATH)"
     report = _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta_note, log, lib, steps)
     report["yosys"] = {"processes": min(jobs, len(plan)), "booth": booth,
-                       "jobs": [{"modules": j.modules, "rtlil_lines": j.lines, "seconds": j.seconds,
+                       "jobs": [{"modules": j.modules, "work_estimate": j.work, "seconds": j.seconds,
                                  "area_um2": round(_job_area(j.stat, cells_lib), 1)} for j in done],
                        "source": "one Yosys process per job, the modules of other jobs as black boxes; stitched "
                                  "into one netlist (stat.json, netlist.v) by a last Yosys run"}
@@ -351,6 +351,7 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
     names = set(modules)
     logic_um2 = 0.0
     by_block: dict[str, float] = {}  # std-cell area of each block of the hierarchy, submodules below depth 3 in it
+    leak_block: dict[str, float] = {}
     for name, mod in modules.items():
         # a module's own cells: stat -top gives hierarchical totals as "area", the cell counts are local
         cat = per_cat[category(name, top, unit)]
@@ -366,6 +367,7 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
                 cat["sequential_um2"] += c["area"] * n * c["sequential"]
                 logic_um2 += c["area"] * n
                 by_block[block] = by_block.get(block, 0.0) + c["area"] * n
+                leak_block[block] = leak_block.get(block, 0.0) + c["leakage_nw"] * n
                 leak_nw += c["leakage_nw"] * n
             elif t not in names and t != SRAM_CELL:
                 foreign[t] = foreign.get(t, 0) + n
@@ -417,8 +419,11 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
                       "source": sram.describe() if c == "buffers" else "measured synthesis (Yosys stat -liberty)"}
                   for c, v in per_cat.items() if v["area_um2"] > 0 or v["modules"]},
         "blocks": {"area_um2": {b: round(a, 1) for b, a in sorted(by_block.items(), key=lambda kv: -kv[1])},
+                   "leakage_mw": {b: round(leak_block[b] * 1e-6, 4) for b in by_block},
                    "source": "measured synthesis (Yosys stat -liberty), the standard cells of each block of the "
-                             "hierarchy (module path below the top, 3 levels) with the submodules below it"},
+                             "hierarchy (module path below the top, 3 levels) with the submodules below it; leakage "
+                             "summed from the liberty (dynamic power per block: not reported, Debian 12's OpenSTA "
+                             "gives hierarchical instances 0)"},
         "memories": {"sram": sram_rows,
                      "flip_flops": [{"name": _short(m, top), "words": m.depth, "width": m.width, "bits": m.bits}
                                     for m in mems if m.kind == "ff"],

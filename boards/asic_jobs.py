@@ -5,7 +5,7 @@ The ASIC flow keeps the hierarchy (no ``-flatten``), and every pass of ``synth``
 works on one module at a time, so a module maps the same whether the rest of the design is beside it or is a
 black box with the same ports.  Each job therefore reads the whole RTLIL, turns the modules it does not own
 into black boxes (``blackbox``: ports kept) and synthesizes its own; :func:`plan_jobs` deals the modules out
-largest first (RTLIL lines as the measure of work) and :func:`run_jobs` runs the jobs ``jobs`` at a time.
+largest first (RTLIL lines plus a rough gate count of the wide cells as the measure of work) and :func:`run_jobs` runs the jobs ``jobs`` at a time.
 The stitch step (:func:`stitch_script`) reads every job's mapped modules into one design, checks that no module
 is missing, and writes the ``stat.json`` and ``netlist.v`` that one serial run would have written.
 """
@@ -36,16 +36,63 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def module_sizes(il: str) -> dict[str, int]:
-    """RTLIL module name -> its number of lines (the measure of synthesis work the planner uses)."""
+_SHIFTS = ("$shl", "$shr", "$sshl", "$sshr", "$shift", "$shiftx")
+
+
+def _cell_work(cell: str, p: dict[str, Any], mems: dict[str, tuple[int, int]], macros: set[str]) -> int:
+    """Generic gates a cell becomes, roughly: what ABC's time follows (RTLIL lines do not see a 32 x 32
+    multiplier or a flip-flop memory's read multiplexers)."""
+    def g(k: str) -> int:
+        v = p.get(k, 1)
+        return v if isinstance(v, int) else 1
+
+    if cell in ("$mul", "$div", "$mod", "$divfloor", "$modfloor"):
+        return g("A_WIDTH") * g("B_WIDTH")
+    if cell in _SHIFTS:
+        return g("Y_WIDTH") * g("B_WIDTH")
+    if cell == "$pmux":
+        return g("WIDTH") * g("S_WIDTH")
+    if cell in ("$memrd_v2", "$memrd", "$memwr_v2", "$memwr"):
+        memid = str(p.get("MEMID", "")).lstrip("\\")
+        if memid in macros:
+            return 1
+        width, depth = mems.get(memid, (g("WIDTH"), 1))
+        return width * depth
+    for k in ("Y_WIDTH", "WIDTH", "A_WIDTH"):
+        if k in p:
+            return g(k)
+    return 1
+
+
+def module_sizes(il: str, macros: Sequence[tuple[str, str]] = ()) -> dict[str, int]:
+    """RTLIL module name -> the planner's estimate of its synthesis work: its RTLIL lines (what Yosys's passes
+    follow) plus :func:`_cell_work` of its cells (what ABC follows); ``macros``: (module, memory) pairs that
+    are SRAM macros, not logic."""
+    boxed = {}
+    for m, n in macros:
+        boxed.setdefault(m, set()).add(n)
     sizes: dict[str, int] = {}
-    name, n = None, 0
+    name, n, work = None, 0, 0
+    mems: dict[str, tuple[int, int]] = {}
+    cell, params = None, {}
     for line in il.splitlines():
         if line.startswith("module "):
-            name, n = line.split()[1].lstrip("\\"), 0
+            name, n, work, mems = line.split()[1].lstrip("\\"), 0, 0, {}
         elif line == "end" and name is not None:
-            sizes[name] = n
+            sizes[name] = n + work
             name = None
+        elif line.startswith("  memory "):
+            t = line.split()
+            mems[t[-1].lstrip("\\")] = (int(t[t.index("width") + 1]), int(t[t.index("size") + 1]))
+        elif line.startswith("  cell "):
+            cell, params = line.split()[1], {}
+        elif cell is not None and line.startswith("    parameter "):
+            t = line.split(None, 2)
+            v = t[2].strip() if len(t) > 2 else ""
+            params[t[1].lstrip("\\")] = v.strip('"') if t[1] == "\\MEMID" else (int(v) if v.isdigit() else v)
+        elif cell is not None and line == "  end":
+            work += _cell_work(cell, params, mems, boxed.get(name, set()))
+            cell = None
         n += 1
     return sizes
 
@@ -108,7 +155,7 @@ class Job:
 
     index: int
     modules: list[str]
-    lines: int
+    work: int  # the planner's estimate (module_sizes)
     folder: Path
     seconds: float | None = None
     stat: dict[str, Any] = field(default_factory=dict)
@@ -193,7 +240,7 @@ def run_jobs(il_path: Path, top: str, plan: list[list[str]], sizes: dict[str, in
     def one(job: Job) -> Job:
         with lock:
             started[job.index] = time.monotonic()
-        say(f"Yosys job {job.index + 1}/{len(todo)} started: {job.label(top)} ({job.lines:,} RTLIL lines)")
+        say(f"Yosys job {job.index + 1}/{len(todo)} started: {job.label(top)} (work estimate {job.work:,})")
         left = max(1.0, deadline - time.monotonic())
         procs.run(job.folder, left)
         job.seconds = round(time.monotonic() - started[job.index], 1)

@@ -38,8 +38,9 @@ def render(r: dict[str, Any], console) -> None:
         f"({area['logic_source']}) + SRAM {area['sram_um2'] * 1e-6:.4f} mm^2")
     blocks = (r.get("blocks") or {}).get("area_um2") or {}
     if len(blocks) > 1:
-        say("largest blocks (std cells, Yosys stat -liberty): " + ", ".join(
-            f"{b} {_um2(a)} um^2" for b, a in list(blocks.items())[:8]))
+        leak = r["blocks"].get("leakage_mw") or {}
+        say("largest blocks (std cells, Yosys stat -liberty; leakage from the liberty): " + ", ".join(
+            f"{b} {_um2(a)} um^2" + (f" ({leak[b]:.2f} mW)" if b in leak else "") for b, a in list(blocks.items())[:8]))
     mem = r["memories"]
     if mem["sram"]:
         say(f"buffers: {area['sram_source']}")

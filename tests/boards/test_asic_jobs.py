@@ -35,7 +35,28 @@ end
 
 
 def test_module_sizes_count_the_lines_of_each_module():
-    assert asic_jobs.module_sizes(IL) == {"t": 4, "t.a": 4, "t.b": 1}
+    assert asic_jobs.module_sizes(IL) == {"t": 4 + 1, "t.a": 4, "t.b": 1}  # lines, and a cell of no width: 1
+
+
+WIDE = """module \\w
+  memory width 8 size 64 \\q
+  cell $mul $1
+    parameter \\A_WIDTH 32
+    parameter \\B_WIDTH 16
+    parameter \\Y_WIDTH 48
+  end
+  cell $memrd_v2 $2
+    parameter \\MEMID "\\\\q"
+    parameter \\WIDTH 8
+  end
+end
+"""
+
+
+def test_module_sizes_weigh_multipliers_and_flip_flop_memories():
+    lines = 11  # from `module` to the last `  end`
+    assert asic_jobs.module_sizes(WIDE) == {"w": lines + 32 * 16 + 8 * 64}
+    assert asic_jobs.module_sizes(WIDE, [("w", "q")]) == {"w": lines + 32 * 16 + 1}  # an SRAM macro: no logic
 
 
 def test_plan_deals_every_module_once_heaviest_first():
@@ -123,6 +144,7 @@ def test_stitched_area_is_the_sum_of_the_jobs(runs):
         blocks = r["blocks"]["area_um2"]  # the per-block breakdown covers every cell once
         assert set(blocks) == {"(top level)", "mac0", "mac1", "mac2", "small"}
         assert sum(blocks.values()) == pytest.approx(parts, abs=0.5)
+        assert sum(r["blocks"]["leakage_mw"].values()) == pytest.approx(r["power"]["leakage_mw_liberty"], abs=1e-3)
         # the stitched netlist has every module of the design and only liberty cells (and the SRAM stand-in)
         mods = set(re.findall(r"^module \\?(\S+?)\s*\(", (wd / "netlist.v").read_text(), re.M))
         assert {m.lstrip("\\") for m in mods} == set(asic_jobs.module_sizes((wd / "systolica_hier.il").read_text()))
