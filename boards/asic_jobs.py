@@ -236,11 +236,16 @@ def run_jobs(il_path: Path, top: str, plan: list[list[str]], sizes: dict[str, in
     started: dict[int, float] = {}
     lock = threading.Lock()
     procs = _Procs()
+    said = threading.Lock()
+
+    def log(text: str) -> None:  # one line at a time from the worker threads
+        with said:
+            say(text)
 
     def one(job: Job) -> Job:
         with lock:
             started[job.index] = time.monotonic()
-        say(f"Yosys job {job.index + 1}/{len(todo)} started: {job.label(top)} (work estimate {job.work:,})")
+        log(f"Yosys job {job.index + 1}/{len(todo)} started: {job.label(top)} (work estimate {job.work:,})")
         left = max(1.0, deadline - time.monotonic())
         procs.run(job.folder, left)
         job.seconds = round(time.monotonic() - started[job.index], 1)
@@ -256,14 +261,14 @@ def run_jobs(il_path: Path, top: str, plan: list[list[str]], sizes: dict[str, in
                 for f in finished:
                     job = f.result()  # a failed job raises here: the rest are cancelled below
                     done.append(job)
-                    say(f"Yosys job {job.index + 1}/{len(todo)} done in {job.seconds:.0f} s: {job.label(top)} "
+                    log(f"Yosys job {job.index + 1}/{len(todo)} done in {job.seconds:.0f} s: {job.label(top)} "
                         f"({len(done)}/{len(todo)} done, {time.monotonic() - t0:.0f} s elapsed)")
                 if pending and not finished:
                     now = time.monotonic()
                     with lock:
                         running = [(todo[i], now - s) for i, s in started.items()
                                    if all(d.index != i for d in done)]
-                    say(f"Yosys: {len(done)}/{len(todo)} jobs done, {now - t0:.0f} s elapsed; running: " +
+                    log(f"Yosys: {len(done)}/{len(todo)} jobs done, {now - t0:.0f} s elapsed; running: " +
                         "; ".join(f"{j.label(top)} ({s:.0f} s)" for j, s in running))
         except BaseException:
             for f in pending:
