@@ -182,6 +182,8 @@ def test_build_options_are_checked(capsys):
     assert "--board" in capsys.readouterr().err
     assert main(["hw", "build", "--asic", "--board", "kv260"]) == 2
     assert "--asic" in capsys.readouterr().err
+    assert main(["hw", "build", "--board", "kv260", "--booth"]) == 2
+    assert "--booth goes with --asic" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
