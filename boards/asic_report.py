@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["render"]
+__all__ = ["render", "FANOUT_NOTE"]
+
+#: a net on the critical path with more loads than this is named in the report (a buffer tree would split it)
+FANOUT_NOTE = 64
 
 
 def _um2(x: float) -> str:
@@ -33,6 +36,11 @@ def render(r: dict[str, Any], console) -> None:
     say = console.print
     say(f"area: [bold]{area['total_mm2']:.4f} mm^2[/] = standard cells {area['logic_um2'] * 1e-6:.4f} mm^2 "
         f"({area['logic_source']}) + SRAM {area['sram_um2'] * 1e-6:.4f} mm^2")
+    blocks = (r.get("blocks") or {}).get("area_um2") or {}
+    if len(blocks) > 1:
+        leak = r["blocks"].get("leakage_mw") or {}
+        say("largest blocks (std cells, Yosys stat -liberty; leakage from the liberty): " + ", ".join(
+            f"{b} {_um2(a)} um^2" + (f" ({leak[b]:.2f} mW)" if b in leak else "") for b, a in list(blocks.items())[:8]))
     mem = r["memories"]
     if mem["sram"]:
         say(f"buffers: {area['sram_source']}")
@@ -47,6 +55,11 @@ def render(r: dict[str, Any], console) -> None:
     if timing.get("fmax_mhz"):
         say(f"critical path ({timing['kind']}): {timing['start']} -> {timing['end']}, [bold]{timing['period_ns']:.3f} ns"
             f"[/] incl. setup: [bold]Fmax {timing['fmax_mhz']:.0f} MHz[/] ({timing['source']})")
+        fan = timing.get("max_fanout")
+        if fan and fan["loads"] > FANOUT_NOTE:
+            say(f"[yellow]on this path net {fan['net']} drives {fan['loads']:,} loads unbuffered[/] (OpenSTA; ABC "
+                f"buffers no flip-flop output and this flow has no buffer-tree repair or placement, so the library's "
+                f"wire-load model charges the whole net to one gate: this path is pessimistic)")
         if timing["slack_ns"] < 0:
             say(f"[bold yellow]the target period {timing['target_period_ns']:g} ns is NOT met "
                 f"(slack {timing['slack_ns']:.3f} ns); the power below is at that unmet clock")
@@ -64,3 +77,16 @@ def render(r: dict[str, Any], console) -> None:
         say(f"[bold yellow]warning:[/] cells not from the liberty: {r['foreign_cells']}")
     steps = ", ".join(f"{k.split(':')[0]} {v:.0f} s" for k, v in r["seconds"].items())
     say(f"wall time: {steps}")
+    y = r.get("yosys")
+    if y:
+        top = r["top"]
+        jobs = sorted(y["jobs"], key=lambda j: -(j["seconds"] or 0))
+        say(f"Yosys: {len(jobs)} job(s), {y['processes']} at a time" + (", multipliers Booth-encoded (synth -booth)"
+                                                                           if y.get("booth") else "") + ": " +
+            "; ".join(f"{_label(j['modules'], top)} {j['seconds']:.0f} s" for j in jobs[:6]) +
+            (f"; {len(jobs) - 6} more" if len(jobs) > 6 else ""))
+
+
+def _label(modules: list[str], top: str) -> str:
+    short = [m[len(top):].lstrip(".") or top if m.startswith(top) else m for m in modules]
+    return short[0] + (f" +{len(short) - 1}" if len(short) > 1 else "")

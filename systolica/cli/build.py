@@ -26,6 +26,7 @@ incomplete after ``--vivado``.  A first synthesis of a large preset takes 10 to 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -41,11 +42,11 @@ from systolica.cli.options import (
     UsageError,
     add_board,
     add_config,
-    add_jobs,
     add_json,
     add_output,
     emit_json,
     json_to_stdout,
+    positive_int,
     real,
 )
 from systolica.cli.progress import progress_enabled, steps
@@ -103,7 +104,9 @@ class Build:
                             "any), not a fit")
         p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                        help=f"largest share of each resource to use (default {DEFAULT_MARGIN})")
-        add_jobs(p, "Vivado parallel jobs", 4)
+        p.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
+                       help="Vivado parallel jobs (default 4); with --asic: Yosys processes at a time (default one per "
+                            "core)")
         p.add_argument("--synth-timeout", type=real(0.0, open_lo=True), default=1800.0, metavar="SECONDS",
                        help="seconds Yosys may take before the (labelled) estimate is used instead (default 1800); "
                             "with --pnr also the limit of each tool run of the place and route")
@@ -113,6 +116,8 @@ class Build:
         a.add_argument("--period", type=real(0.0, open_lo=True), metavar="NS",
                        help="target clock period; missing it is a failed check, exit 3 (default: the config's clock, "
                             "a warning only); with --pnr the clock nextpnr aims at")
+        a.add_argument("--booth", action="store_true",
+                       help="with --asic: Yosys's booth pass (multipliers as Booth-encoded trees) before ABC")
         a.add_argument("--unit", choices=sorted(UNITS), help="one unit of systolica hw synth instead of the whole "
                        "accelerator (top); also with --pnr: that unit placed and routed alone (its own Fmax)")
         add_json(p, "the fit report (fit.json; with --asic: the ASIC report)")
@@ -128,6 +133,8 @@ class Build:
                 raise BuildError("--asic is a NanGate 45 nm estimate without a board: drop --board, --vivado, "
                                  "--pnr and --estimate")
             return _asic(args)
+        if args.booth:
+            raise BuildError("--booth goes with --asic (it changes the ASIC flow's multipliers only)")
         if not args.board:
             raise BuildError("systolica hw build needs --board B (boards: " + ", ".join(list_boards()) +
                              ") or --asic for a NanGate 45 nm ASIC estimate")
@@ -152,7 +159,7 @@ class Build:
         if board.flow in ("zynq7", "zynqmp", "alveo"):
             from systolica.boards.vivado import build_tcl, link_script
 
-            (out / "build.tcl").write_text(build_tcl(board, cfg, hdl.top_name(), [verilog_rel], jobs=args.jobs))
+            (out / "build.tcl").write_text(build_tcl(board, cfg, hdl.top_name(), [verilog_rel], jobs=args.jobs or 4))
             say(f"  Vivado TCL   {out / 'build.tcl'}")
             if board.flow == "alveo":
                 from systolica.boards.vivado_ip import kernel_xml
@@ -335,6 +342,25 @@ def _target_mhz(args: argparse.Namespace, cfg: AccelConfig) -> float:
     return 1000.0 / args.period if args.period is not None else cfg.clock_mhz
 
 
+@contextlib.contextmanager
+def _asic_progress(args: argparse.Namespace, console):
+    """A spinner per step on a terminal; elsewhere (a log, CI) one line per step and Yosys job, with the elapsed
+    time, on stderr (minutes-long runs must say what they are doing)."""
+    if progress_enabled(args):
+        with steps(True) as say:
+            yield say
+        return
+    import sys
+    import time
+
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"[{time.monotonic() - t0:6.0f} s] {text}", file=sys.stderr, flush=True)
+
+    yield say
+
+
 def _asic(args: argparse.Namespace) -> int:
     """``systolica hw build --asic``: synthesize, time, print; write ``asic.json`` into the output folder."""
     from rich.console import Console
@@ -349,9 +375,9 @@ def _asic(args: argparse.Namespace) -> int:
     out = Path(args.output or Path("build") / f"asic-{cfg.name}-{unit}")
     console.print(f"[bold]systolica hw build --asic[/] {unit} of config {cfg.name} ({cfg.rows}x{cfg.cols}, "
                   f"hash {cfg.hash32():08x}), NanGate 45 nm -> {out}")
-    with steps(progress_enabled(args)) as say:
-        report: dict[str, Any] = asic_estimate(unit, cfg, period_ns=args.period, workdir=out,
-                                               timeout=args.synth_timeout, liberty=lib, say=say)
+    with _asic_progress(args, console) as say:
+        report: dict[str, Any] = asic_estimate(unit, cfg, period_ns=args.period, workdir=out, jobs=args.jobs,
+                                               booth=args.booth, timeout=args.synth_timeout, liberty=lib, say=say)
     render(report, console)
     out.mkdir(parents=True, exist_ok=True)
     (out / "asic.json").write_text(json.dumps(report, indent=1))

@@ -132,6 +132,37 @@ def test_parse_sta():
     assert r["power_mw"]["total"] == pytest.approx(2.2939) and r["power_mw"]["leakage"] == pytest.approx(0.3609)
 
 
+STA_FANOUT = """=== reg2reg
+Startpoint: unit/_241212_ (rising edge-triggered flip-flop clocked by clk)
+Endpoint: unit/_239209_ (rising edge-triggered flip-flop clocked by clk)
+Fanout    Delay     Time   Description
+        10.922   10.922 ^ unit/_241212_/Q (DFF_X1)
+ 1859                     unit/addr[2] (net)
+         0.028   10.951 v unit/_158925_/ZN (INV_X1)
+    2                     unit/_1_ (net)
+           12.214   data arrival time
+           -2.255   slack (VIOLATED)
+
+=== any
+=== power
+Group                   Internal   Switching     Leakage       Total
+Error: report_power: can't use non-numeric floating-point value as operand of "-"
+"""
+
+
+def test_parse_sta_names_the_largest_fanout_and_no_power_from_an_error():
+    r = parse_sta(STA_FANOUT, 10.0)
+    assert r["path"]["max_fanout"] == {"net": "unit/addr[2]", "loads": 1859}
+    assert r["path"]["period_ns"] == pytest.approx(12.255) and r["path"]["slack_ns"] < 0
+    assert "power_mw" not in r
+    # the flow's fallback: every net at the same toggle rate, and the report says why
+    r = parse_sta(STA_FANOUT + """=== power_global
+Group                   Internal   Switching     Leakage       Total
+Total                1.30488e-01 1.50280e-02 1.96527e-02 1.65169e-01 100.0%
+""", 10.0)
+    assert r["power_mw"]["total"] == pytest.approx(165.169) and "non-numeric" in r["power_global"]
+
+
 def test_missing_liberty_says_what_to_install(monkeypatch):
     from importlib import metadata
 
@@ -151,6 +182,8 @@ def test_build_options_are_checked(capsys):
     assert "--board" in capsys.readouterr().err
     assert main(["hw", "build", "--asic", "--board", "kv260"]) == 2
     assert "--asic" in capsys.readouterr().err
+    assert main(["hw", "build", "--board", "kv260", "--booth"]) == 2
+    assert "--booth goes with --asic" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -194,10 +227,13 @@ def test_small_design_is_timed(small_run):
 
 @pytest.mark.slow
 def test_tiny_preset_asic(tmp_path):
-    """The whole tiny accelerator (tens of minutes on 2 cores): buffers as SRAM macros, none in flip-flops."""
+    """The whole tiny accelerator (about 8 minutes on 2 cores, its modules in parallel Yosys processes): buffers
+    as SRAM macros, none in flip-flops; the stitched netlist's area is the sum of the jobs'."""
     _liberty_or_skip()
     _yosys_or_skip()
-    r = asic_estimate("top", preset("tiny"), workdir=tmp_path)
+    r = asic_estimate("top", preset("tiny"), workdir=tmp_path, jobs=2)
+    assert r["yosys"]["processes"] == 2 and len(r["yosys"]["jobs"]) > 2
+    assert r["area"]["logic_um2"] == pytest.approx(sum(j["area_um2"] for j in r["yosys"]["jobs"]), abs=1.0)
     names = {m["name"] for m in r["memories"]["sram"]}
     assert {"spad_a_mem", "spad_w_mem", "acc_mem", "vbuf_a_mem", "vbuf_b_mem"} <= names
     assert all(m["bits"] < 8192 for m in r["memories"]["flip_flops"])
