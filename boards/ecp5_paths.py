@@ -4,7 +4,7 @@ Placing the whole ulx3s top level takes nextpnr about 15 minutes and routing it 
 post-placement report names no path.  This module reads the JSON netlist Yosys wrote
 (``synth_ecp5 -json top.json``; ``systolica hw build --pnr`` leaves it in ``<out>/ecp5/top.json``)
 and walks it: every flip-flop output, block-RAM output and wrapper input starts a path, every
-flip-flop and block-RAM input ends one, and each path is costed with a fixed delay per cell kind plus a
+flip-flop and block-RAM input (and a LUT RAM's write side) ends one, and each path is costed with a fixed delay per cell kind plus a
 wire delay that grows with the net's fan-out (carry chains ride their dedicated wires).  The result
 is an **estimate of logic depth and fan-out, not timing**: it knows nothing of placement, so it ranks
 paths rather than predicting Fmax.  On the 8x8 ulx3s top level (main at ce1de74) its worst path came
@@ -38,7 +38,9 @@ START_NS = {"TRELLIS_FF": 0.45, "DP16KD": 3.6}
 CARRY_NS = 0.05
 #: cells whose inputs end paths and whose outputs start them
 SEQUENTIAL = ("TRELLIS_FF", "DP16KD", "EHXPLLL", "TRELLIS_IO")
-_CLOCKS = ("CLK", "CLKA", "CLKB")
+_CLOCKS = ("CLK", "CLKA", "CLKB", "WCK")
+#: distributed RAM: its write data, address and enable end paths; its read address -> data is combinational
+LUT_RAM = "TRELLIS_DPR16X4"
 
 
 def _wire_ns(fanout: int) -> float:
@@ -102,6 +104,8 @@ def longest_paths(netlist: dict, *, cut: str | None = None, limit: int = 20) -> 
                    for ib in c["connections"].get(q, []) if isinstance(ib, int)]
             if c["type"] == "CCU2C" and port == "COUT":
                 ins = [(q, ib) for q, ib in ins if q in ("CIN", "A0", "B0", "A1", "B1")]
+            elif c["type"] == LUT_RAM:  # only the read address reaches DO; the write side is clocked
+                ins = [(q, ib) for q, ib in ins if q.startswith("RAD")]
             if not expanded:
                 arrival[b] = 0.0  # provisional: a combinational loop ends here instead of recursing
                 stack.append((b, True))
@@ -119,10 +123,10 @@ def longest_paths(netlist: dict, *, cut: str | None = None, limit: int = 20) -> 
 
     ends = []
     for cn, c in cells.items():
-        if c["type"] not in SEQUENTIAL:
+        if c["type"] not in SEQUENTIAL and c["type"] != LUT_RAM:
             continue
         for p, bits in c["connections"].items():
-            if c["port_directions"][p] != "input" or p in _CLOCKS:
+            if c["port_directions"][p] != "input" or p in _CLOCKS or (c["type"] == LUT_RAM and p.startswith("RAD")):
                 continue
             for b in bits:
                 if isinstance(b, int):
