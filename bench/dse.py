@@ -178,10 +178,10 @@ def _program_runs(shape, cfg, prompt_len: int) -> tuple[list[list[int]], list[li
 
 #: Blocks read of a checkpoint: layer extrapolation compiles the first one and two.
 _DEPTHS = 2
-_SHAPES: dict[str, tuple[int, list]] = {}  # model spec -> (n_layers, [ModelShape per compiled depth]), this process
+_SHAPES: dict[tuple, tuple[int, list]] = {}  # (model spec, weights) -> (n_layers, [ModelShape per depth]), this process
 
 
-def model_shapes(spec: str) -> tuple[int, list]:
+def model_shapes(spec: str, weights: str = "int8") -> tuple[int, list]:
     """``(L, shapes)``: the model's block count and the :class:`~systolica.compiler.programs_only.ModelShape` of each
     depth a point compiles (its first 1 and 2 blocks; the whole model when ``L <= 2``).
 
@@ -189,12 +189,15 @@ def model_shapes(spec: str) -> tuple[int, list]:
     are, :func:`program_key`), or the checkpoint, of which a GGUF gives only its metadata and first two blocks
     (:func:`~systolica.compiler.gguf_reader.read_gguf_blocks`; the tokenizer is not built).
     """
-    got = _SHAPES.get(spec)
+    got = _SHAPES.get((spec, weights))
     if got is not None:
         return got
     from systolica.compiler.programs_only import ModelShape
 
-    doc = json.dumps({"model": _model_fingerprint(spec), "sources": _sources_digest()}, sort_keys=True)
+    key = {"model": _model_fingerprint(spec), "sources": _sources_digest()}
+    if weights != "int8":  # (int8 keys stay those of older caches)
+        key["weights"] = weights
+    doc = json.dumps(key, sort_keys=True)
     path = _cache_root() / f"shape-{hashlib.sha256(doc.encode()).hexdigest()[:24]}.json"
     try:
         d = json.loads(path.read_text())
@@ -212,7 +215,7 @@ def model_shapes(spec: str) -> tuple[int, list]:
             m = _model(spec)
             L = m.config.n_layers
             m = truncate_layers(m, min(L, _DEPTHS))
-        top = ModelShape.of(m)
+        top = ModelShape.of(m, weights)
         got = (L, [top.truncated(1), top] if L > _DEPTHS else [top])
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -223,7 +226,7 @@ def model_shapes(spec: str) -> tuple[int, list]:
             pass
     if len(_SHAPES) >= 8:
         _SHAPES.pop(next(iter(_SHAPES)))
-    _SHAPES[spec] = got
+    _SHAPES[spec, weights] = got
     return got
 
 
@@ -250,12 +253,20 @@ def _gguf_path(spec: str):
 _NOT_IN_PROGRAMS = ("name", "clock_mhz")
 
 
+def _shape_key(task: dict) -> tuple[str, str]:
+    """(model, weight format): what :func:`model_shapes` reads once per run."""
+    return task["model"], task.get("weights", "int8")
+
+
 def program_key(task: dict) -> str:
     """What a point's programs depend on: the model, the configuration less its name and clock, the prompt length,
     the sources of the compiler and the core (a changed compiler never reuses old programs)."""
     cfg = {k: v for k, v in task["config"].items() if k not in _NOT_IN_PROGRAMS}
-    doc = json.dumps({"model": _model_fingerprint(task["model"]), "config": cfg, "prompt_len": task["prompt_len"],
-                      "sources": _sources_digest()}, sort_keys=True)
+    doc = {"model": _model_fingerprint(task["model"]), "config": cfg, "prompt_len": task["prompt_len"],
+           "sources": _sources_digest()}
+    if task.get("weights", "int8") != "int8":  # (int8 keys stay those of older caches)
+        doc["weights"] = task["weights"]
+    doc = json.dumps(doc, sort_keys=True)
     return hashlib.sha256(doc.encode()).hexdigest()[:24]
 
 
@@ -330,7 +341,7 @@ def programs_for(task: dict, shapes: tuple[int, list] | None = None) -> dict:
 
         cfg = AccelConfig.from_dict(dict(task["config"]))
         try:
-            L, depths = shapes if shapes is not None else model_shapes(task["model"])
+            L, depths = shapes if shapes is not None else model_shapes(*_shape_key(task))
             out = [_program_runs(m, cfg, task["prompt_len"]) for m in depths]
         except Exception as e:  # noqa: BLE001 - a config the model does not fit is a result, not a crash
             return {"error": f"{type(e).__name__}: {e}", "compiled": True}  # not cached: the cause may go away
@@ -406,7 +417,9 @@ def evaluate(task: dict, programs: dict | None = None, _memo: dict | None = None
     dram = float(task.get("dram_gbps") or spec.dram_gbps)
     out = {"model": task["model"], "board": task["board"], "config": cfg.name, "rows": cfg.rows, "cols": cfg.cols,
            "dma_bits": cfg.dma_bits, "clock_mhz": cfg.clock_mhz, "gemm": task["gemm"], "dram_gbps": dram,
-           "dram_basis": "swept" if task.get("dram_gbps") else "board"}
+           "dram_basis": "swept" if task.get("dram_gbps") else "board", "weights": task.get("weights", "int8")}
+    if out["weights"] != "int8":
+        out["weights_note"] = "performance model of a 4-bit weight datapath the RTL does not have yet"
     from systolica.boards.fit_status import power_basis
 
     if task.get("clock_mhz"):  # a swept clock: met only where a measured Fmax reaches it
@@ -444,8 +457,9 @@ def front_of(points: Sequence[dict], objectives: Sequence[tuple[str, str]] = OBJ
     """Indices of ``points`` on a Pareto front per model, chosen among measured fits only (``fit == "yes"``):
     a design that does not fit, or whose fit was never measured, is never ranked."""
     front: set[int] = set()
-    for m in dict.fromkeys(p.get("model") for p in points):
-        idx = [i for i, p in enumerate(points) if p.get("model") == m and p.get("fit") == "yes" and "error" not in p
+    for m in dict.fromkeys((p.get("model"), p.get("weights", "int8")) for p in points):  # int4: a front of its own
+        idx = [i for i, p in enumerate(points) if (p.get("model"), p.get("weights", "int8")) == m
+               and p.get("fit") == "yes" and "error" not in p
                and (p.get("clock") or {}).get("met") is not False]  # a swept clock above the measured Fmax
         if idx:
             front |= {idx[j] for j in pareto_front([points[i] for i in idx], objectives)}
@@ -479,7 +493,8 @@ def synthesize_missing(tasks: Sequence[dict], *, timeout: float = 3600.0, say=la
 
 def make_tasks(models: Sequence[str], boards: Sequence[str], shapes: Sequence[tuple[int, int]],
                dma_bits: Sequence[int], prompt_len: int = 16, gemm: str = "systolic",
-               clocks: Sequence[float] = (), dram_gbps: Sequence[float] = ()) -> list[dict]:
+               clocks: Sequence[float] = (), dram_gbps: Sequence[float] = (),
+               weights: Sequence[str] = ("int8",)) -> list[dict]:
     """Every (model, board, configuration variant, clock, DRAM bandwidth) as a task for :func:`evaluate`.
 
     ``clocks`` (MHz) and ``dram_gbps`` sweep what the compiled programs do not depend on: a point per value, timed
@@ -491,9 +506,11 @@ def make_tasks(models: Sequence[str], boards: Sequence[str], shapes: Sequence[tu
         board = load_board(b)
         widths = [d for d in dma_bits if d <= board.pl_port_bits]  # an HP port is no wider than the board's
         for cfg in variants(board.config, shapes, widths):
-            for m in models:
+            for m, w in itertools.product(models, weights):
                 for f, g in itertools.product(clocks or [None], dram_gbps or [None]):
                     t = {"model": m, "board": b, "config": cfg.to_dict(), "prompt_len": prompt_len, "gemm": gemm}
+                    if w != "int8":  # int4: timed by the performance model of a datapath the RTL lacks
+                        t["weights"] = w
                     if f is not None:
                         t["clock_mhz"] = float(f)
                     if g is not None:
@@ -559,11 +576,11 @@ def run_tasks(tasks: Sequence[dict], *, workers: int | None = None, ray_address:
     if stats is None:
         stats = {}
     shapes = {}
-    for m in dict.fromkeys(t["model"] for t in tasks):
+    for m, w in dict.fromkeys(_shape_key(t) for t in tasks):
         try:
-            shapes[m] = model_shapes(m)
+            shapes[m, w] = model_shapes(m, w)
         except Exception:  # noqa: BLE001 - each point reports it (programs_for raises it again there)
-            shapes[m] = None
+            shapes[m, w] = None
     t_shapes = time.perf_counter()
     if ray_address:
         host = ray_address.rpartition(":")[0] if ":" in ray_address else ray_address
@@ -583,7 +600,7 @@ def run_tasks(tasks: Sequence[dict], *, workers: int | None = None, ray_address:
         keys, by_key, chunks = _groups(tasks, max(1, math.ceil(n / (4 * nodes))))
         prep = ray.remote(_prepare)
         firsts = [tasks[by_key[k][0]] for k in keys]
-        prepared = ray.get([prep.remote(t, shapes[t["model"]]) for t in firsts])
+        prepared = ray.get([prep.remote(t, shapes[_shape_key(t)]) for t in firsts])
         t_progs = time.perf_counter()
         progs = {k: p for k, (p, _) in zip(keys, prepared, strict=True)}
         group = ray.remote(_evaluate_group)
@@ -599,7 +616,7 @@ def run_tasks(tasks: Sequence[dict], *, workers: int | None = None, ray_address:
         evaluated = []
         done = 0
         if w == 1 or len(chunks) == 1:
-            prepared = [_prepare(t, shapes[t["model"]]) for t in firsts]
+            prepared = [_prepare(t, shapes[_shape_key(t)]) for t in firsts]
             t_progs = time.perf_counter()
             progs = {k: p for k, (p, _) in zip(keys, prepared, strict=True)}
             for k, idx in chunks:
@@ -612,7 +629,7 @@ def run_tasks(tasks: Sequence[dict], *, workers: int | None = None, ray_address:
             _warm_imports()
             with ProcessPoolExecutor(max_workers=w) as ex:
                 # a program set's points are queued as soon as it is ready: no worker waits for the slowest compile
-                pending = {ex.submit(_prepare, t, shapes[t["model"]]): ("prep", k) for k, t in zip(keys, firsts,
+                pending = {ex.submit(_prepare, t, shapes[_shape_key(t)]): ("prep", k) for k, t in zip(keys, firsts,
                                                                                                  strict=True)}
                 ready: dict[str, tuple[dict, float]] = {}
                 parts: dict[int, tuple] = {}

@@ -289,8 +289,9 @@ class _Gen:
         self.mslot ^= 1
         self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a(ms, "vbuf"), dram=m.mult_off + t.n0 * cols * 4, rows=1,
                     lines=t.nt, stride=0, writes=[f"vbuf:{ms}"])
+        fmt = {"wfmt": m.wfmt, "gshift": m.gshift} if m.wfmt else {}  # (fields older ISA tables lack)
         self.s.emit("GEMM_STREAM", dst=acc, a=self.a(aq), w=m.w_addr(t.n0, self.cfg), m=m_rows, k=m.Kl, n=t.nt,
-                    acc=0, reads=[self.key(aq)], writes=["acc:acc"],
+                    acc=0, **fmt, reads=[self.key(aq)], writes=["acc:acc"],
                     patches=self.n_rows("m", self.k, rows=m_rows // self.k))
         return ms
 

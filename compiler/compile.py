@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from systolica import wstream
+from systolica import wstream4
 from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, base_state
 from systolica.compiler.codegen import generate, plan_program
 from systolica.compiler.image import build_image
@@ -35,7 +35,7 @@ from systolica.compiler.memory import MemoryError_
 from systolica.compiler.quantize_pass import quantize
 from systolica.compiler.schedule import verify_tokens
 from systolica.config import AccelConfig
-from systolica.isa import WORD_BYTES, Engine, IsaError, encode
+from systolica.isa import WORD_BYTES, Engine, IsaError, WFmt, encode
 from systolica.layout import WPAGE, dma_line_bytes, lines_for
 from systolica.model import Model
 from systolica.program import Program
@@ -124,7 +124,7 @@ def _finish(lowered, cfg, kind: str):
 
 def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int | None = None,
                   prefill_chunk: int = 16, progress: Callable[[str], None] | None = None,
-                  act_split: bool = False, batch: int = 1) -> Artifact:
+                  act_split: bool = False, batch: int = 1, weights: str = "int8") -> Artifact:
     """Compile ``model`` for the accelerator ``cfg``.
 
     Parameters
@@ -150,6 +150,11 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         Sequences one batched decode step serves (``decode_batch``: one sequence per row, each at its own
         position on its own KV pages, the logits of every row; one weight read feeds them all).  The KV cache
         then holds ``batch`` sequences of ``max_seq`` tokens.  1: no batched program.
+    weights : {"int8", "int4"}
+        Matrix weight format (``quantize_model``'s ``weights``): ``"int4"`` streams GGUF Q4_0 / Q4_1 matrices as
+        their 4-bit codes with group scales and quantizes float ones to 4-bit groups unless their error is too
+        large; ``manifest["quant_formats"]`` says what each matrix got.  The integer reference must be built
+        with the same choice.
 
     Raises
     ------
@@ -163,10 +168,13 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
     say("graph")
     g = _graph(c, cfg, act_split)
     say("quantize")
-    qm, report = quantize(model, g, max_seq)
-    return _compile(g, qm, cfg, page=page, max_seq=max_seq, prefill_chunk=prefill_chunk, act_split=act_split,
-                    say=say, t0=t0, tokenizer=model.tokenizer, metadata=model.metadata, quant_errors=report.errors,
-                    batch=batch)
+    qm, report = quantize(model, g, max_seq, weights=weights)
+    art = _compile(g, qm, cfg, page=page, max_seq=max_seq, prefill_chunk=prefill_chunk, act_split=act_split,
+                   say=say, t0=t0, tokenizer=model.tokenizer, metadata=model.metadata, quant_errors=report.errors,
+                   batch=batch)
+    art.manifest["weight_format"] = weights
+    art.manifest["quant_formats"] = {k: qm.format_of(k) for k in qm.mats}
+    return art
 
 
 def _check_args(c, cfg: AccelConfig, page: int, max_seq: int | None, prefill_chunk: int, batch: int = 1) -> int:
@@ -272,8 +280,9 @@ def _weights_json(mats, lay, cfg: AccelConfig) -> dict:
     """Where every matrix lies in the weight-stream region (``systolica.wstream``): its offset ``x0`` in each
     port's stream, its padded ``Nl x Kl`` lines, and its mult row's region offset."""
     return {"region": "weights", "page": WPAGE, "ports": cfg.dma_ports,
-            "port_bytes": sum(wstream.port_bytes(m.Nl, m.Kl, cfg) for m in mats.values()),
-            "matrices": {n: {"x0": m.w_x0, "Nl": m.Nl, "Kl": m.Kl, "mult": m.mult_off} for n, m in mats.items()}}
+            "port_bytes": sum(m.Nl * m.row_bytes(cfg) for m in mats.values()),
+            "matrices": {n: {"x0": m.w_x0, "Nl": m.Nl, "Kl": m.Kl, "mult": m.mult_off, "wfmt": WFmt(m.wfmt).name,
+                             "gshift": m.gshift} for n, m in mats.items()}}
 
 
 def _weight_bytes(instrs, lay, cfg: AccelConfig) -> dict[str, int]:
@@ -287,10 +296,15 @@ def _weight_bytes(instrs, lay, cfg: AccelConfig) -> dict[str, int]:
         j = bisect_right(starts, dram) - 1
         return j >= 0 and dram < params[j][1]
 
-    stream = sum(wstream.port_bytes(i.n, i.k, cfg) * cfg.dma_ports for i in instrs if i.op == "GEMM_STREAM")
+    by_fmt: dict[str, int] = {}
+    for i in instrs:
+        if i.op == "GEMM_STREAM":
+            f = WFmt(i.fields.get("wfmt", 0)).name
+            by_fmt[f] = by_fmt.get(f, 0) + wstream4.stream_port_bytes(i.fields, cfg) * cfg.dma_ports
+    stream = sum(by_fmt.values())
     loads = sum(i.rows * i.lines * dma_line_bytes(i.buf, cfg.cols) for i in instrs
                 if i.op == "LOAD" and is_param(i.dram))
-    return {"weight_bytes": stream + loads, "stream_bytes": stream}
+    return {"weight_bytes": stream + loads, "stream_bytes": stream, "stream_bytes_by_format": by_fmt}
 
 
 def _jsonable(d: dict) -> dict:

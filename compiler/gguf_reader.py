@@ -28,6 +28,7 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from systolica.model import Model, ModelConfig, ModelError
+from systolica.numerics_int4 import Q4Error, from_gguf_blocks
 from systolica.tokenizer import Tokenizer
 
 from .gguf_layout import check_layout
@@ -323,6 +324,7 @@ def _to_model(path: Path, meta: dict, reader_tensors, load_tokenizer: bool, laye
         cfg = dataclasses.replace(cfg, n_layers=min(int(layers), file_layers))
     weights: dict[str, np.ndarray] = {}
     types: dict[str, str] = {}
+    q4: dict = {}
     for t in reader_tensors:
         name = _model_name(t.name)
         if name is None or not _allowed(name, file_layers):
@@ -332,6 +334,11 @@ def _to_model(path: Path, meta: dict, reader_tensors, load_tokenizer: bool, laye
             continue  # a block past ``layers``
         weights[name] = _dequantize(t, path)
         types[name] = GGMLQuantizationType(t.tensor_type).name
+        if types[name] in ("Q4_0", "Q4_1") and weights[name].ndim == 2:  # keep the codes: --weights int4
+            try:
+                q4[name] = from_gguf_blocks(np.asarray(t.data), types[name], weights[name].shape, t.name)
+            except Q4Error as e:
+                raise GGUFError(f"{path}: {e}") from None
     _check_token_ids(path, meta, cfg.vocab_size)
     tok = None
     if load_tokenizer and "tokenizer.ggml.model" in meta:
@@ -344,7 +351,7 @@ def _to_model(path: Path, meta: dict, reader_tensors, load_tokenizer: bool, laye
                 "general": {k: v for k, v in meta.items() if k.startswith("general.") and not isinstance(v, list)}}
     if layers is not None:
         metadata["file_n_layers"] = file_layers
-    model = Model(cfg, weights, tokenizer=tok, metadata=metadata)
+    model = Model(cfg, weights, tokenizer=tok, metadata=metadata, q4=q4)
     try:
         model.check()
     except ModelError as e:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from systolica import wstream
+from systolica import wstream, wstream4
 from systolica.compiler.ir import Graph
 from systolica.compiler.memory import DramLayout, MemoryError_, dram_align
 from systolica.layout import WPAGE, kv_tile, lines_for
@@ -67,10 +67,17 @@ class MatrixInfo:
     mult_off: int
     shift: int  # REQUANT shift field
     bias_off: int | None
+    wfmt: int = 0  # GEMM_STREAM.wfmt (isa.WFmt): INT8, or 4-bit codes with group scales (systolica.wstream4)
+    gshift: int = 0  # GEMM_STREAM.gshift of the 4-bit formats
+
+    def row_bytes(self, cfg) -> int:
+        """Bytes one output line (all ``Kl`` K lines) adds to each weight port's stream, in this matrix's format."""
+        return wstream.port_row_bytes(self.Kl, cfg) if self.wfmt == 0 else \
+            wstream4.port_row_bytes(self.Kl, self.wfmt, cfg)
 
     def w_addr(self, n0: int, cfg) -> int:
         """GEMM_STREAM's ``w`` for the block of output lines from ``n0`` (all ``Kl`` K lines)."""
-        return wstream.address(self.w_region, self.w_x0 + n0 * wstream.port_row_bytes(self.Kl, cfg), cfg)
+        return wstream.address(self.w_region, self.w_x0 + n0 * self.row_bytes(cfg), cfg)
 
 
 def scatter_index(n: int, heads: int, cols: int) -> np.ndarray:
@@ -118,18 +125,37 @@ def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int, log
     shapes = {}  # name -> (N, K, Nl, Kl, port offset x0)
     x = 0
     for name, (oh, ih, _bias) in heads.items():
-        N, K = qm.mats[name].q.shape
+        qmat = qm.mats[name]
+        N, K = qmat.shape
         Nl, Kl = oh * lines_for(N // oh, cols), ih * lines_for(K // ih, cols)
         shapes[name] = (N, K, Nl, Kl, x)
-        x += wstream.port_bytes(Nl, Kl, cfg)  # a multiple of cols: every x0 is line aligned
+        if qmat.wfmt:  # 4-bit groups of 32 along K must keep their places: only K's end may be padded
+            if (ih > 1 and (K // ih) % cols) or not wstream4.whole_groups(Kl, cfg):
+                raise MemoryError_(f"tensor {name!r}: its 4-bit groups of 32 along K={K} ({ih} head(s)) do not stay "
+                                   f"whole in lines of cols={cols}; compile it with --weights int8")
+            x += wstream4.port_bytes(Nl, Kl, qmat.wfmt, cfg)  # whole lines: every x0 is line aligned
+        else:
+            x += wstream.port_bytes(Nl, Kl, cfg)  # a multiple of cols: every x0 is line aligned
     # one region of whole page groups for every matrix's streams (P interleaved pages per 4 KiB of a port)
     rw = lay.add("weights", wstream.port_span(x, cfg), "weight", align=WPAGE)
     streams: list[tuple[int, np.ndarray]] = []  # (w of the matrix's first output line, per-port streams)
     for name, (oh, ih, bias) in heads.items():
         qmat = qm.mats[name]
         N, K, Nl, Kl, x0 = shapes[name]
-        if fill:
-            ri, ci = scatter_index(N, oh, cols), scatter_index(K, ih, cols)
+        ri = scatter_index(N, oh, cols)
+        if fill and qmat.wfmt:  # codes (zero padded; padded rows have zero scales, padded K zero activations)
+            codes = np.zeros((Nl * cols, Kl * cols), np.uint8)
+            codes[ri, :K] = qmat.codes
+            scales = np.zeros((Nl * cols, Kl * cols // 32), np.int64)
+            scales[ri, :qmat.D.shape[1]] = qmat.D
+            mins = None
+            if qmat.Mn is not None:
+                mins = np.zeros_like(scales)
+                mins[ri, :qmat.Mn.shape[1]] = qmat.Mn
+            streams.append((wstream.address(rw.offset, x0, cfg), wstream4.port_streams(codes, scales, mins, cfg)))
+            del codes
+        elif fill:
+            ci = scatter_index(K, ih, cols)
             w = np.zeros((Nl * cols, Kl * cols), np.int8)
             w[np.ix_(ri, ci)] = qmat.q
             streams.append((wstream.address(rw.offset, x0, cfg), wstream.port_streams(w, cfg)))
@@ -147,7 +173,8 @@ def build_image(g: Graph, qm, cfg, *, page: int, n_pages: int, max_seq: int, log
                 b[ri] = qm.fx[bias]
                 parts.append((rb.offset, b))
             boff = rb.offset
-        mats[name] = MatrixInfo(name, N, K, Nl, Kl, rw.offset, x0, rm.offset, qmat.requant_shift, boff)
+        mats[name] = MatrixInfo(name, N, K, Nl, Kl, rw.offset, x0, rm.offset, qmat.requant_shift, boff,
+                                int(qmat.wfmt), int(getattr(qmat, "gshift", 0)))
     gpt2 = c.arch == "gpt2"
     for n in g.nodes:
         if n.op == "norm":

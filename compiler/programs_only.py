@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,8 +28,18 @@ from systolica.artifact import Artifact
 from systolica.compiler.compile import _check_args, _compile, _graph
 from systolica.compiler.quantize_pass import check_quantized
 from systolica.config import AccelConfig
+from systolica.isa import WFmt
 from systolica.model import Model, ModelConfig
-from systolica.quant_model import QuantMatrix, QuantModel, _quant_matrix, eps_to_q32
+from systolica.quant_int4 import Q4Matrix
+from systolica.quant_model import (
+    WEIGHT_FORMATS,
+    QuantError,
+    QuantMatrix,
+    QuantModel,
+    _q4_matrix,
+    _quant_matrix,
+    eps_to_q32,
+)
 
 __all__ = ["ModelShape", "compile_programs", "placeholder_quant"]
 
@@ -58,45 +68,62 @@ class ModelShape:
 
     config: ModelConfig
     shifts: dict[str, int]
+    #: matrices of a ``weights="int4"`` shape that became 4-bit: name -> ``(wfmt, gshift)`` (their shift in
+    #: ``shifts`` is the Q4 matrix's); the others are int8
+    formats: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, model: Model) -> ModelShape:
+    def of(cls, model: Model, weights: str = "int8") -> ModelShape:
         """The shape of ``model``: its config and each matrix's ``S`` from the largest ``|w|`` of the tensor
         (``quant_weight`` of that one value: the same ``S``, and the same :class:`QuantError` when it does not fit
         the REQUANT field).
+
+        With ``weights="int4"`` each matrix is converted as ``quantize_model`` converts it (its 4-bit group scales
+        decide the shift and the group shift: no shortcut there), and the 4-bit ones are listed in ``formats``.
 
         Raises
         ------
         ModelError, QuantError
             As :func:`~systolica.quant_model.quantize_model` would.
         """
+        if weights not in WEIGHT_FORMATS:
+            raise QuantError(f"weights={weights!r}: choose one of {', '.join(WEIGHT_FORMATS)}")
         model.check()
         c = model.config
         qscale = 1.0 / np.sqrt(c.head_dim)  # folded into Wq, as quantize_model does
-        shifts = {}
+        shifts, formats = {}, {}
         for name in _matrices(c):
             w = model.output_weight() if name == "output" else model.w(name)
+            if weights == "int4":
+                scale = qscale if name.endswith(".attn_q") else 1.0
+                m4 = _q4_matrix(name, model, np.asarray(w, np.float64) * scale, scale, {})
+                if m4 is not None:
+                    shifts[name], formats[name] = m4.shift, (int(m4.wfmt), m4.gshift)
+                    continue
             m = np.float64(max(float(w.max()), -float(w.min()))) if w.size else np.float64(0.0)
             if name.endswith(".attn_q"):
                 m = m * qscale  # max |w * s| = max |w| * s, rounding included (s > 0: monotonic)
             shifts[name] = _quant_matrix(name, np.array([[m]])).shift
-        return cls(c, shifts)
+        return cls(c, shifts, formats)
 
     def truncated(self, n: int) -> ModelShape:
         """The shape of the model's first ``n`` blocks with its embedding, final norm and output."""
         import dataclasses
 
         c = dataclasses.replace(self.config, n_layers=n)
-        return ModelShape(c, {k: self.shifts[k] for k in _matrices(c)})
+        keep = _matrices(c)
+        return ModelShape(c, {k: self.shifts[k] for k in keep}, {k: v for k, v in self.formats.items() if k in keep})
 
     def to_json(self) -> dict:
         import dataclasses
 
-        return {"config": dataclasses.asdict(self.config), "shifts": dict(self.shifts)}
+        return {"config": dataclasses.asdict(self.config), "shifts": dict(self.shifts),
+                "formats": {k: list(v) for k, v in self.formats.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> ModelShape:
-        return cls(ModelConfig(**d["config"]), {k: int(v) for k, v in d["shifts"].items()})
+        return cls(ModelConfig(**d["config"]), {k: int(v) for k, v in d["shifts"].items()},
+                   {k: (int(v[0]), int(v[1])) for k, v in d.get("formats", {}).items()})
 
 
 def _zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -117,6 +144,13 @@ def placeholder_quant(shape: ModelShape, max_seq: int, act_split: bool = False) 
     mats = {}
     for name in _matrices(c):
         N, K = expected["token_embd" if name == "output" and c.tied_output else name]
+        if name in shape.formats:  # a 4-bit matrix: codes and scales of zeros, its real shifts
+            wfmt, gshift = shape.formats[name]
+            g = _zeros((N, K // 32), np.int64)
+            mats[name] = Q4Matrix(name, _zeros((N, K), np.uint8), g, g if wfmt == WFmt.Q4_1 else None,
+                                  _zeros((N,), np.int64), gshift, _zeros((N,), np.int32), int(shape.shifts[name]),
+                                  "placeholder", 0.0)
+            continue
         mats[name] = QuantMatrix(name, _zeros((N, K), np.int8), _zeros((N,), np.int32), int(shape.shifts[name]))
     fx = {k: _zeros(s, np.int32) for k, s in expected.items() if k not in mats}
     rope = None
@@ -128,7 +162,7 @@ def placeholder_quant(shape: ModelShape, max_seq: int, act_split: bool = False) 
 
 def compile_programs(model: ModelShape | Model, cfg: AccelConfig, page: int = 16, max_seq: int | None = None,
                      prefill_chunk: int = 16, progress: Callable[[str], None] | None = None,
-                     act_split: bool = False) -> Artifact:
+                     act_split: bool = False, weights: str = "int8") -> Artifact:
     """The artifact of :func:`~systolica.compiler.compile.compile_model` less its DRAM image and tokenizer: the same
     programs (bit for bit), patch lists, regions and KV layout, for timing with the performance model.
 
@@ -138,7 +172,7 @@ def compile_programs(model: ModelShape | Model, cfg: AccelConfig, page: int = 16
     """
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
-    shape = model if isinstance(model, ModelShape) else ModelShape.of(model)
+    shape = model if isinstance(model, ModelShape) else ModelShape.of(model, weights)
     c = shape.config
     max_seq = _check_args(c, cfg, page, max_seq, prefill_chunk)
     say("graph")

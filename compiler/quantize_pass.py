@@ -33,8 +33,9 @@ class QuantReport:
         return sum(vals) / max(1, len(vals))
 
 
-def quantize(model: Model, graph: Graph, max_seq: int) -> tuple[QuantModel, QuantReport]:
-    """Quantize ``model`` for a context of ``max_seq`` positions and check it against ``graph``.
+def quantize(model: Model, graph: Graph, max_seq: int, weights: str = "int8") -> tuple[QuantModel, QuantReport]:
+    """Quantize ``model`` for a context of ``max_seq`` positions (matrices as ``weights``: "int8" or "int4") and
+    check it against ``graph``.
 
     Raises
     ------
@@ -44,7 +45,8 @@ def quantize(model: Model, graph: Graph, max_seq: int) -> tuple[QuantModel, Quan
         The graph names a weight the quantized model lacks, or shapes disagree.
     """
     # act_split only when asked: the keyword is newer than the rest of quantize_model's signature
-    qm = quantize_model(model, max_seq=max_seq, **({"act_split": True} if graph.act_split else {}))
+    qm = quantize_model(model, max_seq=max_seq, **({"act_split": True} if graph.act_split else {}),
+                        **({"weights": weights} if weights != "int8" else {}))
     check_quantized(graph, qm)
     return qm, QuantReport(dict(qm.errors))
 
@@ -59,7 +61,7 @@ def check_quantized(graph: Graph, qm: QuantModel) -> None:
     """
     if bool(getattr(qm, "act_split", False)) != graph.act_split:
         raise IRError(f"the graph has act_split={graph.act_split}, the quantized model {getattr(qm, 'act_split', None)}")
-    shapes = {k: tuple(m.q.shape) for k, m in qm.mats.items()}
+    shapes = {k: tuple(m.shape) for k, m in qm.mats.items()}
     verify(graph, shapes)
     for n in graph.nodes:
         if n.op == "norm" and n.attrs["weight"] not in qm.fx:

@@ -166,6 +166,9 @@ class InstructionDecoder(wiring.Component):
                         checks.append((Mux(v.buf == 0, mis[0], mis[1]), Fault.DMA_ALIGN))
                     if op.name == "GEMM_STREAM":
                         checks.append((_misaligned(v.w, cfg.cols), Fault.DMA_ALIGN))
+                        # the array has no 4-bit datapath yet: refuse those formats rather than read their
+                        # bytes as int8 weights (the golden simulator executes them; see isa.WFmt)
+                        checks.append(((v.wfmt != 0) | (v.gshift != 0), Fault.ILLEGAL_FIELD))
                     bad_flags = ((eng == Engine.LOAD) & (h.pop_prev | h.push_prev)) | \
                                 ((eng == Engine.STORE) & (h.pop_next | h.push_next)) | (eng == 3)
                     checks.append((bad_flags, Fault.ILLEGAL_FIELD))

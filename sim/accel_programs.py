@@ -34,7 +34,7 @@ _OP_WEIGHTS = (0.28,  # relative weights
 
 _EXEC_FAULTS = ("window", "align", "sram", "gemm_sram")
 FAULT_KINDS = ("opcode", "reserved", "buf", "nop_engine", "flags", "window", "align", "sram", "gemm_sram",
-               "overrun", "deadlock")
+               "overrun", "deadlock", "wfmt")
 
 
 @dataclass
@@ -210,6 +210,8 @@ def _inject(g: _Gen, kind: str) -> tuple[Instr | int, bool]:
         return word, True
     if kind == "reserved":
         ins = g.op()
+        while ins.spec.used_bits >= WORD_BITS:  # GEMM_STREAM's fields fill the word: no reserved bit to set
+            ins = g.op()
         used = ins.spec.used_bits
         return encode(ins) | (1 << int(rng.integers(used, WORD_BITS))), True
     if kind == "buf":
@@ -253,6 +255,10 @@ def _inject(g: _Gen, kind: str) -> tuple[Instr | int, bool]:
         size = {0: cfg.spad_lines, 1: cfg.acc_lines, 2: cfg.vbuf_lines}[d["buf"]]
         d["sram"] = min(size - total + g.r(1, total), (1 << 16) - 1)
         return make(str(rng.choice(["LOAD", "STORE"])), **d), False
+    if kind == "wfmt":  # a weight format field no executor accepts: wfmt=3, or a group shift on int8 weights
+        d = g.gemm_stream()
+        d["wfmt"], d["gshift"] = (3, 0) if rng.random() < 0.5 else (0, g.r(1, 15))
+        return make("GEMM_STREAM", **d), False
     if kind == "gemm_sram":
         gm = g.gemm()
         gm["k"] = max(gm["k"], 1)

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from systolica import numerics as nx
-from systolica import wstream
+from systolica import wstream, wstream4
 from systolica.isa import Buf, Instr
 from systolica.layout import WPAGE, attn_state_lines, dma_line_bytes, kv_tile, lines_for, wstream_end
+from systolica.sim.golden_int4 import stream4_closure
 from systolica.sim.golden_kernels import (
     _INT64_MAX,
     _INT64_MIN,
@@ -61,7 +62,7 @@ def word_counters(sim: GoldenSim, ins: Instr) -> tuple[int, int, int, int]:
     if ins.op == "GEMM":
         return 0, 0, (ins.m * ins.k * cols * ins.n * cols if ins.m and ins.n else 0), 0
     if ins.op == "GEMM_STREAM":
-        rd = wstream.port_bytes(ins.n, ins.k, sim.cfg) * sim.cfg.dma_ports
+        rd = wstream4.stream_port_bytes(ins.fields, sim.cfg) * sim.cfg.dma_ports
         return rd, 0, (ins.m * ins.k * cols * ins.n * cols if ins.m and ins.n else 0), 0
     if ins.op == "ATTN":
         return 0, 0, 0, (2 * ins.nq * ins.t * ins.hd * cols if ins.nq and ins.hd else 0)
@@ -106,7 +107,7 @@ def _stream_reader(sim: GoldenSim, ins: Instr) -> tuple[np.ndarray, Op]:
     nb = wstream.port_bytes(n, k, cfg)
     first = w0 - w0 % WPAGE
     off = w0 - first
-    pages = -(-(off + nb) // WPAGE)
+    pages = max(1, -(-(off + nb) // WPAGE))  # k = 0 at a page start reads nothing: still one (empty) page
     buf = np.empty((P, pages, WPAGE), np.uint8)
     win = sim.window
     tail = off + nb - (pages - 1) * WPAGE  # bytes of the last page each port reads (the window may end there)
@@ -125,6 +126,8 @@ def _stream_reader(sim: GoldenSim, ins: Instr) -> tuple[np.ndarray, Op]:
 
 
 def _gemm(sim: GoldenSim, ins: Instr) -> Op | None:
+    if ins.op == "GEMM_STREAM" and ins.wfmt:  # 4-bit codes with group scales: a closure of their own
+        return stream4_closure(sim, ins)
     m, k, n, cols = ins.m, ins.k, ins.n, sim.cfg.cols
     dst = _lines(sim, "acc", ins, "dst", m * n, "result")
     if not dst.size:

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from systolica import numerics as nx
-from systolica import wstream
+from systolica import numerics_int4 as n4
+from systolica import wstream, wstream4
 from systolica.faults import Fault
-from systolica.isa import Buf, Instr
+from systolica.isa import Buf, Instr, WFmt
 from systolica.layout import (
     EXTENTS,
     attn_state_lines,
@@ -26,7 +27,6 @@ from systolica.layout import (
     dma_lines,
     kv_tile,
     lines_for,
-    wstream_end,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,11 +102,14 @@ def gemm(sim: GoldenSim, ins: Instr) -> None:
 def _wstream_check(sim: GoldenSim, ins: Instr) -> None:
     """GEMM_STREAM's DRAM checks, in the decoder's order: line alignment of ``w``, then the window."""
     cols = sim.cfg.cols
+    if ins.wfmt != WFmt.INT8 and not wstream4.whole_groups(ins.k, sim.cfg):
+        raise OpFault(Fault.ILLEGAL_FIELD, f"GEMM_STREAM with 4-bit weights: k={ins.k} lines of {cols} are not "
+                                           f"whole groups of {n4.GROUP} weights")
     if ins.w % cols:
         raise OpFault(Fault.DMA_ALIGN, f"GEMM_STREAM.w={ins.w:#x} is not a multiple of the {cols}-byte scratchpad "
                                        f"line (cols={cols})")
     if ins.n and ins.k:
-        end = wstream_end(ins.fields, sim.cfg)
+        end = wstream4.stream_end(ins.fields, sim.cfg)
         if end > sim.window.size:
             raise OpFault(Fault.DMA_WINDOW,
                           f"GEMM_STREAM.w={ins.w:#x}: {ins.n} x {ins.k} weight tiles over {sim.cfg.dma_ports} "
@@ -120,11 +123,20 @@ def gemm_stream(sim: GoldenSim, ins: Instr) -> None:
     dst = _lines(sim, "acc", ins, "dst", m * n, f"result (m={m} rows x n={n} lines)")
     if not n:
         return
-    w = wstream.gather(sim.window, ins.w, n, k, sim.cfg) if k else None
-    sim.counters.dma_read_bytes += wstream.port_bytes(n, k, sim.cfg) * sim.cfg.dma_ports
+    fmt = ins.fields.get("wfmt", WFmt.INT8)
+    if fmt == WFmt.INT8:
+        w = wstream.gather(sim.window, ins.w, n, k, sim.cfg) if k else None
+    else:
+        w = wstream4.gather(sim.window, ins.w, n, k, fmt, sim.cfg) if k else None
+    sim.counters.dma_read_bytes += wstream4.stream_port_bytes(ins.fields, sim.cfg) * sim.cfg.dma_ports
     if not dst.size:
         return
-    res = np.zeros((m, n * cols), np.int32) if k == 0 else nx.matmul(_rows(a, m), w)
+    if k == 0:
+        res = np.zeros((m, n * cols), np.int32)
+    elif fmt == WFmt.INT8:
+        res = nx.matmul(_rows(a, m), w)
+    else:  # 4-bit codes: per-group terms, rounded by gshift, summed (numerics_int4.stream_acc)
+        res = n4.stream_acc(_rows(a, m), w[0], w[1], w[2], ins.gshift)
     out = _rows(dst, m)
     if ins.acc:
         np.add(out, res, out=out, casting="unsafe")
@@ -383,12 +395,26 @@ def check_operands(sim: GoldenSim, ins: Instr) -> None:
                                             f"{start} run past the end of {ext.buf} ({size} lines)")
 
 
+def _wfmt_illegal(ins: Instr) -> str | None:
+    """GEMM_STREAM's format fields: a format the table has, ``gshift`` only with 4-bit weights, whole groups."""
+    fmt, gs = ins.fields["wfmt"], ins.fields["gshift"]
+    if fmt not in tuple(WFmt):
+        return f"GEMM_STREAM.wfmt={fmt} is no weight format (INT8=0, Q4_0=1, Q4_1=2)"
+    if fmt == WFmt.INT8 and gs:
+        return f"GEMM_STREAM.gshift={gs} with int8 weights (the group shift is for the 4-bit formats; must be 0)"
+    return None
+
+
 def check_static(ins: Instr) -> str | None:
     """Field values the ISA forbids whatever the state (``ILLEGAL_FIELD``): the reason, or ``None``."""
     if ins.op in ("LOAD", "STORE") and ins.buf not in _BUF_NAMES:
         return f"{ins.op}.buf={ins.buf} selects no buffer (SPAD=0, ACC=1, VBUF=2)"
     if ins.op == "NOP" and ins.fields["engine"] > 2:  # (ins.engine is the Engine property, not the field)
         return f"NOP.engine={ins.fields['engine']} names no engine (LOAD=0, COMPUTE=1, STORE=2)"
+    if ins.op == "GEMM_STREAM":
+        why = _wfmt_illegal(ins)
+        if why:
+            return why
     if ins.op == "ATTN" and ins.t > 1 << ins.page_log2:
         return f"ATTN.t={ins.t} valid tokens exceed the tile's 2**page_log2={1 << ins.page_log2} slots"
     eng = ins.engine

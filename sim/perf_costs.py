@@ -298,8 +298,23 @@ def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0)
 WSTREAM_STARTUP = 4
 
 
-def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0) -> OpCost:
+def _stream_share(cfg: AccelConfig, k: int, wfmt: int) -> float:
+    """Bytes an int4 stream reads per byte of the int8 stream of the same tiles (:mod:`systolica.wstream4`:
+    half a byte a code plus the group scales, each section padded to whole lines); 1.0 for int8."""
+    from systolica import wstream, wstream4
+
+    if wfmt not in (1, 2) or not wstream4.whole_groups(k, cfg):  # int8, or a word that faults ILLEGAL_FIELD
+        return 1.0
+    return wstream4.port_row_bytes(k, wfmt, cfg) / wstream.port_row_bytes(k, cfg)
+
+
+def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0, wfmt: int = 0) -> OpCost:
     """GEMM_STREAM, first order (RTL CALIBRATION PENDING: see :data:`WSTREAM_STARTUP`).
+
+    ``wfmt`` Q4_0 / Q4_1 (4-bit codes with group scales): A MODEL OF A DATAPATH THE RTL DOES NOT HAVE YET (its
+    decoder refuses these formats).  The weight ports deliver the same bytes a cycle, now carrying two weights a
+    byte plus the scales (:func:`_stream_share` of the int8 bytes), and the array is assumed to consume them at
+    that rate (twice the weights a beat), so a tile's load time shrinks by that share; nothing else changes.
 
     The systolic GEMM's tile schedule (:func:`_gemm`) with each tile's weights coming from the weight ports: a
     ``cols x cols`` tile is ``cols`` weight lines of ``bpl = cols / dma_bytes`` beats, ``cols / P`` of them per
@@ -317,14 +332,15 @@ def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: i
     if k == 0:
         return OpCost((0 if acc else m * n) + 1)  # no weights to read: as GEMM
     bpl = max(1, cols // cfg.dma_bytes)  # beats of one weight line (a narrower line still takes a beat)
-    per_tile = cols * bpl * p.beat_cycles if p.beat_cycles > 1 else cols * bpl / P
+    share = _stream_share(cfg, k, wfmt)  # int4: fewer bytes (and beats) per tile, same bytes a cycle (a model)
+    per_tile = share * (cols * bpl * p.beat_cycles if p.beat_cycles > 1 else cols * bpl / P)
     if p.dram_bytes_per_cycle > 0:  # all ports share the board's DRAM: a tile's cols x cols bytes at its rate
-        per_tile = max(per_tile, cols * cols / p.dram_bytes_per_cycle)
+        per_tile = max(per_tile, share * cols * cols / p.dram_bytes_per_cycle)
     tiles = n * -(-k * cols // rows)
     load = max(1.0, per_tile * n * k / tiles)  # an array tile's share of the stream (square: per_tile), fractional
     # at a DRAM rate that is not a whole number of cycles a tile: rounded once for the whole stream, not per tile
     cycles = rd_round_trip(p) + WSTREAM_STARTUP + math.ceil(load + (tiles - 1) * max(m, load)) + m + array_latency(cfg)
-    return OpCost(cycles, array_busy=tiles * m, rd_beats=n * k * cols * bpl, macs=macs)
+    return OpCost(cycles, array_busy=tiles * m, rd_beats=math.ceil(share * n * k * cols * bpl), macs=macs)
 
 
 def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
@@ -384,7 +400,8 @@ def _attn_out(cfg: AccelConfig, p: PerfParams, nq: int, hd: int) -> OpCost:
 
 #: The instruction fields :func:`op_cost` reads (of ``dram`` only the offset in its 4 KiB page, where bursts split):
 #: buffer addresses, shifts, epsilons, masks and flags do not change what an instruction costs.
-COST_FIELDS = frozenset({"buf", "dram", "stride", "rows", "lines", "m", "k", "n", "acc", "split", "heads", "hd", "nq", "t"})
+COST_FIELDS = frozenset({"buf", "dram", "stride", "rows", "lines", "m", "k", "n", "acc", "split", "heads", "hd", "nq", "t",
+                         "wfmt"})
 
 
 def cost_signature(ins: Instr) -> tuple:
@@ -415,7 +432,7 @@ def _op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     if op == "GEMM":
         return _gemm(cfg, p, f["m"], f["k"], f["n"], f["acc"])
     if op == "GEMM_STREAM":
-        return _gemm_stream(cfg, p, f["m"], f["k"], f["n"], f["acc"])
+        return _gemm_stream(cfg, p, f["m"], f["k"], f["n"], f["acc"], f.get("wfmt", 0))
     if op in VECTOR_PASSES:
         return _vector(cfg, p, ins)
     if op == "ATTN":

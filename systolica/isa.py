@@ -25,7 +25,7 @@ from dataclasses import dataclass
 __all__ = [
     "WORD_BITS", "WORD_BYTES", "OPCODE_BITS", "Engine", "Buf", "Field", "OpSpec", "OPS",
     "OP_BY_NAME", "OP_BY_CODE", "HEADER_FIELDS", "Instr", "encode", "decode", "IsaError",
-    "IllegalInstruction",
+    "IllegalInstruction", "WFmt",
 ]
 
 WORD_BITS = 128
@@ -58,6 +58,16 @@ class Buf(enum.IntEnum):
     SPAD = 0  # int8, lines of `cols` bytes
     ACC = 1  # int32, lines of `cols` words
     VBUF = 2  # int32, lines of `cols` words
+
+
+class WFmt(enum.IntEnum):
+    """GEMM_STREAM's weight format (2-bit ``wfmt`` field; 3 is illegal).  Layouts: :mod:`systolica.wstream`
+    (int8) and :mod:`systolica.wstream4` (4-bit codes with group scales); arithmetic:
+    :func:`systolica.numerics_int4.stream_acc`."""
+
+    INT8 = 0  # one int8 weight a byte
+    Q4_0 = 1  # 4-bit codes q, w = D * (q - 8) per group of 32 along K (GGUF Q4_0)
+    Q4_1 = 2  # 4-bit codes q, w = D * q + Mn per group of 32 along K (GGUF Q4_1)
 
 
 @dataclass(frozen=True)
@@ -151,11 +161,19 @@ OPS: tuple[OpSpec, ...] = (
         Field("w", 32, buf="dram", why="byte offset in the DRAM window of weight port 0's first byte (port p starts "
               "p x 4 KiB later): 32 bits like a DMA address; must be aligned to one scratchpad line"),
         *_GEMM_SHAPE,
+        Field("wfmt", 2, why="2 bits: weight format INT8=0, Q4_0=1, Q4_1=2 (4-bit codes with group scales, "
+              "isa.WFmt); 3 is illegal"),
+        Field("gshift", 4, why="4 bits: rounding right shift 0..15 of each 32-weight group's term (int4 formats; "
+              "must be 0 for INT8)"),
     ), "acc[dst] (+)= A @ W^T with W streamed from DRAM, not the scratchpad: every weight port (one per "
        "`dma_ports`) reads its share of W's tiles from its own 4 KiB pages (see *Weight streams*), and the "
        "array takes `dma_ports` weight lines a cycle. A: m rows x k lines (int8) at `a`; result m rows x n "
        "lines (int32), as GEMM. Decode (m=1) runs at the DRAM rate of all ports; prefill chunks read each "
-       "weight once per chunk."),
+       "weight once per chunk. wfmt=Q4_0/Q4_1: W is 4-bit codes, two a byte, with a 16-bit scale (Q4_1: and "
+       "minimum) per row and group of 32 along K (see *4-bit weight streams*); each group's term "
+       "D*sum(q*a) (+ Mn*sum(a)) is rounded by `gshift` and added (numerics_int4.stream_acc); k*cols must be "
+       "whole groups of 32, else ILLEGAL_FIELD. The RTL does not implement the int4 formats yet: its decoder "
+       "refuses wfmt != 0 (and gshift != 0) with ILLEGAL_FIELD; the golden simulator executes them."),
     OpSpec("REQUANT", 0x04, Engine.COMPUTE, (
         _addr("dst", "vbuf"), _addr("src", "acc"), _addr("mult", "vbuf"), _addr("exps", "spad"),
         Field("rows", 16, why=_ROWS), Field("lines", 16, why=_LINES),

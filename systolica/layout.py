@@ -199,6 +199,15 @@ CONVENTIONS = """\
   the ports read interleaved 4 KiB pages (`w` is port 0's first byte and must be line aligned,
   `DMA_ALIGN`; a stream past the window is `DMA_WINDOW`). The compiler lays every matrix out this way
   once, and any block of whole output lines is then one GEMM_STREAM.
+- **4-bit weight streams** (`wfmt` Q4_0=1 / Q4_1=2, `systolica/wstream4.py`). Same ports, pages and
+  output-line order; per output line each port's stream holds two sections, each zero-padded to whole
+  `cols`-byte lines: first the scales, for each group `g < k*cols/32` and each of the port's `cols / P`
+  rows, `D[row, g]` as int16 little endian (Q4_1: then `Mn[row, g]`, int16); then the codes, for each K
+  line `kk` and each of the port's rows, `cols / 2` bytes, byte `b` holding element `2b` of the line in
+  its low nibble and `2b + 1` in its high nibble. Per group the array forms `T = D*sum((q-8)*a)` (Q4_0)
+  or `T = D*sum(q*a) + Mn*sum(a)` (Q4_1), and adds `rshift_round(T, gshift)` to the int32 result
+  (`numerics_int4.stream_acc`); REQUANT then scales each column by its power-of-two `mult`. The window
+  check counts these bytes. The RTL refuses `wfmt != 0` (`ILLEGAL_FIELD`) until it has the datapath.
 - **DMA.** LOAD/STORE move `rows` rows of `lines` buffer lines; DRAM addresses are byte offsets in the
   DRAM window, and `dram` and `stride` must be multiples of the buffer's line bytes (`DMA_ALIGN`).
   A transfer that would touch any byte outside the window faults (`DMA_WINDOW`) before moving anything.

@@ -84,6 +84,9 @@ class Model:
     weights: dict[str, np.ndarray]  # float32, names and layouts as in the module docstring
     tokenizer: object | None = None  # systolica.tokenizer.Tokenizer, when the checkpoint carried one
     metadata: dict = field(default_factory=dict)
+    #: GGUF Q4_0 / Q4_1 tensors as their 4-bit codes and fp16 scales (numerics_int4.Q4Weights), by model name;
+    #: ``weights`` holds their dequantized floats as for every tensor.  ``--weights int4`` keeps these codes.
+    q4: dict = field(default_factory=dict)
 
     def w(self, name: str) -> np.ndarray:
         try:

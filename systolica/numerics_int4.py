@@ -23,7 +23,16 @@ The dot product of an int8 activation row ``a`` with row ``n`` of the weights, o
 is exact in integers, and ``acc[n] * 2**-s[n]`` is the dot product with the dequantized weights whenever the
 scales are exact (:func:`int4_group_gemm`; the tests check it against float64 on the dequantized weights).
 ``|D * P| < 2**15 * 2**16``, so with ``K / 32`` groups ``|acc| < 2**(31 + log2(K / 32))``: 37 bits for
-K = 1,536 (SmolLM2's ffn_down).  The hardware's accumulator must hold that (or a rounding step before it).
+K = 1,536 (SmolLM2's ffn_down).  The accumulator is int32, so GEMM_STREAM rounds each group's term before
+adding it (:func:`stream_acc`, the ISA's semantics of an int4 GEMM_STREAM):
+
+    T[n, g]  = D[n, g] * Pc[g]  (Q4_0, Pc[g] = sum_{k in g} (q - 8) * a: |T| <= 2**15 * 8 * 128 * 32 = 2**30)
+    T[n, g]  = D[n, g] * P[g] + Mn[n, g] * A[g]    (Q4_1: |T| < 2**31 + 2**27, 33 bits signed)
+    acc[n]  += sum_g rshift_round(T[n, g], gshift)   modulo 2**32, like the int8 GEMM
+
+``gshift`` (4 bits, 0..15) is the instruction's; the compiler picks the smallest one for which no sum can leave
+int32 (:func:`choose_gshift`), so ``acc * 2**(gshift - s[n])`` is the dot product to within ``G / 2``
+units of ``2**gshift`` (``G`` groups), and with ``gshift = 0`` equals :func:`int4_group_gemm` exactly.
 """
 
 from __future__ import annotations
@@ -32,11 +41,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["GROUP", "SCALE_BITS", "Q4Weights", "from_gguf_blocks", "int_scales", "int4_group_gemm",
-           "Q4Error"]
+from systolica.numerics_fixed import rshift_round
+
+__all__ = ["GROUP", "SCALE_BITS", "GSHIFT_MAX", "Q4Weights", "from_gguf_blocks", "int_scales", "int4_group_gemm",
+           "Q4Error", "group_terms", "stream_acc", "stream_operands", "stream_acc_prepared", "acc_bound", "choose_gshift"]
 
 GROUP = 32  # weights per scale, along K (GGUF's block)
 SCALE_BITS = 16  # signed bits of an integer group scale or minimum
+GSHIFT_MAX = 15  # GEMM_STREAM.gshift is 4 bits
 
 
 class Q4Error(ValueError):
@@ -130,3 +142,91 @@ def int4_group_gemm(a: np.ndarray, w: Q4Weights, D: np.ndarray, Mn: np.ndarray |
     if Mn is None:  # Q4_0: codes offset by 8
         return np.einsum("mng,ng->mn", P - 8 * A, D)
     return np.einsum("mng,ng->mn", P, D) + np.einsum("mng,ng->mn", np.broadcast_to(A, P.shape), Mn)
+
+
+def _check_stream_operands(a: np.ndarray, codes: np.ndarray, D: np.ndarray, Mn: np.ndarray | None) -> None:
+    if a.ndim != 2 or codes.ndim != 2 or a.shape[1] != codes.shape[1]:
+        raise ValueError(f"int4 GEMM needs a[M,K] and codes[N,K], got {a.shape} and {codes.shape}")
+    n, k = codes.shape
+    if k % GROUP:
+        raise ValueError(f"int4 GEMM: K={k} is not whole groups of {GROUP}")
+    if D.shape != (n, k // GROUP) or (Mn is not None and Mn.shape != D.shape):
+        raise ValueError(f"int4 GEMM: scales {D.shape} (minimums {None if Mn is None else Mn.shape}) for "
+                         f"{n} rows of {k // GROUP} groups")
+
+
+def group_terms(a: np.ndarray, codes: np.ndarray, D: np.ndarray, Mn: np.ndarray | None) -> np.ndarray:
+    """``T (M, N, G)`` int64: each group's term (module docstring); ``Mn is None`` is Q4_0 (codes offset by 8).
+
+    ``a`` int8-valued ``(M, K)``, ``codes`` 0..15 ``(N, K)``, ``D`` / ``Mn`` integer ``(N, K / 32)``."""
+    a = np.asarray(a, np.int64)
+    codes = np.asarray(codes, np.int64)
+    _check_stream_operands(a, codes, np.asarray(D), Mn)
+    (m_rows, k), n = a.shape, codes.shape[0]
+    g = k // GROUP
+    a3 = a.reshape(m_rows, g, GROUP)
+    q3 = codes.reshape(n, g, GROUP) - (8 if Mn is None else 0)
+    P = np.einsum("mgk,ngk->mng", a3, q3)  # 4 x 8-bit products over 32: exact in int64
+    T = P * np.asarray(D, np.int64)[None]
+    if Mn is not None:
+        T = T + a3.sum(axis=2)[:, None, :] * np.asarray(Mn, np.int64)[None]
+    return T
+
+
+def stream_operands(codes: np.ndarray, D: np.ndarray, Mn: np.ndarray | None):
+    """The weights of :func:`stream_acc_prepared`: ``(q (G, 32, N) float32, Q4_0 codes offset by 8; D (G, N)
+    int64; Mn (G, N) int64 or None)``.  A caller that multiplies the same weights often keeps these."""
+    n, k = codes.shape
+    if k % GROUP:
+        raise ValueError(f"int4 GEMM: K={k} is not whole groups of {GROUP}")
+    q = codes.astype(np.float32).reshape(n, k // GROUP, GROUP) - (8.0 if Mn is None else 0.0)
+    return (np.ascontiguousarray(q.transpose(1, 2, 0)), np.ascontiguousarray(np.asarray(D, np.int64).T),
+            None if Mn is None else np.ascontiguousarray(np.asarray(Mn, np.int64).T))
+
+
+def stream_acc_prepared(a: np.ndarray, ops, gshift: int) -> np.ndarray:
+    """:func:`stream_acc` on :func:`stream_operands`' weights: each group's code products are one batched float32
+    matmul, exact because ``|P| <= 15 * 128 * 32 < 2**24``; the terms, shift and sum in int64."""
+    q, D, Mn = ops
+    if not 0 <= int(gshift) <= GSHIFT_MAX:
+        raise ValueError(f"gshift={gshift} outside 0..{GSHIFT_MAX}")
+    g = q.shape[0]
+    a = np.asarray(a)
+    if a.ndim != 2 or a.shape[1] != g * GROUP:
+        raise ValueError(f"int4 GEMM: activations {a.shape} against K={g * GROUP}")
+    a3 = a.astype(np.float32).reshape(a.shape[0], g, GROUP).transpose(1, 0, 2)  # (G, M, 32)
+    T = np.matmul(a3, q).astype(np.int64) * D[:, None, :]  # (G, M, N)
+    if Mn is not None:
+        T += a.astype(np.int64).reshape(a.shape[0], g, GROUP).sum(axis=2).T[:, :, None] * Mn[:, None, :]
+    r = rshift_round(T, int(gshift)).sum(axis=0)
+    return ((r + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+def stream_acc(a: np.ndarray, codes: np.ndarray, D: np.ndarray, Mn: np.ndarray | None, gshift: int) -> np.ndarray:
+    """GEMM_STREAM int4's result ``(M, N)`` int32: ``sum_g rshift_round(T, gshift)`` (``T``: :func:`group_terms`),
+    wrapped modulo 2**32 like the int8 GEMM."""
+    a = np.asarray(a)
+    _check_stream_operands(a, np.asarray(codes), np.asarray(D), Mn)
+    return stream_acc_prepared(a, stream_operands(codes, D, Mn), gshift)
+
+
+def acc_bound(D: np.ndarray, Mn: np.ndarray | None) -> int:
+    """The largest ``sum_g |T[n, g]|`` any int8 activation row can give (``|a| <= 128``), over rows ``n``."""
+    D = np.abs(np.asarray(D, np.int64))
+    cmax = 8 if Mn is None else 15
+    per = D * (cmax * 128 * GROUP)
+    if Mn is not None:
+        per = per + np.abs(np.asarray(Mn, np.int64)) * (128 * GROUP)
+    return int(per.sum(axis=1).max(initial=0))
+
+
+def choose_gshift(D: np.ndarray, Mn: np.ndarray | None) -> int:
+    """The smallest ``gshift`` for which ``stream_acc`` can never leave int32: every rounded term is at most
+    ``|T| / 2**gshift + 1/2``, so ``acc_bound / 2**gshift + G / 2 < 2**31`` suffices.  Raises ValueError when
+    even ``GSHIFT_MAX`` does not (K far beyond any model's)."""
+    b, g = acc_bound(D, Mn), np.asarray(D).shape[1]
+    for s in range(GSHIFT_MAX + 1):
+        if (b >> s) + 1 + g < (1 << 31):
+            return s
+    raise ValueError(f"int4 GEMM: |acc| may reach {b} over {g} groups, more than int32 holds after a "
+                     f"{GSHIFT_MAX}-bit group shift")

@@ -26,6 +26,9 @@ Decisions (the compiler must make the same ones to be bit-exact):
   quantized on its own (its own ``S``).  GEMM is exact, so the compiler may still
   issue one GEMM over the concatenated rows, followed by three REQUANTs over the
   three column ranges, each with its tensor's shift: the integers are the same.
+- ``weights="int4"``: matrices as :class:`~systolica.quant_int4.Q4Matrix` (GGUF Q4 codes kept, float ones
+  quantized to Q4_1 groups unless too lossy, the LM head int8; :func:`_q4_matrix`); their REQUANT ``mult`` are
+  powers of two and the GEMM is GEMM_STREAM's int4 format (``numerics_int4.stream_acc``).
 - Vectors (norm gains and betas, biases, embeddings, learned positions):
   ``numerics.to_fx`` int32.  RoPE: ``numerics.rope_table(arange(max_seq), hd, base)``.
 - ``eps_q32 = round(norm_eps * 2**32)``, a 24-bit field: ``norm_eps`` must lie in
@@ -39,12 +42,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from systolica import numerics as nx
+from systolica.isa import WFmt
 from systolica.model import Model, ModelConfig
+from systolica.numerics_int4 import GROUP
+from systolica.quant_int4 import Q4Matrix, Q4QuantError, q4_from_float, to_q4_matrix
 
-__all__ = ["QuantError", "QuantMatrix", "QuantModel", "quantize_model", "REQUANT_SHIFT_MAX", "EPS_FIELD_MAX"]
+__all__ = ["QuantError", "QuantMatrix", "QuantModel", "quantize_model", "REQUANT_SHIFT_MAX", "EPS_FIELD_MAX",
+           "WEIGHT_FORMATS", "INT4_MAX_ERROR", "INT8_MATRICES"]
 
 REQUANT_SHIFT_MAX = 255  # REQUANT.shift is 8 bits (systolica.isa)
 EPS_FIELD_MAX = (1 << 24) - 1  # RMSNORM/LAYERNORM.eps is 24 bits
+WEIGHT_FORMATS = ("int8", "int4")
+#: with weights="int4", a float (F16/F32/Q8_0) matrix whose 4-bit relative RMS error exceeds this stays int8
+#: (4-bit groups of Gaussian-like weights measure ~0.08-0.09; an outlier-heavy tensor more)
+INT4_MAX_ERROR = 0.10
+#: matrices kept int8 under weights="int4" unless the checkpoint itself holds them as 4-bit codes: the LM head,
+#: whose error goes straight into the logits (SmolLM2's tied Q8_0 embedding; see docs/quantization.md)
+INT8_MATRICES = ("output",)
 
 
 class QuantError(ValueError):
@@ -64,6 +78,15 @@ class QuantMatrix:
     def requant_shift(self) -> int:
         """The REQUANT instruction's ``shift`` field: ``S - FX_FRAC``."""
         return self.shift - nx.FX_FRAC
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.q.shape)
+
+    wfmt = WFmt.INT8
+
+    def describe(self) -> str:
+        return f"int8, S={self.shift}"
 
     def dequant(self) -> np.ndarray:
         """The float matrix this one stands for (float64)."""
@@ -93,6 +116,10 @@ class QuantModel:
         agreement 0.79 -> see docs/quantization.md); decode is memory-bound, so the second row is free there.
     errors : dict[str, float]
         Relative RMS error ``||deq - w|| / ||w||`` of every converted tensor.
+    weights : str
+        ``"int8"`` or ``"int4"``: the format asked for (``mats`` says what each matrix got).
+    notes : dict[str, str]
+        Why a matrix got its format under ``weights="int4"`` (int8 fallbacks name their reason).
     """
 
     config: ModelConfig
@@ -102,15 +129,25 @@ class QuantModel:
     eps_q32: int
     errors: dict[str, float] = field(default_factory=dict)
     act_split: bool = False  # linear inputs as QUANT split=1: int8 part + int8 residual (~15-bit activations)
+    weights: str = "int8"
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def format_of(self, name: str) -> str:
+        """What tensor ``name`` became: ``int8, S=..``, ``int4 Q4_1 (codes kept), gshift=..`` or ``fx int32``,
+        with the reason of an int8 fallback."""
+        if name not in self.mats:
+            return "fx int32"
+        note = self.notes.get(name)
+        return self.mats[name].describe() + (f" ({note})" if note else "")
 
     def report(self) -> str:
-        """A table of the per-tensor relative RMS quantization errors, worst first."""
+        """A table of the per-tensor relative RMS quantization errors (measured against the float weights), worst
+        first, with each tensor's format."""
         rows = sorted(self.errors.items(), key=lambda kv: -kv[1])
         width = max(len(k) for k in self.errors)
         lines = [f"{'tensor':<{width}}  rel. RMS error  format"]
         for k, e in rows:
-            fmt = f"int8, S={self.mats[k].shift}" if k in self.mats else "fx int32"
-            lines.append(f"{k:<{width}}  {e:14.3e}  {fmt}")
+            lines.append(f"{k:<{width}}  {e:14.3e}  {self.format_of(k)}")
         return "\n".join(lines)
 
 
@@ -143,7 +180,33 @@ def eps_to_q32(eps: float) -> int:
     return e
 
 
-def quantize_model(model: Model, max_seq: int | None = None, act_split: bool = False) -> QuantModel:
+def _q4_matrix(name: str, model: Model, w: np.ndarray, scale: float, notes: dict) -> Q4Matrix | None:
+    """The 4-bit form of matrix ``name`` (``w``: its float weights, ``scale`` folded in), or None with the reason
+    in ``notes`` when it stays int8.  The checkpoint's own Q4 codes are kept; a float tensor is quantized."""
+    src = "token_embd" if name == "output" and model.config.tied_output else name
+    blocks = model.q4.get(src)
+    try:
+        if blocks is not None:
+            return to_q4_matrix(name, blocks, "codes kept", scale)
+        if name in INT8_MATRICES:
+            notes[name] = "the LM head stays int8 unless the checkpoint holds it as 4-bit codes"
+            return None
+        if w.shape[1] % GROUP:
+            notes[name] = f"K={w.shape[1]} is not whole groups of {GROUP}"
+            return None
+        m = to_q4_matrix(name, q4_from_float(w), "quantized")
+    except Q4QuantError as e:
+        notes[name] = str(e)
+        return None
+    err = _rel_rms(m.dequant(), w)
+    if err > INT4_MAX_ERROR:
+        notes[name] = f"int4 error {err:.3g} > {INT4_MAX_ERROR}"
+        return None
+    return m
+
+
+def quantize_model(model: Model, max_seq: int | None = None, act_split: bool = False,
+                   weights: str = "int8") -> QuantModel:
     """Convert every weight of ``model`` once to the accelerator's formats (see the module docstring).
 
     Parameters
@@ -154,6 +217,10 @@ def quantize_model(model: Model, max_seq: int | None = None, act_split: bool = F
         Positions covered by the RoPE table; default ``model.config.max_seq``.
     act_split : bool
         See :attr:`QuantModel.act_split`.
+    weights : {"int8", "int4"}
+        ``"int4"``: GGUF Q4_0 / Q4_1 matrices keep their codes (:mod:`systolica.quant_int4`); float ones are
+        quantized to 4-bit groups unless their error passes :data:`INT4_MAX_ERROR`; the LM head
+        (:data:`INT8_MATRICES`) stays int8 unless the checkpoint holds it as 4-bit codes.
 
     Raises
     ------
@@ -161,6 +228,8 @@ def quantize_model(model: Model, max_seq: int | None = None, act_split: bool = F
         A tensor's shift or the norm epsilon does not fit its instruction field.
     """
     model.check()
+    if weights not in WEIGHT_FORMATS:
+        raise QuantError(f"weights={weights!r}: choose one of {', '.join(WEIGHT_FORMATS)}")
     c = model.config
     max_seq = c.max_seq if max_seq is None else int(max_seq)
     if max_seq <= 0:
@@ -169,9 +238,12 @@ def quantize_model(model: Model, max_seq: int | None = None, act_split: bool = F
     mats: dict[str, QuantMatrix] = {}
     fx: dict[str, np.ndarray] = {}
     errors: dict[str, float] = {}
+    notes: dict[str, str] = {}
 
-    def add_mat(name: str, w: np.ndarray) -> None:
-        mats[name] = _quant_matrix(name, w)
+    def add_mat(name: str, w: np.ndarray, scale: float = 1.0) -> None:
+        w = np.asarray(w, np.float64) * scale if scale != 1.0 else w
+        m4 = _q4_matrix(name, model, np.asarray(w, np.float64), scale, notes) if weights == "int4" else None
+        mats[name] = m4 if m4 is not None else _quant_matrix(name, w)
         errors[name] = _rel_rms(mats[name].dequant(), w)
 
     def add_fx(name: str, v: np.ndarray) -> None:
@@ -184,7 +256,7 @@ def quantize_model(model: Model, max_seq: int | None = None, act_split: bool = F
         add_fx("position_embd", model.w("position_embd"))
     for i in range(c.n_layers):
         p = f"blk.{i}."
-        add_mat(p + "attn_q", model.w(p + "attn_q").astype(np.float64) * qscale)
+        add_mat(p + "attn_q", model.w(p + "attn_q"), qscale)
         for n in ("attn_k", "attn_v", "attn_output", "ffn_up", "ffn_down") + (() if gpt2 else ("ffn_gate",)):
             add_mat(p + n, model.w(p + n))
         for n in ("attn_norm", "ffn_norm"):
@@ -201,4 +273,5 @@ def quantize_model(model: Model, max_seq: int | None = None, act_split: bool = F
     rope = None
     if not gpt2:
         rope = np.asarray(nx.rope_table(np.arange(max_seq), c.head_dim, c.rope_base), dtype=np.int32)
-    return QuantModel(c, mats, fx, rope, eps_to_q32(c.norm_eps), errors, act_split=bool(act_split))
+    return QuantModel(c, mats, fx, rope, eps_to_q32(c.norm_eps), errors, act_split=bool(act_split), weights=weights,
+                      notes=notes)

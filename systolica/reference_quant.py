@@ -36,6 +36,7 @@ import numpy as np
 
 from systolica import numerics as nx
 from systolica.model import check_tokens
+from systolica.numerics_int4 import stream_acc_prepared
 from systolica.quant_model import QuantError, QuantMatrix, QuantModel, quantize_model
 
 __all__ = ["QuantRunner", "QuantModel", "QuantMatrix", "QuantError", "quantize_model", "MAX_PAGE"]
@@ -119,7 +120,8 @@ class QuantRunner:
     def _linear(self, xq: np.ndarray, xe: np.ndarray, name: str) -> np.ndarray:
         """GEMM + REQUANT (+ ADD of the split halves) (+ ADD bcast=1 of the bias): int8 rows -> fx rows."""
         w = self.qm.mats[name]
-        acc = nx.matmul(xq, w.q)  # GEMM      int32 (T or 2T, out)
+        # GEMM (int32, T or 2T rows); GEMM_STREAM wfmt=Q4_0/Q4_1: group terms rounded by gshift (numerics_int4)
+        acc = stream_acc_prepared(xq, w.operands, w.gshift) if w.wfmt else nx.matmul(xq, w.q)
         y = nx.requant(acc, w.mult, xe, w.requant_shift)  # REQUANT   fx (T or 2T, out), shift = S - FX_FRAC
         if self.qm.act_split:
             t = y.shape[0] // 2

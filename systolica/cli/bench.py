@@ -52,6 +52,9 @@ class Bench:
                        help="'default' (SmolLM2-135M, fetch: python -m systolica.compiler.model_zoo fetch), a "
                             "checkpoint path, or random:ARCH[:k=v,...]")
         p.add_argument("--boards", default="kv260,zcu104,pynq-z2", help="comma-separated board names")
+        p.add_argument("--weights", default="int8", metavar="FORMATS",
+                       help="matrix weight formats to compare, comma-separated: int8, int4 or int8,int4 (int4 rows are "
+                            "the performance model of a datapath the RTL does not have yet; default int8)")
         p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt text")
         add_max_tokens(p, 8, old=True)
         p.add_argument("--baselines", default="numpy,torch-cpu,torch-cuda,llama.cpp,golden",
@@ -82,6 +85,10 @@ class Bench:
         con = Console(emoji=False, stderr=to_stdout)  # model specs like random:llama:... are not emoji codes
         if not con.is_terminal:  # files and pipes: wide enough for the table without wrapping
             con = Console(width=200, emoji=False, stderr=to_stdout)
+        weights = csv(args.weights)
+        bad = [w for w in weights if w not in ("int8", "int4")]
+        if bad or not weights:
+            raise UsageError(f"--weights {args.weights!r}: give int8, int4 or int8,int4")
         sweep_prompts = int_csv(args.sweep_prompts, "--sweep-prompts")
         batches = int_csv(args.batches, "--batches")
         t0 = time.perf_counter()
@@ -98,7 +105,7 @@ class Bench:
             rows, sweeps = run_bench(model, boards=csv(args.boards), prompt=prompt, n_tokens=args.max_tokens,
                                      baselines=csv(args.baselines), gemm=args.gemm, prompt_sweep=sweep_prompts,
                                      batches=batches, gguf_path=gguf, threads=args.jobs, synth=args.synth,
-                                     synth_timeout=args.synth_timeout, progress=step)
+                                     synth_timeout=args.synth_timeout, progress=step, weights=weights)
         title = f"{model.config.name}: prompt {len(prompt)} tokens, {args.max_tokens} generated"
         roofs = [r.extra["roofline_report"] for r in rows if r.extra.get("roofline_report")]
         if not to_stdout:

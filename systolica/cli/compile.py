@@ -14,7 +14,7 @@ import argparse
 import time
 
 from systolica.cli.exits import EXIT_OK
-from systolica.cli.options import add_board, add_config, add_output, count
+from systolica.cli.options import add_board, add_config, add_output, add_weights, count
 from systolica.cli.progress import progress_enabled, steps
 
 __all__ = ["Compile"]
@@ -50,6 +50,7 @@ class Compile:
         p.add_argument("--act-split", action=argparse.BooleanOptionalAction, default=False,
                        help="~15-bit activations: every linear input as an int8 part plus an int8 residual "
                             "(default here: off; 'systolica run' compiles with it)")
+        add_weights(p)
 
     @staticmethod
     def main(args: argparse.Namespace) -> int:
@@ -66,7 +67,7 @@ class Compile:
             model = load_model(args.model)
             art = compile_model(model, cfg, page=args.page, max_seq=args.max_seq, prefill_chunk=args.prefill_chunk,
                                 progress=lambda s: step(f"compiling: {s}"),
-                                act_split=args.act_split, batch=args.batch)
+                                act_split=args.act_split, batch=args.batch, weights=args.weights)
             step(f"writing {args.output}")
             art.save(args.output)
         man = art.manifest
@@ -95,6 +96,18 @@ class Compile:
             d.add_row(k, _human(v))
         d.add_row("total", f"{_human(man['dram_top'])} of {_human(cfg.dram_bytes)}")
         out.print(d)
+        fmts = man.get("quant_formats", {})
+        if args.weights != "int8":  # which matrix got which format, and its error against the float weights
+            q = Table(title=f"matrix formats (--weights {args.weights}; error: relative RMS vs the float weights, "
+                            "measured)")
+            for col in ("tensor", "format", "rel. RMS error"):
+                q.add_column(col, justify="right" if col == "rel. RMS error" else "left")
+            for name, f in sorted(fmts.items(), key=lambda kv: -man["quant_errors"].get(kv[0], 0.0)):
+                q.add_row(name, f, f"{man['quant_errors'].get(name, float('nan')):.3e}")
+            out.print(q)
+            by = man["stats"]["decode"].get("stream_bytes_by_format", {})
+            out.print("weight-stream bytes per decode token by format (compiled program): "
+                      + ", ".join(f"{k} {v:,}" for k, v in by.items()))
         worst = max(man["quant_errors"].items(), key=lambda kv: kv[1])
         out.print(f"weight bytes read per decode token: {man['stats']['decode']['weight_bytes']:,}; "
                   f"worst quantization error {worst[0]} {worst[1]:.2e}; compiled in {time.perf_counter() - t0:.2f} s")

@@ -103,6 +103,10 @@ class Dse:
     def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument("--models", default="default", help="comma-separated: default, checkpoint paths, random:ARCH[:k=v]")
         p.add_argument("--boards", default="kv260,zcu104,pynq-z2", help="comma-separated board names")
+        p.add_argument("--weights", default="int8", metavar="FORMATS",
+                       help="matrix weight formats, comma-separated: int8, int4 or int8,int4 (int4 points are the "
+                            "performance model of a datapath the RTL does not have yet, on a Pareto front of their own; "
+                            "default int8)")
         p.add_argument("--shapes", default="4x4,8x8,16x16,32x32",
                        help="array shapes ROWSxCOLS (the RTL GEMM sequencer builds square arrays only)")
         p.add_argument("--dma-bits", default="64,128", help="DMA port widths (capped at the board's HP port)")
@@ -147,6 +151,11 @@ class Dse:
                 raise UsageError(f"--dma-bits item {x!r} is not a port width in bits (e.g. 64)")
             widths.append(int(x))
         models = split_models(args.models)
+        weights = [w.strip() for w in args.weights.split(",") if w.strip()]
+        if not weights or any(w not in ("int8", "int4") for w in weights):
+            raise UsageError(f"--weights {args.weights!r}: give int8, int4 or int8,int4")
+        if args.asic and weights != ["int8"]:
+            raise UsageError("--weights int4 is for board sweeps; --asic points time int8 weights")
         if args.asic:
             from systolica.cli.dse_asic import asic_main
 
@@ -156,7 +165,7 @@ class Dse:
             raise UsageError("--config goes with --asic (board sweeps take each board's [accel] configuration)")
         tasks = make_tasks(models, [b.strip() for b in args.boards.split(",") if b.strip()], shapes, widths,
                            args.prompt_len, args.gemm, clocks=_floats(args.clocks, "--clocks", "a clock in MHz"),
-                           dram_gbps=_floats(args.dram_gbps, "--dram-gbps", "a bandwidth in GB/s"))
+                           dram_gbps=_floats(args.dram_gbps, "--dram-gbps", "a bandwidth in GB/s"), weights=weights)
         if not tasks:
             raise UsageError("no valid configuration: check --shapes and --dma-bits against the boards")
         if args.synth:
@@ -176,15 +185,16 @@ class Dse:
         n_unmeasured = sum(p["fit"] == "not measured" for p in ok)
         t = Table(title=f"design space: {len(ok)} points; {n_fit} fit (measured synthesis), "
                         f"{n_unmeasured} not measured; {len(front)} on the Pareto front of measured fits")
-        for col in ("model", "board", "config", "decode tok/s", "TTFT ms", "DSP", "BRAM", "J/token", "fit",
+        for col in ("model", "weights", "board", "config", "decode tok/s", "TTFT ms", "DSP", "BRAM", "J/token", "fit",
                     "clock MHz", "power W", "Pareto"):
-            t.add_column(col, justify="right" if col not in ("model", "board", "config", "fit") else "left")
+            t.add_column(col, justify="right" if col not in ("model", "weights", "board", "config", "fit") else "left")
         order = {"yes": 0, "no": 1, "not measured": 2}  # measured fits first: the others are not ranked
         for i, p in sorted(enumerate(ok), key=lambda x: (order[x[1]["fit"]], -x[1]["decode_tokens_per_s"])):
             fit = p["fit"] + (f" ({p['fit_tightest']})" if p["fit_tightest"] else "")
             if p["buffers_in_ff"]:
                 fit += ", buffers in FFs"
-            t.add_row(p["model"], p["board"], p["config"], f"{p['decode_tokens_per_s']:.1f}", f"{p['ttft_s'] * 1e3:.1f}",
+            w = p.get("weights", "int8") + (" (model: no RTL datapath)" if p.get("weights", "int8") != "int8" else "")
+            t.add_row(p["model"], w, p["board"], p["config"], f"{p['decode_tokens_per_s']:.1f}", f"{p['ttft_s'] * 1e3:.1f}",
                       _num(p["dsp"]), _num(p["bram"]), f"{p['joules_per_token']:.4f}",
                       fit if p["fit"] == "yes" else f"[red]{fit}[/red]",
                       f"{p['clock']['mhz']:g} {p['clock']['basis']}", f"{p['power_w']:g} {p['power']['basis']}",

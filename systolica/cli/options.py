@@ -124,6 +124,14 @@ def add_max_tokens(p, default: int, *, old: bool = False) -> None:
         add_deprecated(p, "--tokens", "-n/--max-tokens", "max_tokens", type=positive_int)
 
 
+def add_weights(p, default: str | None = "int8") -> None:
+    """``--weights int8|int4``: the matrices' format (``compile_model(weights=...)``)."""
+    p.add_argument("--weights", choices=("int8", "int4"), default=default,
+                   help="matrix weights as int8, or int4: GGUF Q4_0/Q4_1 matrices streamed as their 4-bit codes with "
+                        "group scales, float ones quantized to 4-bit groups unless their error is too large (the LM "
+                        "head stays int8); the golden simulator runs int4, the RTL does not yet (default int8)")
+
+
 def add_jobs(p, what: str, default: int | None, *, old: Sequence[str] = ()) -> None:
     """``-j/--jobs N``; ``old``: deprecated spellings such as ``--workers``."""
     p.add_argument("-j", "--jobs", type=positive_int, default=default, metavar="N",

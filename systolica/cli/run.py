@@ -24,6 +24,7 @@ from systolica.cli.options import (
     add_config,
     add_json,
     add_max_tokens,
+    add_weights,
     count,
     emit_json,
     json_to_stdout,
@@ -63,7 +64,7 @@ def resolve_config(board: str | None, config: str | None):
 ZIP_MAGIC = b"PK\x03\x04"  # an artifact is a zip archive; a GGUF file starts with b"GGUF"
 #: the compile options of ``run``: with a compiled artifact they were fixed when it was compiled
 COMPILE_OPTIONS = {"max_seq": ("--max-seq", 256), "page": ("--page", 16), "prefill_chunk": ("--prefill-chunk", 16),
-                   "act_split": ("--act-split/--no-act-split", True)}
+                   "act_split": ("--act-split/--no-act-split", True), "weights": ("--weights", "int8")}
 
 
 def is_artifact_file(model_spec: str) -> bool:
@@ -97,7 +98,7 @@ def load_artifact_file(path: str | Path, cfg=None):
 
 
 def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_chunk: int, act_split: bool = True,
-                    say=print, progress=lambda step: None, batch: int = 1):
+                    say=print, progress=lambda step: None, batch: int = 1, weights: str = "int8"):
     """Load the artifact for (model, config, options) from the cache, compiling it on a miss.
 
     ``say``: messages (fetching, recompiling); ``progress``: the step now running (fetch, compile passes)."""
@@ -116,7 +117,8 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
             raise FileNotFoundError(f"model {model_spec!r} does not exist: give a .gguf file, a safetensors "
                                     "directory, a compiled .systolica artifact, or 'default'")
     key = (f"{path.stem}-{_fingerprint(path)}-{cfg.hash_hex()[:8]}-p{page}-s{max_seq}-c{prefill_chunk}"
-           f"-a{int(act_split)}{f'-b{batch}' if batch > 1 else ''}-v{FORMAT_VERSION}")
+           f"-a{int(act_split)}{f'-b{batch}' if batch > 1 else ''}{'-w4' if weights == 'int4' else ''}"
+           f"-v{FORMAT_VERSION}")
     file = cache_dir() / "artifacts" / f"{key}.systolica"
     if file.exists():
         from systolica.driver.runtime import _artifact_tokenizer
@@ -134,7 +136,7 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
     model = load_model(str(path))
     art = compile_model(model, cfg, page=page, max_seq=min(max_seq, model.config.max_seq),
                         prefill_chunk=prefill_chunk, act_split=act_split, progress=lambda s: progress(f"compiling: {s}"),
-                        batch=batch)
+                        batch=batch, weights=weights)
     progress("writing the artifact to the cache")
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_suffix(".tmp")
@@ -176,6 +178,7 @@ class Run:
         p.add_argument("--act-split", action=argparse.BooleanOptionalAction, default=None,
                        help="int8 + int8 residual activations, ~15-bit (default: on; --no-act-split: plain int8; "
                             "see docs/quantization.md)")
+        add_weights(p, default=None)
         p.add_argument("--timeout", type=real(0.0, open_lo=True, hi=1e7), default=300.0, metavar="SECONDS",
                        help="seconds before a run counts as hung (default 300)")
         add_json(p, "the text and the metrics")
@@ -253,7 +256,10 @@ def _generate(args, rt, art, file, compile_s, cfg, m, sp) -> int:
     if args.json is not None:
         d = m.to_dict()
         d.update(prompt=args.prompt, text="".join(text), artifact=str(file), compile_s=compile_s,
-                 config=cfg.name, model=art.manifest["model"].get("name"))
+                 config=cfg.name, model=art.manifest["model"].get("name"),
+                 weight_format=art.manifest.get("weight_format", "int8"),
+                 stream_bytes_per_token_by_format=art.manifest.get("stats", {}).get("decode", {})
+                 .get("stream_bytes_by_format"))  # counted from the compiled decode program
         emit_json(args.json, d)
     if stream:
         out.write("\n\n")
@@ -271,14 +277,19 @@ def _print_metrics(con, m, cfg, art) -> None:
     timed = "" if m.has_cycles else " (no cycle counts on this backend)"
     if m.backend == "golden" and m.has_cycles:
         timed = " (performance model)"
+        if art.manifest.get("weight_format", "int8") != "int8":  # the int4 stream is modelled, not built
+            timed = " (performance model of an int4 datapath the RTL does not have yet)"
     t.add_row("prompt tokens", f"{m.prompt_tokens}")
     t.add_row("generated tokens", f"{m.generated_tokens}")
     t.add_row("time to first token" + timed, _fmt(m.ttft_s, " ms", 1e3))
     t.add_row("decode tokens/s at board clock" + (timed if m.has_cycles else ""),
               _fmt(m.decode_tokens_per_s, "", 1, 1))
     t.add_row("DMA bytes per decode token", _fmt(m.dma_bytes_per_token, " B", 1, 0))
-    wb = art.manifest.get("stats", {}).get("decode", {}).get("weight_bytes")
-    t.add_row("weight bytes per decode token", f"{wb:,} B" if isinstance(wb, int) else "n/a")
+    dec = art.manifest.get("stats", {}).get("decode", {})
+    wb = dec.get("weight_bytes")
+    t.add_row("weight bytes per decode token (compiled program)", f"{wb:,} B" if isinstance(wb, int) else "n/a")
+    for f, b in dec.get("stream_bytes_by_format", {}).items():
+        t.add_row(f"  of which {f} weight streams", f"{b:,} B")
     t.add_row("array utilization", _fmt(m.array_utilization, " %", 100, 1))
     t.add_row("instructions (prefill / decode)", f"{m.prefill.instrs:,} / {m.decode.instrs:,}")
     t.add_row("host wall time", f"{m.host_s:.2f} s")

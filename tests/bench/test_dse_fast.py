@@ -110,3 +110,19 @@ def test_points_of_one_group_do_not_share_their_clock():
     progs = programs_for(tasks[0])
     a, b = (evaluate(t, progs, memo) for t in tasks)
     assert a["clock"] == b["clock"] and a["clock"] is not b["clock"] and len(memo) == 1
+
+
+def test_int4_points_beside_int8_ones():
+    """--weights int8,int4: a program set per format (the int4 one's GEMM_STREAMs stream 4-bit codes), int4 points
+    labelled as the performance model of a datapath the RTL lacks, and faster where the weights bound decode."""
+    from systolica.isa import decode
+
+    t8, t4 = make_tasks([MODEL], ["pynq-z2"], [(8, 8)], [64], weights=("int8", "int4"))
+    assert "weights" not in t8 and t4["weights"] == "int4"
+    assert dse.program_key(t8) != dse.program_key(t4)
+    dec = programs_for(t4)["depths"][1][0]
+    fmts = {decode(w).wfmt for run in dec for w in run if decode(w).op == "GEMM_STREAM"}
+    assert fmts == {0, 2}  # Q4_1 matrices and the int8 LM head
+    p8, p4 = evaluate(t8), evaluate(t4)
+    assert p8["weights"] == "int8" and "RTL does not have" in p4["weights_note"]
+    assert p4["decode_tokens_per_s"] > p8["decode_tokens_per_s"]

@@ -114,3 +114,22 @@ def test_a_programs_only_artifact_does_not_run():
                                         seed=1, max_seq=16), cfg, page=16, max_seq=16, prefill_chunk=4)
     with pytest.raises(ArtifactError, match="programs-only compile"):
         Runtime(art, open_device("golden", cfg, dram_bytes=1 << 20))
+
+
+@pytest.mark.parametrize("ttype", ["Q4_1", "F16"])
+def test_int4_programs_equal_a_full_int4_compile(tmp_path, ttype):
+    """--weights int4: the 4-bit matrices' formats, group shifts and REQUANT shifts travel in the shape (and its
+    JSON), so the words (GEMM_STREAM wfmt/gshift, w of every block) are a full compile's."""
+    from systolica.compiler.gguf_reader import read_gguf
+    from systolica.compiler.writers import write_gguf
+
+    src = random_model("llama", dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96, vocab=96, seed=3,
+                       max_seq=64, tied=False)
+    model = read_gguf(write_gguf(src, tmp_path / "m.gguf", ttype))
+    shape = ModelShape.of(model, "int4")
+    # every matrix; the LM head too where the checkpoint holds it as 4-bit codes (Q4_1), else it stays int8
+    assert len(shape.formats) == (15 if ttype == "Q4_1" else 14)
+    assert ModelShape.from_json(shape.to_json()) == shape
+    for cfg in CONFIGS[:3]:
+        full = compile_model(model, cfg, page=16, max_seq=32, prefill_chunk=16, weights="int4")
+        _same_programs(full, compile_programs(shape, cfg, page=16, max_seq=32, prefill_chunk=16))

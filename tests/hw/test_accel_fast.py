@@ -84,3 +84,26 @@ def test_fast_path_random_programs_match_golden(fast):
     assert not mismatches, mismatches[:3]
     assert len(outcomes) >= 7, outcomes
     assert all(per_op.get(op, 0) > 0 for op in RTL_RANDOM_OPS), per_op
+
+
+def test_int4_stream_is_refused_not_computed(fast):
+    """The array has no 4-bit datapath yet: a GEMM_STREAM with wfmt Q4_0 / Q4_1 stops the RTL with
+    ILLEGAL_FIELD at its PC, before anything after it runs, where the golden simulator executes it."""
+    from systolica.isa import WFmt, encode, make
+
+    fast, _ = fast
+    cfg = fast.cfg
+    if cfg.name != "tiny":
+        pytest.skip("one configuration is enough for a decoder check")
+    dram = np.zeros(MEM, np.uint8)
+    for fmt in (WFmt.Q4_0, WFmt.Q4_1):
+        prog = [make("NOP", engine=1), make("GEMM_STREAM", dst=0, a=0, w=DATA_LO, m=1, k=8, n=1, wfmt=int(fmt),
+                                             gshift=3), make("FINISH")]
+        words = [encode(i) for i in prog]
+        code = b"".join(int(w).to_bytes(16, "little") for w in words)
+        dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+        gold = GoldenSim(cfg, dram.copy(), window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
+        assert gold.status == Fault.NONE  # legal in the ISA: the golden simulator computes it
+        res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
+                       max_cycles=20_000, stall_percent=0, seed=0)
+        assert res.done and res.code == Fault.ILLEGAL_FIELD and res.pc == 1, (fmt, res.code, res.pc)

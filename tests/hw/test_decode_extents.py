@@ -48,6 +48,10 @@ def random_instr(rng: random.Random, cfg, op):
             v = rng.randrange(2)
         elif f.name == "page_log2":
             v = rng.randrange(5)
+        elif f.name == "wfmt":  # mostly int8; the 4-bit formats (refused by the RTL) and the illegal 3 sometimes
+            v = rng.choice([0, 0, 0, 0, 0, 0, 1, 2, 3])
+        elif f.name == "gshift":
+            v = 0 if r < 0.8 else rng.randrange(top + 1)
         else:
             v = 0 if r < 0.1 else rng.randrange(1, min(top, 9) + 1) if r < 0.8 else rng.randrange(top + 1)
         fields[f.name] = min(v, top)
@@ -114,6 +118,8 @@ def test_decoder_extents_and_faults_match_layout_and_golden(config):
     seen = {code: 0 for code in Fault}
     for ins, w, (code, cycles, ext) in zip(instrs, words, res, strict=True):
         want = golden_code(gs, w)
+        if ins.op == "GEMM_STREAM" and ins.wfmt in (1, 2):  # the golden simulator runs 4-bit weights; the RTL
+            want = Fault.ILLEGAL_FIELD  # has no datapath for them yet and refuses them (its highest fault here)
         assert code == want, f"{ins}: decoder fault {code}, golden {want}"
         seen[Fault(code)] += 1
         if code in (0, Fault.SRAM_RANGE, Fault.DMA_WINDOW):  # every product was computed
