@@ -5,7 +5,7 @@ Ports (flat names, so that Vivado's IP packager infers the interfaces):
 ``s_axi_control_*``, the AXI4 manager(s) ``m_axi_gmem<i>_*`` with **64-bit
 addresses** (``WIN_BASE_HI:WIN_BASE_LO`` + the 32-bit offsets of the program;
 WIN_BASE must be 4 KiB aligned, as GEMM_STREAM's weight pages are), and
-``interrupt``.  Reads: fetch, LOAD and GEMM_STREAM's weight port 0 share
+``interrupt``.  Every AXI channel leaves through a register slice (:mod:`.axi_slice`).  Reads: fetch, LOAD and GEMM_STREAM's weight port 0 share
 ``gmem0``; weight port ``p`` has ``gmem<p>`` to itself.  Writes: STORE through
 ``gmem1`` (``gmem0`` with one port); the other write channels stay idle.
 
@@ -22,8 +22,8 @@ no new bursts, the ones in flight complete (writes with ``wstrb = 0``), then
 the engines reset and STATUS clears.
 
 An AXI error response (SLVERR / DECERR) stops the run with ``BUS_ERROR``: on a
-LOAD or STORE at that engine's PC (the oldest if two fail in one cycle), at
-once, the way SOFT_RESET does (no new bursts, the ones in flight complete,
+LOAD or STORE at that engine's PC (the oldest if two fail in one cycle), the
+cycle after the response (a register), the way SOFT_RESET does (no new bursts, the ones in flight complete,
 writes with ``wstrb = 0``; then the engines reset, so nothing queued runs
 afterwards); on an instruction fetch, through the decoder at the pc of the word
 that could not be read, after every instruction before it has finished.
@@ -41,6 +41,7 @@ from systolica.csr import CTRL_SOFT_RESET, CTRL_START, IRQ_DONE, STATUS_BUSY, ST
 from systolica.faults import Fault
 
 from .axi import axi4_lite_signature, axi4_signature, connect_flat
+from .axi_slice import AxiSlice
 from .buffers import build_buffers
 from .compute_engine import ComputeEngine
 from .csr_file import CSR_ADDR_BITS, CsrFile
@@ -152,11 +153,16 @@ class Accelerator(wiring.Component):
         wiring.connect(m, load=load.rd, arb=arb.m1)
         wiring.connect(m, compute=comp.wrd0, arb=arb.m2)
         wr_port = "m_axi_gmem1" if cfg.dma_ports > 1 else "m_axi_gmem0"
-        connect_flat(m, self, "m_axi_gmem0", arb.out, arb.out.signature, manager=True)
+
+        def sliced(name, manager, port):  # every channel through a register slice (hw/axi_slice.py)
+            sl = m.submodules[f"{name}_slice"] = AxiSlice(manager.signature)
+            wiring.connect(m, manager, sl.s)
+            connect_flat(m, self, port, sl.m, sl.m.signature, manager=True)
+
+        sliced("rd0", arb.out, "m_axi_gmem0")
         for p in range(1, cfg.dma_ports):
-            wrd = getattr(comp, f"wrd{p}")
-            connect_flat(m, self, f"m_axi_gmem{p}", wrd, wrd.signature, manager=True)
-        connect_flat(m, self, wr_port, store.wr, store.wr.signature, manager=True)
+            sliced(f"rd{p}", getattr(comp, f"wrd{p}"), f"m_axi_gmem{p}")
+        sliced("wr", store.wr, wr_port)
         for p in range(cfg.dma_ports):  # channels nobody uses: never valid, always ready
             for name, mem in axi4_signature(ADDR_BITS, cfg.dma_bits).members.items():
                 used = name.startswith(("ar", "r")) or \
@@ -223,11 +229,13 @@ class Accelerator(wiring.Component):
         m01 = Mux(c0 < c1, c0, c1)
         m.d.comb += oldest.eq(Mux(m01 < c2, m01, c2))
 
-        bus_err = load.bus_error | store.bus_error | comp.bus_error
-        bus_pc = Signal(32)  # the oldest (smallest pc) of the engines whose transfer got an error response
+        # an error response is seen a cycle after its beat: the flag and the oldest (smallest) pc of the engines
+        # whose transfer got one are registered, so the R channels' logic does not run into the run control
+        bus_err = Signal()
+        bus_pc = Signal(32)
         e0, e1, e2 = (Mux(e.bus_error, e.pc, 0xFFFF_FFFF) for e in engines)
         e01 = Mux(e0 < e1, e0, e1)
-        m.d.comb += bus_pc.eq(Mux(e01 < e2, e01, e2))
+        m.d.sync += [bus_err.eq(load.bus_error | store.bus_error | comp.bus_error), bus_pc.eq(Mux(e01 < e2, e01, e2))]
 
         ctrl = csr.ctrl_data
         with m.Switch(run):

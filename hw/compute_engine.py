@@ -13,7 +13,7 @@ The engine retires an instruction once its last result line is written.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -65,13 +65,29 @@ class ComputeEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        ins, exec_start, exec_done, _ = token_fsm(m, self, cfg)
+        # which sequencer an instruction belongs to, decoded from the word as it leaves the command FIFO and
+        # kept in flip-flops beside it: the buffer-port multiplexers and the start pulses select on registers
+        kinds = {"stream": ("GEMM_STREAM",), "gemm": ("GEMM", "GEMM_STREAM"), "vec": VECTOR_OPS,
+                 "row": ROWPASS_OPS, "attn": ATTN_OPS}
+        kind = {k: Signal(name=f"is_{k}") for k in kinds}
+
+        def on_load(nxt):
+            for k, names in kinds.items():
+                hit = 0
+                for name in names:
+                    hit = hit | (nxt.nop.h.opcode == OP_BY_NAME[name].code)
+                m.d.sync += kind[k].eq(hit)
+
+        ins, exec_start, exec_done, _ = token_fsm(m, self, cfg, on_load)
+        # the sequencers start a cycle after the token handshake (COMPUTE_START_CYCLES): their first
+        # buffer reads and DMA requests begin at this flip-flop, not at the token queues' logic
+        begin = Signal()
+        m.d.sync += begin.eq(exec_start)
         g, gs = ins.gemm, ins.gemm_stream
-        is_stream = ins.nop.h.opcode == OP_BY_NAME["GEMM_STREAM"].code
-        is_gemm = (ins.nop.h.opcode == OP_BY_NAME["GEMM"].code) | is_stream
+        is_stream, is_gemm = kind["stream"], kind["gemm"]
         m.submodules.gemm = seq = self.gemm
         # GEMM and GEMM_STREAM share dst, a, m, k, n, acc except for where the fields sit in the word
-        m.d.comb += [seq.start.eq(exec_start & is_gemm), seq.a.eq(Mux(is_stream, gs.a, g.a)), seq.w.eq(g.w),
+        m.d.comb += [seq.start.eq(begin & is_gemm), seq.a.eq(Mux(is_stream, gs.a, g.a)), seq.w.eq(g.w),
                      seq.dst.eq(Mux(is_stream, gs.dst, g.dst)), seq.m.eq(Mux(is_stream, gs.m, g.m)),
                      seq.k.eq(Mux(is_stream, gs.k, g.k)), seq.n.eq(Mux(is_stream, gs.n, g.n)),
                      seq.acc.eq(Mux(is_stream, gs.acc, g.acc)), seq.stream.eq(is_stream)]
@@ -79,28 +95,22 @@ class ComputeEngine(wiring.Component):
         for port in range(cfg.dma_ports):
             wiring.connect(m, wiring.flipped(getattr(self, f"wrd{port}")), getattr(ws, f"axi{port}"))
         # the weights are read only when a tile uses them: no rows, no K or no outputs read nothing
-        m.d.comb += [ws.start.eq(exec_start & is_stream & (gs.m != 0) & (gs.n != 0) & (gs.k != 0)),
+        m.d.comb += [ws.start.eq(begin & is_stream & (gs.m != 0) & (gs.n != 0) & (gs.k != 0)),
                      ws.base.eq(self.win_base), ws.w.eq(gs.w), ws.n.eq(gs.n), ws.k.eq(gs.k), ws.abort.eq(self.abort),
                      seq.ws_valid.eq(ws.beat_valid), ws.beat_ready.eq(seq.ws_ready), seq.ws_data.eq(ws.beat_data),
                      self.dma_quiet.eq(ws.quiet), self.bus_error.eq(ws.bus_error & ~self.abort)]
         m.submodules.vseq = vs = self.vseq
-        is_vec = 0
-        for name in VECTOR_OPS:
-            is_vec = is_vec | (ins.nop.h.opcode == OP_BY_NAME[name].code)
+        is_vec = kind["vec"]
         m.submodules.rseq = rs = self.rseq
-        is_row = 0
-        for name in ROWPASS_OPS:
-            is_row = is_row | (ins.nop.h.opcode == OP_BY_NAME[name].code)
-        m.d.comb += [vs.start.eq(exec_start & is_vec), vs.word.eq(ins.as_value()),
-                     rs.start.eq(exec_start & is_row), rs.word.eq(ins.as_value()),
+        is_row = kind["row"]
+        m.d.comb += [vs.start.eq(begin & is_vec), vs.word.eq(ins.as_value()),
+                     rs.start.eq(begin & is_row), rs.word.eq(ins.as_value()),
                      self.acc_addr.eq(vs.acc_addr), self.acc_en.eq(vs.acc_en), vs.acc_rdata.eq(self.acc_rdata),
                      vs.exp_rdata.eq(self.a_rdata),
                      self.spad_waddr.eq(rs.spad_addr), self.spad_wen.eq(rs.spad_en), self.spad_wdata.eq(rs.spad_data)]
         m.submodules.aseq = at = self.aseq
-        is_attn = 0
-        for name in ATTN_OPS:
-            is_attn = is_attn | (ins.nop.h.opcode == OP_BY_NAME[name].code)
-        m.d.comb += [at.start.eq(exec_start & is_attn), at.word.eq(ins.as_value()),
+        is_attn = kind["attn"]
+        m.d.comb += [at.start.eq(begin & is_attn), at.word.eq(ins.as_value()),
                      at.sa_rdata.eq(self.a_rdata), at.sb_rdata.eq(self.w_rdata)]
         # the vector-buffer ports belong to whichever line sequencer runs the instruction
         for port in ("va", "vb"):
@@ -128,6 +138,6 @@ class ComputeEngine(wiring.Component):
                      self.zero_addr.eq(seq.zero_addr), self.zero_en.eq(seq.zero_en), self.mac_active.eq(seq.fire)]
         wiring.connect(m, wiring.flipped(self.accum_rd), seq.acc_rd)
         wiring.connect(m, wiring.flipped(self.accum_wr), seq.acc_wr)
-        # NOP and FINISH finish at once; GEMM when the sequencer has written its last line
-        m.d.comb += exec_done.eq(self.executing & ~seq.busy & ~vs.busy & ~rs.busy & ~at.busy & ~ws.busy)
+        # NOP and FINISH finish a cycle after they start; GEMM when the sequencer has written its last line
+        m.d.comb += exec_done.eq(self.executing & ~begin & ~seq.busy & ~vs.busy & ~rs.busy & ~at.busy & ~ws.busy)
         return m

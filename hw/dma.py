@@ -224,6 +224,11 @@ class ReadArbiter(wiring.Component):
 
     All requests use one AXI ID, so the subordinate answers in order and the
     FIFO of who asked knows where each burst of R beats belongs.
+
+    The grant is a register: ``arready`` to a manager is ``grant == i`` and the port's room, both
+    flip-flops, so no manager's handshake waits on another's ``arvalid`` (the round-robin choice only
+    loads the grant register).  The grant stays where it is while nobody else asks, so a lone manager
+    pays nothing; moving it to another manager takes a cycle.
     """
 
     def __init__(self, cfg: AccelConfig, n: int, depth: int = 8):
@@ -239,27 +244,30 @@ class ReadArbiter(wiring.Component):
         out = self.out
         m.submodules.tags = tags = fifo.SyncFIFO(width=max(1, (self.n - 1).bit_length()), depth=self.depth)
         grant = Signal(range(self.n))
-        locked = Signal()  # a shown request must stay on the bus until accepted
-        pick = Signal(range(self.n))
-        # round robin: the first requester after the last grant (later m.d.comb assignments win,
-        # so walk from the farthest candidate to the nearest)
-        m.d.comb += pick.eq(grant)
-        for off in reversed(range(1, self.n + 1)):
-            for k, r in enumerate(reqs):
-                with m.If((grant == (k - off) % self.n) & r.arvalid):
-                    m.d.comb += pick.eq(k)
-        sel = Mux(locked, grant, pick)
-        sel_s = Signal(range(self.n))
-        m.d.comb += sel_s.eq(sel)
-        with m.Switch(sel_s):
+        room = out.arready & tags.w_rdy  # both flip-flops (the port's register slice, the FIFO's level)
+        hs = Signal()
+        with m.Switch(grant):
             for i, r in enumerate(reqs):
                 with m.Case(i):
                     m.d.comb += [out.araddr.eq(r.araddr), out.arlen.eq(r.arlen), out.arsize.eq(r.arsize),
                                  out.arburst.eq(r.arburst), out.arvalid.eq(r.arvalid & tags.w_rdy),
-                                 r.arready.eq(out.arready & tags.w_rdy)]
-        hs = out.arvalid & out.arready
-        m.d.comb += [tags.w_en.eq(hs), tags.w_data.eq(sel_s)]
-        m.d.sync += [grant.eq(sel_s), locked.eq(out.arvalid & ~out.arready)]
+                                 r.arready.eq(room), hs.eq(r.arvalid & room)]
+        m.d.comb += [tags.w_en.eq(hs), tags.w_data.eq(grant)]
+        # the next grant: the granted manager keeps it while it asks and is not accepted now (AXI: a shown
+        # request stays until accepted); otherwise the first other asker after it, round robin (later
+        # m.d.comb assignments win, so walk from the farthest candidate to the nearest)
+        pick = Signal(range(self.n))
+        m.d.comb += pick.eq(grant)
+        for off in reversed(range(1, self.n)):
+            for k, r in enumerate(reqs):
+                with m.If((grant == (k - off) % self.n) & r.arvalid):
+                    m.d.comb += pick.eq(k)
+        keep = Signal()
+        with m.Switch(grant):
+            for i, r in enumerate(reqs):
+                with m.Case(i):
+                    m.d.comb += keep.eq(r.arvalid & ~hs)
+        m.d.sync += grant.eq(Mux(keep, grant, pick))
         # R: to the manager at the head of the tag FIFO
         for i, r in enumerate(reqs):
             here = tags.r_rdy & (tags.r_data == i)

@@ -47,12 +47,14 @@ def engine_members(cfg: AccelConfig) -> dict:
     }
 
 
-def token_fsm(m, eng, cfg: AccelConfig):
+def token_fsm(m, eng, cfg: AccelConfig, on_load=None):
     """Command FIFO + pop/exec/push handshake of one engine.
 
-    Returns ``(ins, exec_start, exec_done)``: the view of the current word, a
-    one-cycle pulse when execution starts, and the signal the engine's datapath
-    drives when it has finished.
+    Returns ``(ins, exec_start, exec_done, state)``: the view of the current word, a
+    one-cycle pulse when execution starts, the signal the engine's datapath
+    drives when it has finished, and the handshake's state.  ``on_load(next_ins)``, if given, is
+    called where the next word is loaded (``next_ins`` views the word leaving the command FIFO), so
+    an engine can register what it decodes from the word in the same cycle as the word itself.
     """
     # cmd_depth - 1 queued plus the one being handled: the queue holds cmd_depth instructions like the
     # golden simulator's (which the token-deadlock rule depends on)
@@ -77,6 +79,8 @@ def token_fsm(m, eng, cfg: AccelConfig):
             with m.If(cmds.r_rdy):
                 m.d.sync += [word.eq(cmds.r_data[:WORD_BITS]), eng.pc.eq(cmds.r_data[WORD_BITS:]),
                              state.eq(EngineState.POP)]
+                if on_load is not None:
+                    on_load(data.View(instr_layout(), cmds.r_data[:WORD_BITS]))
         with m.Case(EngineState.POP), m.If(can_pop & can_push):
             m.d.comb += [eng.pop_prev.eq(h.pop_prev), eng.pop_next.eq(h.pop_next), exec_start.eq(1)]
             m.d.sync += state.eq(EngineState.EXEC)

@@ -8,7 +8,7 @@ Push and pop in the same cycle leave the count unchanged.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,11 +36,19 @@ class TokenQueue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         count = self.count
-        m.d.comb += [self.available.eq(count != 0), self.space.eq(count != self.depth)]
-        do_push = self.push & self.space
-        do_pop = self.pop & self.available
+        # available and space are flip-flops loaded with the next count's flags (the same values a
+        # comparison of count would give, a cycle's logic earlier): the engines' start and push logic
+        # begins at a register, not at a counter compare
+        nxt = Signal.like(count)
+        avail = Signal()
+        space = Signal(init=1)
+        m.d.comb += [self.available.eq(avail), self.space.eq(space)]
+        do_push = self.push & space
+        do_pop = self.pop & avail
+        m.d.comb += nxt.eq(count)
         with m.If(do_push & ~do_pop):
-            m.d.sync += count.eq(count + 1)
+            m.d.comb += nxt.eq(count + 1)
         with m.Elif(do_pop & ~do_push):
-            m.d.sync += count.eq(count - 1)
+            m.d.comb += nxt.eq(count - 1)
+        m.d.sync += [count.eq(nxt), avail.eq(nxt != 0), space.eq(nxt != self.depth)]
         return m

@@ -34,7 +34,7 @@ from systolica.config import AccelConfig
 from systolica.hw.decode import decode_cycles
 from systolica.isa import WORD_BYTES, Engine, IllegalInstruction, Instr, decode
 from systolica.program import Program
-from systolica.sim.perf_costs import PerfParams, op_cost
+from systolica.sim.perf_costs import PerfParams, op_cost, rd_round_trip
 
 __all__ = ["PerfModel", "PerfResult", "PerfError", "PerfParams", "cycle_model", "RUN_OVERHEAD"]
 
@@ -104,7 +104,7 @@ def port0_tail(cfg: AccelConfig, op: str, busy: float, p) -> float:
     word time and grant (the word arrives that much after its address)."""
     from systolica.hw.weight_stream import stream_outstanding
     out = stream_outstanding(cfg) if op == "GEMM_STREAM" else p.outstanding
-    return min(busy, out * cfg.max_burst * p.beat_cycles) - p.rd_latency - TAIL_GRANT
+    return min(busy, out * cfg.max_burst * p.beat_cycles) - rd_round_trip(p) - TAIL_GRANT
 
 
 def port0_busy(cfg: AccelConfig, op: str, rd_beats: int, beat_cycles: float) -> float:
@@ -241,9 +241,9 @@ class PerfModel:
         exec_l = [x[3].exec_cycles for x in infos]
         rdb_l = [x[3].rd_beats for x in infos]
         exl = list(exec_l)  # EXEC cycles with the read-port contention added
-        first_beat = 3 + p.rd_latency  # the DMA's first address two cycles after start (hw/dma.py)
+        first_beat = 3 + rd_round_trip(p)  # the DMA's first address two cycles after start (hw/dma.py)
         nd = 0  # next word to dispatch
-        arrival_prev = RUN_OVERHEAD + FETCH_START + p.fetch_latency + p.rd_latency  # fetch starts with the run
+        arrival_prev = RUN_OVERHEAD + FETCH_START + p.fetch_latency + rd_round_trip(p)  # fetch starts with the run
         dec_free = 0
         done = 0
         arrivals: list[int] = []  # cycle each fetched word arrived (the read port carried its beats before)
@@ -269,7 +269,7 @@ class PerfModel:
                 # for the decoder to free a slot, then pays the read latency again
                 arrival = arrival_prev + word_cycles
                 if nd >= _FETCH_FIFO:
-                    arrival = max(arrival, take[nd - _FETCH_FIFO] + 1 + FETCH_REFILL + p.rd_latency + p.fetch_latency
+                    arrival = max(arrival, take[nd - _FETCH_FIFO] + 1 + FETCH_REFILL + rd_round_trip(p) + p.fetch_latency
                                   + word_cycles)
                 arrival_prev = arrival
                 arrivals.append(arrival)

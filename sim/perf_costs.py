@@ -39,9 +39,10 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 from systolica.config import AccelConfig
+from systolica.hw.axi_slice import SLICE_READ_CYCLES, SLICE_WRITE_CYCLES
 from systolica.isa import Buf, Instr
 
-__all__ = ["PerfParams", "OpCost", "op_cost", "cost_signature", "COST_FIELDS", "array_latency", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
+__all__ = ["PerfParams", "OpCost", "rd_round_trip", "wr_round_trip", "op_cost", "cost_signature", "COST_FIELDS", "array_latency", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
            "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY", "WSTREAM_STARTUP"]
 
 GEMM_DATAPATHS = ("line_dot", "systolic")
@@ -183,6 +184,18 @@ class OpCost:
     macs: int = 0
 
 
+def rd_round_trip(p: PerfParams) -> int:
+    """Cycles from a read address leaving an engine to its first beat reaching it: the DRAM's
+    ``rd_latency`` plus the top level's AXI register slices (AR out, R back: hw/axi_slice.py)."""
+    return p.rd_latency + SLICE_READ_CYCLES
+
+
+def wr_round_trip(p: PerfParams) -> int:
+    """Cycles from a write's last W beat leaving the store engine to its B response reaching it:
+    ``wr_latency`` plus the slices (W out, B back)."""
+    return p.wr_latency + SLICE_WRITE_CYCLES
+
+
 def line_bytes(cfg: AccelConfig, buf: int) -> int:
     """Bytes of one line of buffer ``buf`` (int8 scratchpad, int32 accumulator / vector buffer)."""
     return cfg.cols * (1 if buf == Buf.SPAD else 4)
@@ -215,7 +228,7 @@ def dma_read_cycles(bursts: list[int], p: PerfParams) -> int:
             a += p.ar_gap + p.ar_wait  # arvalid is a register: it drops for a cycle after each handshake
         if b >= p.outstanding:
             a = max(a, ends[b - p.outstanding] + 2)  # inflight drops the cycle after that burst's rlast
-        first = a + p.rd_latency if not ends else max(a + p.rd_latency, ends[-1] + 1)
+        first = a + rd_round_trip(p) if not ends else max(a + rd_round_trip(p), ends[-1] + 1)
         ends.append(first + max(n * p.beat_cycles, p.burst_min) - 1)
     return int(round(ends[-1])) + 1
 
@@ -232,7 +245,7 @@ def dma_write_cycles(bursts: list[int], p: PerfParams) -> int:
             a = max(a, b_times[b - p.outstanding] + 2)
         first = max(a + p.aw_wait + 1, w_end + 1)  # the burst's length reaches the W side a cycle after AW
         w_end = first + max(n * p.beat_cycles, p.burst_min) - 1
-        b_times.append(w_end + p.wr_latency)
+        b_times.append(w_end + wr_round_trip(p))
     return int(round(max(b_times))) + p.store_tail
 
 
@@ -326,7 +339,7 @@ def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: i
     tiles = n * -(-k * cols // rows)
     load = max(1.0, per_tile * n * k / tiles)  # an array tile's share of the stream (square: per_tile), fractional
     # at a DRAM rate that is not a whole number of cycles a tile: rounded once for the whole stream, not per tile
-    cycles = p.rd_latency + WSTREAM_STARTUP + math.ceil(load + (tiles - 1) * max(m, load)) + m + array_latency(cfg)
+    cycles = rd_round_trip(p) + WSTREAM_STARTUP + math.ceil(load + (tiles - 1) * max(m, load)) + m + array_latency(cfg)
     return OpCost(cycles, array_busy=tiles * m, rd_beats=math.ceil(share * n * k * cols * bpl), macs=macs)
 
 
@@ -397,9 +410,21 @@ def cost_signature(ins: Instr) -> tuple:
     return (ins.op, *((v & 4095 if k == "dram" else v) for k, v in ins.fields.items() if k in COST_FIELDS))
 
 
+#: cycles between a compute instruction's token handshake and its sequencer's start (a register:
+#: hw/compute_engine.py), on top of every compute op's own cost
+COMPUTE_START_CYCLES = 1
+
+
 def op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     """The cost of one decoded instruction on accelerator ``cfg`` with timing ``p`` (it reads only the
     fields in :data:`COST_FIELDS`)."""
+    c = _op_cost(cfg, p, ins)
+    if ins.op in ("LOAD", "STORE"):
+        return c
+    return replace(c, exec_cycles=c.exec_cycles + COMPUTE_START_CYCLES)
+
+
+def _op_cost(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     op = ins.op
     f = ins.fields
     if op in ("LOAD", "STORE"):

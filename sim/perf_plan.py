@@ -40,7 +40,7 @@ from systolica.sim.perf import (
     port0_busy,
     port0_tail,
 )
-from systolica.sim.perf_costs import cost_signature, op_cost
+from systolica.sim.perf_costs import cost_signature, op_cost, rd_round_trip
 
 __all__ = ["ProgramPlan", "plan_for", "clear_plans"]
 
@@ -289,9 +289,9 @@ class ProgramPlan:
         prev, dep_end, dep_start = self.prev_or_n, self.dep_end, self.dep_start
         rdb = rdb if rdb is not None else self.zeros
         lat = p.token_latency
-        arrival = RUN_OVERHEAD + FETCH_START + p.fetch_latency + p.rd_latency  # fetch starts with the run
-        refill = 1 + FETCH_REFILL + p.rd_latency + p.fetch_latency + wc
-        first_beat = 3 + p.rd_latency  # the DMA's first address two cycles after start (hw/dma.py)
+        arrival = RUN_OVERHEAD + FETCH_START + p.fetch_latency + rd_round_trip(p)  # fetch starts with the run
+        refill = 1 + FETCH_REFILL + rd_round_trip(p) + p.fetch_latency + wc
+        first_beat = 3 + rd_round_trip(p)  # the DMA's first address two cycles after start (hw/dma.py)
         fifo = _FETCH_FIFO
         dec_free = 0
         for x in self.seq:
