@@ -206,24 +206,31 @@ class StoreEngine(wiring.Component):
         reading = Signal()
         rows_left = Signal(16)
         lines_left = Signal(16)
-        rd_line = Signal(32)
+        rd_addr = Signal(32)  # the next line's buffer address, v.sram + lines read so far (no adder before the port)
         pending = Signal()
         with m.If(exec_start):
             m.d.sync += [reading.eq((v.rows != 0) & (v.lines != 0)), rows_left.eq(v.rows), lines_left.eq(v.lines),
-                         rd_line.eq(0)]
+                         rd_addr.eq(v.sram)]
         # the buffer's read port is free unless compute reads it this cycle (compute first)
         free = Mux(v.buf == 0, self.spad_ready, Mux(v.buf == 1, self.acc_ready, self.vbuf_ready))
-        issue = self.executing & ~started & reading & (lq.level + pending < self.LINE_FIFO) & free
+        # everything but the port's freedom comes from this engine's own registers; free is the compute side's
+        # read enable, so only one gate lies between it and the read request
+        can = Signal()
+        room = Signal()
+        m.d.comb += room.eq(lq.level + pending < self.LINE_FIFO)
+        m.d.comb += can.eq(self.executing & ~started & reading & room)
+        issue = Signal()
+        m.d.comb += issue.eq(can & free)
         m.d.sync += pending.eq(issue)
         with m.If(issue):
-            m.d.sync += [rd_line.eq(rd_line + 1), lines_left.eq(lines_left - 1)]
+            m.d.sync += [rd_addr.eq(rd_addr + 1), lines_left.eq(lines_left - 1)]
             with m.If(lines_left == 1):
                 m.d.sync += [lines_left.eq(v.lines), rows_left.eq(rows_left - 1)]
                 with m.If(rows_left == 1):
                     m.d.sync += reading.eq(0)
         rdata = Signal(wide)
         for i, (name, _) in enumerate(buffer_ports(cfg).items()):
-            m.d.comb += [getattr(self, f"{name}_addr").eq(v.sram + rd_line),
+            m.d.comb += [getattr(self, f"{name}_addr").eq(rd_addr),
                          getattr(self, f"{name}_en").eq(issue & (v.buf == i))]
             with m.If(v.buf == i):
                 m.d.comb += rdata.eq(getattr(self, f"{name}_rdata"))
