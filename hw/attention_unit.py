@@ -406,13 +406,12 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += l_pos.eq(l_rc > 0)
                 with m.If(recip.i_stream.ready):
                     fsm.goto("FWAIT")
-            with fsm.state("FWAIT"):  # (the reciprocal's result comes only here: its `ready` is 1, above)
-                with m.If(recip.o_stream.valid):
-                    m.d.sync += [fy.eq(Mux(l_pos, recip.o_stream.payload.y, 0)), fk.eq(recip.o_stream.payload.k)]
-                    fsm.goto("FOUT")
-            with fsm.state("FOUT"):
-                with m.If(state_line(True)):
-                    fsm.goto("ODRAIN")
+            # (the reciprocal's result comes only in FWAIT: its `ready` is 1, above)
+            with fsm.state("FWAIT"), m.If(recip.o_stream.valid):
+                m.d.sync += [fy.eq(Mux(l_pos, recip.o_stream.payload.y, 0)), fk.eq(recip.o_stream.payload.k)]
+                fsm.goto("FOUT")
+            with fsm.state("FOUT"), m.If(state_line(True)):
+                fsm.goto("ODRAIN")
             with fsm.state("Q"):
                 # the rows' query lines, row by row: `eot` on each row's last line, `last` on the job's
                 # the query line is written at li in every cycle of Q (li moves on only when a line is taken, so what
@@ -430,17 +429,16 @@ class AttentionUnit(wiring.Component):
                     with m.If(p.last):
                         m.d.sync += [li.eq(0), hi.eq(0)]
                         fsm.goto("K")
-            with fsm.state("K"):
-                # stage K1: q . (this line of k_j) for each row, registered with the token's framing
-                with m.If(tk["K"]):
-                    m.d.sync += k0.v.eq(1)
-                    with m.If(p.eot):
-                        m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
-                    with m.Else():
-                        m.d.sync += li.eq(li + 1)
-                    with m.If(p.last):
-                        m.d.sync += [tok.eq(0), tok_p1.eq(1), li.eq(0)]
-                        fsm.goto("KDRAIN")
+            # stage K1: q . (this line of k_j) for each row, registered with the token's framing
+            with fsm.state("K"), m.If(tk["K"]):
+                m.d.sync += k0.v.eq(1)
+                with m.If(p.eot):
+                    m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
+                with m.Else():
+                    m.d.sync += li.eq(li + 1)
+                with m.If(p.last):
+                    m.d.sync += [tok.eq(0), tok_p1.eq(1), li.eq(0)]
+                    fsm.goto("KDRAIN")
             with fsm.state("KDRAIN"), m.If(~k0.v & ~kp.v & ~Cat(*[t.v for t in k_tree]).any() & ~k2.v
                                                    & ~pipe_busy):  # the last scores
                 fsm.goto("A")
@@ -450,17 +448,16 @@ class AttentionUnit(wiring.Component):
                 fsm.goto("AW")
             with fsm.state("AW"), m.If(etag[-1].v):  # a is registered as it leaves E5
                 fsm.goto("V")
-            with fsm.state("V"):
-                # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
-                with m.If(tk["V"]):
-                    m.d.comb += e_in.v.eq(1)
-                    with m.If(p.eot):
-                        m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
-                    with m.Else():
-                        m.d.sync += li.eq(li + 1)
-                    with m.If(p.last):
-                        m.d.sync += li.eq(0)
-                        fsm.goto("VDRAIN")
+            # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
+            with fsm.state("V"), m.If(tk["V"]):
+                m.d.comb += e_in.v.eq(1)
+                with m.If(p.eot):
+                    m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
+                with m.Else():
+                    m.d.sync += li.eq(li + 1)
+                with m.If(p.last):
+                    m.d.sync += li.eq(0)
+                    fsm.goto("VDRAIN")
             with fsm.state("VDRAIN"), m.If(~e_busy & ~v_busy):  # the last V lines are still in V1 / V2
                 fsm.goto("L")
             with fsm.state("L"):  # row ri's new sum and shift (rows one after another, each before its O pass)

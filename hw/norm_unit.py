@@ -263,9 +263,8 @@ class NormUnit(LineUnit):
                     goto(f"{name}{j + 1}" if j + 1 < cycles else next_state)
 
         with m.FSM(name="norm"):
-            with m.State("HDR"):
-                with m.If(fire & ~wrong):
-                    goto("RECIP")
+            with m.State("HDR"), m.If(fire & ~wrong):
+                goto("RECIP")
             with m.State("RECIP"):
                 m.d.comb += recip.i_stream.valid.eq(1)
                 with m.If(recip.i_stream.ready):

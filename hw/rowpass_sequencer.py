@@ -212,11 +212,11 @@ class RowPassSequencer(wiring.Component):
                     for j in range(2)]
             for j in range(2):
                 with m.If(ld & (wp == j) & sel):
-                    m.d.sync += [r_.eq(x) for r_, x in zip(regs[j], srcs)]
-            outs = [Mux(rp_u, r1, r0) for r0, r1 in zip(regs[0], regs[1])]
+                    m.d.sync += [r_.eq(x) for r_, x in zip(regs[j], srcs, strict=False)]
+            outs = [Mux(rp_u, r1, r0) for r0, r1 in zip(regs[0], regs[1], strict=False)]
             m.d.comb += [unit.i_stream.valid.eq(bv & sel), unit.i_stream.payload.kind.eq(outs[0]),
                          unit.i_stream.payload.last.eq(outs[1]), unit.o_stream.ready.eq(1)]
-            m.d.comb += [getattr(unit.i_stream.payload, f).eq(o_) for (f, _), o_ in zip(fields, outs[2:])]
+            m.d.comb += [getattr(unit.i_stream.payload, f).eq(o_) for (f, _), o_ in zip(fields, outs[2:], strict=False)]
             with m.If(sel):
                 m.d.comb += took.eq(bv & unit.i_stream.ready)
         m.d.comb += q.r_en.eq(ld & end)

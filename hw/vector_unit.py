@@ -167,7 +167,7 @@ class VectorUnit(LineUnit):
                     take = tk
                 sel = (lv_ | rv, Mux(take, rx, lx), Mux(take, ri, li))
                 nxt.append(tuple(st.reg(v, f"am_n{lv}_{j}_{k}", sh)
-                                 for k, (v, sh) in enumerate(zip(sel, (1, signed(32), range(C))))))
+                                 for k, (v, sh) in enumerate(zip(sel, (1, signed(32), range(C)), strict=False))))
             if len(nodes) % 2:  # the odd node out waits as many stages as a pair
                 nxt.append(tuple(st.delay(v, 2 if split else 1, f"am_o{lv}_{k}") for k, v in enumerate(nodes[-1])))
             nodes = nxt
