@@ -15,17 +15,6 @@ from systolica.bench.weight_formats import PASSAGE, agreement, decode_weight_byt
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from systolica.compiler.gguf_reader import read_gguf
-    from systolica.compiler.model_zoo import locate_default_model
-
-    path = locate_default_model()
-    if path is None:
-        pytest.skip("SmolLM2 checkpoint not fetched: run `python -m systolica.compiler.model_zoo fetch`")
-    return read_gguf(path)
-
-
 def test_int4_decode_reads_at_most_100_mb(smollm2):
     from systolica.config import load_config
 

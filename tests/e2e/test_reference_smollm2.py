@@ -18,17 +18,6 @@ PASSAGE = ("The sun is the star at the center of the Solar System. It is a massi
            "plasma, heated to incandescence by nuclear fusion reactions in its core.")
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    from systolica.compiler.gguf_reader import read_gguf
-    from systolica.compiler.model_zoo import locate_default_model
-
-    path = locate_default_model()
-    if path is None:
-        pytest.skip("SmolLM2 checkpoint not fetched: run `python -m systolica.compiler.model_zoo fetch`")
-    return read_gguf(path)
-
-
 def test_trained_model_agreement(smollm2):
     """Teacher-forced over the 38 tokens of PASSAGE.
 
