@@ -125,7 +125,9 @@ class InstructionDecoder(wiring.Component):
             checks += [((v.rows != 0) & (v.lines != 0) & (end > self.win_size), Fault.DMA_WINDOW),
                        (past, Fault.SRAM_RANGE)]
         if op.name == "GEMM_STREAM":  # the weight ports' pages, then the on-chip operands (the golden order)
-            end = self._hold(low(wstream_end(sym, cfg)), "wstream_end")
+            # the int8 formula: the decoder refuses the 4-bit formats (ILLEGAL_FIELD, which the window check
+            # never overrides), so their scale and code lines need no circuit yet
+            end = self._hold(low(wstream_end(sym | {"wfmt": 0}, cfg)), "wstream_end")
             self.extent_lines[op.name, "wstream_end"] = end
             checks.append(((v.n != 0) & (v.k != 0) & (end > self.win_size), Fault.DMA_WINDOW))
         for ext in EXTENTS.get(op.name, ()):

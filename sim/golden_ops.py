@@ -102,9 +102,9 @@ def gemm(sim: GoldenSim, ins: Instr) -> None:
 def _wstream_check(sim: GoldenSim, ins: Instr) -> None:
     """GEMM_STREAM's DRAM checks, in the decoder's order: line alignment of ``w``, then the window."""
     cols = sim.cfg.cols
-    if ins.wfmt != WFmt.INT8 and not wstream4.whole_groups(ins.k, sim.cfg):
-        raise OpFault(Fault.ILLEGAL_FIELD, f"GEMM_STREAM with 4-bit weights: k={ins.k} lines of {cols} are not "
-                                           f"whole groups of {n4.GROUP} weights")
+    why = wstream4.illegal(ins.fields, sim.cfg) if ins.wfmt != WFmt.INT8 else None
+    if why:
+        raise OpFault(Fault.ILLEGAL_FIELD, f"GEMM_STREAM with 4-bit weights: {why}")
     if ins.w % cols:
         raise OpFault(Fault.DMA_ALIGN, f"GEMM_STREAM.w={ins.w:#x} is not a multiple of the {cols}-byte scratchpad "
                                        f"line (cols={cols})")

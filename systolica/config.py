@@ -68,6 +68,8 @@ class AccelConfig:
     macs_per_dsp: int = 1  # int8 MACs per DSP multiplier of the systolic array: 2 packs the two products of
     # horizontally adjacent PEs (same broadcast activation) into one 8 x 25-bit multiply (half the DSPs; the
     # column adds then go to fabric carry chains)
+    q4_groups: int = 64  # 4-bit weights (GEMM_STREAM Q4_0 / Q4_1): groups of 32 along K whose scales the array
+    # holds (a matrix's K may be at most 32 * q4_groups); 0: no 4-bit datapath (its GEMM_STREAMs are ILLEGAL_FIELD)
     attn_rows: int = 1  # query rows the attention unit takes through one KV tile together (parallel dot
     # products): the rows of a GQA group share each K and V line read; at most line_width (each row's score
     # scaling uses one lane multiplier of the state-line datapath)
@@ -180,6 +182,9 @@ class AccelConfig:
         if not (isinstance(self.attn_rows, int) and 1 <= self.attn_rows <= min(8, self.line_width)):
             yield (f"attn_rows={self.attn_rows} must be in 1..min(8, line_width={self.line_width}) (each query row "
                    f"of a tile scales its scores on one lane multiplier of the attention unit's state-line datapath)")
+        if not (self.q4_groups == 0 or (_pow2(self.q4_groups) and 2 <= self.q4_groups <= 1024)):
+            yield (f"q4_groups={self.q4_groups} must be 0 (no 4-bit datapath) or a power of two in 2..1024 "
+                   f"(groups of 32 weights along K whose scales the array holds)")
         if self.in_bits != 8:
             yield f"in_bits={self.in_bits}: only int8 operands are implemented"
         if self.acc_bits != 32:

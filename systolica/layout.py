@@ -151,8 +151,18 @@ WPAGE = 4096
 
 
 def wstream_port_bytes(f: Mapping[str, Any], c) -> Any:
-    """Bytes each weight port reads for a GEMM_STREAM: ``n * k`` tiles of ``cols / dma_ports`` lines of ``cols`` bytes."""
-    return f["n"] * f["k"] * (c.cols * c.cols // c.dma_ports)
+    """Bytes each weight port reads for a GEMM_STREAM of ``n`` output lines of ``k`` K lines.
+
+    int8 (``wfmt`` 0): ``n * k`` tiles of ``cols / dma_ports`` lines of ``cols`` bytes.  4-bit (``wfmt`` Q4_0 = 1,
+    Q4_1 = 2; :mod:`systolica.wstream4`): per output line ``ceil(k*R*sb / 32)`` lines of scales (``sb`` = 2 or 4
+    bytes a row and group, ``R = cols / dma_ports`` rows a port) and ``ceil(k*R / 2)`` lines of codes.
+    """
+    R = c.cols // c.dma_ports
+    k, fmt = f["k"], f.get("wfmt", 0)
+    if isinstance(fmt, int) and fmt == 0:  # (the int8-only callers: no select in their circuit)
+        return f["n"] * f["k"] * (c.cols * R)
+    q4_lines = select(fmt == 2, (k * (R * 4) + 31) // 32, (k * (R * 2) + 31) // 32) + (k * R + 1) // 2
+    return f["n"] * select(fmt == 0, k * R, q4_lines) * c.cols
 
 
 def wstream_addr(w, p: int, x, c) -> Any:

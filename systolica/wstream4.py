@@ -25,12 +25,15 @@ import numpy as np
 
 from systolica.config import AccelConfig
 from systolica.isa import WFmt
-from systolica.layout import wstream_addr
+from systolica.layout import wstream_addr, wstream_port_bytes
 from systolica.numerics_int4 import GROUP
 from systolica.wstream import _spans  # the int8 stream's page walk: one definition
 
 __all__ = ["scale_bytes", "port_row_bytes", "port_bytes", "port_streams", "gather", "stream_end",
-           "stream_port_bytes", "whole_groups"]
+           "stream_port_bytes", "whole_groups", "config_problem", "illegal", "MAX_ROWS"]
+
+#: rows (``m``) a 4-bit GEMM_STREAM may have: the array's group partial sums are held per row
+MAX_ROWS = 64
 
 
 def _pad(x: int, cols: int) -> int:
@@ -66,10 +69,41 @@ def port_bytes(n: int, k: int, fmt: int, cfg: AccelConfig) -> int:
 
 
 def stream_port_bytes(f: Mapping[str, int], cfg: AccelConfig) -> int:
-    """Bytes each port reads for a GEMM_STREAM's fields, any format (int8: :mod:`systolica.layout`'s count)."""
-    if f.get("wfmt", 0) == WFmt.INT8:
-        return f["n"] * f["k"] * (cfg.cols * cfg.cols // cfg.dma_ports)
-    return port_bytes(f["n"], f["k"], f["wfmt"], cfg)
+    """Bytes each port reads for a GEMM_STREAM's fields, any format (:func:`systolica.layout.wstream_port_bytes`,
+    the formula the hardware decoder traces; it equals ``port_bytes`` for the 4-bit formats)."""
+    return wstream_port_bytes(f, cfg)
+
+
+def config_problem(cfg: AccelConfig) -> str | None:
+    """Why a config's array cannot take 4-bit weights (its GEMM_STREAMs with ``wfmt`` Q4_0 / Q4_1 are then
+    ``ILLEGAL_FIELD``), or ``None``.  The array takes a code line of each port as two columns, ``2 * dma_ports``
+    columns a beat, and sums a group of 32 over ``32 / cols`` K tiles; it holds ``q4_groups`` groups of scales."""
+    C, P = cfg.cols, cfg.dma_ports
+    if not cfg.q4_groups:
+        return f"config {cfg.name!r} has no 4-bit datapath (q4_groups=0)"
+    if C % (2 * P):
+        return f"cols={C} is not a multiple of 2 x dma_ports={P} (a code line holds two of a port's columns)"
+    if C > GROUP:
+        return f"cols={C} > {GROUP}: a K line would hold more than one group of {GROUP} weights"
+    return None
+
+
+def illegal(f: Mapping[str, int], cfg: AccelConfig) -> str | None:
+    """Why a 4-bit GEMM_STREAM (``wfmt`` Q4_0 / Q4_1) is ``ILLEGAL_FIELD`` on ``cfg`` (the decoder's checks), or
+    ``None``: a config without the datapath, ``k`` not whole groups, more than :data:`MAX_ROWS` rows or more
+    groups along K than the scale buffer holds."""
+    why = config_problem(cfg)
+    if why:
+        return why
+    k = f["k"]
+    if not whole_groups(k, cfg):
+        return f"k={k} lines of {cfg.cols} are not whole groups of {GROUP} weights"
+    if f["m"] > MAX_ROWS:
+        return f"m={f['m']} rows: a 4-bit GEMM_STREAM takes at most {MAX_ROWS} (the group partial sums of each row)"
+    if k * cfg.cols // GROUP > cfg.q4_groups:
+        return (f"k={k} lines are {k * cfg.cols // GROUP} groups of {GROUP}: the scale buffer holds "
+                f"q4_groups={cfg.q4_groups}")
+    return None
 
 
 def stream_end(f: Mapping[str, int], cfg: AccelConfig) -> int:

@@ -112,6 +112,8 @@ def test_chosen_gshift_never_wraps(fmt):
 def test_golden_int4_stream_matches_stream_acc(ports, fmt, m, groups, n, acc, gshift, seed, line0, fast):
     """Any port count, format, shift and start line (streams that cross pages), plan and reference paths."""
     cfg = preset("tiny").replace(name=f"tiny{ports}", dma_ports=ports)
+    if ports == 4:  # a code line holds two of a port's columns: 2 x 4 ports need 8 columns
+        cfg = cfg.reshaped(8, 8, name="tiny8x8p4")
     c = cfg.cols
     k = groups * n4.GROUP // c
     rng = np.random.default_rng(seed)
@@ -137,13 +139,15 @@ def test_golden_int4_stream_matches_stream_acc(ports, fmt, m, groups, n, acc, gs
     ({"wfmt": 1, "k": 6}, Fault.ILLEGAL_FIELD),  # 6 lines of 4 = 24 weights: not whole groups of 32
     ({"wfmt": 2, "w": 0x10000 - 64}, Fault.DMA_WINDOW),  # the scales and codes run past the window
     ({"wfmt": 2, "w": 0x8002}, Fault.DMA_ALIGN),
+    ({"wfmt": 1, "m": 65}, Fault.ILLEGAL_FIELD),  # more rows than the array's group partial sums
+    ({"wfmt": 2, "k": 8 * 65}, Fault.ILLEGAL_FIELD),  # 65 groups: more than q4_groups = 64 scales
 ])
 def test_int4_stream_faults(fields, fault):
     cfg = preset("tiny")
     h = Harness(cfg)
-    f = {"w": 0x8000, "k": 8, "wfmt": 1, "gshift": 0} | fields
+    f = {"w": 0x8000, "m": 1, "k": 8, "wfmt": 1, "gshift": 0} | fields
     with pytest.raises(SimFault) as e:
-        h.run(f"GEMM_STREAM dst=0 a=0 w={f['w']} m=1 k={f['k']} n=2 acc=0 wfmt={f['wfmt']} gshift={f['gshift']}"
+        h.run(f"GEMM_STREAM dst=0 a=0 w={f['w']} m={f['m']} k={f['k']} n=2 acc=0 wfmt={f['wfmt']} gshift={f['gshift']}"
               "\nFINISH")
     assert e.value.fault == fault
 
