@@ -25,7 +25,7 @@ import numpy as np
 
 from systolica.config import AccelConfig
 from systolica.isa import WFmt
-from systolica.layout import wstream_addr, wstream_port_bytes
+from systolica.layout import wstream_end, wstream_port_bytes
 from systolica.numerics_int4 import GROUP
 from systolica.wstream import _spans  # the int8 stream's page walk: one definition
 
@@ -55,12 +55,12 @@ def whole_groups(k: int, cfg: AccelConfig) -> bool:
 
 
 def port_row_bytes(k: int, fmt: int, cfg: AccelConfig) -> int:
-    """Bytes one output line adds to each port's stream (scales, then codes, each padded to whole lines)."""
-    C, R = cfg.cols, cfg.cols // cfg.dma_ports
+    """Bytes one output line adds to each port's stream (scales, then codes, each padded to whole lines):
+    :func:`systolica.layout.wstream_port_bytes` for ``n = 1``, the one formula."""
+    scale_bytes(fmt)  # a 4-bit format, or ValueError
     if not whole_groups(k, cfg):
-        raise ValueError(f"k={k} lines of {C} are not whole groups of {GROUP} weights")
-    g = k * C // GROUP
-    return _pad(g * R * scale_bytes(fmt), C) + _pad(k * R * C // 2, C)
+        raise ValueError(f"k={k} lines of {cfg.cols} are not whole groups of {GROUP} weights")
+    return wstream_port_bytes({"n": 1, "k": k, "wfmt": int(fmt)}, cfg)
 
 
 def port_bytes(n: int, k: int, fmt: int, cfg: AccelConfig) -> int:
@@ -106,9 +106,9 @@ def illegal(f: Mapping[str, int], cfg: AccelConfig) -> str | None:
     return None
 
 
-def stream_end(f: Mapping[str, int], cfg: AccelConfig) -> int:
-    """One past the last DRAM byte a GEMM_STREAM with ``n * k > 0`` reads, any format."""
-    return wstream_addr(f["w"], cfg.dma_ports - 1, stream_port_bytes(f, cfg) - 1, cfg) + 1
+#: One past the last DRAM byte a GEMM_STREAM with ``n * k > 0`` reads, any format
+#: (:func:`systolica.layout.wstream_end`, kept here under its old name).
+stream_end = wstream_end
 
 
 def port_streams(codes: np.ndarray, D: np.ndarray, Mn: np.ndarray | None, cfg: AccelConfig) -> np.ndarray:
