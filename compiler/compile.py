@@ -14,12 +14,17 @@ A prefill chunk is chosen from the configuration (:func:`choose_chunk`): at leas
 rows, so that each GEMM_STREAM computes longer than its weights take to stream; past that more rows
 add nothing to the array's work per row, only fewer runs, while the vector buffer they fill leaves
 narrower output blocks (more instructions per row).  So: the largest chunk up to the requested one
-whose compute instructions per row are within :data:`CHUNK_SLACK` of the fewest.
+whose compute instructions per row are within :data:`CHUNK_SLACK` of the fewest.  With 4-bit weights the
+chunk is also at most :func:`q4_row_cap` rows: a GEMM_STREAM with ``wfmt`` Q4_0 / Q4_1 takes at most
+:data:`systolica.wstream4.MAX_ROWS` rows (the array holds the group partial sums of that many), so a larger
+requested chunk is reduced to it with a :class:`CompileWarning` (the runtime runs a longer prompt in several
+chunks), and a batched decode step of more rows is a :class:`CompileError`.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable
@@ -28,7 +33,7 @@ import numpy as np
 
 from systolica import wstream4
 from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, base_state
-from systolica.compiler.codegen import generate, plan_program
+from systolica.compiler.codegen import generate, logit_rows, plan_program, used_matrices
 from systolica.compiler.image import build_image
 from systolica.compiler.ir import build_graph
 from systolica.compiler.memory import MemoryError_
@@ -40,11 +45,15 @@ from systolica.layout import WPAGE, dma_line_bytes, lines_for
 from systolica.model import Model
 from systolica.program import Program
 
-__all__ = ["compile_model", "CompileError"]
+__all__ = ["compile_model", "CompileError", "CompileWarning"]
 
 
 class CompileError(ValueError):
     """A model that cannot be compiled for a configuration, with the reason."""
+
+
+class CompileWarning(UserWarning):
+    """A compile argument the compiler could not honour as given (what it did instead, and why)."""
 
 
 def _tokenizer_json(tok) -> dict | None:
@@ -71,6 +80,22 @@ def min_chunk(cfg: AccelConfig, act_split: bool = False) -> int:
     two GEMM rows of a token row."""
     tile = -(-cfg.rows * max(1, cfg.cols // cfg.dma_bytes) // cfg.dma_ports)
     return -(-(tile + 1) // (2 if act_split else 1))
+
+
+def q4_row_cap(g, mats) -> int | None:
+    """Most token rows a program of graph ``g`` may have because of its 4-bit matrices, or None (no matmul
+    whose rows grow with the program's streams 4-bit weights).  A GEMM_STREAM with ``wfmt`` Q4_0 / Q4_1 takes at
+    most :data:`systolica.wstream4.MAX_ROWS` rows (``wstream4.illegal``); split activations make two GEMM rows
+    of a token row; the LM head of a program with the last row's logits only has one token row."""
+    per_row = 2 if g.act_split else 1
+    grows = [n for n in used_matrices(g) if mats[n].wfmt and (n != "output" or logit_rows(g, 2) == 2)]
+    return wstream4.MAX_ROWS // per_row if grows else None
+
+
+def _q4_rows_why(g, cap: int) -> str:
+    split = " with split activations (two GEMM rows a token row)" if g.act_split else ""
+    return (f"a GEMM_STREAM with 4-bit weights (Q4_0 / Q4_1) takes at most {wstream4.MAX_ROWS} rows (the array "
+            f"holds the group partial sums of {wstream4.MAX_ROWS}), i.e. {cap} token rows{split}")
 
 
 def choose_chunk(lower: Callable[[int], tuple], cfg: AccelConfig, requested: int, act_split: bool = False):
@@ -112,6 +137,11 @@ def _lower(g, qm, cfg, mats, kv, lay, rows_b, rows: int, max_pages: int, batched
 def _finish(lowered, cfg, kind: str):
     plan, emitted, sched = lowered
     instrs = [e.instr() for e in emitted]
+    for i in instrs:  # the runtime patches row counts down only: the compiled 4-bit GEMM_STREAMs must be legal
+        why = wstream4.illegal(i.fields, cfg) if i.op == "GEMM_STREAM" and i.fields.get("wfmt", 0) else None
+        if why:
+            raise CompileError(f"{kind} program: a GEMM_STREAM with 4-bit weights would be ILLEGAL_FIELD on the "
+                               f"{cfg.name!r} accelerator: {why}")
     peaks = verify_tokens(instrs, cfg.queue_depth)
     try:
         words = [encode(i) for i in instrs]
@@ -216,16 +246,30 @@ def _compile(g, qm, cfg: AccelConfig, *, page: int, max_seq: int, prefill_chunk:
         raise MemoryError_(f"model {c.name!r} does not fit the {cfg.name!r} accelerator even for one token: {e}") \
             from None
     graphs = {True: g, False: build_graph(c, act_split=act_split, head=False)}
+    warned = False
     for kind in ("prefill", "prefill_nohead"):
         say(f"{kind} program")
         gk = graphs[PROGRAM_HEADS[kind]]
+        want = min(prefill_chunk, max_seq)
+        cap = q4_row_cap(gk, mats)
+        if cap is not None and want > cap:
+            if not warned:
+                warnings.warn(f"prefill_chunk={prefill_chunk}: the prefill programs take at most {cap} rows: "
+                              f"{_q4_rows_why(gk, cap)}; the runtime runs a longer prompt in chunks of up to {cap}",
+                              CompileWarning, stacklevel=3)
+                warned = True
+            want = cap
         got = choose_chunk(lambda r, gk=gk: _lower(gk, qm, cfg, mats, kv, lay, rows_b, r, max_pages),
-                           cfg, min(prefill_chunk, max_seq), act_split)
+                           cfg, want, act_split)
         if got is not None:
             out[kind] = _finish(got, cfg, kind)
     if batch > 1:
         say("decode_batch program")
         gb = build_graph(c, act_split=act_split, head_rows="all")
+        cap = q4_row_cap(gb, mats)
+        if cap is not None and batch > cap:
+            raise CompileError(f"batch={batch}: a batched decode step has a row a sequence, and "
+                               f"{_q4_rows_why(gb, cap)}; use batch <= {cap}")
         try:
             out["decode_batch"] = _finish(_lower(gb, qm, cfg, mats, kv, lay, rows_b, batch, max_pages, batched=True),
                                           cfg, "decode_batch")

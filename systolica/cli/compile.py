@@ -42,7 +42,8 @@ class Compile:
         p.add_argument("--max-seq", type=count(1), default=None, metavar="N",
                        help="longest context (default: the model's)")
         p.add_argument("--prefill-chunk", type=count(1), default=16, metavar="N",
-                       help="rows of the prefill program, an upper bound: reduced until it fits on chip (default 16)")
+                       help="rows of the prefill program, an upper bound: reduced until it fits on chip, and to 64 GEMM "
+                            "rows with 4-bit weights (default 16)")
         p.add_argument("--batch", type=count(1), default=1, metavar="B",
                        help="also compile a batched decode step serving up to B sequences at once (continuous "
                             "batching: one weight read for all of them; the KV cache holds B full contexts); "
