@@ -27,7 +27,7 @@ from .engines import buffer_ports, engine_members, token_fsm
 from .gemm_sequencer import GemmSequencer
 from .rowpass_sequencer import ROWPASS_OPS, RowPassSequencer
 from .vector_sequencer import VECTOR_OPS, VectorSequencer
-from .weight_stream import WeightStream
+from .weight_stream import WeightStream, row_lines
 
 __all__ = ["ComputeEngine"]
 
@@ -90,13 +90,15 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [seq.start.eq(begin & is_gemm), seq.a.eq(Mux(is_stream, gs.a, g.a)), seq.w.eq(g.w),
                      seq.dst.eq(Mux(is_stream, gs.dst, g.dst)), seq.m.eq(Mux(is_stream, gs.m, g.m)),
                      seq.k.eq(Mux(is_stream, gs.k, g.k)), seq.n.eq(Mux(is_stream, gs.n, g.n)),
-                     seq.acc.eq(Mux(is_stream, gs.acc, g.acc)), seq.stream.eq(is_stream)]
+                     seq.acc.eq(Mux(is_stream, gs.acc, g.acc)), seq.stream.eq(is_stream),
+                     seq.wfmt.eq(Mux(is_stream, gs.wfmt, 0)), seq.gshift.eq(gs.gshift)]
         m.submodules.wstream = ws = WeightStream(cfg)
         for port in range(cfg.dma_ports):
             wiring.connect(m, wiring.flipped(getattr(self, f"wrd{port}")), getattr(ws, f"axi{port}"))
         # the weights are read only when a tile uses them: no rows, no K or no outputs read nothing
         m.d.comb += [ws.start.eq(begin & is_stream & (gs.m != 0) & (gs.n != 0) & (gs.k != 0)),
-                     ws.base.eq(self.win_base), ws.w.eq(gs.w), ws.n.eq(gs.n), ws.k.eq(gs.k), ws.abort.eq(self.abort),
+                     ws.base.eq(self.win_base), ws.w.eq(gs.w), ws.n.eq(gs.n),
+                     ws.row_lines.eq(row_lines(gs.k, gs.wfmt, cfg)), ws.abort.eq(self.abort),
                      seq.ws_valid.eq(ws.beat_valid), ws.beat_ready.eq(seq.ws_ready), seq.ws_data.eq(ws.beat_data),
                      self.dma_quiet.eq(ws.quiet), self.bus_error.eq(ws.bus_error & ~self.abort)]
         m.submodules.vseq = vs = self.vseq

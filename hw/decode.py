@@ -27,6 +27,8 @@ from systolica.config import AccelConfig
 from systolica.faults import Fault
 from systolica.isa import HEADER_FIELDS, OP_BY_NAME, OPS, WORD_BITS, Engine
 from systolica.layout import EXTENTS, dma_end, dma_line_bytes, dma_lines, wstream_end
+from systolica.numerics_int4 import GROUP
+from systolica.wstream4 import MAX_ROWS, config_problem
 
 from .range_check import Lowering, sym_fields
 
@@ -125,9 +127,10 @@ class InstructionDecoder(wiring.Component):
             checks += [((v.rows != 0) & (v.lines != 0) & (end > self.win_size), Fault.DMA_WINDOW),
                        (past, Fault.SRAM_RANGE)]
         if op.name == "GEMM_STREAM":  # the weight ports' pages, then the on-chip operands (the golden order)
-            # the int8 formula: the decoder refuses the 4-bit formats (ILLEGAL_FIELD, which the window check
-            # never overrides), so their scale and code lines need no circuit yet
-            end = self._hold(low(wstream_end(sym | {"wfmt": 0}, cfg)), "wstream_end")
+            # any format's pages (without the 4-bit datapath the decoder refuses wfmt != 0: ILLEGAL_FIELD, which
+            # the window check never overrides, so the int8 formula suffices)
+            fmt = {} if config_problem(cfg) is None else {"wfmt": 0}
+            end = self._hold(low(wstream_end(sym | fmt, cfg)), "wstream_end")
             self.extent_lines[op.name, "wstream_end"] = end
             checks.append(((v.n != 0) & (v.k != 0) & (end > self.win_size), Fault.DMA_WINDOW))
         for ext in EXTENTS.get(op.name, ()):
@@ -168,9 +171,8 @@ class InstructionDecoder(wiring.Component):
                         checks.append((Mux(v.buf == 0, mis[0], mis[1]), Fault.DMA_ALIGN))
                     if op.name == "GEMM_STREAM":
                         checks.append((_misaligned(v.w, cfg.cols), Fault.DMA_ALIGN))
-                        # the array has no 4-bit datapath yet: refuse those formats rather than read their
-                        # bytes as int8 weights (the golden simulator executes them; see isa.WFmt)
-                        checks.append(((v.wfmt != 0) | (v.gshift != 0), Fault.ILLEGAL_FIELD))
+                        # the weight formats the array takes (wstream4.illegal: the golden simulator's rules)
+                        checks.append((self._bad_wfmt(v), Fault.ILLEGAL_FIELD))
                     bad_flags = ((eng == Engine.LOAD) & (h.pop_prev | h.push_prev)) | \
                                 ((eng == Engine.STORE) & (h.pop_next | h.push_next)) | (eng == 3)
                     checks.append((bad_flags, Fault.ILLEGAL_FIELD))
@@ -185,6 +187,19 @@ class InstructionDecoder(wiring.Component):
                             m.d.comb += code_sig.eq(fault)
             with m.Default():
                 m.d.comb += code_sig.eq(Fault.ILLEGAL_OPCODE)
+
+    def _bad_wfmt(self, v):
+        """GEMM_STREAM's weight format is ILLEGAL_FIELD: ``wfmt`` 3, a group shift on int8 weights, or 4-bit
+        weights the array cannot take (``wstream4.illegal``: no datapath, ``k`` not whole groups, more than
+        ``MAX_ROWS`` rows, more groups along K than ``q4_groups``)."""
+        cfg = self.cfg
+        bad = (v.wfmt == 3) | ((v.wfmt == 0) & (v.gshift != 0))
+        q4 = (v.wfmt == 1) | (v.wfmt == 2)
+        if config_problem(cfg) is not None:
+            return bad | q4
+        L = GROUP // cfg.cols  # K lines a group
+        part = v.k[:L.bit_length() - 1] != 0 if L > 1 else 0
+        return bad | (q4 & (part | (v.m > MAX_ROWS) | (v.k > cfg.q4_groups * L)))
 
     def _products(self, m, ins, plans, prod_j, last_step, range_code):
         """The shared multiplier's product ``prod_j`` of the word's op, the CHECK step at which its

@@ -17,13 +17,16 @@ so the weights of the next tile stream in while the current one computes
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import fifo, memory, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
+from systolica.numerics_int4 import GROUP
+from systolica.wstream4 import config_problem
 
 from .accumulator import Accumulator
+from .group_scaler import ASUM_BITS, GroupScaler, q4_tag_layout
 from .systolic_array import SystolicArray
 
 __all__ = ["GemmSequencer"]
@@ -49,14 +52,21 @@ class GemmSequencer(wiring.Component):
             raise ValueError(f"the accelerator's GEMM needs a square array (a K tile = one scratchpad line); "
                              f"config {cfg.name!r} has rows={cfg.rows}, cols={cfg.cols}")
         self.cfg = cfg
-        self.P = cfg.dma_ports  # weight lines per array beat: GEMM_STREAM's ports deliver one each a cycle
-        self.array = SystolicArray(cfg, w_cols=self.P, out_fifo=0)  # the accumulator takes every line
-        self.accum = Accumulator(cfg, self.array.o_layout)
+        self.P = cfg.dma_ports  # weight lines per stream beat: GEMM_STREAM's ports deliver one each a cycle
+        # with the 4-bit datapath a code beat (a line a port) is 2P columns: the array takes 2P columns a beat
+        # and an int8 stream's beats pair up; without it, P
+        self.q4 = config_problem(cfg) is None
+        self.Wc = 2 * self.P if self.q4 else self.P
+        self.tag = q4_tag_layout()
+        self.array = SystolicArray(cfg, w_cols=self.Wc, tag_bits=self.tag.size, out_fifo=0)  # accumulator: every line
+        acc_layout = data.StructLayout({"data": self.array.o_layout["data"].shape, "last": 1, "tag": 17})
+        self.accum = Accumulator(cfg, acc_layout)
+        self.scaler = GroupScaler(cfg) if self.q4 else None
         sbits = (cfg.spad_lines - 1).bit_length()
         abits = self.accum.abits
         super().__init__({
             "start": In(1), "a": In(16), "w": In(16), "dst": In(16), "m": In(16), "k": In(16), "n": In(16),
-            "acc": In(1), "stream": In(1), "busy": Out(1), "fire": Out(1),
+            "acc": In(1), "stream": In(1), "wfmt": In(2), "gshift": In(4), "busy": Out(1), "fire": Out(1),
             "ws_valid": In(1), "ws_ready": Out(1), "ws_data": In(self.P * cfg.cols * 8),
             "a_addr": Out(sbits), "a_en": Out(1), "a_rdata": In(cfg.cols * 8),
             "w_addr": Out(sbits), "w_en": Out(1), "w_rdata": In(cfg.cols * 8),
@@ -68,9 +78,8 @@ class GemmSequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        C = cfg.cols
+        C, P, Wc = cfg.cols, self.P, self.Wc
         m.submodules.array, m.submodules.accum = arr, acc = self.array, self.accum
-        wiring.connect(m, array=arr.o_stream, accum=acc.i_stream)
         wiring.connect(m, wiring.flipped(self.acc_rd), acc.rd)
         wiring.connect(m, wiring.flipped(self.acc_wr), acc.wr)
 
@@ -98,6 +107,7 @@ class GemmSequencer(wiring.Component):
         inflight = Signal(16)
 
         streaming = Signal()  # this GEMM's weights come from the weight ports (GEMM_STREAM), not the scratchpad
+        q4 = Signal()  # ... as 4-bit codes with group scales (wfmt Q4_0 / Q4_1; the decoder refused the rest)
         # the walkers' last indices, registered at start (no subtract before their comparisons)
         m1, k1, n1 = Signal(16), Signal(16), Signal(16)
         with m.If(self.start):
@@ -105,7 +115,7 @@ class GemmSequencer(wiring.Component):
         with m.If(self.start):
             nonempty = (self.m != 0) & (self.n != 0)
             m.d.sync += [
-                streaming.eq(self.stream),
+                streaming.eq(self.stream), q4.eq(self.stream & (self.wfmt != 0) & self.q4),
                 w_more.eq((self.n != 0) & (self.k != 0) & ~self.stream), a_more.eq(nonempty & (self.k != 0)),
                 zeros.eq((self.k == 0) & ~self.acc & nonempty), z_i.eq(0), z_j.eq(0), zptr.eq(self.dst),
                 w_base.eq(self.w), w_ptr.eq(self.w), w_c.eq(0), w_kk.eq(0), w_j.eq(0),
@@ -113,7 +123,7 @@ class GemmSequencer(wiring.Component):
             ]
         m.d.comb += self.busy.eq((inflight != 0) | zeros | w_more | a_more)
 
-        # ---- weights
+        # ---- weights from the scratchpad
         w_issue, wq = _prefetch(m, "wq", C * 8, w_more & ~self.start, self.w_rdata)
         m.d.comb += [self.w_addr.eq(w_ptr), self.w_en.eq(w_issue)]
         with m.If(w_issue):
@@ -128,37 +138,106 @@ class GemmSequencer(wiring.Component):
                     m.d.sync += [w_kk.eq(w_kk + 1), w_ptr.eq(w_base + w_kk + 1)]
             with m.Else():
                 m.d.sync += [w_c.eq(w_c + 1), w_ptr.eq(w_ptr + self.k)]
-        # P scratchpad lines make one array beat: the first P - 1 wait in a gather register (one line a cycle,
+        # Wc scratchpad lines make one array beat: the first Wc - 1 wait in a gather register (one line a cycle,
         # as before: a tile still takes C cycles from the scratchpad)
-        P = self.P
-        beat = Signal(P * C * 8)
+        aw = arr.w_stream
+        beat = Signal(Wc * C * 8)
         beat_valid = Signal()
-        if P == 1:
-            m.d.comb += [beat.eq(wq.r_data), beat_valid.eq(wq.r_rdy), wq.r_en.eq(arr.w_stream.ready & ~streaming)]
+        spad_ready = Signal()
+        if Wc == 1:
+            m.d.comb += [beat.eq(wq.r_data), beat_valid.eq(wq.r_rdy), wq.r_en.eq(spad_ready)]
         else:
-            held = Signal((P - 1) * C * 8)
-            have = Signal(range(P))
-            full = have == P - 1
+            held = Signal((Wc - 1) * C * 8)
+            have = Signal(range(Wc))
+            full = have == Wc - 1
             m.d.comb += [beat.eq(Cat(held, wq.r_data)), beat_valid.eq(wq.r_rdy & full),
-                         wq.r_en.eq(Mux(full, arr.w_stream.ready & ~streaming, 1))]
+                         wq.r_en.eq(Mux(full, spad_ready, 1))]
             with m.If(wq.r_rdy & wq.r_en):
                 m.d.sync += have.eq(Mux(full, 0, have + 1))
                 with m.If(~full):
-                    m.d.sync += held.eq(Cat(held[C * 8:], wq.r_data) if P > 2 else wq.r_data)
-        src = Mux(streaming, self.ws_data, beat)
-        m.d.comb += [arr.w_stream.valid.eq(Mux(streaming, self.ws_valid, beat_valid)),
-                     self.ws_ready.eq(streaming & arr.w_stream.ready)]
-        m.d.comb += [arr.w_stream.payload[j][r].eq(src[(j * C + r) * 8:(j * C + r) * 8 + 8])
-                     for j in range(P) for r in range(C)]
+                    m.d.sync += held.eq(Cat(held[C * 8:], wq.r_data) if Wc > 2 else wq.r_data)
+        m.d.comb += spad_ready.eq(aw.ready & ~streaming)
 
-        # ---- activations (tag: accumulator line, accumulate flag; last row of the tile)
-        side = 16 + 1 + 1
+        # ---- weights from the ports: int8 beats of P lines (paired into 2P columns when Wc = 2P), or
+        # per output line ceil(k*R*sb / 32) scale beats (to the group scaler) then k*R/2 code beats
+        if Wc == P:
+            s8, s8_valid = self.ws_data, self.ws_valid
+            m.d.comb += self.ws_ready.eq(streaming & aw.ready)
+        else:
+            s8, s8_valid = Signal(Wc * C * 8), Signal()
+            s8_held = Signal(P * C * 8)
+            s8_have = Signal()
+            s8_ready = ~s8_have | aw.ready
+            m.d.comb += [s8.eq(Cat(s8_held, self.ws_data)), s8_valid.eq(self.ws_valid & s8_have)]
+            with m.If(self.start):
+                m.d.sync += s8_have.eq(0)
+            with m.Elif(streaming & ~q4 & self.ws_valid & s8_ready):
+                m.d.sync += s8_have.eq(~s8_have)
+                with m.If(~s8_have):
+                    m.d.sync += s8_held.eq(self.ws_data)
+        src = Mux(streaming, s8, beat)
+        src_valid = Mux(streaming, s8_valid, beat_valid)
+        wbyte = [[src[(j * C + r) * 8:(j * C + r) * 8 + 8] for r in range(C)] for j in range(Wc)]
+        if self.q4:
+            R = C // P
+            q41 = Signal()
+            in_scale = Signal()  # the current output line's scale section
+            bcnt = Signal(24)
+            s_end, c_end = Signal(24), Signal(24)  # the sections' last beats
+            lgR = R.bit_length() - 1
+            with m.If(self.start):
+                sb = Mux(self.wfmt == 2, self.k << (lgR + 2), self.k << (lgR + 1))  # k * R * scale bytes
+                m.d.sync += [q41.eq(self.wfmt == 2), in_scale.eq(1), bcnt.eq(0),
+                             s_end.eq(((sb + 31) >> 5) - 1), c_end.eq((self.k << (lgR - 1)) - 1)]
+            sc = self.scaler
+            m.submodules.scaler = sc
+            ws_fire = self.ws_valid & self.ws_ready
+            m.d.comb += [sc.start.eq(self.start), sc.q41.eq(self.wfmt == 2), sc.gshift.eq(self.gshift),
+                         sc.s_valid.eq(q4 & in_scale & self.ws_valid), sc.s_data.eq(self.ws_data),
+                         sc.s_last.eq(bcnt == s_end)]
+            with m.If(q4 & ws_fire):
+                sec_end = Mux(in_scale, bcnt == s_end, bcnt == c_end)
+                m.d.sync += [bcnt.eq(Mux(sec_end, 0, bcnt + 1)), in_scale.eq(in_scale ^ sec_end)]
+            with m.If(q4):
+                m.d.comb += [aw.valid.eq(self.ws_valid & ~in_scale),
+                             self.ws_ready.eq(Mux(in_scale, sc.s_ready, aw.ready))]
+            with m.Else():
+                m.d.comb += [aw.valid.eq(src_valid), self.ws_ready.eq(streaming & s8_ready)]
+            # a code line of port p: array column half*P + p takes its half `half` (C/2 bytes = C codes);
+            # K element r is byte r // 2, nibble r % 2; the weight is q - 8 (Q4_0: q ^ 8 as 4-bit signed) or q
+            for j in range(Wc):
+                half, p = divmod(j, P)
+                for r in range(C):
+                    bit = p * C * 8 + half * (C // 2) * 8 + (r // 2) * 8 + (r % 2) * 4
+                    q = self.ws_data[bit:bit + 4]
+                    w4 = Mux(q41, Cat(q, Const(0, 4)), Cat(q[:3], ~q[3], ~q[3], ~q[3], ~q[3], ~q[3]))
+                    m.d.comb += aw.payload[j][r].eq(Mux(q4, w4, wbyte[j][r]))
+        else:
+            m.d.comb += aw.valid.eq(src_valid)
+            m.d.comb += [aw.payload[j][r].eq(wbyte[j][r]) for j in range(Wc) for r in range(C)]
+
+        # ---- activations (tag: accumulator line, accumulate flag, the 4-bit GEMM's group fields; last row of
+        # the tile).  A group of 32 weights along K is L = 32 / C K lines: kk's low bits say where in it
+        L = GROUP // C
+        lb = L.bit_length() - 1
+        gpos = a_kk[:lb] if lb else Const(0, 1)
+        glast_now = (gpos == L - 1) if lb else Const(1, 1)
+        tag_now = Signal(self.tag)
+        m.d.comb += [tag_now.addr.eq(t_ptr[:16]),
+                     tag_now.acc.eq(self.acc | Mux(q4, (a_kk >> lb) != 0, a_kk != 0)),
+                     tag_now.gfirst.eq(gpos == 0), tag_now.glast.eq(glast_now),
+                     tag_now.gend.eq(glast_now & (a_i == m1)), tag_now.lend.eq(a_kk == k1),
+                     tag_now.gi.eq(a_i)]
+        side = self.tag.size - ASUM_BITS + 1  # the tag less the activation sum, and `last`
         side_now = Signal(side)  # describes the line read this cycle; registered to meet its data
         side_d = Signal(side)
-        m.d.comb += side_now.eq(t_ptr[:16] | ((self.acc | (a_kk != 0)) << 16) | ((a_i == m1) << 17))
+        m.d.comb += side_now.eq(Cat(tag_now.as_value()[:side - 1], a_i == m1))
         m.d.sync += side_d.eq(side_now)
-        a_issue, aq = _prefetch(m, "aq", C * 8 + side, a_more & ~self.start,
-                                self.a_rdata | (side_d << (C * 8)))
+        # the line's activation sum (the 4-bit GEMM's Mn * A), from the scratchpad's data as it enters the FIFO
+        asum = Signal(signed(ASUM_BITS))
+        m.d.comb += asum.eq(sum(self.a_rdata[8 * r:8 * r + 8].as_signed() for r in range(C)))
+        a_issue, aq = _prefetch(m, "aq", C * 8 + side + ASUM_BITS, a_more & ~self.start,
+                                Cat(self.a_rdata, side_d, asum))
         m.d.comb += [self.a_addr.eq(a_ptr), self.a_en.eq(a_issue)]
         with m.If(a_issue):
             with m.If(a_i == m1):
@@ -172,15 +251,32 @@ class GemmSequencer(wiring.Component):
             with m.Else():
                 m.d.sync += [a_i.eq(a_i + 1), a_ptr.eq(a_ptr + self.k), t_ptr.eq(t_ptr + self.n)]
         ap = arr.a_stream.payload
+        fd = aq.r_data
         m.d.comb += [arr.a_stream.valid.eq(aq.r_rdy), aq.r_en.eq(arr.a_stream.ready),
-                     ap.tag.eq(aq.r_data[C * 8:C * 8 + 17]), ap.last.eq(aq.r_data[C * 8 + 17])]
-        m.d.comb += [ap.data[r].eq(aq.r_data[8 * r:8 * r + 8]) for r in range(C)]
+                     ap.tag.eq(Cat(fd[C * 8:C * 8 + side - 1], fd[C * 8 + side:])), ap.last.eq(fd[C * 8 + side - 1])]
+        m.d.comb += [ap.data[r].eq(fd[8 * r:8 * r + 8]) for r in range(C)]
         m.d.comb += self.fire.eq(arr.a_stream.valid & arr.a_stream.ready)
 
+        # ---- the array's lines to the accumulator: int8 directly, 4-bit through the group scaler
+        o = arr.o_stream
+        ai = acc.i_stream
+        otag = Signal(self.tag)
+        m.d.comb += otag.eq(o.payload.tag)
+        if self.q4:
+            sc = self.scaler
+            m.d.comb += [sc.i_valid.eq(o.valid & q4), sc.i_data.eq(o.payload.data), sc.i_tag.eq(otag)]
+            m.d.comb += [ai.valid.eq(Mux(q4, sc.o_valid, o.valid)),
+                         ai.payload.data.eq(Mux(q4, sc.o_data, o.payload.data)),
+                         ai.payload.tag.eq(Mux(q4, Cat(sc.o_addr, sc.o_acc), otag.as_value()[:17]))]
+        else:
+            m.d.comb += [ai.valid.eq(o.valid), ai.payload.data.eq(o.payload.data),
+                         ai.payload.tag.eq(otag.as_value()[:17])]
+
         # ---- completion: every partial line written by the accumulator; k = 0 zero fill
-        # (every line read is one accumulator write; a write with none in flight is not counted)
+        # (every line read that reaches the accumulator is one write: a 4-bit GEMM's only at a group's end;
+        # a write with none in flight is not counted)
         written = acc.wr.en & (inflight != 0)
-        m.d.sync += inflight.eq(inflight + a_issue - written)
+        m.d.sync += inflight.eq(inflight + (a_issue & (~q4 | glast_now)) - written)
         m.d.comb += [self.zero_addr.eq(zptr), self.zero_en.eq(zeros)]
         with m.If(zeros):
             m.d.sync += zptr.eq(zptr + 1)

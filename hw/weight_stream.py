@@ -14,17 +14,18 @@ when it does not.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
 from systolica.layout import WPAGE
+from systolica.wstream4 import config_problem
 
 from .axi import axi4_read_signature
 from .dma import ADDR_BITS, DmaReader
 
-__all__ = ["WeightStream", "stream_outstanding", "STREAM_FIFO_LINES"]
+__all__ = ["WeightStream", "stream_outstanding", "row_lines", "STREAM_FIFO_LINES"]
 
 #: lines each port's FIFO holds: absorbs the skew between ports (their bursts arrive independently)
 STREAM_FIFO_LINES = 32
@@ -38,15 +39,27 @@ def stream_outstanding(cfg: AccelConfig, latency: int = 256) -> int:
     return max(6, min(16, -(-latency // beats) + 2))
 
 
+def row_lines(k, wfmt, cfg: AccelConfig):
+    """Lines one output line puts in each port's stream (Amaranth values ``k``, ``wfmt``): int8 ``k * R``; 4-bit
+    ``ceil(k*R*sb / 32)`` scale lines and ``k*R / 2`` code lines (``systolica.layout.wstream_port_bytes`` / cols)."""
+    R = cfg.cols // cfg.dma_ports
+    lg = R.bit_length() - 1
+    if config_problem(cfg) is not None:  # no 4-bit datapath: the decoder refuses wfmt != 0
+        return k << lg
+    scale = Mux(wfmt == 2, ((k << (lg + 2)) + 31) >> 5, ((k << (lg + 1)) + 31) >> 5)
+    return Mux(wfmt == 0, k << lg, scale + (k << (lg - 1)))
+
+
 class WeightStream(wiring.Component):
-    """The weight ports of one GEMM_STREAM: ``start`` with ``w``, ``n``, ``k``; beats of ``P`` lines on ``beat_*``."""
+    """The weight ports of one GEMM_STREAM: ``start`` with ``w``, ``n`` and ``row_lines`` (the lines one output line
+    puts in each port's stream: :func:`row_lines`); beats of ``P`` lines on ``beat_*``."""
 
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg
         self.ports = cfg.dma_ports
         members = {f"axi{p}": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)) for p in range(self.ports)}
         members |= {
-            "start": In(1), "base": In(ADDR_BITS), "w": In(32), "n": In(16), "k": In(16), "abort": In(1),
+            "start": In(1), "base": In(ADDR_BITS), "w": In(32), "n": In(16), "row_lines": In(24), "abort": In(1),
             "beat_valid": Out(1), "beat_ready": In(1), "beat_data": Out(self.ports * cfg.cols * 8),
             "busy": Out(1), "quiet": Out(1), "bus_error": Out(1),
         }
@@ -57,9 +70,8 @@ class WeightStream(wiring.Component):
         cfg, P, C = self.cfg, self.ports, self.cfg.cols
         db = cfg.dma_bits
         bpl = C // cfg.dma_bytes  # DMA beats per scratchpad line
-        lines_per_row = C // P  # lines one output line x one K line adds to each port's stream
         beats = Signal(32)
-        m.d.comb += beats.eq(self.k * (lines_per_row * bpl))  # a constant multiple: shifts and adds
+        m.d.comb += beats.eq(self.row_lines * bpl)  # a constant multiple: shifts and adds
         all_ready = 1
         quiet, busy, err = 1, 0, 0
         heads = []
@@ -68,7 +80,7 @@ class WeightStream(wiring.Component):
             m.submodules[f"rd{p}"] = rd
             wiring.connect(m, wiring.flipped(getattr(self, f"axi{p}")), rd.axi)
             m.d.comb += [rd.start.eq(self.start), rd.base.eq(self.base), rd.addr.eq(self.w + p * WPAGE),
-                         rd.stride.eq(self.k * (lines_per_row * C)), rd.rows.eq(self.n), rd.beats.eq(beats),
+                         rd.stride.eq(self.row_lines * C), rd.rows.eq(self.n), rd.beats.eq(beats),
                          rd.abort.eq(self.abort)]
             q = fifo.SyncFIFOBuffered(width=C * 8, depth=STREAM_FIFO_LINES)
             m.submodules[f"q{p}"] = q

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from systolica import wstream4
 from systolica.config import AccelConfig
 from systolica.isa import OP_BY_CODE, OPCODE_BITS, WORD_BITS, Engine, Instr, encode, make
 from systolica.layout import wstream_end
+from systolica.numerics_int4 import GROUP
 
-__all__ = ["RandomProgram", "random_program", "dump_stores", "dump_bytes", "FAULT_KINDS", "weight_stream_program", "RTL_RANDOM_OPS",
+__all__ = ["RandomProgram", "random_program", "serialize", "dump_stores", "dump_bytes", "FAULT_KINDS", "weight_stream_program", "RTL_RANDOM_OPS",
            "load_store_program"]
 
 #: Ops the random generator draws (those the RTL executes; see hw.decode.RTL_OPS).
@@ -88,11 +90,19 @@ class _Gen:
                     w=self.r(0, region - n * cols * k), m=m, k=k, n=n, acc=self.r(0, 1))
 
     def gemm_stream(self) -> dict:
-        """GEMM_STREAM fields with the whole weight stream (every port's pages) inside the data region."""
+        """GEMM_STREAM fields with the whole weight stream (every port's pages) inside the data region: int8
+        weights, or on a config with the 4-bit datapath half the time Q4_0 / Q4_1 codes (random DRAM bytes are
+        codes and scales as good as any) with a random group shift."""
         cols = self.cfg.cols
         m, k, n = self.r(1, 3), self.r(0, 3), self.r(1, 2)
+        fmt = {}
+        if wstream4.config_problem(self.cfg) is None and self.rng.random() < 0.5:
+            group = GROUP // cols  # K lines a group of 32 weights
+            k = group * self.r(0, min(2, self.cfg.q4_groups))
+            fmt = {"wfmt": self.r(1, 2), "gshift": self.r(0, 15)}
         region = self.region[0]
-        d = dict(dst=self.r(0, self.region[1] - m * n), a=self.r(0, region - m * k), m=m, k=k, n=n, acc=self.r(0, 1))
+        d = dict(dst=self.r(0, self.region[1] - m * n), a=self.r(0, region - m * k), m=m, k=k, n=n,
+                 acc=self.r(0, 1)) | fmt
         for _ in range(32):
             w = self.data_lo + cols * self.r(0, max(0, (self.data_hi - self.data_lo) // cols - 1))
             if k == 0 or wstream_end(d | {"w": w}, self.cfg) <= self.data_hi:
@@ -183,7 +193,7 @@ def _with_flags(ins: Instr, **flags: bool) -> Instr:
     return Instr(ins.op, dict(ins.fields), **f)
 
 
-def _serialize(ops: list[Instr]) -> list[Instr]:
+def serialize(ops: list[Instr]) -> list[Instr]:
     """Insert token flags (and bridging compute NOPs) so that each instruction follows the previous one."""
     out: list[Instr] = []
     for ins in ops:
@@ -258,6 +268,11 @@ def _inject(g: _Gen, kind: str) -> tuple[Instr | int, bool]:
     if kind == "wfmt":  # a weight format field no executor accepts: wfmt=3, or a group shift on int8 weights
         d = g.gemm_stream()
         d["wfmt"], d["gshift"] = (3, 0) if rng.random() < 0.5 else (0, g.r(1, 15))
+        if wstream4.config_problem(cfg) is None and rng.random() < 0.4:  # 4-bit weights the array cannot take
+            d["wfmt"], d["gshift"] = g.r(1, 2), g.r(0, 15)
+            d["k"], d["m"] = (GROUP // cfg.cols + 1, d["m"]) if rng.random() < 0.5 else (GROUP // cfg.cols, 65)
+            if d["k"] % (GROUP // cfg.cols) == 0:  # L = 1 (cols = 32): k is always whole groups; too many rows
+                d["m"] = wstream4.MAX_ROWS + 1
         return make("GEMM_STREAM", **d), False
     if kind == "gemm_sram":
         gm = g.gemm()
@@ -303,7 +318,7 @@ def random_program(cfg: AccelConfig, rng: np.random.Generator, *, n_ops: int, da
         ops.insert(fault_index, bad)
     if dump_at is not None:
         ops += dump_stores(cfg, dump_at)
-    instrs = _serialize(ops)
+    instrs = serialize(ops)
     if fault == "deadlock":
         # a pop no push will ever match: on a compute instruction waiting for the store engine,
         # or a load instruction waiting for compute, placed where nothing later pushes there

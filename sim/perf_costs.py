@@ -296,6 +296,8 @@ def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0)
 #: (m 1..16, k 1..16, n 1..4) on the fast RTL harness of "tiny" with 1 and 2 ports and rd_latency 2, where the
 #: DRAM keeps up; latency, other configs and contention with LOADs are not fitted (RTL-vs-model tests to come).
 WSTREAM_STARTUP = 4
+#: an int4 GEMM_STREAM's group lines pass the group scaler (``hw/group_scaler.py``: s0 .. s5) before the accumulator
+GROUP_SCALER_CYCLES = 5
 
 
 def _stream_share(cfg: AccelConfig, k: int, wfmt: int) -> float:
@@ -311,10 +313,10 @@ def _stream_share(cfg: AccelConfig, k: int, wfmt: int) -> float:
 def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0, wfmt: int = 0) -> OpCost:
     """GEMM_STREAM, first order (RTL CALIBRATION PENDING: see :data:`WSTREAM_STARTUP`).
 
-    ``wfmt`` Q4_0 / Q4_1 (4-bit codes with group scales): A MODEL OF A DATAPATH THE RTL DOES NOT HAVE YET (its
-    decoder refuses these formats).  The weight ports deliver the same bytes a cycle, now carrying two weights a
-    byte plus the scales (:func:`_stream_share` of the int8 bytes), and the array is assumed to consume them at
-    that rate (twice the weights a beat), so a tile's load time shrinks by that share; nothing else changes.
+    ``wfmt`` Q4_0 / Q4_1 (4-bit codes with group scales, ``hw/group_scaler.py``): the weight ports deliver the
+    same bytes a cycle, now carrying two weights a byte plus the scales (:func:`_stream_share` of the int8
+    bytes), and the array takes a code beat (``2P`` columns) a cycle, so a tile's load time shrinks by that
+    share; the group scaler adds :data:`GROUP_SCALER_CYCLES` of latency after the array.
 
     The systolic GEMM's tile schedule (:func:`_gemm`) with each tile's weights coming from the weight ports: a
     ``cols x cols`` tile is ``cols`` weight lines of ``bpl = cols / dma_bytes`` beats, ``cols / P`` of them per
@@ -340,6 +342,7 @@ def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: i
     load = max(1.0, per_tile * n * k / tiles)  # an array tile's share of the stream (square: per_tile), fractional
     # at a DRAM rate that is not a whole number of cycles a tile: rounded once for the whole stream, not per tile
     cycles = rd_round_trip(p) + WSTREAM_STARTUP + math.ceil(load + (tiles - 1) * max(m, load)) + m + array_latency(cfg)
+    cycles += GROUP_SCALER_CYCLES if share != 1.0 else 0
     return OpCost(cycles, array_busy=tiles * m, rd_beats=math.ceil(share * n * k * cols * bpl), macs=macs)
 
 

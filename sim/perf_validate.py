@@ -58,7 +58,9 @@ def _vector_instr(cfg: AccelConfig, op: str, rows: int, lines: int):
 
 def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
     """Programs ``[{"name", "words"}]`` covering the model's rules; data lives at ``_DATA_LO`` and above."""
-    from systolica.sim.accel_programs import random_program, weight_stream_program
+    from systolica import wstream4
+    from systolica.numerics_int4 import GROUP
+    from systolica.sim.accel_programs import serialize, random_program, weight_stream_program
 
     c, out = cfg.cols, []
     d = _DATA_LO
@@ -81,6 +83,15 @@ def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
         prog = weight_stream_program(cfg, k_lines=k_lines, n_tiles=n_tiles, n_lines=n_lines, w_dram=d + 0x1000,
                                      a_dram=d, out_dram=d + 0x800)
         out.append({"name": f"stream_k{k_lines}_n{n_lines}_t{n_tiles}", "words": [encode(i) for i in prog]})
+    if wstream4.config_problem(cfg) is None:  # 4-bit weight streams: scale and code sections, the group scaler
+        group = GROUP // c  # K lines a group of 32 weights
+        for fmt, m, groups, n in ((1, 1, 4, 8), (2, 1, 4, 8), (2, 1, 1, 24), (1, 8, 2, 4), (2, 16, 2, 2)):
+            k = groups * group
+            prog = serialize([
+                make("LOAD", buf=0, sram=0, dram=d, rows=1, lines=m * k, stride=m * k * c),
+                make("GEMM_STREAM", dst=0, a=0, w=d + 0x1000, m=m, k=k, n=n, wfmt=fmt, gshift=3),
+                make("STORE", buf=1, sram=0, dram=d + 0x8000, rows=1, lines=m * n, stride=m * n * c * 4)])
+            out.append({"name": f"stream_q4_{fmt}_m{m}_g{groups}_n{n}", "words": _finish(prog)})
     for op, rows, lines in vector_cases():  # one line a cycle through the vector / activation units
         out.append({"name": f"{op.lower()}_{rows}x{lines}", "words": _finish([_vector_instr(cfg, op, rows, lines)])})
     for op in ("RMSNORM", "LAYERNORM"):  # the norm unit's passes, its scalar states and its output pipeline

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from systolica import wstream4
 from systolica.config import preset
 from systolica.faults import Fault
 from systolica.sim.accel_programs import FAULT_KINDS, RTL_RANDOM_OPS, random_program
@@ -44,7 +45,7 @@ def test_fast_path_random_programs_match_golden(fast):
     cfg = fast.cfg
     rng = np.random.default_rng(2024)
     dram = np.zeros(MEM, np.uint8)
-    words, retired, mismatches, outcomes, per_op = 0, 0, [], {}, {}
+    words, retired, mismatches, outcomes, per_op, q4 = 0, 0, [], {}, {}, 0
     for i in range(n):
         kind = None if rng.random() < 0.4 else str(rng.choice(FAULT_KINDS))
         prog = random_program(cfg, rng, n_ops=int(rng.integers(3, 20)), data_lo=DATA_LO, data_hi=DATA_HI,
@@ -59,6 +60,7 @@ def test_fast_path_random_programs_match_golden(fast):
         res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(prog.words),
                        max_cycles=200_000, stall_percent=30 if i % 2 else 0, seed=i)
         words += len(prog.words)
+        q4 += sum(1 for x in prog.instrs if x.op == "GEMM_STREAM" and x.fields.get("wfmt", 0) in (1, 2))
         retired += gold.counters.instructions
         for op, k in gold.counters.per_op.items():
             per_op[op] = per_op.get(op, 0) + k
@@ -84,26 +86,41 @@ def test_fast_path_random_programs_match_golden(fast):
     assert not mismatches, mismatches[:3]
     assert len(outcomes) >= 7, outcomes
     assert all(per_op.get(op, 0) > 0 for op in RTL_RANDOM_OPS), per_op
+    assert (q4 > 10) == (wstream4.config_problem(cfg) is None), q4  # 4-bit GEMM_STREAMs where the array takes them
 
 
-def test_int4_stream_is_refused_not_computed(fast):
-    """The array has no 4-bit datapath yet: a GEMM_STREAM with wfmt Q4_0 / Q4_1 stops the RTL with
-    ILLEGAL_FIELD at its PC, before anything after it runs, where the golden simulator executes it."""
+def test_int4_stream_matches_golden_or_is_refused(fast):
+    """A GEMM_STREAM with 4-bit weights (Q4_0 / Q4_1, group shifts 0 and 5) gives the golden simulator's
+    accumulator lines on a config with the 4-bit datapath (several groups along K, several rows and output
+    lines); a config without it (cols not a multiple of 2 x dma_ports) stops with ILLEGAL_FIELD at its PC, as
+    the golden simulator does."""
     from systolica.isa import WFmt, encode, make
+    from systolica.numerics_int4 import GROUP
+    from systolica.sim.accel_programs import serialize
 
     fast, _ = fast
     cfg = fast.cfg
-    if cfg.name != "tiny":
-        pytest.skip("one configuration is enough for a decoder check")
-    dram = np.zeros(MEM, np.uint8)
-    for fmt in (WFmt.Q4_0, WFmt.Q4_1):
-        prog = [make("NOP", engine=1), make("GEMM_STREAM", dst=0, a=0, w=DATA_LO, m=1, k=8, n=1, wfmt=int(fmt),
-                                             gshift=3), make("FINISH")]
-        words = [encode(i) for i in prog]
+    C = cfg.cols
+    ok = wstream4.config_problem(cfg) is None
+    rng = np.random.default_rng(5)
+    m, n, k = 3, 2, 2 * GROUP // C
+    for fmt, gshift in ((WFmt.Q4_0, 0), (WFmt.Q4_1, 0), (WFmt.Q4_0, 5), (WFmt.Q4_1, 5)):
+        ops = [make("LOAD", buf=0, sram=0, dram=DATA_LO, rows=1, lines=m * k, stride=C * m * k),
+               make("GEMM_STREAM", dst=0, a=0, w=DATA_LO + 0x1000, m=m, k=k, n=n, wfmt=int(fmt), gshift=gshift),
+               make("STORE", buf=1, sram=0, dram=DATA_HI - 0x1000, rows=1, lines=m * n, stride=4 * C * m * n)]
+        words = [encode(i) for i in serialize(ops)] + [encode(make("FINISH"))]
+        dram = np.zeros(MEM, np.uint8)
+        dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
         code = b"".join(int(w).to_bytes(16, "little") for w in words)
         dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
-        gold = GoldenSim(cfg, dram.copy(), window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
-        assert gold.status == Fault.NONE  # legal in the ISA: the golden simulator computes it
+        gold_dram = dram.copy()
+        gold = GoldenSim(cfg, gold_dram, window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
         res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
-                       max_cycles=20_000, stall_percent=0, seed=0)
-        assert res.done and res.code == Fault.ILLEGAL_FIELD and res.pc == 1, (fmt, res.code, res.pc)
+                       max_cycles=50_000, stall_percent=20, seed=int(fmt))
+        assert res.done and res.code == gold.status, (fmt, res.code, gold.status, gold.message)
+        out = slice(WIN_BASE + DATA_HI - 0x1000, WIN_BASE + DATA_HI - 0x1000 + 4 * C * m * n)
+        if ok:
+            assert gold.status == Fault.NONE and np.any(gold_dram[out] != 0), gold.message
+        else:
+            assert gold.status == Fault.ILLEGAL_FIELD and res.pc == gold.pc, (res.code, res.pc, gold.pc)
+        assert np.array_equal(dram, gold_dram), (fmt, gshift, dram[out].view("<i4"), gold_dram[out].view("<i4"))
