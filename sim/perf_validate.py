@@ -60,7 +60,7 @@ def suite(cfg: AccelConfig, n_random: int = 12, seed: int = 3) -> list[dict]:
     """Programs ``[{"name", "words"}]`` covering the model's rules; data lives at ``_DATA_LO`` and above."""
     from systolica import wstream4
     from systolica.numerics_int4 import GROUP
-    from systolica.sim.accel_programs import serialize, random_program, weight_stream_program
+    from systolica.sim.accel_programs import random_program, serialize, weight_stream_program
 
     c, out = cfg.cols, []
     d = _DATA_LO
