@@ -14,12 +14,12 @@ when it does not.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
-from systolica.layout import WPAGE
+from systolica.layout import WPAGE, select
 from systolica.wstream4 import config_problem
 
 from .axi import axi4_read_signature
@@ -40,14 +40,15 @@ def stream_outstanding(cfg: AccelConfig, latency: int = 256) -> int:
 
 
 def row_lines(k, wfmt, cfg: AccelConfig):
-    """Lines one output line puts in each port's stream (Amaranth values ``k``, ``wfmt``): int8 ``k * R``; 4-bit
-    ``ceil(k*R*sb / 32)`` scale lines and ``k*R / 2`` code lines (``systolica.layout.wstream_port_bytes`` / cols)."""
+    """Lines one output line puts in each port's stream, in shifts and adds (``k``, ``wfmt``: Amaranth values or
+    ints): int8 ``k * R``; 4-bit ``ceil(k*R*sb / 32)`` scale lines and ``k*R / 2`` code lines
+    (``systolica.layout.wstream_port_bytes / cols`` for one output line: tests/hw/test_weight_stream_lines.py)."""
     R = cfg.cols // cfg.dma_ports
     lg = R.bit_length() - 1
     if config_problem(cfg) is not None:  # no 4-bit datapath: the decoder refuses wfmt != 0
         return k << lg
-    scale = Mux(wfmt == 2, ((k << (lg + 2)) + 31) >> 5, ((k << (lg + 1)) + 31) >> 5)
-    return Mux(wfmt == 0, k << lg, scale + (k << (lg - 1)))
+    scale = select(wfmt == 2, ((k << (lg + 2)) + 31) >> 5, ((k << (lg + 1)) + 31) >> 5)
+    return select(wfmt == 0, k << lg, scale + (k << (lg - 1)))
 
 
 class WeightStream(wiring.Component):
