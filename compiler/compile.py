@@ -180,11 +180,14 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         Sequences one batched decode step serves (``decode_batch``: one sequence per row, each at its own
         position on its own KV pages, the logits of every row; one weight read feeds them all).  The KV cache
         then holds ``batch`` sequences of ``max_seq`` tokens.  1: no batched program.
-    weights : {"int8", "int4"}
+    weights : {"int8", "int4", "auto"}
         Matrix weight format (``quantize_model``'s ``weights``): ``"int4"`` streams GGUF Q4_0 / Q4_1 matrices as
         their 4-bit codes with group scales and quantizes float ones to 4-bit groups unless their error is too
-        large; ``manifest["quant_formats"]`` says what each matrix got.  The integer reference must be built
-        with the same choice.
+        large; ``"auto"`` streams only the checkpoint's own 4-bit matrices so, on a config with the 4-bit
+        datapath (``wstream4.config_problem``), and is ``"int8"`` on one without;
+        ``manifest["quant_formats"]`` says what each matrix got, ``manifest["weight_format"]`` the format
+        asked for and ``manifest["weight_format_used"]`` what it became.  The integer reference must be built
+        with the same (used) choice.
 
     Raises
     ------
@@ -198,11 +201,13 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
     say("graph")
     g = _graph(c, cfg, act_split)
     say("quantize")
-    qm, report = quantize(model, g, max_seq, weights=weights)
+    used = "int8" if weights == "auto" and wstream4.config_problem(cfg) else weights
+    qm, report = quantize(model, g, max_seq, weights=used)
     art = _compile(g, qm, cfg, page=page, max_seq=max_seq, prefill_chunk=prefill_chunk, act_split=act_split,
                    say=say, t0=t0, tokenizer=model.tokenizer, metadata=model.metadata, quant_errors=report.errors,
                    batch=batch)
     art.manifest["weight_format"] = weights
+    art.manifest["weight_format_used"] = used
     art.manifest["quant_formats"] = {k: qm.format_of(k) for k in qm.mats}
     return art
 

@@ -39,6 +39,7 @@ from systolica.quant_model import (
     _q4_matrix,
     _quant_matrix,
     eps_to_q32,
+    wants_q4,
 )
 
 __all__ = ["ModelShape", "compile_programs", "placeholder_quant"]
@@ -94,7 +95,7 @@ class ModelShape:
         shifts, formats = {}, {}
         for name in _matrices(c):
             w = model.output_weight() if name == "output" else model.w(name)
-            if weights == "int4":
+            if wants_q4(name, model, weights):
                 scale = qscale if name.endswith(".attn_q") else 1.0
                 m4 = _q4_matrix(name, model, np.asarray(w, np.float64) * scale, scale, {})
                 if m4 is not None:

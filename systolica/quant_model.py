@@ -29,6 +29,8 @@ Decisions (the compiler must make the same ones to be bit-exact):
 - ``weights="int4"``: matrices as :class:`~systolica.quant_int4.Q4Matrix` (GGUF Q4 codes kept, float ones
   quantized to Q4_1 groups unless too lossy, the LM head int8; :func:`_q4_matrix`); their REQUANT ``mult`` are
   powers of two and the GEMM is GEMM_STREAM's int4 format (``numerics_int4.stream_acc``).
+  ``weights="auto"``: the checkpoint's own Q4_0 / Q4_1 matrices keep their codes (4-bit), every other one int8
+  (:func:`wants_q4`).
 - Vectors (norm gains and betas, biases, embeddings, learned positions):
   ``numerics.to_fx`` int32.  RoPE: ``numerics.rope_table(arange(max_seq), hd, base)``.
 - ``eps_q32 = round(norm_eps * 2**32)``, a 24-bit field: ``norm_eps`` must lie in
@@ -48,11 +50,11 @@ from systolica.numerics_int4 import GROUP
 from systolica.quant_int4 import Q4Matrix, Q4QuantError, q4_from_float, to_q4_matrix
 
 __all__ = ["QuantError", "QuantMatrix", "QuantModel", "quantize_model", "REQUANT_SHIFT_MAX", "EPS_FIELD_MAX",
-           "WEIGHT_FORMATS", "INT4_MAX_ERROR", "INT8_MATRICES"]
+           "WEIGHT_FORMATS", "INT4_MAX_ERROR", "INT8_MATRICES", "checkpoint_q4", "wants_q4"]
 
 REQUANT_SHIFT_MAX = 255  # REQUANT.shift is 8 bits (systolica.isa)
 EPS_FIELD_MAX = (1 << 24) - 1  # RMSNORM/LAYERNORM.eps is 24 bits
-WEIGHT_FORMATS = ("int8", "int4")
+WEIGHT_FORMATS = ("int8", "int4", "auto")
 #: with weights="int4", a float (F16/F32/Q8_0) matrix whose 4-bit relative RMS error exceeds this stays int8
 #: (4-bit groups of Gaussian-like weights measure ~0.08-0.09; an outlier-heavy tensor more)
 INT4_MAX_ERROR = 0.10
@@ -180,11 +182,21 @@ def eps_to_q32(eps: float) -> int:
     return e
 
 
+def checkpoint_q4(name: str, model: Model):
+    """The GGUF Q4 blocks the checkpoint holds for matrix ``name`` (the tied embedding for ``output``), or None."""
+    return model.q4.get("token_embd" if name == "output" and model.config.tied_output else name)
+
+
+def wants_q4(name: str, model: Model, weights: str) -> bool:
+    """Whether matrix ``name`` is tried as 4-bit under ``weights``: every one under ``"int4"``, the checkpoint's
+    own 4-bit ones under ``"auto"``, none under ``"int8"``."""
+    return weights == "int4" or (weights == "auto" and checkpoint_q4(name, model) is not None)
+
+
 def _q4_matrix(name: str, model: Model, w: np.ndarray, scale: float, notes: dict) -> Q4Matrix | None:
     """The 4-bit form of matrix ``name`` (``w``: its float weights, ``scale`` folded in), or None with the reason
     in ``notes`` when it stays int8.  The checkpoint's own Q4 codes are kept; a float tensor is quantized."""
-    src = "token_embd" if name == "output" and model.config.tied_output else name
-    blocks = model.q4.get(src)
+    blocks = checkpoint_q4(name, model)
     try:
         if blocks is not None:
             return to_q4_matrix(name, blocks, "codes kept", scale)
@@ -217,10 +229,11 @@ def quantize_model(model: Model, max_seq: int | None = None, act_split: bool = F
         Positions covered by the RoPE table; default ``model.config.max_seq``.
     act_split : bool
         See :attr:`QuantModel.act_split`.
-    weights : {"int8", "int4"}
+    weights : {"int8", "int4", "auto"}
         ``"int4"``: GGUF Q4_0 / Q4_1 matrices keep their codes (:mod:`systolica.quant_int4`); float ones are
         quantized to 4-bit groups unless their error passes :data:`INT4_MAX_ERROR`; the LM head
-        (:data:`INT8_MATRICES`) stays int8 unless the checkpoint holds it as 4-bit codes.
+        (:data:`INT8_MATRICES`) stays int8 unless the checkpoint holds it as 4-bit codes.  ``"auto"``: only the
+        checkpoint's 4-bit matrices are 4-bit (the rest int8).
 
     Raises
     ------
@@ -242,7 +255,8 @@ def quantize_model(model: Model, max_seq: int | None = None, act_split: bool = F
 
     def add_mat(name: str, w: np.ndarray, scale: float = 1.0) -> None:
         w = np.asarray(w, np.float64) * scale if scale != 1.0 else w
-        m4 = _q4_matrix(name, model, np.asarray(w, np.float64), scale, notes) if weights == "int4" else None
+        m4 = _q4_matrix(name, model, np.asarray(w, np.float64), scale, notes) if wants_q4(name, model, weights) \
+            else None
         mats[name] = m4 if m4 is not None else _quant_matrix(name, w)
         errors[name] = _rel_rms(mats[name].dequant(), w)
 

@@ -124,12 +124,13 @@ def add_max_tokens(p, default: int, *, old: bool = False) -> None:
         add_deprecated(p, "--tokens", "-n/--max-tokens", "max_tokens", type=positive_int)
 
 
-def add_weights(p, default: str | None = "int8") -> None:
-    """``--weights int8|int4``: the matrices' format (``compile_model(weights=...)``)."""
-    p.add_argument("--weights", choices=("int8", "int4"), default=default,
-                   help="matrix weights as int8, or int4: GGUF Q4_0/Q4_1 matrices streamed as their 4-bit codes with "
-                        "group scales, float ones quantized to 4-bit groups unless their error is too large (the LM "
-                        "head stays int8); the golden simulator runs int4, the RTL does not yet (default int8)")
+def add_weights(p, default: str | None = "auto") -> None:
+    """``--weights auto|int8|int4``: the matrices' format (``compile_model(weights=...)``)."""
+    p.add_argument("--weights", choices=("auto", "int8", "int4"), default=default,
+                   help="matrix weights: auto (default) keeps a GGUF checkpoint's Q4_0/Q4_1 matrices as their 4-bit "
+                        "codes with group scales and makes the rest int8 (int8 everywhere on a config without the "
+                        "4-bit datapath); int8 everywhere; or int4: also float matrices quantized to 4-bit groups "
+                        "unless their error is too large (the LM head stays int8 unless stored as 4-bit codes)")
 
 
 def add_jobs(p, what: str, default: int | None, *, old: Sequence[str] = ()) -> None:

@@ -64,7 +64,7 @@ def resolve_config(board: str | None, config: str | None):
 ZIP_MAGIC = b"PK\x03\x04"  # an artifact is a zip archive; a GGUF file starts with b"GGUF"
 #: the compile options of ``run``: with a compiled artifact they were fixed when it was compiled
 COMPILE_OPTIONS = {"max_seq": ("--max-seq", 256), "page": ("--page", 16), "prefill_chunk": ("--prefill-chunk", 16),
-                   "act_split": ("--act-split/--no-act-split", True), "weights": ("--weights", "int8")}
+                   "act_split": ("--act-split/--no-act-split", True), "weights": ("--weights", "auto")}
 
 
 def is_artifact_file(model_spec: str) -> bool:
@@ -258,6 +258,7 @@ def _generate(args, rt, art, file, compile_s, cfg, m, sp) -> int:
         d.update(prompt=args.prompt, text="".join(text), artifact=str(file), compile_s=compile_s,
                  config=cfg.name, model=art.manifest["model"].get("name"),
                  weight_format=art.manifest.get("weight_format", "int8"),
+                 weight_format_used=art.manifest.get("weight_format_used", art.manifest.get("weight_format", "int8")),
                  stream_bytes_per_token_by_format=art.manifest.get("stats", {}).get("decode", {})
                  .get("stream_bytes_by_format"))  # counted from the compiled decode program
         emit_json(args.json, d)
@@ -277,8 +278,6 @@ def _print_metrics(con, m, cfg, art) -> None:
     timed = "" if m.has_cycles else " (no cycle counts on this backend)"
     if m.backend == "golden" and m.has_cycles:
         timed = " (performance model)"
-        if art.manifest.get("weight_format", "int8") != "int8":  # the int4 stream is modelled, not built
-            timed = " (performance model of an int4 datapath the RTL does not have yet)"
     t.add_row("prompt tokens", f"{m.prompt_tokens}")
     t.add_row("generated tokens", f"{m.generated_tokens}")
     t.add_row("time to first token" + timed, _fmt(m.ttft_s, " ms", 1e3))
