@@ -42,6 +42,10 @@ def prompt_ids(model, text: str, length: int | None = None) -> list[int]:
     return ids
 
 
+#: where an int4 row's figures come from
+NOTE = "performance model of the RTL's 4-bit weight datapath (hw/group_scaler.py; checked against RTL cycles on tiny)"
+
+
 def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, baselines: list[str],
               gemm: str = "systolic", prompt_sweep: list[int] = (), batches: list[int] = (),
               gguf_path: str | None = None, threads: int | None = None, synth: bool = False,
@@ -50,7 +54,7 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
     """Rows of the comparison and the sweeps behind the plots.
 
     ``weights``: one systolica row per board and matrix weight format, side by side (``("int8", "int4")``);
-    an int4 row is timed by the performance model of an int4 datapath the RTL does not have yet, and says so
+    an int4 row is timed by the performance model of the RTL's 4-bit datapath, and says so
     (``extra["weights_note"]``).  The sweeps are timed for the first format only.
 
     ``synth``: run Yosys for a board configuration without a current cached synthesis (slow);
@@ -77,9 +81,8 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
         row.extra["weight_bytes_per_token"] = art.manifest["stats"]["decode"]["weight_bytes"]  # counted, program
         row.extra["stream_bytes_by_format"] = art.manifest["stats"]["decode"].get("stream_bytes_by_format", {})
         if fmt != "int8":
-            row.name = f"{row.name}, {fmt} weights (model: no RTL datapath yet)"
-            row.extra["weights_note"] = (f"{fmt}: performance model of a 4-bit weight datapath the RTL does not "
-                                         "have yet (its decoder refuses int4 GEMM_STREAMs)")
+            row.name = f"{row.name}, {fmt} weights"
+            row.extra["weights_note"] = f"{fmt}: {NOTE}"
             rep = row.extra.get("roofline_report")
             if rep:  # its modelled figures are not RTL-validated: say so where they are printed
                 rep["board"] = f"{rep['board']} {fmt}"

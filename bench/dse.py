@@ -419,7 +419,7 @@ def evaluate(task: dict, programs: dict | None = None, _memo: dict | None = None
            "dma_bits": cfg.dma_bits, "clock_mhz": cfg.clock_mhz, "gemm": task["gemm"], "dram_gbps": dram,
            "dram_basis": "swept" if task.get("dram_gbps") else "board", "weights": task.get("weights", "int8")}
     if out["weights"] != "int8":
-        out["weights_note"] = "performance model of a 4-bit weight datapath the RTL does not have yet"
+        out["weights_note"] = "performance model of the RTL's 4-bit weight datapath (hw/group_scaler.py; checked against RTL cycles on tiny)"
     from systolica.boards.fit_status import power_basis
 
     if task.get("clock_mhz"):  # a swept clock: met only where a measured Fmax reaches it

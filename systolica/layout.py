@@ -217,7 +217,8 @@ CONVENTIONS = """\
   its low nibble and `2b + 1` in its high nibble. Per group the array forms `T = D*sum((q-8)*a)` (Q4_0)
   or `T = D*sum(q*a) + Mn*sum(a)` (Q4_1), and adds `rshift_round(T, gshift)` to the int32 result
   (`numerics_int4.stream_acc`); REQUANT then scales each column by its power-of-two `mult`. The window
-  check counts these bytes. The RTL refuses `wfmt != 0` (`ILLEGAL_FIELD`) until it has the datapath.
+  check counts these bytes. A config without the 4-bit datapath (`wstream4.config_problem`), `k` not whole
+  groups, `m > 64` or more than `q4_groups` groups along K is `ILLEGAL_FIELD` (`wstream4.illegal`).
 - **DMA.** LOAD/STORE move `rows` rows of `lines` buffer lines; DRAM addresses are byte offsets in the
   DRAM window, and `dram` and `stride` must be multiples of the buffer's line bytes (`DMA_ALIGN`).
   A transfer that would touch any byte outside the window faults (`DMA_WINDOW`) before moving anything.

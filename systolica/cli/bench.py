@@ -53,8 +53,8 @@ class Bench:
                             "checkpoint path, or random:ARCH[:k=v,...]")
         p.add_argument("--boards", default="kv260,zcu104,pynq-z2", help="comma-separated board names")
         p.add_argument("--weights", default="int8", metavar="FORMATS",
-                       help="matrix weight formats to compare, comma-separated: int8, int4 or int8,int4 (int4 rows are "
-                            "the performance model of a datapath the RTL does not have yet; default int8)")
+                       help="matrix weight formats to compare, comma-separated: int8, int4 or int8,int4 (int4 rows: the "
+                            "performance model of the RTL's 4-bit datapath; default int8)")
         p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt text")
         add_max_tokens(p, 8, old=True)
         p.add_argument("--baselines", default="numpy,torch-cpu,torch-cuda,llama.cpp,golden",

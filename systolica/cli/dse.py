@@ -104,8 +104,8 @@ class Dse:
         p.add_argument("--models", default="default", help="comma-separated: default, checkpoint paths, random:ARCH[:k=v]")
         p.add_argument("--boards", default="kv260,zcu104,pynq-z2", help="comma-separated board names")
         p.add_argument("--weights", default="int8", metavar="FORMATS",
-                       help="matrix weight formats, comma-separated: int8, int4 or int8,int4 (int4 points are the "
-                            "performance model of a datapath the RTL does not have yet, on a Pareto front of their own; "
+                       help="matrix weight formats, comma-separated: int8, int4 or int8,int4 (int4 points: the "
+                            "performance model of the RTL's 4-bit datapath, on a Pareto front of their own; "
                             "default int8)")
         p.add_argument("--shapes", default="4x4,8x8,16x16,32x32",
                        help="array shapes ROWSxCOLS (the RTL GEMM sequencer builds square arrays only)")

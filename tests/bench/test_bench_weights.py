@@ -1,5 +1,5 @@
 """``systolica bench --weights int8,int4``: one row per format per board, the int4 row labelled as the performance
-model of a datapath the RTL does not have yet, reading fewer weight bytes a token and decoding faster."""
+model of the RTL's 4-bit datapath, reading fewer weight bytes a token and decoding faster."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ def test_int8_and_int4_rows_side_by_side():
     rows, _ = run_bench(model, boards=["pynq-z2"], prompt=prompt, n_tokens=3, baselines=[], weights=("int8", "int4"))
     r8, r4 = rows
     assert r8.extra["weights"] == "int8" and r4.extra["weights"] == "int4"
-    assert "int4 weights (model: no RTL datapath yet)" in r4.name and "RTL does not" in r4.extra["weights_note"]
+    assert r4.name.endswith("int4 weights") and "4-bit weight datapath" in r4.extra["weights_note"]
     rep = r4.extra.get("roofline_report")
-    assert rep is None or "RTL does not" in rep["decode"]["modelled_tps"]["source"]
+    assert rep is None or "4-bit weight datapath" in rep["decode"]["modelled_tps"]["source"]
     assert set(r4.extra["stream_bytes_by_format"]) == {"Q4_1", "INT8"}  # the LM head stays int8
     assert r4.extra["weight_bytes_per_token"] < 0.8 * r8.extra["weight_bytes_per_token"]
     assert r4.decode_tokens_per_s > 1.1 * r8.decode_tokens_per_s

@@ -1,4 +1,4 @@
-"""The performance model's int4 GEMM_STREAM (a model of a datapath the RTL does not have yet): the same bytes a
+"""The performance model's int4 GEMM_STREAM (the RTL's 4-bit datapath, hw/group_scaler.py): the same bytes a
 cycle carry two weights a byte plus the group scales, so a stream-bound decode GEMM takes that share of the time."""
 
 from __future__ import annotations
