@@ -124,3 +124,35 @@ def test_int4_stream_matches_golden_or_is_refused(fast):
         else:
             assert gold.status == Fault.ILLEGAL_FIELD and res.pc == gold.pc, (res.code, res.pc, gold.pc)
         assert np.array_equal(dram, gold_dram), (fmt, gshift, dram[out].view("<i4"), gold_dram[out].view("<i4"))
+
+
+def test_int4_scale_ring_full_and_two_groups_a_beat(build_dir):
+    """Four weight ports at 8 columns: a Q4_0 scale beat holds two groups (a ring row of two); a scale ring of
+    q4_groups = 4 (two rows) that output lines of 3 and 4 groups fill, so their scales wait for the ring's rows
+    to free; odd group counts leave half rows.  Every result is the golden simulator's."""
+    from systolica.isa import encode, make
+    from systolica.numerics_int4 import GROUP
+    from systolica.sim.accel_programs import serialize
+
+    cfg = preset("default").replace(name="default_d4_q4", dma_ports=4, q4_groups=4)
+    fast = FastRtl(cfg, build_dir)
+    rng = np.random.default_rng(4)
+    C = cfg.cols
+    for fmt in (1, 2):
+        for m, n, groups in ((1, 4, 4), (3, 3, 4), (2, 3, 1), (1, 2, 3), (4, 2, 2), (1, 2, 5)):
+            k = groups * GROUP // C
+            ops = [make("LOAD", buf=0, sram=0, dram=DATA_LO, rows=1, lines=m * k, stride=C * m * k),
+                   make("GEMM_STREAM", dst=0, a=0, w=DATA_LO + 0x1000, m=m, k=k, n=n, acc=1, wfmt=fmt, gshift=1),
+                   make("STORE", buf=1, sram=0, dram=DATA_HI - 0x1000, rows=1, lines=m * n, stride=4 * C * m * n)]
+            words = [encode(i) for i in serialize(ops)] + [encode(make("FINISH"))]
+            dram = np.zeros(MEM, np.uint8)
+            dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
+            code = b"".join(int(w).to_bytes(16, "little") for w in words)
+            dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+            gold_dram = dram.copy()
+            gold = GoldenSim(cfg, gold_dram, window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
+            res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
+                           max_cycles=50_000, stall_percent=25, seed=fmt)
+            want = Fault.ILLEGAL_FIELD if groups > cfg.q4_groups else Fault.NONE
+            assert gold.status == want and res.done and res.code == want, (fmt, m, n, groups, res.code, gold.message)
+            assert np.array_equal(dram, gold_dram), (fmt, m, n, groups)
