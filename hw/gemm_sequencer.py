@@ -28,6 +28,7 @@ from systolica.wstream4 import config_problem
 from .accumulator import Accumulator
 from .group_scaler import ASUM_BITS, GroupScaler, q4_tag_layout
 from .systolic_array import SystolicArray
+from .weight_stream import q4_sections
 
 __all__ = ["GemmSequencer"]
 
@@ -179,16 +180,14 @@ class GemmSequencer(wiring.Component):
         src_valid = Mux(streaming, s8_valid, beat_valid)
         wbyte = [[src[(j * C + r) * 8:(j * C + r) * 8 + 8] for r in range(C)] for j in range(Wc)]
         if self.q4:
-            R = C // P
             q41 = Signal()
             in_scale = Signal()  # the current output line's scale section
             bcnt = Signal(24)
             s_end, c_end = Signal(24), Signal(24)  # the sections' last beats
-            lgR = R.bit_length() - 1
             with m.If(self.start):
-                sb = Mux(self.wfmt == 2, self.k << (lgR + 2), self.k << (lgR + 1))  # k * R * scale bytes
+                scale, code = q4_sections(self.k, self.wfmt, cfg)
                 m.d.sync += [q41.eq(self.wfmt == 2), in_scale.eq(1), bcnt.eq(0),
-                             s_end.eq(((sb + 31) >> 5) - 1), c_end.eq((self.k << (lgR - 1)) - 1)]
+                             s_end.eq(scale - 1), c_end.eq(code - 1)]
             sc = self.scaler
             m.submodules.scaler = sc
             ws_fire = self.ws_valid & self.ws_ready

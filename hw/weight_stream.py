@@ -25,7 +25,7 @@ from systolica.wstream4 import config_problem
 from .axi import axi4_read_signature
 from .dma import ADDR_BITS, DmaReader
 
-__all__ = ["WeightStream", "stream_outstanding", "row_lines", "STREAM_FIFO_LINES"]
+__all__ = ["WeightStream", "stream_outstanding", "row_lines", "q4_sections", "STREAM_FIFO_LINES"]
 
 #: lines each port's FIFO holds: absorbs the skew between ports (their bursts arrive independently)
 STREAM_FIFO_LINES = 32
@@ -39,16 +39,24 @@ def stream_outstanding(cfg: AccelConfig, latency: int = 256) -> int:
     return max(6, min(16, -(-latency // beats) + 2))
 
 
+def q4_sections(k, wfmt, cfg: AccelConfig):
+    """``(scale lines, code lines)`` one output line of a 4-bit stream puts in each port's stream, in shifts and
+    adds (``k``, ``wfmt``: Amaranth values or ints): ``ceil(k*R*sb / 32)`` (``sb`` 4 bytes for Q4_1 = 2, else 2)
+    and ``k*R / 2`` (``R = cols / dma_ports``, even where the datapath exists)."""
+    lg = (cfg.cols // cfg.dma_ports).bit_length() - 1
+    scale = select(wfmt == 2, ((k << (lg + 2)) + 31) >> 5, ((k << (lg + 1)) + 31) >> 5)
+    return scale, k << (lg - 1)
+
+
 def row_lines(k, wfmt, cfg: AccelConfig):
-    """Lines one output line puts in each port's stream, in shifts and adds (``k``, ``wfmt``: Amaranth values or
-    ints): int8 ``k * R``; 4-bit ``ceil(k*R*sb / 32)`` scale lines and ``k*R / 2`` code lines
-    (``systolica.layout.wstream_port_bytes / cols`` for one output line: tests/hw/test_weight_stream_lines.py)."""
-    R = cfg.cols // cfg.dma_ports
-    lg = R.bit_length() - 1
+    """Lines one output line puts in each port's stream (``k``, ``wfmt``: Amaranth values or ints): int8 ``k * R``,
+    4-bit :func:`q4_sections` together (``systolica.layout.wstream_port_bytes / cols`` for one output line:
+    tests/hw/test_weight_stream_lines.py)."""
+    lg = (cfg.cols // cfg.dma_ports).bit_length() - 1
     if config_problem(cfg) is not None:  # no 4-bit datapath: the decoder refuses wfmt != 0
         return k << lg
-    scale = select(wfmt == 2, ((k << (lg + 2)) + 31) >> 5, ((k << (lg + 1)) + 31) >> 5)
-    return select(wfmt == 0, k << lg, scale + (k << (lg - 1)))
+    scale, code = q4_sections(k, wfmt, cfg)
+    return select(wfmt == 0, k << lg, scale + code)
 
 
 class WeightStream(wiring.Component):
