@@ -27,12 +27,14 @@ SMOLLM2_LAYER = dict(arch="llama", dim=576, n_layers=1, n_heads=9, n_kv_heads=3,
 
 
 def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: Path | None = None,
-              say=print, model=None, batch: int = 1) -> dict:
+              say=print, model=None, batch: int = 1, weights: str = "int8") -> dict:
     """RTL and model figures of the decode step at position ``context`` (see the module docstring).
 
     ``model``: a :class:`~systolica.model.Model` to decode instead of the one SmolLM2-shaped layer (for
     example the whole SmolLM2, ``--model default``).  ``batch`` > 1: the batched decode step of that many
-    sequences, every one at ``context`` on its own KV pages."""
+    sequences, every one at ``context`` on its own KV pages.  ``weights``: ``compile_model``'s matrix format
+    (``"auto"`` or ``"int4"``: the 4-bit GEMM_STREAMs of a Q4 checkpoint; the one layer is float, so int4 there
+    quantizes it to 4-bit groups)."""
     from systolica.artifact import StepState
     from systolica.compiler.compile import compile_model
     from systolica.sim.fast_harness import FastRtl
@@ -46,7 +48,7 @@ def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: 
     what = "the model" if model is not None else "a SmolLM2-shaped layer"
     model = model if model is not None else random_model(**SMOLLM2_LAYER, max_seq=max_seq)
     say(f"compiling {what} for {cfg.name} (context {context})")
-    art = compile_model(model, cfg, page=page, max_seq=max_seq, prefill_chunk=16, batch=batch)
+    art = compile_model(model, cfg, page=page, max_seq=max_seq, prefill_chunk=16, batch=batch, weights=weights)
     pages = art.pages_needed(context, 1)
     kind = "decode_batch" if batch > 1 else "decode"
     st = (StepState(0, [7 + r for r in range(batch)], [], rows=[(context, list(range(r * pages, (r + 1) * pages)))
@@ -75,6 +77,7 @@ def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: 
     model = PerfModel(cfg, PerfParams(rd_latency=latency + 2, wr_latency=latency + 2)).run(words)
     peak = cfg.dma_ports * cfg.dma_bytes
     return {"config": cfg.name, "context": context, "latency": latency, "instructions": len(words), "batch": batch,
+            "weights": weights, "stream_bytes_by_format": art.manifest["stats"]["decode"].get("stream_bytes_by_format"),
             "exact": bool(np.array_equal(dram, gold)) and res.code.name == "NONE", "code": res.code.name,
             "cycles": c["CYCLES"], "dma_rd_bytes": c["DMA_RD_BYTES"], "weight_bytes": weight_bytes,
             "rd_bytes_per_cycle": c["DMA_RD_BYTES"] / c["CYCLES"], "weight_bytes_per_cycle": weight_bytes / c["CYCLES"],
@@ -94,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "checkpoint path (a whole token of SmolLM2 on kv260 is ~2.5 M cycles)")
     ap.add_argument("--attn-rows", type=int, help="the board preset with this many attention rows (config.attn_rows)")
     ap.add_argument("--batch", type=int, default=1, help="decode this many sequences in one batched step (default 1)")
+    ap.add_argument("--weights", choices=("int8", "int4", "auto"), default="int8",
+                    help="matrix weights (compile_model's weights; default int8)")
     args = ap.parse_args(argv)
     cfg = _config(args.board)
     if args.attn_rows is not None:
@@ -104,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         from systolica.compiler.model_zoo import fetch_default_model
         model = load_model(fetch_default_model(verbose=False) if args.model == "default" else args.model)
     r = run_layer(cfg, args.context, latency=args.latency, say=lambda s: print(s, file=sys.stderr), model=model,
-                  batch=args.batch)
-    what = (f"model {args.model}" if args.model else "one SmolLM2-shaped layer") + \
+                  batch=args.batch, weights=args.weights)
+    what = (f"model {args.model}" if args.model else "one SmolLM2-shaped layer") + f", {args.weights} weights" + \
         (f", {args.batch} sequences in one batched step" if args.batch > 1 else "")
     print(f"{args.board}: {what}, decode at context {r['context']}, DRAM latency {r['latency']} "
           f"cycles, {r['instructions']} instructions [RTL counters]: {r['cycles']} cycles, "
