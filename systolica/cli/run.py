@@ -285,6 +285,9 @@ def _print_metrics(con, m, cfg, art) -> None:
               _fmt(m.decode_tokens_per_s, "", 1, 1))
     t.add_row("DMA bytes per decode token", _fmt(m.dma_bytes_per_token, " B", 1, 0))
     dec = art.manifest.get("stats", {}).get("decode", {})
+    asked = art.manifest.get("weight_format", "int8")
+    used = art.manifest.get("weight_format_used", asked)
+    t.add_row("matrix weights (--weights)", asked if used == asked else f"{asked} -> {used} (no 4-bit datapath)")
     wb = dec.get("weight_bytes")
     t.add_row("weight bytes per decode token (compiled program)", f"{wb:,} B" if isinstance(wb, int) else "n/a")
     for f, b in dec.get("stream_bytes_by_format", {}).items():
