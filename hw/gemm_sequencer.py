@@ -227,16 +227,12 @@ class GemmSequencer(wiring.Component):
                      tag_now.gfirst.eq(gpos == 0), tag_now.glast.eq(glast_now),
                      tag_now.gend.eq(glast_now & (a_i == m1)), tag_now.lend.eq(a_kk == k1),
                      tag_now.gi.eq(a_i)]
-        side = self.tag.size - ASUM_BITS + 1  # the tag less the activation sum, and `last`
+        side = self.tag.size + 1  # the tag and `last`
         side_now = Signal(side)  # describes the line read this cycle; registered to meet its data
         side_d = Signal(side)
-        m.d.comb += side_now.eq(Cat(tag_now.as_value()[:side - 1], a_i == m1))
+        m.d.comb += side_now.eq(Cat(tag_now.as_value(), a_i == m1))
         m.d.sync += side_d.eq(side_now)
-        # the line's activation sum (the 4-bit GEMM's Mn * A), from the scratchpad's data as it enters the FIFO
-        asum = Signal(signed(ASUM_BITS))
-        m.d.comb += asum.eq(sum(self.a_rdata[8 * r:8 * r + 8].as_signed() for r in range(C)))
-        a_issue, aq = _prefetch(m, "aq", C * 8 + side + ASUM_BITS, a_more & ~self.start,
-                                Cat(self.a_rdata, side_d, asum))
+        a_issue, aq = _prefetch(m, "aq", C * 8 + side, a_more & ~self.start, Cat(self.a_rdata, side_d))
         m.d.comb += [self.a_addr.eq(a_ptr), self.a_en.eq(a_issue)]
         with m.If(a_issue):
             with m.If(a_i == m1):
@@ -252,7 +248,7 @@ class GemmSequencer(wiring.Component):
         ap = arr.a_stream.payload
         fd = aq.r_data
         m.d.comb += [arr.a_stream.valid.eq(aq.r_rdy), aq.r_en.eq(arr.a_stream.ready),
-                     ap.tag.eq(Cat(fd[C * 8:C * 8 + side - 1], fd[C * 8 + side:])), ap.last.eq(fd[C * 8 + side - 1])]
+                     ap.tag.eq(fd[C * 8:C * 8 + side - 1]), ap.last.eq(fd[C * 8 + side - 1])]
         m.d.comb += [ap.data[r].eq(fd[8 * r:8 * r + 8]) for r in range(C)]
         m.d.comb += self.fire.eq(arr.a_stream.valid & arr.a_stream.ready)
 
@@ -263,7 +259,8 @@ class GemmSequencer(wiring.Component):
         m.d.comb += otag.eq(o.payload.tag)
         if self.q4:
             sc = self.scaler
-            m.d.comb += [sc.i_valid.eq(o.valid & q4), sc.i_data.eq(o.payload.data), sc.i_tag.eq(otag)]
+            m.d.comb += [sc.i_valid.eq(o.valid & q4), sc.i_data.eq(o.payload.data), sc.i_tag.eq(otag),
+                         sc.i_asum.eq(self._asum_pipe(m, arr))]
             m.d.comb += [ai.valid.eq(Mux(q4, sc.o_valid, o.valid)),
                          ai.payload.data.eq(Mux(q4, sc.o_data, o.payload.data)),
                          ai.payload.tag.eq(Mux(q4, Cat(sc.o_addr, sc.o_acc), otag.as_value()[:17]))]
@@ -286,3 +283,24 @@ class GemmSequencer(wiring.Component):
             with m.Else():
                 m.d.sync += z_j.eq(z_j + 1)
         return m
+
+    def _asum_pipe(self, m, arr):
+        """The sum of each activation beat's ``cols`` int8 (the 4-bit GEMM's ``A``), beside the array: taken as
+        the beat enters, a registered adder tree a level a cycle, then delays, so that it leaves with the
+        beat's output line (``arr.latency`` cycles later, as the array's own tag)."""
+        ap, fire = arr.a_stream.payload, arr.a_stream.valid & arr.a_stream.ready
+        vals = [Signal(signed(8), name=f"as0_{r}", reset_less=True) for r in range(self.cfg.cols)]
+        with m.If(fire):
+            m.d.sync += [v.eq(ap.data[r]) for r, v in enumerate(vals)]
+        stages = 1
+        while len(vals) > 1:
+            nxt = [Signal(signed(ASUM_BITS), name=f"as{stages}_{i}", reset_less=True) for i in range(len(vals) // 2)]
+            m.d.sync += [n.eq(vals[2 * i] + vals[2 * i + 1]) for i, n in enumerate(nxt)]
+            vals, stages = nxt, stages + 1
+        out = vals[0]
+        assert stages <= arr.latency, (stages, arr.latency)
+        for d in range(arr.latency - stages):
+            nxt = Signal(signed(ASUM_BITS), name=f"asd_{d}", reset_less=True)
+            m.d.sync += nxt.eq(out)
+            out = nxt
+        return out

@@ -19,7 +19,7 @@ array line of its last group passes.  Rows are taken in order, as the array's li
 **Pipeline** (one line a cycle, never stalls; only a group's last line leaves): s0 read the partial sums of
 row ``gi`` (transparent to their write) and the ring row; s1 ``sum = line + (gfirst ? 0 : partial)``,
 written back unless ``glast``; s2 the operands ``G, A, D, Mn``; s3 the products ``D * G`` and ``Mn * A`` (one
-DSP each); s4 ``T``; s5 ``(T + 2**gshift / 2) >> gshift`` (round half up), its low 32 bits to the accumulator
+DSP each); s4 ``T + 2**gshift / 2``; s5 that ``>> gshift`` (round half up), its low 32 bits to the accumulator
 with the line's address and accumulate flag.  Five cycles after the array.
 """
 
@@ -49,7 +49,6 @@ def q4_tag_layout() -> data.StructLayout:
         "gend": 1,  # ... and the tile's last row: the group's scales are used up
         "lend": 1,  # the output line's last group: its ring row is done even if not full
         "gi": range(MAX_ROWS),  # the activation row: the partial-sum memory's row
-        "asum": signed(ASUM_BITS),  # the sum of the line's activations
     })
 
 
@@ -63,7 +62,8 @@ class GroupScaler(wiring.Component):
     s_valid, s_ready, s_data, s_last : scale beats
         One line of each weight port (``P * cols`` bytes, port ``p`` in bits ``[p * cols * 8, ...)``);
         ``s_last``: the output line's last scale beat.
-    i_valid, i_data, i_tag : the array's output line (``cols`` int32) and its tag (:func:`q4_tag_layout`).
+    i_valid, i_data, i_tag, i_asum : the array's output line (``cols`` int32), its tag (:func:`q4_tag_layout`)
+        and the sum of its activations.
     o_valid, o_data, o_addr, o_acc : a scaled group line for the accumulator.
     """
 
@@ -81,6 +81,7 @@ class GroupScaler(wiring.Component):
             "start": In(1), "q41": In(1), "gshift": In(4),
             "s_valid": In(1), "s_ready": Out(1), "s_data": In(P * C * 8), "s_last": In(1),
             "i_valid": In(1), "i_data": In(data.ArrayLayout(signed(32), C)), "i_tag": In(self.tag),
+            "i_asum": In(signed(ASUM_BITS)),
             "o_valid": Out(1), "o_data": Out(data.ArrayLayout(signed(32), C)), "o_addr": Out(16), "o_acc": Out(1),
         })
 
@@ -151,7 +152,8 @@ class GroupScaler(wiring.Component):
         t1 = Signal(self.tag)
         w1 = Signal(range(W))
         x1 = [Signal(signed(PSUM_BITS), name=f"gl1_{c}") for c in range(C)]
-        m.d.sync += [v1.eq(self.i_valid), t1.eq(t0), w1.eq(g_w)]
+        a1 = Signal(signed(ASUM_BITS))
+        m.d.sync += [v1.eq(self.i_valid), t1.eq(t0), w1.eq(g_w), a1.eq(self.i_asum)]
         m.d.sync += [x1[c].eq(self.i_data[c]) for c in range(C)]
 
         # ---- s1: add the partial sums (a group's first line starts from 0); keep them unless the group ends
@@ -162,7 +164,7 @@ class GroupScaler(wiring.Component):
             pv = prev[c * PSUM_BITS:(c + 1) * PSUM_BITS].as_signed()
             m.d.comb += sums[c].eq(x1[c] + Mux(t1.gfirst, 0, pv))
         pa = prev[C * PSUM_BITS:].as_signed()
-        m.d.comb += asum.eq(t1.asum + Mux(t1.gfirst, 0, pa))
+        m.d.comb += asum.eq(a1 + Mux(t1.gfirst, 0, pa))
         m.d.comb += [pw.addr.eq(t1.gi), pw.en.eq(v1 & ~t1.glast), pw.data.eq(Cat(*sums, asum))]
         # the group's scales: slot w1 of the ring row read at s0
         rdat = rp.data
@@ -191,23 +193,22 @@ class GroupScaler(wiring.Component):
         m.d.sync += [v3.eq(v2), addr3.eq(addr2), acc3.eq(acc2)]
         m.d.sync += [p1[c].eq(D2[c] * G2[c]) for c in range(C)]
         m.d.sync += [p2[c].eq(M2[c] * A2) for c in range(C)]
-        # ---- s3 -> s4: the term T (35 bits)
+        # ---- s3 -> s4: the term T (35 bits) and the rounding bias: rshift_round(T, gshift) = (T + 2**gshift // 2)
+        # >> gshift (the bias a register of the instruction's)
+        half = Signal(16)
+        with m.If(self.start):
+            m.d.sync += half.eq((Const(1, 17) << self.gshift) >> 1)
         v4 = Signal()
-        T4 = [Signal(signed(35), name=f"t4_{c}") for c in range(C)]
+        T4 = [Signal(signed(36), name=f"t4_{c}") for c in range(C)]
         addr4, acc4 = Signal(16), Signal()
         m.d.sync += [v4.eq(v3), addr4.eq(addr3), acc4.eq(acc3)]
-        m.d.sync += [T4[c].eq(p1[c] + p2[c]) for c in range(C)]
-        # ---- s4 -> s5: rshift_round(T, gshift) = (T + 2**gshift // 2) >> gshift, low 32 bits
-        half = Signal(16)
-        m.d.comb += half.eq((Const(1, 17) << gshift) >> 1)
+        m.d.sync += [T4[c].eq(p1[c] + p2[c] + half) for c in range(C)]
+        # ---- s4 -> s5: the shift alone (four levels of multiplexers), low 32 bits
         v5 = Signal()
         addr5, acc5 = Signal(16), Signal()
         out = [Signal(signed(32), name=f"gout_{c}") for c in range(C)]
         m.d.sync += [v5.eq(v4), addr5.eq(addr4), acc5.eq(acc4)]
-        for c in range(C):
-            biased = Signal(signed(36), name=f"tb_{c}")
-            m.d.comb += biased.eq(T4[c] + half)
-            m.d.sync += out[c].eq((biased >> gshift)[:32])
+        m.d.sync += [out[c].eq((T4[c] >> gshift)[:32]) for c in range(C)]
         m.d.comb += [self.o_valid.eq(v5), self.o_addr.eq(addr5), self.o_acc.eq(acc5)]
         m.d.comb += [self.o_data[c].eq(out[c]) for c in range(C)]
         return m
