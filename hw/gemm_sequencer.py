@@ -13,6 +13,11 @@ so the weights of the next tile stream in while the current one computes
 (decode, ``m = 1``, runs at one weight line per cycle).
 
 ``k = 0`` has no tiles: the result is zero (``acc=0``: lines written with 0).
+
+GEMM_STREAM with 4-bit weights (``wfmt`` Q4_0 / Q4_1, on a config with the datapath: ``wstream4.config_problem``)
+streams per output line its scale beats to :class:`~systolica.hw.group_scaler.GroupScaler` and its code beats to
+the array, which is built with ``2P`` weight columns (a code line holds two of a port's columns); the array's
+lines then pass the scaler on their way to the accumulator (docs/hardware.md, "4-bit weights in the array").
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """GEMM_STREAM's weight ports: ``dma_ports`` paged DMA readers joined into beats of ``P`` weight lines.
 
-Weight port ``p`` reads its own stream (``systolica/layout.py``, *Weight streams*): ``n * k * cols / P``
-scratchpad lines from window offset ``w + p * 4 KiB``, skipping the other ports' pages at every 4 KiB
-boundary.  Each port keeps several bursts in flight (enough to cover the DRAM latency) and assembles its
-beats into lines in a FIFO of its own; a beat for the array leaves when every port has a line, carrying
-line ``p`` of the beat from port ``p``, which is column ``g * P + p`` of the tile, exactly what
-:class:`~systolica.hw.systolic_array.SystolicArray` takes with ``w_cols = P``.  So the array swallows
-``P`` lines (``P * cols`` bytes) a cycle when the ports deliver, and the R channels wait (``rready`` low)
-when it does not.
+Weight port ``p`` reads its own stream (``systolica/layout.py``, *Weight streams*): ``n * row_lines``
+scratchpad lines (:func:`row_lines`: ``k * cols / P`` for int8 weights, the scale and code lines of
+:func:`q4_sections` for 4-bit ones) from window offset ``w + p * 4 KiB``, skipping the other ports' pages at
+every 4 KiB boundary.  Each port keeps several bursts in flight (enough to cover the DRAM latency) and
+assembles its beats into lines in a FIFO of its own; a beat leaves when every port has a line, carrying line
+``p`` of the beat from port ``p`` (for int8, column ``g * P + p`` of the tile; the GEMM sequencer pairs beats or
+routes the 4-bit sections).  So the ports deliver ``P`` lines (``P * cols`` bytes) a cycle, and the R channels
+wait (``rready`` low) when the sequencer does not take them.
 
 ``abort`` stops issuing bursts and drains those in flight (data dropped); ``quiet`` says nothing is in flight.
 """
@@ -41,8 +41,8 @@ def stream_outstanding(cfg: AccelConfig, latency: int = 256) -> int:
 
 def q4_sections(k, wfmt, cfg: AccelConfig):
     """``(scale lines, code lines)`` one output line of a 4-bit stream puts in each port's stream, in shifts and
-    adds (``k``, ``wfmt``: Amaranth values or ints): ``ceil(k*R*sb / 32)`` (``sb`` 4 bytes for Q4_1 = 2, else 2)
-    and ``k*R / 2`` (``R = cols / dma_ports``, even where the datapath exists)."""
+    adds (``k``, ``wfmt``: Amaranth values or ints): ``ceil(k*R*sb / 32)`` (``sb``: 4 bytes for Q4_1,
+    ``wfmt`` 2; 2 for Q4_0) and ``k*R / 2`` (``R = cols / dma_ports``, even where the datapath exists)."""
     lg = (cfg.cols // cfg.dma_ports).bit_length() - 1
     scale = select(wfmt == 2, ((k << (lg + 2)) + 31) >> 5, ((k << (lg + 1)) + 31) >> 5)
     return scale, k << (lg - 1)

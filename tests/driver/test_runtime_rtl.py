@@ -54,18 +54,25 @@ def test_golden_and_rtl_generate_the_same_tokens(build_dir, tmp_path):
         assert m_r[phase]["cycles"] > 0
 
 
+def _golden_and_fast_rtl(art, cfg, build_dir, prompt, n):
+    """``(golden tokens, golden metrics, rtl tokens, rtl metrics)`` of ``n`` greedy tokens after ``prompt``: the
+    golden backend, then ``--backend rtl`` (the fast harness, 20% AXI stalls)."""
+    m_g = Metrics("golden", cfg.clock_mhz)
+    golden = [s.token for s in Runtime(art, open_device("golden", cfg, dram_bytes=art.dram_bytes + 8192))
+              .generate(prompt, n, stop=[], metrics=m_g)]
+    m_r = Metrics("rtl", cfg.clock_mhz)
+    dev = open_device("rtl", cfg, dram_bytes=art.dram_bytes + 8192, build_dir=build_dir, stall_percent=20)
+    rtl = [s.token for s in Runtime(art, dev).generate(prompt, n, stop=[], metrics=m_r)]
+    return golden, m_g, rtl, m_r
+
+
 def test_fast_rtl_backend_generates_the_golden_tokens(build_dir, tmp_path):
     """`--backend rtl` outside cocotb: the Verilator C++ harness, no Python on the clock edge."""
     cfg = preset("tiny")
     model = random_model("llama", dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=40, vocab=260, seed=9,
                          max_seq=32)
     art = compile_model(model, cfg, page=16, max_seq=32, prefill_chunk=4)
-    m_g = Metrics("golden", cfg.clock_mhz)
-    golden = [s.token for s in Runtime(art, open_device("golden", cfg, dram_bytes=art.dram_bytes + 8192))
-              .generate(PROMPT, N, stop=[], metrics=m_g)]
-    m_r = Metrics("rtl", cfg.clock_mhz)
-    dev = open_device("rtl", cfg, dram_bytes=art.dram_bytes + 8192, build_dir=build_dir, stall_percent=20)
-    rtl = [s.token for s in Runtime(art, dev).generate(PROMPT, N, stop=[], metrics=m_r)]
+    golden, m_g, rtl, m_r = _golden_and_fast_rtl(art, cfg, build_dir, PROMPT, N)
     assert rtl == golden
     assert (m_r.prefill.instrs, m_r.decode.instrs) == (m_g.prefill.instrs, m_g.decode.instrs)
     assert m_r.decode.dma_rd_bytes == m_g.decode.dma_rd_bytes and m_r.decode.cycles > 0
@@ -74,6 +81,36 @@ def test_fast_rtl_backend_generates_the_golden_tokens(build_dir, tmp_path):
     slow = open_device("rtl", cfg, dram_bytes=art.dram_bytes + 8192, build_dir=build_dir, dram_latency=64)
     assert [s.token for s in Runtime(art, slow).generate(PROMPT, N, stop=[])] == golden
     assert slow.last_result.dram_latency == 64 and slow.last_result.ports[0].rd_beats > 0
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1"])
+def test_int4_model_on_rtl_generates_the_reference_tokens(build_dir, tmp_path, kind):
+    """A whole --weights int4 model: every GEMM_STREAM of its matrices takes 4-bit codes and group scales, and the
+    RTL's tokens are the golden backend's and the integer reference's."""
+    import numpy as np
+
+    from systolica.compiler.gguf_reader import read_gguf
+    from systolica.compiler.writers import write_gguf
+    from systolica.quant_model import quantize_model
+    from systolica.reference_quant import QuantRunner
+
+    prompt, n = [7, 3, 250, 18, 99, 41], 5
+    cfg = preset("tiny")
+    src = random_model("llama", dim=64, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=96, vocab=260, seed=11,
+                       max_seq=32)
+    model = read_gguf(write_gguf(src, tmp_path / "m.gguf", kind))
+    art = compile_model(model, cfg, page=16, max_seq=32, prefill_chunk=4, weights="int4")
+    assert kind in art.manifest["stats"]["decode"]["stream_bytes_by_format"]
+    golden, m_g, rtl, m_r = _golden_and_fast_rtl(art, cfg, build_dir, prompt, n)
+    ref = QuantRunner(quantize_model(model, max_seq=32, weights="int4"), page=art.page)
+    logits, want = ref.prefill(prompt), []
+    for _ in range(n):
+        want.append(int(np.argmax(np.asarray(logits).reshape(-1, model.config.vocab_size)[-1])))
+        logits = ref.decode(want[-1])
+    print(f"\n{kind}: tokens {rtl}; decode {m_r.decode.cycles} cycles, {m_r.decode.dma_rd_bytes} bytes read")
+    assert rtl == golden == want
+    assert (m_r.prefill.instrs, m_r.decode.instrs) == (m_g.prefill.instrs, m_g.decode.instrs)
+    assert (m_r.prefill.dma_rd_bytes, m_r.decode.dma_rd_bytes) == (m_g.prefill.dma_rd_bytes, m_g.decode.dma_rd_bytes)
 
 
 def test_batched_decode_on_rtl_gives_each_sequence_its_golden_logits(build_dir):

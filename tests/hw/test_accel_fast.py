@@ -89,36 +89,46 @@ def test_fast_path_random_programs_match_golden(fast):
     assert (q4 > 10) == (wstream4.config_problem(cfg) is None), q4  # 4-bit GEMM_STREAMs where the array takes them
 
 
+def _stream4(fast, rng, *, m, n, k, wfmt, gshift, acc=0, stall=20, seed=0):
+    """LOAD activations, one 4-bit GEMM_STREAM over random DRAM bytes (codes and scales), STORE its lines; run on
+    the RTL and the golden simulator: ``(rtl result, golden result, rtl DRAM, golden DRAM, the stored bytes)``."""
+    from systolica.isa import encode, make
+    from systolica.sim.accel_programs import serialize
+
+    cfg = fast.cfg
+    C = cfg.cols
+    ops = [make("LOAD", buf=0, sram=0, dram=DATA_LO, rows=1, lines=m * k, stride=C * m * k),
+           make("GEMM_STREAM", dst=0, a=0, w=DATA_LO + 0x1000, m=m, k=k, n=n, acc=acc, wfmt=int(wfmt), gshift=gshift),
+           make("STORE", buf=1, sram=0, dram=DATA_HI - 0x1000, rows=1, lines=m * n, stride=4 * C * m * n)]
+    words = [encode(i) for i in serialize(ops)] + [encode(make("FINISH"))]
+    dram = np.zeros(MEM, np.uint8)
+    dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
+    code = b"".join(int(w).to_bytes(16, "little") for w in words)
+    dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+    gold_dram = dram.copy()
+    gold = GoldenSim(cfg, gold_dram, window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
+    res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
+                   max_cycles=50_000, stall_percent=stall, seed=seed)
+    out = slice(WIN_BASE + DATA_HI - 0x1000, WIN_BASE + DATA_HI - 0x1000 + 4 * C * m * n)
+    return res, gold, dram, gold_dram, out
+
+
 def test_int4_stream_matches_golden_or_is_refused(fast):
     """A GEMM_STREAM with 4-bit weights (Q4_0 / Q4_1, group shifts 0 and 5) gives the golden simulator's
     accumulator lines on a config with the 4-bit datapath (several groups along K, several rows and output
     lines); a config without it (cols not a multiple of 2 x dma_ports) stops with ILLEGAL_FIELD at its PC, as
     the golden simulator does."""
-    from systolica.isa import WFmt, encode, make
+    from systolica.isa import WFmt
     from systolica.numerics_int4 import GROUP
-    from systolica.sim.accel_programs import serialize
 
     fast, _ = fast
     cfg = fast.cfg
-    C = cfg.cols
     ok = wstream4.config_problem(cfg) is None
     rng = np.random.default_rng(5)
-    m, n, k = 3, 2, 2 * GROUP // C
+    m, n, k = 3, 2, 2 * GROUP // cfg.cols
     for fmt, gshift in ((WFmt.Q4_0, 0), (WFmt.Q4_1, 0), (WFmt.Q4_0, 5), (WFmt.Q4_1, 5)):
-        ops = [make("LOAD", buf=0, sram=0, dram=DATA_LO, rows=1, lines=m * k, stride=C * m * k),
-               make("GEMM_STREAM", dst=0, a=0, w=DATA_LO + 0x1000, m=m, k=k, n=n, wfmt=int(fmt), gshift=gshift),
-               make("STORE", buf=1, sram=0, dram=DATA_HI - 0x1000, rows=1, lines=m * n, stride=4 * C * m * n)]
-        words = [encode(i) for i in serialize(ops)] + [encode(make("FINISH"))]
-        dram = np.zeros(MEM, np.uint8)
-        dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
-        code = b"".join(int(w).to_bytes(16, "little") for w in words)
-        dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
-        gold_dram = dram.copy()
-        gold = GoldenSim(cfg, gold_dram, window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
-        res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
-                       max_cycles=50_000, stall_percent=20, seed=int(fmt))
+        res, gold, dram, gold_dram, out = _stream4(fast, rng, m=m, n=n, k=k, wfmt=fmt, gshift=gshift, seed=int(fmt))
         assert res.done and res.code == gold.status, (fmt, res.code, gold.status, gold.message)
-        out = slice(WIN_BASE + DATA_HI - 0x1000, WIN_BASE + DATA_HI - 0x1000 + 4 * C * m * n)
         if ok:
             assert gold.status == Fault.NONE and np.any(gold_dram[out] != 0), gold.message
         else:
@@ -130,29 +140,15 @@ def test_int4_scale_ring_full_and_two_groups_a_beat(build_dir):
     """Four weight ports at 8 columns: a Q4_0 scale beat holds two groups (a ring row of two); a scale ring of
     q4_groups = 4 (two rows) that output lines of 3 and 4 groups fill, so their scales wait for the ring's rows
     to free; odd group counts leave half rows.  Every result is the golden simulator's."""
-    from systolica.isa import encode, make
     from systolica.numerics_int4 import GROUP
-    from systolica.sim.accel_programs import serialize
 
     cfg = preset("default").replace(name="default_d4_q4", dma_ports=4, q4_groups=4)
     fast = FastRtl(cfg, build_dir)
     rng = np.random.default_rng(4)
-    C = cfg.cols
     for fmt in (1, 2):
         for m, n, groups in ((1, 4, 4), (3, 3, 4), (2, 3, 1), (1, 2, 3), (4, 2, 2), (1, 2, 5)):
-            k = groups * GROUP // C
-            ops = [make("LOAD", buf=0, sram=0, dram=DATA_LO, rows=1, lines=m * k, stride=C * m * k),
-                   make("GEMM_STREAM", dst=0, a=0, w=DATA_LO + 0x1000, m=m, k=k, n=n, acc=1, wfmt=fmt, gshift=1),
-                   make("STORE", buf=1, sram=0, dram=DATA_HI - 0x1000, rows=1, lines=m * n, stride=4 * C * m * n)]
-            words = [encode(i) for i in serialize(ops)] + [encode(make("FINISH"))]
-            dram = np.zeros(MEM, np.uint8)
-            dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
-            code = b"".join(int(w).to_bytes(16, "little") for w in words)
-            dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
-            gold_dram = dram.copy()
-            gold = GoldenSim(cfg, gold_dram, window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
-            res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
-                           max_cycles=50_000, stall_percent=25, seed=fmt)
+            res, gold, dram, gold_dram, _ = _stream4(fast, rng, m=m, n=n, k=groups * GROUP // cfg.cols, wfmt=fmt,
+                                                     gshift=1, acc=1, stall=25, seed=fmt)
             want = Fault.ILLEGAL_FIELD if groups > cfg.q4_groups else Fault.NONE
             assert gold.status == want and res.done and res.code == want, (fmt, m, n, groups, res.code, gold.message)
             assert np.array_equal(dram, gold_dram), (fmt, m, n, groups)
