@@ -11,7 +11,7 @@ from .lut_mul import lut_mul
 
 __all__ = ["PV_MUL_STAGES", "AddrCopies", "Copies", "k_pipeline", "k_sum_tree", "pv_pipeline"]
 
-PV_MUL_STAGES = 3  # p * v in logic: v's 8 partial products added in pairs (hw/lut_mul.py)
+PV_MUL_STAGES = 3  # p * v: v's 8 partial products added in pairs (hw/lut_mul.py), or the DSP's M and P stages and a sum
 
 
 class Copies:
@@ -121,12 +121,30 @@ def k_pipeline(m: Module, p, tok, valid_tok, q_rs, qexp, dot, anyv, R: int, C: i
     return k0, kp, [kb, *k_tree], k2
 
 
+def pv_dsp_mul(m: Module, p, v, name: str):
+    """``p * v`` of a 29-bit unsigned ``p`` and an int8 ``v`` (both registers) in :data:`PV_MUL_STAGES` stages on one
+    DSP multiplier: ``p[:24] * v`` fits a DSP48's 25 x 18 (its M and P registers are the first two stages),
+    ``p[24:] * v`` (5 x 8 bits) is five shifted copies of ``v`` added in logic beside it, and the third stage
+    adds the two."""
+    def reg(shape, tag, value):
+        r = Signal(shape, name=f"{name}_{tag}", reset_less=True)
+        m.d.sync += r.eq(value)
+        return r
+    ph = p[24:29]
+    hi_terms = [Mux(ph[i], v.as_signed() << i, 0) for i in range(5)]
+    lo1 = reg(signed(33), "lo1", p[:24] * v)
+    hi1 = reg(signed(13), "hi1", sum(hi_terms[1:], hi_terms[0]))
+    lo2, hi2 = reg(signed(33), "lo2", lo1), reg(signed(13), "hi2", hi1)
+    return reg(signed(38), "p", lo2 + (hi2 << 24))
+
+
 def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: int, pv_bits: int, suffix,
-                wa: AddrCopies):
+                wa: AddrCopies, dsp: bool = False):
     """``PV += rsr(p_j * v, -min(vexp, 3))`` lane by lane, each row at once, from the V1 register ``v1``.
 
     P1 .. P3 the products ``p * v`` in logic (:func:`~systolica.hw.lut_mul.lut_mul`: v's eight partial
-    products of p added in pairs, one add a stage; no multiplier), P4 the shift and the read of PV (the
+    products of p added in pairs, one add a stage; no multiplier), or with ``dsp`` on one DSP multiplier a
+    lane (:func:`pv_dsp_mul`), P4 the shift and the read of PV (the
     caller keeps the read address at P4's line: ``tags[-3].li`` a cycle ahead), P5 the rounding and the
     write of PV + the term.  The line in P4 takes P5's new sum instead of the memory's (not written yet)
     when both are one line of the head (a head of one line, or the two lines of a token boundary).  The
@@ -166,8 +184,11 @@ def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: i
             def vreg(name, shape, q=q, c=c):
                 return Signal(shape, name=f"{name}{suffix(q)}_{c}", reset_less=True)
             # p_j = exp2_fx(<= 0, 20, 28) <= 2**28: 29 bits
-            prod, lat = lut_mul(m, Const(1, 1), v1.p[q][:29], v1.data[c], f"pv_mul{suffix(q)}_{c}")
-            assert lat == PV_MUL_STAGES, lat
+            if dsp:
+                prod = pv_dsp_mul(m, v1.p[q][:29], v1.data[c], f"pv_mul{suffix(q)}_{c}")
+            else:
+                prod, lat = lut_mul(m, Const(1, 1), v1.p[q][:29], v1.data[c], f"pv_mul{suffix(q)}_{c}")
+                assert lat == PV_MUL_STAGES, lat
             t4, left4 = vreg("pv_p4_t", signed(37)), vreg("pv_p4_left", signed(40))
             term5, acc5 = vreg("pv_p5_term", signed(pv_bits)), vreg("pv_p5_acc", signed(pv_bits))
             new = Signal(signed(pv_bits), name=f"pv_new{suffix(q)}_{c}")
