@@ -43,7 +43,7 @@ from amaranth.lib import data
 from systolica.config import AccelConfig
 from systolica.numerics import TRIG_FRAC
 
-from .fixed import INT32_MAX, INT32_MIN
+from .fixed import INT32_MAX, INT32_MIN, bitlen_tree
 from .line_unit import LineUnit, Stages
 
 __all__ = ["VectorUnit", "VecOp"]
@@ -108,9 +108,11 @@ class VectorUnit(LineUnit):
         # compares and the add side by side (stage 2), their selection (stage 3); one carry chain a stage.
         is_add, is_rope = p.op == VecOp.ADD, p.op == VecOp.ROPE
         s1 = st.reg(Mux(is_add, 0, Mux(is_rope, TRIG_FRAC, p.shift)), "s1", signed(10))
-        hi2, lo2 = st.reg(s1 > 63, "s_hi"), st.reg(s1 < -33, "s_lo")
-        ks2 = st.reg((s1 + 33)[:7], "s_k", unsigned(7))  # s + 33 in 0..96 where neither flag is set
-        k1 = st.reg(Mux(hi2 | lo2, 0, ks2), "k1", unsigned(7))
+        # a left shift of 32 or more places saturates any non-zero x: s < -32 shifts as s = -32 (k = 1, so
+        # that k >= 1 and the fit test below holds for x = 0 too)
+        hi2, lo2 = st.reg(s1 > 63, "s_hi"), st.reg(s1 < -32, "s_lo")
+        ks2 = st.reg((s1 + 33)[:7], "s_k", unsigned(7))  # s + 33 in 1..96 where neither flag is set
+        k1 = st.reg(Mux(hi2, 0, Mux(lo2, 1, ks2)), "k1", unsigned(7))
         z1 = st.reg(hi2, "z1")  # rshift_round of 64 or more places: 0
         xs = []
         for c in range(C):
@@ -127,21 +129,31 @@ class VectorUnit(LineUnit):
         dm = Stages.mul_latency(32, 32) + 1  # stages from the operand registers to x
         assert dm >= 2, dm  # k1 / z1 are two stages past the operand registers
         k, z = st.delay(k1, dm - 2, "k"), st.delay(z1, dm - 2, "z")
-        # ---- then sat32(rshift_round(x, s)) in four stages: t = (x << 34) >> k by 8-place steps, then
-        # by the remaining 0..7 places; y = (t + 1) >> 1 and whether it saturates; the output
-        kf = st.reg(k[:3], "kf")  # the fine shift, a stage after the coarse one
+        # ---- then sat32(rshift_round(x, s)) in four stages, no shifter wider than its result: t = x >> (s - 1)
+        # = (x << 34) >> k is wanted only as its low 34 bits T (a window of x) and whether t fits 34 bits at
+        # all, which is bitlen(x ^ sign) < k (a right shift by r fits W bits iff bitlen <= W - 1 + r, a left
+        # shift by -r the same, x = 0 included as k >= 1).  Stage A: the window by 8-place steps (41 bits:
+        # what the fine step reads) beside bitlen; B: the remaining 0..7 places and the fit test; C: y = (T +
+        # 1) >> 1 and whether it saturates; then the output
+        ka = st.reg(k, "ka")
         outs = []
         for c in range(C):
-            wide = Cat(Const(0, 34), xs[c]).as_signed()  # x << 34, 98 bits
-            tc = st.reg(wide >> Cat(Const(0, 3), k[3:]), f"tc_{c}", signed(98))
-            t = st.reg(tc >> kf, f"t_{c}", signed(98))
-            # y = (T + 1) >> 1 of T = t[:34] saturates high when T >= 2**32 - 1, low when T <= -2**32 - 2:
-            # flags from T's two top bits and whether its low 32 are all ones (no compare on y's carry chain)
-            fits = (t[33:] == 0) | (t[33:] == (1 << 65) - 1)
+            x = xs[c]
+            wide = Cat(Const(0, 34), x).as_signed()  # x << 34
+            tc = st.reg((wide >> Cat(Const(0, 3), k[3:]))[:41], f"tc_{c}", unsigned(41))
+            mag = Signal(63, name=f"vu_mag_{c}")
+            m.d.comb += mag.eq(x[:63] ^ x[63].replicate(63))
+            bl = st.reg(bitlen_tree(m, mag, 63, f"vu_bitlen_{c}"), f"bl_{c}", range(64))
+            neg_a = st.reg(x[63], f"neg_a_{c}")
+            t = st.reg((tc >> ka[:3])[:34], f"t_{c}", unsigned(34))
+            fits = st.reg(bl < ka, f"fits_{c}")
+            neg = st.reg(neg_a, f"neg_{c}")
+            # y = (T + 1) >> 1 saturates high when T >= 2**32 - 1, low when T <= -2**32 - 2: flags from T's two
+            # top bits and whether its low 32 are all ones (no compare on y's carry chain)
             ones, top = t[:32] == (1 << 32) - 1, t[32:34]
-            smax = st.reg(Mux(fits, (top == 0b01) | ((top == 0b00) & ones), ~t[97]), f"smax_{c}")
-            smin = st.reg(Mux(fits, (top == 0b10) & ~ones, t[97]), f"smin_{c}")
-            y = st.reg((t[:34] + 1)[1:33], f"y_{c}", signed(32))
+            smax = st.reg(Mux(fits, (top == 0b01) | ((top == 0b00) & ones), ~neg), f"smax_{c}")
+            smin = st.reg(Mux(fits, (top == 0b10) & ~ones, neg), f"smin_{c}")
+            y = st.reg((t + 1)[1:33], f"y_{c}", signed(32))
             outs.append(Mux(smax, INT32_MAX, Mux(smin, INT32_MIN, y)))
         zo = st.delay(z, 3, "zo")
 

@@ -196,3 +196,38 @@ def test_vector_sequencer_line_ops(lanes, nonlinear):
     for r in range(rows):
         for ln in range(heads * hd):
             assert got[r * heads * hd + ln] == list(want[r, ln * C:(ln + 1) * C]), ("ROPE", r, ln)
+
+
+def _sat_rsr(v: int, s: int) -> int:
+    """numerics' sat32(rshift_round(v, s)) of a 64-bit v (left shifts for s <= 0, 0 from s = 64)."""
+    r = v << -s if s <= 0 else 0 if s >= 64 else (v >> s) + ((v >> (s - 1)) & 1)
+    return max(-2**31, min(2**31 - 1, r))
+
+
+def test_mul_shift_edges_bit_exact():
+    """MUL / REQUANT's shifter is a 34-bit window of x with the fit decided from bitlen(x): the edges where that
+    flag decides (products just fitting or just past int32 after shifts of -40..70, 0 and -1) are exact."""
+    C = 4
+    dut = VectorUnit(AccelConfig(rows=4, cols=C))
+    rng = random.Random(7)
+    ea = [0, 1, -1, 2**31 - 1, -2**31, 2**15, -(2**15) - 1, 3]
+    eb = [0, 1, -1, 2**16, -(2**16), 2**31 - 1, -2**31]
+    shifts = [-40, -33, -32, -31, -30, -2, -1, 0, 1, 2, 30, 31, 32, 33, 34, 62, 63, 64, 70]
+    triples = [(a, b, s) for s in shifts for a in ea for b in eb]
+    for _ in range(400):
+        ba, bb = rng.randint(0, 31), rng.randint(0, 31)
+        triples.append((rng.randint(-2**ba, 2**ba - 1), rng.randint(-2**bb, 2**bb - 1), rng.randint(-40, 70)))
+    beats, want = [], []
+    for s in sorted({t[2] for t in triples}):  # one shift a beat: group the triples by shift
+        ts = [t for t in triples if t[2] == s]
+        for j in range(0, len(ts), C):
+            grp = (ts[j:j + C] + [(0, 0, s)] * C)[:C]
+            op = VecOp.MUL if s >= 0 else VecOp.REQUANT
+            beats.append({"op": int(op), "a": [a for a, _, _ in grp], "b": [b for _, b, _ in grp], "shift": s,
+                          "first": 1, "last": 1, "n": C})
+            want.append([_sat_rsr(a * b, s) for a, b, _ in grp])
+    got = []
+    run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.2),
+              lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.2, out=got)])
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert [g.data[c] for c in range(C)] == w, f"beat {k}: shift {beats[k]['shift']}, a {beats[k]['a']}, b {beats[k]['b']}"
