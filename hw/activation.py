@@ -6,7 +6,8 @@ form: ``z = u2``, a cubic of the clipped ``x``), so one deep pipeline per lane s
 1. GELU front end: ``xc = clip(x, +-16)``, ``x3 = rsr(rsr(xc*xc, 16)*xc, 16)``,
    ``w = xc + rsr(x3*C1, 30)``, ``u2 = rsr(w*C2, 30)``; SILU passes ``x`` by.  The products by
    the constants ``C1`` and ``C2`` are shift-and-add trees in LUTs (:mod:`~systolica.hw.vec_lut_mul`,
-   four stages each): they would take four of ECP5's 18x18 multipliers each.
+   four stages each): they would take four of ECP5's 18x18 multipliers each; with ``cfg.dsp_muls`` (parts
+   with DSPs to spare) they are four multiplier pieces each instead, delayed to the same stage.
 2. ``exp_fx(-|z|)`` (4 stages): ``u = rsr(-|z| * LOG2E_Q30, 22)``; its 8 top fraction bits
    address the 256-entry ``EXP_BASE`` / ``EXP_DELTA`` tables (a ROM per lane, read
    synchronously); linear interpolation; the integer part is a rounding right shift.
@@ -36,10 +37,15 @@ DIV_STEPS = 1  # restoring-divider steps per pipeline stage: 31 stages for the 3
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
-def _cmul(tl: Timed, tv, k: int, name: str):
-    """The registered value ``tv = (value, stage)`` times the constant ``k``, shift-and-add in LUTs."""
+def _cmul(tl: Timed, tv, k: int, name: str, dsp: bool = False):
+    """The registered value ``tv = (value, stage)`` times the constant ``k``: shift-and-add in LUTs, or with ``dsp``
+    on multipliers (:meth:`Stages.mul`'s pieces), delayed to the same stage as the LUT tree's."""
     v, t = tv
-    return const_mul(tl.st, v, k, name), t + const_mul_latency(k)
+    if not dsp:
+        return const_mul(tl.st, v, k, name), t + const_mul_latency(k)
+    prod = tl.mul(tv, (Const(k, signed(k.bit_length() + 1)), 0), name)
+    assert prod[1] <= t + const_mul_latency(k), (prod[1], t, k)
+    return tl.at(prod, t + const_mul_latency(k)), t + const_mul_latency(k)
 
 
 class ActOp(enum.IntEnum):
@@ -73,7 +79,7 @@ class ActivationUnit(LineUnit):
                          lanes=lanes)
 
     @staticmethod
-    def _lane(tl: Timed | None, x, g=None, c: int = 0):
+    def _lane(tl: Timed | None, x, g=None, c: int = 0, dsp: bool = False):
         """One lane from its input register ``x`` (stage 1) and the GELU flag ``g``: ``(result, stage)``,
         the result combinational at that stage (the output register is the stage after).  With
         ``tl=None`` it only counts the stages (a dry run, for :attr:`latency`)."""
@@ -88,10 +94,10 @@ class ActivationUnit(LineUnit):
             return ActivationUnit._build(tl, m, (x, 1), (Signal(), 1), 0, EXP_BASE, EXP_DELTA, LOG2E_Q30,
                                          _GELU_C1, _GELU_C2, _GELU_CLAMP, dry=True)
         return ActivationUnit._build(tl, tl.st.m, x, g, c, EXP_BASE, EXP_DELTA, LOG2E_Q30,
-                                     _GELU_C1, _GELU_C2, _GELU_CLAMP)
+                                     _GELU_C1, _GELU_C2, _GELU_CLAMP, dsp=dsp)
 
     @staticmethod
-    def _build(tl: Timed, m: Module, x, g, c, EXP_BASE, EXP_DELTA, LOG2E_Q30, C1, C2, CLAMP, dry=False):
+    def _build(tl: Timed, m: Module, x, g, c, EXP_BASE, EXP_DELTA, LOG2E_Q30, C1, C2, CLAMP, dry=False, dsp=False):
         n = f"_{c}"
         R = tl.reg
         # --- GELU front end: xc = clip(x), x3 = rsr(rsr(xc*xc, 16)*xc, 16), w = xc + rsr(x3*C1, 30),
@@ -101,10 +107,10 @@ class ActivationUnit(LineUnit):
         a = R(lambda v: _rsr(v, 16), sq, name="sq16" + n, shape=signed(26))  # <= 2**24 + 1
         t = tl.mul(a, xc, "cube" + n)
         b = R(lambda v: _rsr(v, 16), t, name="x3" + n, shape=signed(30))  # |x3| < 2**28 + 2**5
-        t2 = _cmul(tl, b, C1, "c1" + n)  # in LUTs (hw/vec_lut_mul.py): four MULT18X18D fewer
+        t2 = _cmul(tl, b, C1, "c1" + n, dsp)  # in LUTs (hw/vec_lut_mul.py): four MULT18X18D fewer (or dsp_muls)
         w = R(lambda v: _rsr(v, 30), t2, name="c1r" + n, shape=signed(27))  # |x3 * C1| < 2**54
         w = R(lambda v, k: v + k, w, xc, name="w" + n, shape=signed(28))
-        t3 = _cmul(tl, w, C2, "c2" + n)  # in LUTs, as x3 * C1
+        t3 = _cmul(tl, w, C2, "c2" + n, dsp)  # in LUTs, as x3 * C1
         u2 = R(lambda v: _rsr(v, 30), t3, name="u2" + n, shape=signed(34))
         # --- exp_fx(-|z|), z = u2 (GELU) or x (SILU): u = rsr(-|z| * LOG2E_Q30, 22), its top fraction bits
         # address the tables (synchronous ROM reads, their data registered before the multiplier)
@@ -166,7 +172,7 @@ class ActivationUnit(LineUnit):
         outs = []
         for c in range(self.lanes):
             x = tl.st.reg(i.payload.data[c], f"x0_{c}", signed(32))
-            out, t_out = self._lane(tl, (x, 1), (gelu0, 1), c)
+            out, t_out = self._lane(tl, (x, 1), (gelu0, 1), c, dsp=bool(self.cfg.dsp_muls))
             assert t_out + 1 == self.latency, (t_out, self.latency)
             outs.append(out)
         # valid / last travel beside the lanes for the whole depth; the output register is the last stage

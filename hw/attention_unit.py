@@ -264,7 +264,7 @@ class AttentionUnit(wiring.Component):
             m.d.sync += [a[q].eq(e_fin[q]) for q in range(R)]
         # V2: P1 .. P5 and the PV read-modify-write (hw/attn_pipes.py)
         vt, v_busy = pv_pipeline(m, v1, pv_ws, pv_rs, sum_p, R, C, self.max_lines, PV_BITS, _s, pv_waddr,
-                                  dsp=bool(self.cfg.attn_pv_dsp))
+                                  dsp=bool(self.cfg.dsp_muls))
         # the p.V read-modify-write (stage V2) and the O pass share each row's PV read port
         m.d.comb += [q_r.addr.eq(li) for q_r in q_rs]
         # the PV read address is a register (it drives every lane's LUT-RAM): the RMW's line (P4's) a cycle

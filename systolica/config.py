@@ -73,9 +73,11 @@ class AccelConfig:
     attn_rows: int = 1  # query rows the attention unit takes through one KV tile together (parallel dot
     # products): the rows of a GQA group share each K and V line read; at most line_width (each row's score
     # scaling uses one lane multiplier of the state-line datapath)
-    attn_pv_dsp: int = 0  # 1: the attention unit's p * v products (29 x 8 bits, one a lane and row) on one DSP
-    # multiplier each (its low 24 bits of p; the top 5 in logic); 0: shift-and-add in LUTs, for parts whose
-    # multipliers are scarce (ECP5's 156 MULT18X18D) -- on Xilinx parts with DSPs to spare, 1 saves ~300 LUT a lane
+    dsp_muls: int = 0  # 1: the products that are otherwise shift-and-add in LUTs go on DSP multipliers -- the
+    # attention unit's p * v (29 x 8 bits, one a lane and row: p's low 24 bits on one DSP, the top 5 in logic) and
+    # the activation unit's GELU constants (x3 * C1, w * C2: four 18 x 18 pieces each); 0: in LUTs, for parts whose
+    # multipliers are scarce (ECP5's 156 MULT18X18D).  On Xilinx parts with DSPs to spare, 1 saves ~250 LUT per
+    # attention lane and ~1,000 per activation lane
 
     # ----------------------------------------------------------------- sizes
     @property
@@ -185,8 +187,8 @@ class AccelConfig:
         if not (isinstance(self.attn_rows, int) and 1 <= self.attn_rows <= min(8, self.line_width)):
             yield (f"attn_rows={self.attn_rows} must be in 1..min(8, line_width={self.line_width}) (each query row "
                    f"of a tile scales its scores on one lane multiplier of the attention unit's state-line datapath)")
-        if self.attn_pv_dsp not in (0, 1):
-            yield f"attn_pv_dsp={self.attn_pv_dsp} must be 0 (p * v in LUTs) or 1 (on DSP multipliers)"
+        if self.dsp_muls not in (0, 1):
+            yield f"dsp_muls={self.dsp_muls} must be 0 (narrow and constant products in LUTs) or 1 (on DSP multipliers)"
         if not (self.q4_groups == 0 or (_pow2(self.q4_groups) and 2 <= self.q4_groups <= 1024)):
             yield (f"q4_groups={self.q4_groups} must be 0 (no 4-bit datapath) or a power of two in 2..1024 "
                    f"(groups of 32 weights along K whose scales the array holds)")
@@ -237,8 +239,8 @@ class AccelConfig:
             d.pop("nonlinear_lanes")
         if d["attn_rows"] == 1:  # one query row per tile pass: the hardware (and hash) of before the field
             d.pop("attn_rows")
-        if d["attn_pv_dsp"] == 0:  # p * v in LUTs: the hardware (and hash) of before the field
-            d.pop("attn_pv_dsp")
+        if d["dsp_muls"] == 0:  # those products in LUTs: the hardware (and hash) of before the field
+            d.pop("dsp_muls")
         d["clock_mhz"] = float(d["clock_mhz"])
         return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 

@@ -35,9 +35,10 @@ def activation_cases(C: int, seed: int, lines: int = 24):
     return beats, want
 
 
-@pytest.mark.parametrize("cols,line_lanes,nonlinear", [(2, 2, 0), (4, 4, 0), (8, 2, 0), (8, 2, 1)])
-def test_activation_bit_exact(cols, line_lanes, nonlinear):
-    cfg = AccelConfig(rows=4, cols=cols, line_lanes=line_lanes, nonlinear_lanes=nonlinear)
+@pytest.mark.parametrize("cols,line_lanes,nonlinear,dsp", [(2, 2, 0, 0), (4, 4, 0, 0), (8, 2, 0, 0), (8, 2, 1, 0),
+                                                            (4, 4, 0, 1), (8, 2, 1, 1)])  # dsp: the GELU constants on multipliers
+def test_activation_bit_exact(cols, line_lanes, nonlinear, dsp):
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=line_lanes, nonlinear_lanes=nonlinear, dsp_muls=dsp)
     dut = ActivationUnit(cfg)
     lanes = dut.lanes
     assert lanes == (nonlinear or line_lanes)

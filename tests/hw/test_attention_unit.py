@@ -89,10 +89,10 @@ def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), ca
     # rows of a GQA group through each tile together: whole jobs of R rows, and a last job of fewer
     (4, 0, 8, True, (5, 8, 3), 3, 3, 0), (4, 0, 8, True, (5, 8, 3), 2, 3, 0), (8, 4, 16, False, (3, 4, 2), 4, 5, 0),
     (4, 2, 8, True, (1, 2, 1), 2, 2, 0),
-    # p * v on DSP multipliers (attn_pv_dsp): the low 24 bits of p on the multiplier, the top 5 in logic
+    # p * v on DSP multipliers (dsp_muls): the low 24 bits of p on the multiplier, the top 5 in logic
     (4, 0, 8, True, (5, 8, 3), 1, 2, 1), (8, 4, 16, False, (3, 4, 2), 4, 5, 1)])
 def test_attention_bit_exact(cols, lanes, hd, causal, tiles, R, nq, pv_dsp):
-    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes, attn_rows=R, attn_pv_dsp=pv_dsp)
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes, attn_rows=R, dsp_muls=pv_dsp)
     dut = AttentionUnit(cfg, max_tokens=16, max_lines=8)
     beats, want = attention_cases(cols, seed=cols + hd + R, hd=hd, nq=nq, causal=causal, tiles=tiles, R=R)
     got = []
