@@ -97,6 +97,7 @@ class NormUnit(LineUnit):
         maxd = Signal(unsigned(42))
         s = Signal(range(24))
         e = Signal(signed(10))  # rsqrt_fx's exponent e
+        eps_sel = Signal()  # the row's shared rounding shifter serves the eps term (not the mean): below
         y, k = Signal(unsigned(31)), Signal(signed(9))
         mant = Signal(unsigned(31))  # rsqrt_fx's m: 2**29 <= m < 2**31
         # the scalar states' intermediate values, one operation a state
@@ -240,7 +241,7 @@ class NormUnit(LineUnit):
         with m.If(fire & ~wrong & ~st_hdr):  # the line counter of every pass
             m.d.sync += li.eq(Mux(p.last, 0, li + 1))
         with m.If(st_hdr):  # nothing reads these in HDR (the last row's beats have left stage 1)
-            m.d.sync += [li.eq(0), acc.eq(0), mean.eq(0), maxd.eq(0)]
+            m.d.sync += [li.eq(0), acc.eq(0), mean.eq(0), maxd.eq(0), eps_sel.eq(0)]
             with m.If(fire & ~wrong):
                 m.d.sync += [n.eq(p.n), eps.eq(p.eps), center.eq(p.center)]
         with m.If(fire & ~wrong & st_sum):
@@ -293,7 +294,18 @@ class NormUnit(LineUnit):
                 m.d.sync += e.eq(rk - cc_r - GUARD)  # the mean's shift, held in e until MEAN3
                 goto("MEAN_W0")
             wait("MEAN_W", "MEAN3")
-            mean_ld, mterm = rsr_split(prod, e, 64, 8, "mean_term")
+            # the mean's rsr(prod, e) (left shifts of at most 8) and, a pass later, the eps term's rsr(n * eps,
+            # 2s - 16) (at most 16) take turns on one shifter: `eps_sel` (set in SCALE, cleared in HDR) picks
+            # the operands, which hold still from the state that sets them to the one that loads
+            ne = Signal(signed(41))
+            m.d.comb += ne.eq(prod[:40])
+            esh = Signal(signed(8))
+            m.d.comb += esh.eq((s << 1) - 2 * GUARD)
+            term_x, term_sh = Signal(signed(65)), Signal(signed(10))
+            m.d.comb += [term_x.eq(Mux(eps_sel, ne, prod)), term_sh.eq(Mux(eps_sel, esh, e))]
+            term_ld, term = rsr_split(term_x, term_sh, 64, 16, "row_term")
+            mean_ld = eps_ld = term_ld
+            mterm = eterm = term
             with m.State("MEAN3"):
                 m.d.sync += mean_ld
                 goto("MEAN4")
@@ -305,7 +317,7 @@ class NormUnit(LineUnit):
             with m.State("MAXD_DRAIN"), m.If(~c1.v & ~c2.v):  # the last |d| is in maxd
                 goto("SCALE")
             with m.State("SCALE"):
-                m.d.sync += [s.eq(Mux(maxd_bl > 23, maxd_bl - 23, 0)), acc.eq(0)]
+                m.d.sync += [s.eq(Mux(maxd_bl > 23, maxd_bl - 23, 0)), acc.eq(0), eps_sel.eq(1)]
                 multiply(n, eps)  # < 2**40, held in prod through the next pass
                 goto("SSQ")
             with m.State("SSQ"):
@@ -313,11 +325,6 @@ class NormUnit(LineUnit):
             with m.State("SSQ_DRAIN"), m.If(squares_in):  # the last squares are in acc (and n * eps in prod)
                 goto("RSQ0")
             # ss = sum + rsr(n * eps, 2s - 16); st, c = trunc31(max(ss, 1)); v = st * ry: one step a state
-            ne = Signal(signed(41))
-            m.d.comb += ne.eq(prod[:40])
-            esh = Signal(signed(8))
-            m.d.comb += esh.eq((s << 1) - 2 * GUARD)
-            eps_ld, eterm = rsr_split(ne, esh, 64, 16, "eps_term")
             with m.State("RSQ0"):
                 m.d.sync += eps_ld
                 goto("RSQ1")

@@ -34,7 +34,7 @@ own, zero past lane 0), always taken, and written the cycle a line completes.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -251,17 +251,22 @@ class RowPassSequencer(wiring.Component):
                          q_lines.eq(ins.quant.lines), q_dst.eq(ins.quant.dst),
                          rows_out.eq(send_rows)]  # QUANT sends every row (lines = 0: the header alone)
         # output beats are gathered into lines (hw/line_serial.py); QUANT's exponent beats are lines of their own
-        vbeat = Mux(is_s, sm.o_stream.payload.data.as_value(), nu.o_stream.payload.data.as_value())
-        vlast = Mux(is_s, sm.o_stream.payload.last, nu.o_stream.payload.last)
-        vdata, vout = gather(m, Mux(is_s, sm.o_stream.valid, nu.o_stream.valid) & ~is_q, vbeat, NB, "vgat",
-                             clear=self.start)
-        # lanes past n in a row's last line are written as 0 (the golden simulator's padded rows);
-        # the norm unit leaves them as computed, so they are masked here
+        # lanes past n in a row's last line are written as 0 (the golden simulator's padded rows); the norm
+        # unit leaves them as computed, so they are masked here, beat by beat (NW lanes, not a whole line):
+        # `beat_left` is the row's elements from this beat's lane 0 on, `lanes_left` the same at line starts
+        vvalid = Mux(is_s, sm.o_stream.valid, nu.o_stream.valid) & ~is_q
+        beat_left = Signal(signed(18))
         lanes_left = Signal(17)
         with m.If(self.start):
-            m.d.sync += lanes_left.eq(n)
-        masked = Cat(*[Mux(lanes_left > c, vdata[32 * c:32 * c + 32], 0) for c in range(C)])
-        m.d.comb += [self.out_addr.eq(vptr), self.out_en.eq(vout), self.out_data.eq(masked)]
+            m.d.sync += [lanes_left.eq(n), beat_left.eq(n)]
+        vraw = Mux(is_s, sm.o_stream.payload.data.as_value(), nu.o_stream.payload.data.as_value())
+        vbeat = Cat(*[Mux(beat_left > c, vraw[32 * c:32 * c + 32], 0) for c in range(NW)])
+        vlast = Mux(is_s, sm.o_stream.payload.last, nu.o_stream.payload.last)
+        vdata, vout = gather(m, vvalid, vbeat, NB, "vgat", clear=self.start)
+        m.d.comb += [self.out_addr.eq(vptr), self.out_en.eq(vout), self.out_data.eq(vdata)]
+        row_end = vout & (lanes_left <= C)  # the row's last line completes with this beat
+        with m.If(vvalid):
+            m.d.sync += beat_left.eq(Mux(row_end, n, beat_left - NW))
         with m.If(vout):
             m.d.sync += [vptr.eq(vptr + 1), lanes_left.eq(Mux(lanes_left > C, lanes_left - C, n))]
             with m.If(vlast):
