@@ -282,15 +282,17 @@ class NormUnit(LineUnit):
             with m.State("MEAN0"):
                 m.d.sync += mag_r.eq(Mux(acc < 0, -acc, acc))
                 goto("MEAN1")
+            # _trunc31 of the sum (MEAN1, MEAN2) and of the sum of squares (RSQ4, RSQ5): c = max(0, bitlen(|v|) -
+            # 31) = bitlen(|v| >> 31) (a 33-bit encoder, no subtraction behind it), then v >> c; the two take turns
+            # on one encoder and one shifter (eps_sel: 0 for the sum, 1 for the sum of squares)
+            t31_bl = bitlen_tree(m, Mux(eps_sel, ssp_r, mag_r) >> 31, 33, "t31_bitlen")
+            t31_sh = Signal(signed(32))
+            m.d.comb += t31_sh.eq(Mux(eps_sel, ssp_r, acc) >> cc_r)
             with m.State("MEAN1"):
-                # _trunc31(sum): c = max(0, bitlen(|sum|) - 31), st = sum >> c: int32
-                # max(0, bitlen(x) - 31) = bitlen(x >> 31): a 33-bit encoder, no subtraction behind it
-                m.d.sync += cc_r.eq(bitlen_tree(m, mag_r >> 31, 33, "sum_bitlen"))
+                m.d.sync += cc_r.eq(t31_bl)
                 goto("MEAN2")
             with m.State("MEAN2"):
-                st = Signal(signed(32))
-                m.d.comb += st.eq(acc >> cc_r)
-                multiply(st, ry)
+                multiply(t31_sh, ry)
                 m.d.sync += e.eq(rk - cc_r - GUARD)  # the mean's shift, held in e until MEAN3
                 goto("MEAN_W0")
             wait("MEAN_W", "MEAN3")
@@ -338,13 +340,10 @@ class NormUnit(LineUnit):
                 m.d.sync += ssp_r.eq(Mux(ss_r < 1, 1, ss_r))
                 goto("RSQ4")
             with m.State("RSQ4"):
-                # max(0, bitlen(x) - 31) = bitlen(x >> 31): a 33-bit encoder, no subtraction behind it
-                m.d.sync += cc_r.eq(bitlen_tree(m, ssp_r >> 31, 33, "ss_bitlen"))
+                m.d.sync += cc_r.eq(t31_bl)
                 goto("RSQ5")
             with m.State("RSQ5"):
-                sst = Signal(unsigned(31))  # ssp >> cc < 2**31 by the choice of cc
-                m.d.comb += sst.eq(ssp_r >> cc_r)
-                multiply(sst, ry)
+                multiply(t31_sh[:31], ry)  # ssp >> cc < 2**31 by the choice of cc
                 m.d.sync += e.eq(cc_r + (s << 1) - 2 * (16 + GUARD) - rk)
                 goto("RSQ_W0")
             wait("RSQ_W", "RSQ6")
