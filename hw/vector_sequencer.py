@@ -175,13 +175,15 @@ class VectorSequencer(wiring.Component):
                     m.d.sync += hh.eq(hh + 1)
             with m.Else():
                 m.d.sync += [ln.eq(ln + 1), n_left.eq(n_left - C)]
-        sin_rd = Signal()  # ROPE, the cycle after an issue: port b reads the sin line
-        sin_addr = Signal.like(self.vb_addr)
+        # ROPE, the cycle after an issue: port b reads the sin line and port a the x line, so that x meets sin
+        # (and the cos line, which waits a cycle) at the serializer with no line register of its own
+        sin_rd = Signal()
+        sin_addr, x_addr = Signal.like(self.vb_addr), Signal.like(self.va_addr)
         m.d.sync += sin_rd.eq(issue & rope)
         with m.If(issue):
-            m.d.sync += sin_addr.eq(trow + ((hd + ln) >> 1))
+            m.d.sync += [sin_addr.eq(trow + ((hd + ln) >> 1)), x_addr.eq(src_a + idx)]
         m.d.comb += [
-            self.va_addr.eq(src_a + idx), self.va_en.eq(issue),
+            self.va_addr.eq(Mux(sin_rd, x_addr, src_a + idx)), self.va_en.eq((issue & ~rope) | sin_rd),
             self.vb_addr.eq(Mux(sin_rd, sin_addr, Mux(rope, trow + (ln >> 1), src_b + Mux(bcast, ln, idx)))),
             self.vb_en.eq(issue | sin_rd),
             self.acc_addr.eq(ins.requant.src + idx), self.acc_en.eq(issue),
@@ -197,10 +199,9 @@ class VectorSequencer(wiring.Component):
                      nline.eq(n_left), cos_hi.eq(ln[0]), sin_hi.eq((hd + ln)[0])]
         half = C // 2 * 32
         cos = Mux(cos_hi, self.vb_rdata[half:], self.vb_rdata[:half])
-        # ROPE: the a and cos lines arrive with `valid` and wait a cycle in registers for the sin line
-        # (another engine may read port a meanwhile); its line loads into the serializer a cycle later
+        # ROPE: the cos line arrives with `valid` and waits a cycle in a register for the x and sin lines; the
+        # line loads into the serializer a cycle later
         valid2 = Signal()
-        a_wait = Signal(C * 32, reset_less=True)
         cos_wait = Signal(C // 2 * 32, reset_less=True)
         first2, last2, sin_hi2 = Signal(), Signal(), Signal()
         # (valid's own uses are few: a ROPE copy enables the wait registers, an ARGMAX copy the lane count)
@@ -208,7 +209,7 @@ class VectorSequencer(wiring.Component):
         m.d.sync += [valid_rope.eq(issue & rope), valid_am.eq(issue & is_["ARGMAX"])]
         m.d.sync += [valid2.eq(valid_rope), first2.eq(first), last2.eq(last), sin_hi2.eq(sin_hi)]
         with m.If(valid_rope):
-            m.d.sync += [a_wait.eq(self.va_rdata), cos_wait.eq(cos)]
+            m.d.sync += cos_wait.eq(cos)
         sin = Mux(sin_hi2, self.vb_rdata[half:], self.vb_rdata[:half])
         # the serializers' load strobes (Mux(rope, valid2, valid), split by unit) are registers of their own:
         # each selects a whole line's register, too many loads for a decoded net (ECP5: 5.6 ns of routing)
@@ -224,8 +225,7 @@ class VectorSequencer(wiring.Component):
         sel_req = _fanout_copies(m, w_is["REQUANT"], self.start, C, "sel_req")
         sel_rope = _fanout_copies(m, w_is["ROPE"], self.start, C, "sel_rope")
         lane = [slice(c * 32, (c + 1) * 32) for c in range(C)]
-        a_line = Cat(*[Mux(sel_req[c], self.acc_rdata[lane[c]], Mux(sel_rope[c], a_wait[lane[c]],
-                                                                    self.va_rdata[lane[c]])) for c in range(C)])
+        a_line = Cat(*[Mux(sel_req[c], self.acc_rdata[lane[c]], self.va_rdata[lane[c]]) for c in range(C)])
         b_line = Cat(*[Mux(sel_rope[c], rope_b[lane[c]], self.vb_rdata[lane[c]]) for c in range(C)])
         if NB == B:
             (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, load, [a_line, b_line], [W * 32, W * 32], B,
