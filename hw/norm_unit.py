@@ -306,13 +306,11 @@ class NormUnit(LineUnit):
             term_x, term_sh = Signal(signed(65)), Signal(signed(10))
             m.d.comb += [term_x.eq(Mux(eps_sel, ne, prod)), term_sh.eq(Mux(eps_sel, esh, e))]
             term_ld, term = rsr_split(term_x, term_sh, 64, 16, "row_term")
-            mean_ld = eps_ld = term_ld
-            mterm = eterm = term
             with m.State("MEAN3"):
-                m.d.sync += mean_ld
+                m.d.sync += term_ld
                 goto("MEAN4")
             with m.State("MEAN4"):
-                m.d.sync += [mean.eq(mterm), acc.eq(0)]
+                m.d.sync += [mean.eq(term), acc.eq(0)]
                 goto("MAXD")
             with m.State("MAXD"):
                 row_pass("MAXD_DRAIN")
@@ -328,10 +326,10 @@ class NormUnit(LineUnit):
                 goto("RSQ0")
             # ss = sum + rsr(n * eps, 2s - 16); st, c = trunc31(max(ss, 1)); v = st * ry: one step a state
             with m.State("RSQ0"):
-                m.d.sync += eps_ld
+                m.d.sync += term_ld
                 goto("RSQ1")
             with m.State("RSQ1"):
-                m.d.sync += eterm_r.eq(eterm)
+                m.d.sync += eterm_r.eq(term)
                 goto("RSQ2")
             with m.State("RSQ2"):
                 m.d.sync += ss_r.eq(acc + eterm_r)
