@@ -224,10 +224,15 @@ class Accelerator(wiring.Component):
             (load.blocked | comp.blocked | store.blocked)
         stuck_for = Signal(2)
         m.d.sync += stuck_for.eq(Mux(stuck & (run == _Run.RUN), Mux(stuck_for == 3, 3, stuck_for + 1), 0))
-        oldest = Signal(32)  # the smallest pc among the blocked engines
-        c0, c1, c2 = (Mux(e.blocked, e.pc, 0xFFFF_FFFF) for e in engines)
-        m01 = Mux(c0 < c1, c0, c1)
-        m.d.comb += oldest.eq(Mux(m01 < c2, m01, c2))
+        # the smallest pc among the blocked engines, in two registered steps (the blocked engines' pcs, then
+        # their minimum): it is read only once the engines have been stuck for two cycles (stuck_for == 2),
+        # when nothing has moved since, so neither the token queues' logic nor the 32-bit compares run into
+        # the fault's pc register
+        oldest = Signal(32)
+        cs = [Signal(32, name=f"blocked_pc{i}") for i in range(3)]
+        m.d.sync += [c.eq(Mux(e.blocked, e.pc, 0xFFFF_FFFF)) for c, e in zip(cs, engines)]
+        m01 = Mux(cs[0] < cs[1], cs[0], cs[1])
+        m.d.sync += oldest.eq(Mux(m01 < cs[2], m01, cs[2]))
 
         # an error response is seen a cycle after its beat: the flag and the oldest (smallest) pc of the engines
         # whose transfer got one are registered, so the R channels' logic does not run into the run control

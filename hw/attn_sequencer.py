@@ -132,7 +132,8 @@ class AttnSequencer(wiring.Component):
         free = Signal(range(_DEPTH + 1), init=_DEPTH, name="fifo_free")
         m.d.sync += free.eq(free - read + (q.r_rdy & q.r_en))
         room = free != 0
-        m.d.comb += read.eq(active & ~self.start & room)
+        # no `~start` term: active is low at start (an instruction starts only with every sequencer idle)
+        m.d.comb += read.eq(active & room)
         eot = tli == hd_m1
         # ATTN_OUT and the bypass are jobs of one row; an ATTN job ends at R rows or at the group's last
         job_last = (is_out_r | bypass_r | (r == nq_m1) | (gi == R - 1)) if R > 1 else Const(1, 1)

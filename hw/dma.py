@@ -242,7 +242,9 @@ class ReadArbiter(wiring.Component):
         m = Module()
         reqs = [getattr(self, f"m{i}") for i in range(self.n)]
         out = self.out
-        m.submodules.tags = tags = fifo.SyncFIFO(width=max(1, (self.n - 1).bit_length()), depth=self.depth)
+        # buffered: the head's manager and its valid flag are flip-flops, so an R beat's routing starts at
+        # registers (a grant reaches the head two cycles after its AR handshake; no burst answers sooner)
+        m.submodules.tags = tags = fifo.SyncFIFOBuffered(width=max(1, (self.n - 1).bit_length()), depth=self.depth)
         grant = Signal(range(self.n))
         room = out.arready & tags.w_rdy  # both flip-flops (the port's register slice, the FIFO's level)
         hs = Signal()

@@ -199,30 +199,37 @@ class StoreEngine(wiring.Component):
         m.d.sync += started.eq(exec_start)
         m.d.comb += exec_done.eq(self.executing & ~started & ~dma.busy)
 
-        # read lines ahead into a small FIFO (one read in flight; sync read ports answer next cycle)
+        # read lines ahead into a small FIFO (one read in flight; sync read ports answer next cycle).  A read is
+        # requested from this engine's own registers alone; the port serves compute first, so a request the
+        # compute side took the port from is lost and repeated the next cycle (`lost`, a flip-flop).  The
+        # compute side's read enable thus reaches only the port's multiplexer and one flip-flop here, never
+        # the counters: the same cycles as deciding from it, without its path through this engine.
         wide = cfg.cols * 32
         m.submodules.lines = lq = fifo.SyncFIFO(width=wide, depth=self.LINE_FIFO)
         # rows * lines lines to read, counted as rows of lines (a product of two fields would be DSP48s)
         reading = Signal()
         rows_left = Signal(16)
         lines_left = Signal(16)
-        rd_addr = Signal(32)  # the next line's buffer address, v.sram + lines read so far (no adder before the port)
-        pending = Signal()
+        rd_addr = Signal(32)  # the next new line's buffer address, v.sram + lines requested so far
+        last_addr = Signal(32)  # the address of the request in flight (repeated when it was lost)
+        pending = Signal()  # a request went out last cycle ...
+        served = Signal()  # ... and the port served it (compute did not read then)
         with m.If(exec_start):
             m.d.sync += [reading.eq((v.rows != 0) & (v.lines != 0)), rows_left.eq(v.rows), lines_left.eq(v.lines),
                          rd_addr.eq(v.sram)]
         # the buffer's read port is free unless compute reads it this cycle (compute first)
         free = Mux(v.buf == 0, self.spad_ready, Mux(v.buf == 1, self.acc_ready, self.vbuf_ready))
-        # everything but the port's freedom comes from this engine's own registers; free is the compute side's
-        # read enable, so only one gate lies between it and the read request
-        can = Signal()
+        lost = pending & ~served
+        got = pending & served
         room = Signal()
-        m.d.comb += room.eq(lq.level + pending < self.LINE_FIFO)
-        m.d.comb += can.eq(self.executing & ~started & reading & room)
+        m.d.comb += room.eq(lq.level + got < self.LINE_FIFO)
         issue = Signal()
-        m.d.comb += issue.eq(can & free)
-        m.d.sync += pending.eq(issue)
+        m.d.comb += issue.eq(self.executing & ~started & (reading | lost) & room)
+        m.d.sync += [pending.eq(issue), served.eq(free)]
+        addr = Mux(lost, last_addr, rd_addr)
         with m.If(issue):
+            m.d.sync += last_addr.eq(addr)
+        with m.If(issue & ~lost):
             m.d.sync += [rd_addr.eq(rd_addr + 1), lines_left.eq(lines_left - 1)]
             with m.If(lines_left == 1):
                 m.d.sync += [lines_left.eq(v.lines), rows_left.eq(rows_left - 1)]
@@ -230,11 +237,11 @@ class StoreEngine(wiring.Component):
                     m.d.sync += reading.eq(0)
         rdata = Signal(wide)
         for i, (name, _) in enumerate(buffer_ports(cfg).items()):
-            m.d.comb += [getattr(self, f"{name}_addr").eq(rd_addr),
+            m.d.comb += [getattr(self, f"{name}_addr").eq(addr),
                          getattr(self, f"{name}_en").eq(issue & (v.buf == i))]
             with m.If(v.buf == i):
                 m.d.comb += rdata.eq(getattr(self, f"{name}_rdata"))
-        m.d.comb += [lq.w_en.eq(pending), lq.w_data.eq(rdata)]
+        m.d.comb += [lq.w_en.eq(got), lq.w_data.eq(rdata)]
 
         # serialize the head line into beats, lane 0 first (little endian, as the bus and DRAM)
         db = cfg.dma_bits

@@ -130,7 +130,8 @@ class GemmSequencer(wiring.Component):
         m.d.comb += self.busy.eq((inflight != 0) | zeros | w_more | a_more)
 
         # ---- weights from the scratchpad
-        w_issue, wq = _prefetch(m, "wq", C * 8, w_more & ~self.start, self.w_rdata)
+        # the walkers' flags are low at start (busy is), so start needs no term in their read requests
+        w_issue, wq = _prefetch(m, "wq", C * 8, w_more, self.w_rdata)
         m.d.comb += [self.w_addr.eq(w_ptr), self.w_en.eq(w_issue)]
         with m.If(w_issue):
             with m.If(w_c == C - 1):
@@ -237,7 +238,7 @@ class GemmSequencer(wiring.Component):
         side_d = Signal(side)
         m.d.comb += side_now.eq(Cat(tag_now.as_value(), a_i == m1))
         m.d.sync += side_d.eq(side_now)
-        a_issue, aq = _prefetch(m, "aq", C * 8 + side, a_more & ~self.start, Cat(self.a_rdata, side_d))
+        a_issue, aq = _prefetch(m, "aq", C * 8 + side, a_more, Cat(self.a_rdata, side_d))
         m.d.comb += [self.a_addr.eq(a_ptr), self.a_en.eq(a_issue)]
         with m.If(a_issue):
             with m.If(a_i == m1):

@@ -76,34 +76,39 @@ class RowPassSequencer(wiring.Component):
         C = self.cfg.cols
         m.submodules.quant, m.submodules.softmax, m.submodules.norm = qu, sm, nu = self.quant, self.softmax, self.norm
         ins = data.View(instr_layout(), self.word)
+        # The word holds still from before start until busy falls (the compute engine loads it, waits for its
+        # tokens, then starts this sequencer a cycle later), so what start loads is decoded from it a cycle
+        # ahead, into flip-flops: start's registers load from registers, not from the opcode's decode.
+        def ahead(v, name):
+            r = Signal(v.shape(), name=f"{name}_w")
+            m.d.sync += r.eq(v)
+            return r
+
         op = ins.nop.h.opcode
-        is_q = op == OP_BY_NAME["QUANT"].code
-        is_s = op == OP_BY_NAME["SOFTMAX"].code
-        is_ln = op == OP_BY_NAME["LAYERNORM"].code
-        is_n = (op == OP_BY_NAME["RMSNORM"].code) | is_ln
+        q_ = op == OP_BY_NAME["QUANT"].code
+        s_ = op == OP_BY_NAME["SOFTMAX"].code
+        ln_ = op == OP_BY_NAME["LAYERNORM"].code
         nrm = ins.rmsnorm  # RMSNORM and LAYERNORM share their layout
-        rows = Mux(is_q, ins.quant.rows, Mux(is_s, ins.softmax.rows, nrm.rows))
-        n = Mux(is_s, ins.softmax.n, nrm.n)
-        src = Mux(is_q, ins.quant.src, Mux(is_s, ins.softmax.src, nrm.src))
-        dst = Mux(is_s, ins.softmax.dst, nrm.dst)
+        rows = Mux(q_, ins.quant.rows, Mux(s_, ins.softmax.rows, nrm.rows))
+        n = Mux(s_, ins.softmax.n, nrm.n)
         split = ins.quant.split
-        L = Signal(17)
-        P = Signal(3)  # passes per row
-        m.d.comb += [L.eq(Mux(is_q, ins.quant.lines, (n + C - 1) // C)),
-                     P.eq(Mux(is_q, 2 + split, Mux(is_ln, 4, 3)))]
+        # each one flip-flop from the word (a cycle is all the word is ahead of start)
+        is_q, is_s, is_ln = ahead(q_, "is_q"), ahead(s_, "is_s"), ahead(ln_, "is_ln")
+        is_n = ahead((op == OP_BY_NAME["RMSNORM"].code) | ln_, "is_n")
+        src = ahead(Mux(q_, ins.quant.src, Mux(s_, ins.softmax.src, nrm.src)), "src")
+        dst = ahead(Mux(s_, ins.softmax.dst, nrm.dst), "dst")
+        L = ahead(Mux(q_, ins.quant.lines, (n + C - 1) // C), "L")
+        P = ahead(Mux(q_, 2 + split, Mux(ln_, 4, 3)), "P")  # passes per row
         # rows that are sent at all: SOFTMAX and the norms send nothing for n = 0 (nothing is written)
-        send_rows = Signal(16)
-        m.d.comb += send_rows.eq(Mux(is_q | (n != 0), rows, 0))
+        send_rows = ahead(Mux(q_ | (n != 0), rows, 0), "send_rows")
+        n = ahead(n, "n")
         # what the walk and the outputs compare against, registered at start (the word holds still while busy)
-        q_r_, s_r_, n_r_, ln_r_ = Signal(), Signal(), Signal(), Signal()
         Lm1 = Signal(17)  # L - 1
         L0 = Signal()  # L == 0: a row is its header alone
         Pm1 = Signal(3)  # the final pass
         last_row = Signal(16)  # send_rows - 1
         with m.If(self.start):
-            m.d.sync += [q_r_.eq(is_q), s_r_.eq(is_s), n_r_.eq(is_n), ln_r_.eq(is_ln), Lm1.eq(L - 1), L0.eq(L == 0),
-                         Pm1.eq(P - 1), last_row.eq(send_rows - 1)]
-        is_q, is_s, is_n, is_ln = q_r_, s_r_, n_r_, ln_r_  # from here on: the registered copies (not at start)
+            m.d.sync += [Lm1.eq(L - 1), L0.eq(L == 0), Pm1.eq(P - 1), last_row.eq(send_rows - 1)]
 
         # ---- walk: per row a header, then P passes of L lines
         r = Signal(16)
@@ -124,14 +129,21 @@ class RowPassSequencer(wiring.Component):
         pending, beta_rd, pend2 = Signal(), Signal(), Signal()
         pend_last = Signal()
         room = (q.level + (pending | beta_rd | pend2)) < _DEPTH
-        want = active & ~self.start & room & ~beta_rd
+        # no `~start` term: active is low at start (an instruction starts only with every sequencer idle), so
+        # start reaches only the registers it loads, not the walk's decisions
+        want = active & room & ~beta_rd
         read = Signal()
         push_hdr = Signal()
         m.d.comb += [push_hdr.eq(want & hdr & ~pending & ~pend2), read.eq(want & ~hdr)]
-        final = p == Pm1
+        # the walk's three comparisons are flip-flops kept with their counters (each set from the counter's next
+        # value, from registers), so no decision of the walk waits on a 16- or 17-bit compare
+        final = Signal()  # p == Pm1
+        line_end = Signal()  # ln == Lm1
+        at_last = Signal()  # r == last_row
+        with m.If(self.start):
+            m.d.sync += [final.eq(0), line_end.eq(L == 1), at_last.eq(send_rows == 1)]  # P >= 2: pass 0 is not final
         two = is_ln & final
         beta_addr = Signal.like(self.vb_addr)
-        line_end = ln == Lm1
         m.d.comb += [self.va_addr.eq(va_ptr), self.va_en.eq(read),
                      self.vb_addr.eq(Mux(beta_rd, beta_addr, g_ptr)), self.vb_en.eq(read | beta_rd)]
         m.d.sync += [pending.eq(read & ~two), beta_rd.eq(read & two), pend2.eq(beta_rd)]
@@ -143,23 +155,24 @@ class RowPassSequencer(wiring.Component):
             m.d.sync += [x_wait.eq(self.va_rdata), g_wait.eq(self.vb_rdata)]
         with m.If(push_hdr):
             with m.If(L0 | (Pm1 == 7)):  # an empty row: the header is all (QUANT lines = 0)
-                m.d.sync += r.eq(r + 1)
-                with m.If(r == last_row):
+                m.d.sync += [r.eq(r + 1), at_last.eq(r + 1 == last_row)]
+                with m.If(at_last):
                     m.d.sync += active.eq(0)
             with m.Else():
                 m.d.sync += hdr.eq(0)
         with m.If(read):
             m.d.sync += [va_ptr.eq(va_ptr + 1), g_ptr.eq(g_ptr + 1)]
             with m.If(line_end):
-                m.d.sync += [ln.eq(0), g_ptr.eq(gamma), va_ptr.eq(row_base)]
+                m.d.sync += [ln.eq(0), line_end.eq(Lm1 == 0), g_ptr.eq(gamma), va_ptr.eq(row_base)]
                 with m.If(final):
-                    m.d.sync += [p.eq(0), hdr.eq(1), r.eq(r + 1), row_base.eq(va_ptr + 1), va_ptr.eq(va_ptr + 1)]
-                    with m.If(r == last_row):
+                    m.d.sync += [p.eq(0), final.eq(0), hdr.eq(1), r.eq(r + 1), at_last.eq(r + 1 == last_row),
+                                 row_base.eq(va_ptr + 1), va_ptr.eq(va_ptr + 1)]
+                    with m.If(at_last):
                         m.d.sync += active.eq(0)
                 with m.Else():
-                    m.d.sync += p.eq(p + 1)
+                    m.d.sync += [p.eq(p + 1), final.eq(p + 1 == Pm1)]
             with m.Else():
-                m.d.sync += ln.eq(ln + 1)
+                m.d.sync += [ln.eq(ln + 1), line_end.eq(ln + 1 == Lm1)]
         # FIFO entry: kind, last, a, b, c (a header is kind 0 with no data)
         m.d.comb += [q.w_en.eq(pending | pend2 | push_hdr),
                      q.w_data.eq(Mux(pending, Cat(_ROW, pend_last, self.va_rdata, self.vb_rdata, Const(0, C * 32)),

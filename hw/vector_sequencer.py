@@ -156,7 +156,8 @@ class VectorSequencer(wiring.Component):
         rope = is_["ROPE"]
         ph = Signal(range(max(NB, 2)))
         issue = Signal()
-        m.d.comb += issue.eq(walking & ~self.start & (ph == 0))
+        # no `~start` term: walking is low at start (an instruction starts only with every sequencer idle)
+        m.d.comb += issue.eq(walking & (ph == 0))
         with m.If(issue):
             m.d.sync += ph.eq(Mux(to_act, NB - 1, Mux(rope, max(B, 2) - 1, B - 1)))
         with m.Elif(ph != 0):
