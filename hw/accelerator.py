@@ -230,17 +230,21 @@ class Accelerator(wiring.Component):
         # the fault's pc register
         oldest = Signal(32)
         cs = [Signal(32, name=f"blocked_pc{i}") for i in range(3)]
-        m.d.sync += [c.eq(Mux(e.blocked, e.pc, 0xFFFF_FFFF)) for c, e in zip(cs, engines)]
+        m.d.sync += [c.eq(Mux(e.blocked, e.pc, 0xFFFF_FFFF)) for c, e in zip(cs, engines, strict=True)]
         m01 = Mux(cs[0] < cs[1], cs[0], cs[1])
         m.d.sync += oldest.eq(Mux(m01 < cs[2], m01, cs[2]))
 
-        # an error response is seen a cycle after its beat: the flag and the oldest (smallest) pc of the engines
-        # whose transfer got one are registered, so the R channels' logic does not run into the run control
-        bus_err = Signal()
+        # an error response is seen two cycles after its beat: first the flag and the pcs of the engines whose
+        # transfer got one are registered, then the oldest (smallest) of them, so neither the R channels' logic
+        # nor the 32-bit compares run into the run control (an engine keeps its pc for cycles after its
+        # transfer's last beat: its DMA, then the token handshake, end first)
+        bus_seen, bus_err = Signal(), Signal()
         bus_pc = Signal(32)
-        e0, e1, e2 = (Mux(e.bus_error, e.pc, 0xFFFF_FFFF) for e in engines)
-        e01 = Mux(e0 < e1, e0, e1)
-        m.d.sync += [bus_err.eq(load.bus_error | store.bus_error | comp.bus_error), bus_pc.eq(Mux(e01 < e2, e01, e2))]
+        es = [Signal(32, name=f"bus_pc{i}") for i in range(3)]
+        m.d.sync += [bus_seen.eq(load.bus_error | store.bus_error | comp.bus_error)]
+        m.d.sync += [r.eq(Mux(e.bus_error, e.pc, 0xFFFF_FFFF)) for r, e in zip(es, engines, strict=True)]
+        e01 = Mux(es[0] < es[1], es[0], es[1])
+        m.d.sync += [bus_err.eq(bus_seen), bus_pc.eq(Mux(e01 < es[2], e01, es[2]))]
 
         ctrl = csr.ctrl_data
         with m.Switch(run):

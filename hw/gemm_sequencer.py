@@ -44,8 +44,12 @@ def _prefetch(m, name: str, width: int, want, rdata, depth: int = 4):
     m.submodules[f"{name}_q"] = q
     pending = Signal(name=f"{name}_pending")
     issue = Signal(name=f"{name}_issue")
-    m.d.comb += issue.eq(want & (q.level + pending < depth))
-    m.d.sync += pending.eq(issue)
+    # room (level + pending < depth) as a flip-flop computed from the next level and the next pending
+    # (issue): the same value a cycle later, so the read enable starts at registers
+    room = Signal(name=f"{name}_room", init=1)
+    m.d.comb += issue.eq(want & room)
+    m.d.sync += [pending.eq(issue),
+                 room.eq(q.level + (q.w_en & q.w_rdy) - (q.r_en & q.r_rdy) + issue < depth)]
     m.d.comb += [q.w_en.eq(pending), q.w_data.eq(rdata)]
     return issue, q
 

@@ -43,6 +43,7 @@ from amaranth.lib import data, memory
 
 from systolica.config import AccelConfig
 
+from .attn_fsm import OneHotFSM
 from .fixed import bitlen_tree, delay_line, mul_pipe, sat32
 from .line_unit import HDR, ROW, LineUnit, lane_mask, registered_output, tree
 from .recip import Reciprocal
@@ -50,6 +51,13 @@ from .recip import Reciprocal
 __all__ = ["NormUnit"]
 
 GUARD = 8  # numerics.NORM_GUARD
+
+
+#: the norm unit's states, in a one-hot machine (hw/attn_fsm.py): the first is the reset state
+_STATES = ("HDR", "RECIP", "RECIP_WAIT", "SUM", "MEAN0", "MEAN1", "MEAN2", "MEAN_W0", "MEAN_W1", "MEAN_W2", "MEAN3",
+           "MEAN4", "MAXD", "MAXD_DRAIN", "SCALE", "SSQ", "SSQ_DRAIN", *(f"RSQ{j}" for j in range(6)),
+           "RSQ_W0", "RSQ_W1", "RSQ_W2", "RSQ6", "RSQ7", "RSQ7B", "RSQ8", "RSQ9", "RSQ10",
+           *(f"NEWTON_{x}{w}" for x in "ABC" for w in ("", "W0", "W1", "W2")), "OUT")
 
 
 class NormUnit(LineUnit):
@@ -155,9 +163,9 @@ class NormUnit(LineUnit):
         take = Signal()  # a row beat of passes 3..5 enters stage 1 this cycle
         # the states that take beats, each a flag register of its own (set and cleared with the FSM's
         # transitions, `goto`), so `ready` and the beat's enables decode no state register
-        st_hdr, st_sum = Signal(init=1), Signal()
-        pass_mx, pass_sq, pass_out = Signal(), Signal(), Signal()  # the pass the FSM is in
-        flags = {"HDR": st_hdr, "SUM": st_sum, "MAXD": pass_mx, "SSQ": pass_sq, "OUT": pass_out}
+        fsm = OneHotFSM(m, _STATES, "norm")
+        st_hdr, st_sum = fsm["HDR"], fsm["SUM"]
+        pass_mx, pass_sq, pass_out = fsm["MAXD"], fsm["SSQ"], fsm["OUT"]  # the pass the FSM is in
 
         def stage():
             c_ = Signal(ctl_l, name=f"norm_c{len(ctl) + 1}")
@@ -248,9 +256,7 @@ class NormUnit(LineUnit):
             m.d.sync += acc.eq(acc + sum(Mux(lane_ok[c], p.a[c], 0) for c in range(C)))
 
         def goto(state):
-            """``m.next = state``, and the beat-taking states' flags with it."""
-            m.next = state
-            m.d.sync += [f.eq(name == state) for name, f in flags.items()]
+            fsm.goto(state)
 
         def row_pass(next_state):
             """The hand-over at a pass's `last`."""
@@ -260,147 +266,148 @@ class NormUnit(LineUnit):
         def wait(name, next_state, cycles=3):
             """``cycles`` states that only wait (for the multiplier), then ``next_state``."""
             for j in range(cycles):
-                with m.State(f"{name}{j}"):
+                with fsm.state(f"{name}{j}"):
                     goto(f"{name}{j + 1}" if j + 1 < cycles else next_state)
 
-        with m.FSM(name="norm"):
-            with m.State("HDR"), m.If(fire & ~wrong):
-                goto("RECIP")
-            with m.State("RECIP"):
-                m.d.comb += recip.i_stream.valid.eq(1)
-                with m.If(recip.i_stream.ready):
-                    goto("RECIP_WAIT")
-            with m.State("RECIP_WAIT"):  # the last row's output beats have left the pipeline, too
-                m.d.comb += recip.o_stream.ready.eq(drained)
-                with m.If(recip.o_stream.valid & drained):
-                    m.d.sync += [ry.eq(recip.o_stream.payload.y), rk.eq(recip.o_stream.payload.k)]
+        with fsm.state("HDR"), m.If(fire & ~wrong):
+            goto("RECIP")
+        with fsm.state("RECIP"):
+            m.d.comb += recip.i_stream.valid.eq(1)
+            with m.If(recip.i_stream.ready):
+                goto("RECIP_WAIT")
+        with fsm.state("RECIP_WAIT"):  # the last row's output beats have left the pipeline, too
+            m.d.comb += recip.o_stream.ready.eq(drained)
+            with m.If(recip.o_stream.valid & drained):
+                m.d.sync += [ry.eq(recip.o_stream.payload.y), rk.eq(recip.o_stream.payload.k)]
+                with m.If(center):
                     goto("SUM")
-                    with m.If(~center):
-                        goto("MAXD")
-            with m.State("SUM"):
-                row_pass("MEAN0")
-            with m.State("MEAN0"):
-                m.d.sync += mag_r.eq(Mux(acc < 0, -acc, acc))
-                goto("MEAN1")
-            # _trunc31 of the sum (MEAN1, MEAN2) and of the sum of squares (RSQ4, RSQ5): c = max(0, bitlen(|v|) -
-            # 31) = bitlen(|v| >> 31) (a 33-bit encoder, no subtraction behind it), then v >> c; the two take turns
-            # on one encoder and one shifter (eps_sel: 0 for the sum, 1 for the sum of squares)
-            t31_bl = bitlen_tree(m, Mux(eps_sel, ssp_r, mag_r) >> 31, 33, "t31_bitlen")
-            t31_sh = Signal(signed(32))
-            m.d.comb += t31_sh.eq(Mux(eps_sel, ssp_r, acc) >> cc_r)
-            with m.State("MEAN1"):
-                m.d.sync += cc_r.eq(t31_bl)
-                goto("MEAN2")
-            with m.State("MEAN2"):
-                multiply(t31_sh, ry)
-                m.d.sync += e.eq(rk - cc_r - GUARD)  # the mean's shift, held in e until MEAN3
-                goto("MEAN_W0")
-            wait("MEAN_W", "MEAN3")
-            # the mean's rsr(prod, e) (left shifts of at most 8) and, a pass later, the eps term's rsr(n * eps,
-            # 2s - 16) (at most 16) take turns on one shifter: `eps_sel` (set in SCALE, cleared in HDR) picks
-            # the operands, which hold still from the state that sets them to the one that loads
-            ne = Signal(signed(41))
-            m.d.comb += ne.eq(prod[:40])
-            esh = Signal(signed(8))
-            m.d.comb += esh.eq((s << 1) - 2 * GUARD)
-            term_x, term_sh = Signal(signed(65)), Signal(signed(10))
-            m.d.comb += [term_x.eq(Mux(eps_sel, ne, prod)), term_sh.eq(Mux(eps_sel, esh, e))]
-            term_ld, term = rsr_split(term_x, term_sh, 64, 16, "row_term")
-            with m.State("MEAN3"):
-                m.d.sync += term_ld
-                goto("MEAN4")
-            with m.State("MEAN4"):
-                m.d.sync += [mean.eq(term), acc.eq(0)]
-                goto("MAXD")
-            with m.State("MAXD"):
-                row_pass("MAXD_DRAIN")
-            with m.State("MAXD_DRAIN"), m.If(~c1.v & ~c2.v):  # the last |d| is in maxd
-                goto("SCALE")
-            with m.State("SCALE"):
-                m.d.sync += [s.eq(Mux(maxd_bl > 23, maxd_bl - 23, 0)), acc.eq(0), eps_sel.eq(1)]
-                multiply(n, eps)  # < 2**40, held in prod through the next pass
-                goto("SSQ")
-            with m.State("SSQ"):
-                row_pass("SSQ_DRAIN")
-            with m.State("SSQ_DRAIN"), m.If(squares_in):  # the last squares are in acc (and n * eps in prod)
-                goto("RSQ0")
-            # ss = sum + rsr(n * eps, 2s - 16); st, c = trunc31(max(ss, 1)); v = st * ry: one step a state
-            with m.State("RSQ0"):
-                m.d.sync += term_ld
-                goto("RSQ1")
-            with m.State("RSQ1"):
-                m.d.sync += eterm_r.eq(term)
-                goto("RSQ2")
-            with m.State("RSQ2"):
-                m.d.sync += ss_r.eq(acc + eterm_r)
-                goto("RSQ3")
-            with m.State("RSQ3"):
-                m.d.sync += ssp_r.eq(Mux(ss_r < 1, 1, ss_r))
-                goto("RSQ4")
-            with m.State("RSQ4"):
-                m.d.sync += cc_r.eq(t31_bl)
-                goto("RSQ5")
-            with m.State("RSQ5"):
-                multiply(t31_sh[:31], ry)  # ssp >> cc < 2**31 by the choice of cc
-                m.d.sync += e.eq(cc_r + (s << 1) - 2 * (16 + GUARD) - rk)
-                goto("RSQ_W0")
-            wait("RSQ_W", "RSQ6")
-            # rsqrt_fx(v, e): t = bitlen(v) - 1 + e; K = t >> 1; sh = 29 + e - 2K; m = v << sh or v >> -sh
-            v = Signal(unsigned(61))  # < 2**31 * 2**30
-            m.d.comb += v.eq(prod[:61])
-            with m.State("RSQ6"):
-                m.d.sync += vb_r.eq(bitlen_tree(m, v, 61, "v_bitlen"))
-                goto("RSQ7")
-            with m.State("RSQ7"):
-                t = Signal(signed(10))
-                m.d.comb += t.eq(vb_r - 1 + e)
-                kk = Signal(signed(10))
-                m.d.comb += kk.eq(t >> 1)
-                m.d.sync += [sh_r.eq(29 + e - (kk << 1)), k.eq(30 + kk)]
-                goto("RSQ7B")
-            nsh, psh, sh_pos = Signal(range(64)), Signal(range(32)), Signal()
-            with m.State("RSQ7B"):
-                m.d.sync += [nsh.eq(Mux(sh_r < 0, -sh_r, 0)), psh.eq(Mux(sh_r > 0, sh_r, 0)), sh_pos.eq(sh_r >= 0)]
-                goto("RSQ8")
-            with m.State("RSQ8"):
-                m.d.sync += [mant.eq(Mux(sh_pos, v << psh, v >> nsh)), tsh_r.eq(k + 16 + GUARD - 20 - s)]
-                goto("RSQ9")
-            with m.State("RSQ9"):  # the seed table's entry for mant is registered at the end of this state
-                goto("RSQ10")
-            with m.State("RSQ10"):
-                m.d.sync += [y.eq(seed_q), newton.eq(0)]
-                # the output's t = rsr(ds * y, tsh) (max_left 8), its shifts registered for the whole pass
-                m.d.sync += [t_sr1.eq(Mux(tsh_r > 63, 62, Mux(tsh_r < 1, 0, tsh_r - 1))),
-                             t_sl.eq(Mux(tsh_r < -8, 8, Mux(tsh_r > 0, 0, -tsh_r))),
-                             t_zero.eq(tsh_r > 63), t_right.eq(tsh_r > 0)]
-                goto("NEWTON_A")
-            # Newton: y2 = (y * y) >> 30; tt = (m * y2) >> 29; y = (y * (3 * 2**30 - tt)) >> 31, twice.
-            # Bounds over every seed interval (interval arithmetic on the 192 entries of RSQRT_SEED):
-            # y, y2 < 2**30 before a step and y < 2**31 after it, tt < 2**31, 2**30.98 < 3 * 2**30 - tt
-            # < 2**31.02: all products are non-negative, so the shifts are bit slices of prod.
-            with m.State("NEWTON_A"):
-                ycur = Signal(unsigned(31))
-                m.d.comb += ycur.eq(Mux(newton, prod[31:62], y))
-                m.d.sync += y.eq(ycur)
-                multiply(ycur, ycur)
-                goto("NEWTON_AW0")
-            wait("NEWTON_AW", "NEWTON_B")
-            with m.State("NEWTON_B"):
-                multiply(mant, prod[30:61])
-                goto("NEWTON_BW0")
-            wait("NEWTON_BW", "NEWTON_C")
-            with m.State("NEWTON_C"):
-                multiply(y, Const(3 << 30, signed(34)) - prod[29:61])
-                m.d.sync += [newton.eq(1), newton_done.eq(newton)]
-                goto("NEWTON_CW0")
-            for j in range(3):
-                with m.State(f"NEWTON_CW{j}"):
-                    if j < 2:
-                        goto(f"NEWTON_CW{j + 1}")
-                    else:
+                with m.Else():
+                    goto("MAXD")
+        with fsm.state("SUM"):
+            row_pass("MEAN0")
+        with fsm.state("MEAN0"):
+            m.d.sync += mag_r.eq(Mux(acc < 0, -acc, acc))
+            goto("MEAN1")
+        # _trunc31 of the sum (MEAN1, MEAN2) and of the sum of squares (RSQ4, RSQ5): c = max(0, bitlen(|v|) -
+        # 31) = bitlen(|v| >> 31) (a 33-bit encoder, no subtraction behind it), then v >> c; the two take turns
+        # on one encoder and one shifter (eps_sel: 0 for the sum, 1 for the sum of squares)
+        t31_bl = bitlen_tree(m, Mux(eps_sel, ssp_r, mag_r) >> 31, 33, "t31_bitlen")
+        t31_sh = Signal(signed(32))
+        m.d.comb += t31_sh.eq(Mux(eps_sel, ssp_r, acc) >> cc_r)
+        with fsm.state("MEAN1"):
+            m.d.sync += cc_r.eq(t31_bl)
+            goto("MEAN2")
+        with fsm.state("MEAN2"):
+            multiply(t31_sh, ry)
+            m.d.sync += e.eq(rk - cc_r - GUARD)  # the mean's shift, held in e until MEAN3
+            goto("MEAN_W0")
+        wait("MEAN_W", "MEAN3")
+        # the mean's rsr(prod, e) (left shifts of at most 8) and, a pass later, the eps term's rsr(n * eps,
+        # 2s - 16) (at most 16) take turns on one shifter: `eps_sel` (set in SCALE, cleared in HDR) picks
+        # the operands, which hold still from the state that sets them to the one that loads
+        ne = Signal(signed(41))
+        m.d.comb += ne.eq(prod[:40])
+        esh = Signal(signed(8))
+        m.d.comb += esh.eq((s << 1) - 2 * GUARD)
+        term_x, term_sh = Signal(signed(65)), Signal(signed(10))
+        m.d.comb += [term_x.eq(Mux(eps_sel, ne, prod)), term_sh.eq(Mux(eps_sel, esh, e))]
+        term_ld, term = rsr_split(term_x, term_sh, 64, 16, "row_term")
+        with fsm.state("MEAN3"):
+            m.d.sync += term_ld
+            goto("MEAN4")
+        with fsm.state("MEAN4"):
+            m.d.sync += [mean.eq(term), acc.eq(0)]
+            goto("MAXD")
+        with fsm.state("MAXD"):
+            row_pass("MAXD_DRAIN")
+        with fsm.state("MAXD_DRAIN"), m.If(~c1.v & ~c2.v):  # the last |d| is in maxd
+            goto("SCALE")
+        with fsm.state("SCALE"):
+            m.d.sync += [s.eq(Mux(maxd_bl > 23, maxd_bl - 23, 0)), acc.eq(0), eps_sel.eq(1)]
+            multiply(n, eps)  # < 2**40, held in prod through the next pass
+            goto("SSQ")
+        with fsm.state("SSQ"):
+            row_pass("SSQ_DRAIN")
+        with fsm.state("SSQ_DRAIN"), m.If(squares_in):  # the last squares are in acc (and n * eps in prod)
+            goto("RSQ0")
+        # ss = sum + rsr(n * eps, 2s - 16); st, c = trunc31(max(ss, 1)); v = st * ry: one step a state
+        with fsm.state("RSQ0"):
+            m.d.sync += term_ld
+            goto("RSQ1")
+        with fsm.state("RSQ1"):
+            m.d.sync += eterm_r.eq(term)
+            goto("RSQ2")
+        with fsm.state("RSQ2"):
+            m.d.sync += ss_r.eq(acc + eterm_r)
+            goto("RSQ3")
+        with fsm.state("RSQ3"):
+            m.d.sync += ssp_r.eq(Mux(ss_r < 1, 1, ss_r))
+            goto("RSQ4")
+        with fsm.state("RSQ4"):
+            m.d.sync += cc_r.eq(t31_bl)
+            goto("RSQ5")
+        with fsm.state("RSQ5"):
+            multiply(t31_sh[:31], ry)  # ssp >> cc < 2**31 by the choice of cc
+            m.d.sync += e.eq(cc_r + (s << 1) - 2 * (16 + GUARD) - rk)
+            goto("RSQ_W0")
+        wait("RSQ_W", "RSQ6")
+        # rsqrt_fx(v, e): t = bitlen(v) - 1 + e; K = t >> 1; sh = 29 + e - 2K; m = v << sh or v >> -sh
+        v = Signal(unsigned(61))  # < 2**31 * 2**30
+        m.d.comb += v.eq(prod[:61])
+        with fsm.state("RSQ6"):
+            m.d.sync += vb_r.eq(bitlen_tree(m, v, 61, "v_bitlen"))
+            goto("RSQ7")
+        with fsm.state("RSQ7"):
+            t = Signal(signed(10))
+            m.d.comb += t.eq(vb_r - 1 + e)
+            kk = Signal(signed(10))
+            m.d.comb += kk.eq(t >> 1)
+            m.d.sync += [sh_r.eq(29 + e - (kk << 1)), k.eq(30 + kk)]
+            goto("RSQ7B")
+        nsh, psh, sh_pos = Signal(range(64)), Signal(range(32)), Signal()
+        with fsm.state("RSQ7B"):
+            m.d.sync += [nsh.eq(Mux(sh_r < 0, -sh_r, 0)), psh.eq(Mux(sh_r > 0, sh_r, 0)), sh_pos.eq(sh_r >= 0)]
+            goto("RSQ8")
+        with fsm.state("RSQ8"):
+            m.d.sync += [mant.eq(Mux(sh_pos, v << psh, v >> nsh)), tsh_r.eq(k + 16 + GUARD - 20 - s)]
+            goto("RSQ9")
+        with fsm.state("RSQ9"):  # the seed table's entry for mant is registered at the end of this state
+            goto("RSQ10")
+        with fsm.state("RSQ10"):
+            m.d.sync += [y.eq(seed_q), newton.eq(0)]
+            # the output's t = rsr(ds * y, tsh) (max_left 8), its shifts registered for the whole pass
+            m.d.sync += [t_sr1.eq(Mux(tsh_r > 63, 62, Mux(tsh_r < 1, 0, tsh_r - 1))),
+                         t_sl.eq(Mux(tsh_r < -8, 8, Mux(tsh_r > 0, 0, -tsh_r))),
+                         t_zero.eq(tsh_r > 63), t_right.eq(tsh_r > 0)]
+            goto("NEWTON_A")
+        # Newton: y2 = (y * y) >> 30; tt = (m * y2) >> 29; y = (y * (3 * 2**30 - tt)) >> 31, twice.
+        # Bounds over every seed interval (interval arithmetic on the 192 entries of RSQRT_SEED):
+        # y, y2 < 2**30 before a step and y < 2**31 after it, tt < 2**31, 2**30.98 < 3 * 2**30 - tt
+        # < 2**31.02: all products are non-negative, so the shifts are bit slices of prod.
+        with fsm.state("NEWTON_A"):
+            ycur = Signal(unsigned(31))
+            m.d.comb += ycur.eq(Mux(newton, prod[31:62], y))
+            m.d.sync += y.eq(ycur)
+            multiply(ycur, ycur)
+            goto("NEWTON_AW0")
+        wait("NEWTON_AW", "NEWTON_B")
+        with fsm.state("NEWTON_B"):
+            multiply(mant, prod[30:61])
+            goto("NEWTON_BW0")
+        wait("NEWTON_BW", "NEWTON_C")
+        with fsm.state("NEWTON_C"):
+            multiply(y, Const(3 << 30, signed(34)) - prod[29:61])
+            m.d.sync += [newton.eq(1), newton_done.eq(newton)]
+            goto("NEWTON_CW0")
+        for j in range(3):
+            with fsm.state(f"NEWTON_CW{j}"):
+                if j < 2:
+                    goto(f"NEWTON_CW{j + 1}")
+                else:
+                    with m.If(newton_done):  # that was the second step
+                        goto("OUT")
+                    with m.Else():
                         goto("NEWTON_A")
-                        with m.If(newton_done):  # that was the second step
-                            goto("OUT")
-            with m.State("OUT"):
-                row_pass("HDR")  # the last beats drain during the next row's header and reciprocal
+        with fsm.state("OUT"):
+            row_pass("HDR")  # the last beats drain during the next row's header and reciprocal
         return m

@@ -229,11 +229,14 @@ class QuantUnit(LineUnit):
                 m.d.sync += [s0.eq(bl - 7), s0sh.eq(bl)]
                 m.next = "EXP0"
             with m.State("EXP0"):
-                # rounding at s0 may carry the maximum to 128 (or the minimum to -128): one more bit
-                # |x| < 2**(s0 + 7) keeps rsr(x, s0) within -128..128, so the 8-bit shifter's
-                # -128 (0x80) flags exactly a 128 from hi or a -128 from lo
-                m.d.sync += over.eq((_round_shift8(m, hi, s0sh, "hi_r") == -128) |
-                                    (_round_shift8(m, lo, s0sh, "lo_r") == -128))
+                # rounding at s0 may carry the maximum to 128 (or the minimum to -128): one more bit.
+                # With bl = s0sh = bitlen(max(hi, -lo)) and s0 = bl - 7 >= 1, rsr(hi, s0) == 128 exactly when
+                # hi >= T = 2**bl - 2**(bl - 8) (the eight bits below bl), and rsr(lo, s0) == -128 exactly when
+                # -lo > T; for bl <= 7 the shift is an exact left shift and stays within -127..127.  T is a
+                # decode of the register bl, so this is two compares, not a variable shifter and an add
+                t = Signal(34, name="over_t")
+                m.d.comb += t.eq(Cat(*[(s0sh >= k + 1) & (s0sh <= k + 8) for k in range(34)]))
+                m.d.sync += over.eq((s0sh >= 8) & ((hi >= t) | (nlo > t)))
                 m.next = "EXP1"
             with m.State("EXP1"):
                 s = Signal(signed(7))

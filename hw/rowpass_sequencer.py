@@ -128,13 +128,18 @@ class RowPassSequencer(wiring.Component):
         # port b the cycle after x and gamma (beta_rd), so its lines go in a cycle later (pend2), 2 cycles apart
         pending, beta_rd, pend2 = Signal(), Signal(), Signal()
         pend_last = Signal()
-        room = (q.level + (pending | beta_rd | pend2)) < _DEPTH
+        # room for one more entry: (level + lines in flight) < _DEPTH, kept in a flip-flop computed from the
+        # next level and the next cycle's lines in flight (pending | beta_rd | pend2 then = read | beta_rd now),
+        # so the read enable (the buffer port's select and every block RAM's enable) starts at registers
+        room = Signal(init=1)
+        level_next = q.level + (q.w_en & q.w_rdy) - (q.r_en & q.r_rdy)
         # no `~start` term: active is low at start (an instruction starts only with every sequencer idle), so
         # start reaches only the registers it loads, not the walk's decisions
         want = active & room & ~beta_rd
         read = Signal()
         push_hdr = Signal()
         m.d.comb += [push_hdr.eq(want & hdr & ~pending & ~pend2), read.eq(want & ~hdr)]
+        m.d.sync += room.eq(level_next + (read | beta_rd) < _DEPTH)
         # the walk's three comparisons are flip-flops kept with their counters (each set from the counter's next
         # value, from registers), so no decision of the walk waits on a 16- or 17-bit compare
         final = Signal()  # p == Pm1

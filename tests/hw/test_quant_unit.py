@@ -32,8 +32,10 @@ def quant_row(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
     if kind == "carry":  # a maximum (or minimum) that rounds at s0 to 128 (-128): s = s0 + 1
         s0 = int(rng.integers(1, 25))
         x = rng.integers(-(127 << s0), 127 << s0, size=n)
-        edge = (127 << s0) + (1 << (s0 - 1)) + int(rng.integers(0, 1 << (s0 - 1)))
-        x[int(rng.integers(0, n))] = edge if rng.random() < 0.5 else -edge - 1
+        t = (127 << s0) + (1 << (s0 - 1))  # the least maximum that rounds to 128 (-t rounds to -127)
+        edge = t + int(rng.integers(0, 1 << (s0 - 1)))
+        # a carry from the maximum or the minimum, or the values just short of one (t - 1 and -t: no carry)
+        x[int(rng.integers(0, n))] = (edge, -edge - 1, t - 1, -t)[int(rng.integers(0, 4))]
         return x
     if kind == "negative":  # negative-heavy: the minimum decides
         return -rng.integers(0, 1 << int(rng.integers(4, 31)), size=n) + int(rng.integers(0, 8))
