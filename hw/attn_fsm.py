@@ -52,6 +52,12 @@ class OneHotFSM:
             finally:
                 self._cur = None
 
+    @property
+    def current(self) -> Signal:
+        """The flag of the state whose block is open (for logic gathered there and built after the states)."""
+        assert self._cur is not None, "not inside a state's block"
+        return self.flag[self._cur]
+
     def goto(self, name: str):
         cur = self._cur
         assert cur is not None and name != cur, (cur, name)

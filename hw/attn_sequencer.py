@@ -91,8 +91,10 @@ class AttnSequencer(wiring.Component):
         hd_m1 = wreg("hd_m1", hd - 1, signed(8))
         nq_m1 = wreg("nq_m1", nq - 1, signed(8))
         t_m1 = wreg("t_m1", at.t - 1, signed(14))
-        php = wreg("php", hd << at.page_log2, 21)  # P * hd: lines of K (or V) in the tile layout
-        php2p = wreg("php2p", Cat(Const(1, 1), hd) << at.page_log2, 22)  # 2 * P * hd + P
+        # the K / V tile's sizes are ATTN's alone (ATTN_OUT and the bypass have no K or V phase): its own field,
+        # not the op's multiplexer, so the opcode's decode is not in front of the shift
+        php = wreg("php", at.hd << at.page_log2, 21)  # P * hd: lines of K (or V) in the tile layout
+        php2p = wreg("php2p", Cat(Const(1, 1), at.hd) << at.page_log2, 22)  # 2 * P * hd + P
         kv_v = wreg("kv_v", at.kv + php, 32)  # the V lines
         kv_ke = wreg("kv_ke", at.kv + (php << 1), 32)  # the K exponent lines
         kv_ve = wreg("kv_ve", at.kv + php2p, 32)  # the V exponent lines

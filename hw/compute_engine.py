@@ -95,10 +95,16 @@ class ComputeEngine(wiring.Component):
         m.submodules.wstream = ws = WeightStream(cfg)
         for port in range(cfg.dma_ports):
             wiring.connect(m, wiring.flipped(getattr(self, f"wrd{port}")), getattr(ws, f"axi{port}"))
-        # the weights are read only when a tile uses them: no rows, no K or no outputs read nothing
-        m.d.comb += [ws.start.eq(begin & is_stream & (gs.m != 0) & (gs.n != 0) & (gs.k != 0)),
+        # the weights are read only when a tile uses them: no rows, no K or no outputs read nothing.  Both that
+        # test and the row's line count are flip-flops loaded from the word every cycle: the word is there a
+        # cycle before `begin` (and holds still until the instruction ends), so the stream's start values
+        # load from registers, not from the word's arithmetic
+        rl = row_lines(gs.k, gs.wfmt, cfg)
+        ws_lines, ws_any = Signal(rl.shape(), name="ws_row_lines"), Signal(name="ws_any")
+        m.d.sync += [ws_lines.eq(rl), ws_any.eq((gs.m != 0) & (gs.n != 0) & (gs.k != 0))]
+        m.d.comb += [ws.start.eq(begin & is_stream & ws_any),
                      ws.base.eq(self.win_base), ws.w.eq(gs.w), ws.n.eq(gs.n),
-                     ws.row_lines.eq(row_lines(gs.k, gs.wfmt, cfg)), ws.abort.eq(self.abort),
+                     ws.row_lines.eq(ws_lines), ws.abort.eq(self.abort),
                      seq.ws_valid.eq(ws.beat_valid), ws.beat_ready.eq(seq.ws_ready), seq.ws_data.eq(ws.beat_data),
                      self.dma_quiet.eq(ws.quiet), self.bus_error.eq(ws.bus_error & ~self.abort)]
         m.submodules.vseq = vs = self.vseq

@@ -129,8 +129,12 @@ class NormUnit(LineUnit):
         prod, mlat = mul_pipe(m, Const(1, 1), ma, mb, "norm_prod")
         assert mlat == 3
 
+        # each multiplying state's operands, chosen by its one-hot flag (an AND-OR, no priority chain between
+        # the states), loaded only in those states: ma and mb hold otherwise
+        mul_ops = []
+
         def multiply(a, b):
-            m.d.sync += [ma.eq(a), mb.eq(b)]
+            mul_ops.append((fsm.current, a, b))
 
         def rsr_split(x, sh, width, max_left, name):
             """``rsr(x, sh)`` (hw/fixed.py rshift_round_var) in two steps: the shift's amounts and case follow
@@ -410,4 +414,12 @@ class NormUnit(LineUnit):
                         goto("NEWTON_A")
         with fsm.state("OUT"):
             row_pass("HDR")  # the last beats drain during the next row's header and reciprocal
+        a_terms, b_terms = [], []
+        for flag, a_, b_ in mul_ops:
+            ac, bc = Signal.like(ma, name="mul_a_in"), Signal.like(mb, name="mul_b_in")
+            m.d.comb += [ac.eq(a_), bc.eq(b_)]
+            a_terms.append(Mux(flag, ac.as_unsigned(), 0))
+            b_terms.append(Mux(flag, bc.as_unsigned(), 0))
+        with m.If(Cat(*[f for f, _, _ in mul_ops]).any()):
+            m.d.sync += [ma.eq(tree(a_terms, lambda x, y: x | y)), mb.eq(tree(b_terms, lambda x, y: x | y))]
         return m
