@@ -19,7 +19,8 @@ engines share the ports by priority, as Gemmini's scratchpad does:
   the cycle after the second: at least 2 cycles a line, which costs nothing
   once the line datapath takes 2 or more beats a line.  STORE reads
   through copy ``a`` (and the accumulator's one read port) when compute does
-  not: compute has priority, the store engine's read-ahead waits.
+  not: compute has priority; a store request that meets a compute read is
+  lost and repeated by the store engine the next cycle.
 - The accumulator is one memory: GEMM's read-modify-write (read transparent to
   the write port, as before) and REQUANT's read share its read port; its write
   port serves the accumulator adder, GEMM's zero fill and LOAD.
