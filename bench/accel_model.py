@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 from systolica.artifact import Artifact, StepState
 from systolica.bench.baselines import BaselineResult
 from systolica.bench.costs import CostInputs, board_usd_per_hour, load_costs
+from systolica.bench.cycle_breakdown import breakdown
 from systolica.boards.board import Board
 from systolica.config import AccelConfig
 from systolica.driver.runtime import prefill_runs
-from systolica.sim.perf import PerfModel
+from systolica.sim.perf import PerfModel, PerfResult
 from systolica.sim.perf_costs import PerfParams
 from systolica.sim.roofline import Roofline, board_params, model_work
 
-__all__ = ["BoardSpec", "board_spec", "AccelTimer", "model_on_board"]
+__all__ = ["BoardSpec", "board_spec", "AccelTimer", "model_on_board", "prefill_breakdown", "sweep_breakdowns"]
 
 
 @dataclass(frozen=True)
@@ -66,15 +67,21 @@ class AccelTimer:
         self.model = PerfModel(self.cfg, params)
         self.page = art.page
 
-    def _cycles(self, kind: str, pos: int, tokens: Sequence[int]) -> int:
+    def run(self, kind: str, pos: int, tokens: Sequence[int]) -> PerfResult:
+        """The model's timeline of one run of program ``kind`` at position ``pos`` over ``tokens``."""
         pages = list(range(self.art.pages_needed(pos, len(tokens))))
-        words = self.art.patched_program(kind, StepState(pos, list(tokens), pages))
-        return self.model.run(words).cycles
+        return self.model.run(self.art.patched_program(kind, StepState(pos, list(tokens), pages)))
+
+    def _cycles(self, kind: str, pos: int, tokens: Sequence[int]) -> int:
+        return self.run(kind, pos, tokens).cycles
+
+    def prefill_results(self, prompt: Sequence[int]) -> list[PerfResult]:
+        """The runs of the whole prompt, scheduled as :meth:`Runtime.prefill` schedules it."""
+        return [self.run(r.kind, r.start, prompt[r.start:r.start + r.rows]) for r in prefill_runs(self.art, len(prompt))]
 
     def prefill_cycles(self, prompt: Sequence[int]) -> int:
         """Cycles of the whole prompt, scheduled as :meth:`Runtime.prefill` schedules it."""
-        return sum(self._cycles(r.kind, r.start, prompt[r.start:r.start + r.rows])
-                   for r in prefill_runs(self.art, len(prompt)))
+        return sum(r.cycles for r in self.prefill_results(prompt))
 
     def decode_cycles(self, pos: int, token: int = 0) -> int:
         return self._cycles("decode", pos, [token])
@@ -88,8 +95,10 @@ def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_toke
     params = board_params(cfg, dram_gbps=spec.dram_gbps, base=PerfParams(gemm=gemm))
     timer = AccelTimer(art, params)
     f = spec.clock_mhz * 1e6  # measured Fmax where place and route ran, else the assumed target
-    pre = timer.prefill_cycles(list(prompt))
-    steps = [timer.decode_cycles(len(prompt) + j) for j in range(max(n_tokens - 1, 1))]
+    pre_runs = timer.prefill_results(list(prompt))
+    pre = sum(r.cycles for r in pre_runs)
+    dec_runs = [timer.run("decode", len(prompt) + j, [0]) for j in range(max(n_tokens - 1, 1))]
+    steps = [r.cycles for r in dec_runs]
     dec_s = sum(steps) / f
     tps = len(steps) / dec_s
     roof = Roofline.for_config(cfg, dram_gbps=spec.dram_gbps, clock_mhz=spec.clock_mhz, name=spec.name)  # tps's clock
@@ -109,7 +118,12 @@ def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_toke
                  "prefill_tokens_per_s": len(prompt) / (pre / f),
                  "prefill_bound_tokens_per_s": pre_bound,
                  "prefill_fraction_of_bound": len(prompt) / (pre / f) / pre_bound,
-                 "decode_context": ctx, "prompt_tokens": len(prompt)}
+                 "decode_context": ctx, "prompt_tokens": len(prompt),
+                 "cycle_breakdown": {
+                     "prefill": prefill_breakdown(pre_runs, cfg, work, len(prompt)),
+                     "decode": breakdown(dec_runs, peak_macs=cfg.rows * cfg.cols,
+                                         what=f"decode {len(steps)} step{'s' * (len(steps) > 1)}, context {len(prompt)}-"
+                                              f"{len(prompt) + len(steps) - 1}")}}
     if spec.clock:
         res.extra["clock"] = spec.clock
     if spec.board is not None:
@@ -121,6 +135,22 @@ def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_toke
             prompt_tokens=len(prompt), prefill_rows=rows, decode_tps=tps, prefill_tps=len(prompt) / (pre / f),
             prefill_passes=len(prefill_runs(art, len(prompt))))
     return res
+
+
+def prefill_breakdown(runs: list[PerfResult], cfg: AccelConfig, work, n: int) -> dict:
+    """:func:`~systolica.bench.cycle_breakdown.breakdown` of a prompt's ``runs`` against the roofline's compute
+    bound (``work.macs_per_token`` at half the prompt, for each of its ``n`` tokens)."""
+    return breakdown(runs, macs_bound=work.macs_per_token(n // 2) * n, peak_macs=cfg.rows * cfg.cols,
+                     what=f"prefill {n} tokens")
+
+
+def sweep_breakdowns(timer: AccelTimer, prompt: Sequence[int]) -> dict[str, dict]:
+    """The prefill of ``prompt`` and the decode step after it, broken down (a point of the prompt sweep)."""
+    art, n = timer.art, len(prompt)
+    work = model_work(_model_config(art), weight_bytes=int(art.manifest["stats"]["decode"]["weight_bytes"]))
+    return {f"prefill@{n}": prefill_breakdown(timer.prefill_results(prompt), timer.cfg, work, n),
+            f"decode@{n}": breakdown([timer.run("decode", n, [0])], peak_macs=timer.cfg.rows * timer.cfg.cols,
+                                     what=f"decode at context {n}")}
 
 
 def _model_config(art: Artifact):

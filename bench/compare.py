@@ -59,7 +59,7 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
 
     ``synth``: run Yosys for a board configuration without a current cached synthesis (slow);
     otherwise such a row's fit is "not measured"."""
-    from systolica.bench.accel_model import AccelTimer, board_spec, model_on_board
+    from systolica.bench.accel_model import AccelTimer, board_spec, model_on_board, sweep_breakdowns
     from systolica.bench.baselines import run_baselines, run_torch
     from systolica.compiler.compile import compile_model
     from systolica.sim.perf_costs import PerfParams
@@ -97,8 +97,13 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
         pts = []
         for n in prompt_sweep:
             ids = (prompt * (n // len(prompt) + 1))[:n]
-            pts.append({"prompt_tokens": n, "ttft_s": timer.prefill_cycles(ids) / f,
-                        "decode_tokens_per_s": f / timer.decode_cycles(n)})
+            parts = sweep_breakdowns(timer, ids)
+            row.extra["cycle_breakdown"].update(parts)
+            pts.append({"prompt_tokens": n, "ttft_s": parts[f"prefill@{n}"]["cycles"] / f,
+                        "decode_tokens_per_s": f / parts[f"decode@{n}"]["cycles"],
+                        "array_utilization": parts[f"prefill@{n}"]["array_utilization"],
+                        "x_compute_bound": parts[f"prefill@{n}"]["x_compute_bound"],
+                        "decode_attention_share": parts[f"decode@{n}"]["shares"]["attention"]})
         if pts:
             sweeps["prompt"][row.name] = pts
         if batches:  # the batched decode step of B sequences, timed by the performance model

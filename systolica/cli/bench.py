@@ -114,6 +114,12 @@ class Bench:
                 con.print(render_roofline(roofs, f"roofline per board ({model.config.name})"))
                 for line in roofline_sources(roofs):
                     con.print(line, highlight=False, markup=False)
+            cyc = [(r.extra.get("roofline_report", {}).get("board", r.name), r.extra["cycle_breakdown"])
+                   for r in rows if r.extra.get("cycle_breakdown")]
+            if cyc:
+                from systolica.bench.cycle_breakdown import render_breakdown
+
+                con.print(render_breakdown(cyc, f"where the cycles go ({model.config.name})"))
         if sweeps.get("batch") and not to_stdout:
             from systolica.bench.report import render_batch_table
 

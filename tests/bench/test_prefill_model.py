@@ -40,3 +40,48 @@ def test_headless_chunk_is_cheaper_than_the_chunk_with_logits(timer):
     rows = min(art.rows("prefill"), art.rows("prefill_nohead"))
     toks = list(range(rows))
     assert timer._cycles("prefill_nohead", 0, toks) < timer._cycles("prefill", 0, toks)
+
+
+def test_breakdown_adds_up_to_the_model_runs(timer):
+    from systolica.bench.accel_model import sweep_breakdowns
+    from systolica.bench.cycle_breakdown import op_class
+
+    prompt = list(range(1, 41))
+    parts = sweep_breakdowns(timer, prompt)
+    pre, dec = parts["prefill@40"], parts["decode@40"]
+    runs = timer.prefill_results(prompt)
+    assert pre["cycles"] == timer.prefill_cycles(prompt) == sum(r.cycles for r in runs)
+    assert pre["array_utilization"] == sum(r.array_busy for r in runs) / pre["cycles"]
+    attn = sum(c for r in runs for op, c in r.per_op_cycles.items() if op_class(op) == "attention")
+    assert pre["shares"]["attention"] == attn / pre["cycles"] > 0
+    # the compute engine runs one instruction at a time: its classes fit in the run
+    for b in (pre, dec):
+        assert 0 < sum(b["shares"][k] for k in ("array", "attention", "line ops")) <= 1
+    assert dec["cycles"] == timer.decode_cycles(40) and dec["x_compute_bound"] is None
+    cfg = timer.cfg
+    assert pre["x_compute_bound"] == pre["cycles"] / pre["compute_bound_cycles"] > 1
+    assert pre["compute_bound_cycles"] * cfg.rows * cfg.cols > pre["macs"] * 0.9  # the roofline's MACs, not fewer
+
+
+def test_attention_share_grows_with_the_context(timer):
+    from systolica.bench.accel_model import sweep_breakdowns
+
+    short = sweep_breakdowns(timer, [3] * 4)["decode@4"]["shares"]["attention"]
+    long = sweep_breakdowns(timer, [3] * 60)["decode@60"]["shares"]["attention"]
+    assert 0 < short < long
+
+
+def test_breakdown_table_has_a_line_per_phase(timer):
+    from rich.console import Console
+
+    from systolica.bench.accel_model import sweep_breakdowns
+    from systolica.bench.cycle_breakdown import render_breakdown
+
+    parts = sweep_breakdowns(timer, [3] * 20)
+    t = render_breakdown([("tinyboard", parts)])
+    assert t.row_count == 2
+    con = Console(width=200, record=True)
+    con.print(t)
+    text = con.export_text()
+    assert "tinyboard" in text and "prefill 20 tokens" in text and "decode at context 20" in text
+    assert f"{100 * parts['prefill@20']['array_utilization']:.1f}" in text
