@@ -34,6 +34,7 @@ from systolica.isa import OP_BY_NAME, WORD_BITS
 
 from .attention_unit import AttentionUnit, AttnBeat
 from .decode import instr_layout
+from .word_regs import word_reg
 
 __all__ = ["AttnSequencer", "ATTN_OPS"]
 
@@ -85,9 +86,7 @@ class AttnSequencer(wiring.Component):
         # the limits the next cycle after start, the tile's bases (two stages) before the K phase (the
         # HDR and Q beats come first)
         def wreg(name, value, shape=None, init=0):
-            sig = Signal(shape if shape is not None else len(value), name=name, reset_less=True, init=init)
-            m.d.sync += sig.eq(value)
-            return sig
+            return word_reg(m, value, name, shape if shape is not None else len(value), init=init, reset_less=True)
         hd_m1 = wreg("hd_m1", hd - 1, signed(8))
         nq_m1 = wreg("nq_m1", nq - 1, signed(8))
         t_m1 = wreg("t_m1", at.t - 1, signed(14))

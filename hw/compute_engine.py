@@ -28,6 +28,7 @@ from .gemm_sequencer import GemmSequencer
 from .rowpass_sequencer import ROWPASS_OPS, RowPassSequencer
 from .vector_sequencer import VECTOR_OPS, VectorSequencer
 from .weight_stream import WeightStream, row_lines
+from .word_regs import word_reg
 
 __all__ = ["ComputeEngine"]
 
@@ -100,8 +101,8 @@ class ComputeEngine(wiring.Component):
         # cycle before `begin` (and holds still until the instruction ends), so the stream's start values
         # load from registers, not from the word's arithmetic
         rl = row_lines(gs.k, gs.wfmt, cfg)
-        ws_lines, ws_any = Signal(rl.shape(), name="ws_row_lines"), Signal(name="ws_any")
-        m.d.sync += [ws_lines.eq(rl), ws_any.eq((gs.m != 0) & (gs.n != 0) & (gs.k != 0))]
+        ws_lines = word_reg(m, rl, "ws_row_lines")
+        ws_any = word_reg(m, (gs.m != 0) & (gs.n != 0) & (gs.k != 0), "ws_any")
         m.d.comb += [ws.start.eq(begin & is_stream & ws_any),
                      ws.base.eq(self.win_base), ws.w.eq(gs.w), ws.n.eq(gs.n),
                      ws.row_lines.eq(ws_lines), ws.abort.eq(self.abort),

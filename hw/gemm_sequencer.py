@@ -34,6 +34,7 @@ from .accumulator import Accumulator
 from .group_scaler import ASUM_BITS, GroupScaler, q4_tag_layout
 from .systolic_array import SystolicArray
 from .weight_stream import q4_sections
+from .word_regs import fifo_level_next
 
 __all__ = ["GemmSequencer"]
 
@@ -49,7 +50,7 @@ def _prefetch(m, name: str, width: int, want, rdata, depth: int = 4):
     room = Signal(name=f"{name}_room", init=1)
     m.d.comb += issue.eq(want & room)
     m.d.sync += [pending.eq(issue),
-                 room.eq(q.level + (q.w_en & q.w_rdy) - (q.r_en & q.r_rdy) + issue < depth)]
+                 room.eq(fifo_level_next(q) + issue < depth)]
     m.d.comb += [q.w_en.eq(pending), q.w_data.eq(rdata)]
     return issue, q
 

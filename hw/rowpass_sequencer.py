@@ -46,6 +46,7 @@ from .line_serial import gather
 from .norm_unit import NormUnit
 from .quant_unit import QuantUnit
 from .softmax_unit import SoftmaxUnit
+from .word_regs import fifo_level_next, word_reg
 
 __all__ = ["RowPassSequencer", "ROWPASS_OPS"]
 
@@ -80,9 +81,7 @@ class RowPassSequencer(wiring.Component):
         # tokens, then starts this sequencer a cycle later), so what start loads is decoded from it a cycle
         # ahead, into flip-flops: start's registers load from registers, not from the opcode's decode.
         def ahead(v, name):
-            r = Signal(v.shape(), name=f"{name}_w")
-            m.d.sync += r.eq(v)
-            return r
+            return word_reg(m, v, f"{name}_w")
 
         op = ins.nop.h.opcode
         q_ = op == OP_BY_NAME["QUANT"].code
@@ -132,7 +131,7 @@ class RowPassSequencer(wiring.Component):
         # next level and the next cycle's lines in flight (pending | beta_rd | pend2 then = read | beta_rd now),
         # so the read enable (the buffer port's select and every block RAM's enable) starts at registers
         room = Signal(init=1)
-        level_next = q.level + (q.w_en & q.w_rdy) - (q.r_en & q.r_rdy)
+        level_next = fifo_level_next(q)
         # no `~start` term: active is low at start (an instruction starts only with every sequencer idle), so
         # start reaches only the registers it loads, not the walk's decisions
         want = active & room & ~beta_rd
