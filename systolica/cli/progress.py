@@ -22,13 +22,14 @@ def progress_enabled(args: argparse.Namespace | None = None) -> bool:
 
 
 @contextlib.contextmanager
-def steps(enabled: bool, first: str | None = None, *, transient: bool = False) -> Iterator[Callable[[str], None]]:
-    """A ``say(step)`` callable: each call finishes the step before and starts a spinner for the new one.
+def steps(enabled: bool, first: str | None = None, *, transient: bool = False) -> Iterator[Callable[..., None]]:
+    """A ``say(step)`` callable: each call finishes the step before and starts a spinner for the new one;
+    ``say(text, replace=True)`` rewrites the current step's line instead (a long step's own progress).
 
     With ``enabled`` False, ``say`` does nothing.  ``transient``: the lines go away when the block ends.
     """
     if not enabled:
-        yield lambda step: None
+        yield lambda step, replace=False: None
         return
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -37,7 +38,10 @@ def steps(enabled: bool, first: str | None = None, *, transient: bool = False) -
                   console=Console(stderr=True), transient=transient) as prog:
         current: list = []
 
-        def say(step: str) -> None:
+        def say(step: str, replace: bool = False) -> None:
+            if replace and current:
+                prog.update(current[-1], description=step)
+                return
             if current:
                 prog.update(current[-1], total=1, completed=1)
             current.append(prog.add_task(step, total=None))

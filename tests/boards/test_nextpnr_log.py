@@ -1,0 +1,90 @@
+"""nextpnr's progress read from its log, and a place and route stopped at its limit that says where it was."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from systolica.boards.ecp5 import Ecp5Error, _run
+from systolica.boards.nextpnr_log import pnr_status
+
+PLACED = """Info: Packing IOs..
+Info: Packing LUTs...
+Info: Creating initial analytic placement for 53234 cells, random placement wirelen = 6477622.
+Info: Running simulated annealing placer for refinement.
+Info: SA placement time 469.70s
+
+Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 40.76 MHz (FAIL at 50.00 MHz)
+
+Info: Routing globals...
+Info: Running router2...
+Info: Running main router loop...
+"""
+STUCK = [88692, 60844, 44433, 35560, 31435, 29557, 28794, 28648, 29603, 30353, 31657]
+FALLING = [299, 51, 11, 1, 1, 0]
+ROUTED = """Info: Router2 time 6.63s
+Info: Running router1 to check that route is legal...
+Info: Critical path report for clock '$glbnet$clk$TRELLIS_IO_IN' (posedge -> posedge):
+
+Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 48.25 MHz (FAIL at 50.00 MHz)
+Info: Program finished normally.
+"""
+
+
+def _iters(counts):
+    return "".join(f"Info:     iter={i} wires={1000 + i} overused={c} overuse={c + 3} archfail=NA\n"
+                   for i, c in enumerate(counts, 1))
+
+
+def test_phases_in_order():
+    assert pnr_status("").phase == "starting"
+    assert pnr_status("Info: Packing IOs..\n").phase == "packing"
+    s = pnr_status(PLACED.split("Info: Routing globals")[0])
+    assert s.phase == "placing (annealing)" and s.placed_fmax_mhz == 40.76 and s.target_mhz == 50.0
+    assert s.routed_fmax_mhz is None and s.iterations == ()
+    assert pnr_status(PLACED + _iters(FALLING) + ROUTED).phase == "done"
+
+
+def test_the_post_placement_estimate_is_not_the_routed_fmax():
+    s = pnr_status(PLACED + _iters(FALLING) + ROUTED)
+    assert (s.placed_fmax_mhz, s.routed_fmax_mhz) == (40.76, 48.25)
+    assert s.iterations[-1] == (6, 0) and s.converging is True
+    assert "routed Fmax 48.25 MHz" in s.describe() and "not converging" not in s.describe()
+
+
+def test_a_router_that_stopped_converging_says_so():
+    s = pnr_status(PLACED + _iters(STUCK))
+    assert s.phase == "routing" and s.converging is False
+    line = s.describe()
+    assert "router iteration 11: 31,657 wires overused" in line
+    assert "not converging: 28,794 four iterations ago, 28,648 at best" in line
+    assert "post-placement estimate 40.76 MHz (target 50)" in line
+    assert pnr_status(PLACED + _iters(STUCK[:4])).converging is None  # too few iterations to tell
+
+
+def test_a_stopped_run_reports_where_it_was(tmp_path):
+    """A stand-in nextpnr that places, then routes without converging, stopped at its time limit."""
+    script = tmp_path / "fake_nextpnr.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.stdout.write({PLACED!r}); sys.stdout.flush()\n"
+        f"for line in {_iters(STUCK).splitlines()!r}:\n"
+        "    print(line, flush=True); time.sleep(0.02)\n"
+        "time.sleep(600)\n")
+    seen = []
+    t0 = time.monotonic()
+    with pytest.raises(Ecp5Error) as e:
+        _run([sys.executable, str(script)], tmp_path, timeout=3, what="nextpnr", progress=seen.append, poll=0.2)
+    assert time.monotonic() - t0 < 30  # killed at its limit, not left running
+    msg = str(e.value)
+    assert "nextpnr did not finish in 3 s" in msg and "router iteration 11" in msg and "not converging" in msg
+    assert "post-placement estimate 40.76 MHz" in msg and str(tmp_path / "nextpnr.log") in msg
+    assert seen and seen[-1] in msg and len(set(seen)) == len(seen)  # each status once, as it changed
+
+
+def test_a_failing_tool_gives_its_log_tail(tmp_path):
+    with pytest.raises(Ecp5Error, match=r"ecppack failed \(exit 3\).*\n.*bad bitstream"):
+        _run([sys.executable, "-c", "print('bad bitstream'); raise SystemExit(3)"], tmp_path, timeout=30,
+             what="ecppack")
