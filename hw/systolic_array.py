@@ -68,6 +68,8 @@ from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
 
+from .line_unit import tree
+
 __all__ = ["SystolicArray", "weight_cols_per_beat"]
 
 #: rows whose packed products one DSP cascade sums (``macs_per_dsp = 2``): the low field of ``CHAIN`` products
@@ -309,7 +311,8 @@ class SystolicArray(wiring.Component):
             width = 1 + ((r + 1) * 16384).bit_length()
             sums = [Signal(signed(width), name=f"psum_{r}_{c}", reset_less=True) for c in range(self.cols)]
             for c in range(self.cols):
-                m.d.sync += prods[c].eq(x[r][c] * wsel[r][c])
+                m.d.sync += prods[c].eq(_lut_product(x[r][c], wsel[r][c]) if self.cfg.array_lut_muls
+                                        else x[r][c] * wsel[r][c])
                 m.d.sync += sums[c].eq(prods[c] if prev is None else prev[c] + prods[c])
             prev = sums
         return prev
@@ -357,3 +360,12 @@ class SystolicArray(wiring.Component):
                     m.d.sync += [sums[c].eq(late[c] + lo), sums[c + 1].eq(late[c + 1] + hi)]
             fab, prev_end = sums, e
         return fab
+
+
+def _lut_product(x, w):
+    """``x * w`` of two int8 values as shift-and-add in logic (``array_lut_muls``): ``w``'s bits select ``x << i``,
+    its sign bit's term subtracted, summed by a balanced tree; no ``$mul`` for Yosys to put on a multiplier."""
+    xv, wv = x.as_signed(), w.as_signed()
+    n = len(wv)
+    terms = [Mux(wv[i], xv << i, 0) for i in range(n - 1)] + [-Mux(wv[n - 1], xv << (n - 1), 0)]
+    return tree(terms, lambda a, b: a + b)

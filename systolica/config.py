@@ -73,6 +73,9 @@ class AccelConfig:
     attn_rows: int = 1  # query rows the attention unit takes through one KV tile together (parallel dot
     # products): the rows of a GQA group share each K and V line read; at most line_width (each row's score
     # scaling uses one lane multiplier of the state-line datapath)
+    array_lut_muls: int = 0  # 1: the systolic array's int8 products as shift-and-add in LUTs, not multipliers -- for
+    # parts whose few multipliers sit far from the logic around them (ECP5: 141 of the 85F's 156 MULT18X18D, spread
+    # over the die, put the array's products ~100 tiles from their registers); 0: one multiplier a PE
     dsp_muls: int = 0  # 1: the products that are otherwise shift-and-add in LUTs go on DSP multipliers -- the
     # attention unit's p * v (29 x 8 bits, one a lane and row: p's low 24 bits on one DSP, the top 5 in logic) and
     # the activation unit's GELU constants (x3 * C1, w * C2: four 18 x 18 pieces each); 0: in LUTs, for parts whose
@@ -187,6 +190,9 @@ class AccelConfig:
         if not (isinstance(self.attn_rows, int) and 1 <= self.attn_rows <= min(8, self.line_width)):
             yield (f"attn_rows={self.attn_rows} must be in 1..min(8, line_width={self.line_width}) (each query row "
                    f"of a tile scales its scores on one lane multiplier of the attention unit's state-line datapath)")
+        if self.array_lut_muls not in (0, 1) or (self.array_lut_muls and self.macs_per_dsp != 1):
+            yield (f"array_lut_muls={self.array_lut_muls} must be 0 (one multiplier a PE) or 1 (products in LUTs, "
+                   f"with macs_per_dsp=1; it is {self.macs_per_dsp})")
         if self.dsp_muls not in (0, 1):
             yield f"dsp_muls={self.dsp_muls} must be 0 (narrow and constant products in LUTs) or 1 (on DSP multipliers)"
         if not (self.q4_groups == 0 or (_pow2(self.q4_groups) and 2 <= self.q4_groups <= 1024)):
@@ -241,6 +247,8 @@ class AccelConfig:
             d.pop("attn_rows")
         if d["dsp_muls"] == 0:  # those products in LUTs: the hardware (and hash) of before the field
             d.pop("dsp_muls")
+        if d["array_lut_muls"] == 0:  # the array's products on multipliers: the hardware (and hash) of before the field
+            d.pop("array_lut_muls")
         d["clock_mhz"] = float(d["clock_mhz"])
         return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 

@@ -11,7 +11,7 @@ import pytest
 from hw_gemm_tiles import accumulate, tile_streams
 from hw_streams_tb import collect, run, send
 
-from systolica.config import AccelConfig
+from systolica.config import AccelConfig, ConfigError
 from systolica.hw.systolic_array import SystolicArray, weight_cols_per_beat
 from systolica.numerics import matmul
 from systolica.sim.perf_costs import array_latency
@@ -90,6 +90,28 @@ def test_extremes_no_overflow_of_products(pack):
                   lambda ctx, dut=dut, abeats=abeats: send(ctx, dut.a_stream, abeats, random.Random(2), 0),
                   lambda ctx, dut=dut, got=got: collect(ctx, dut.o_stream, 1, random.Random(3), 0, out=got)])
         assert [got[0].data[c] for c in range(4)] == [4 * wv * av] * 4, (wv, av)
+
+
+@pytest.mark.parametrize("rows,cols,M", [(4, 4, 5), (8, 8, 3)])
+def test_random_gemm_with_products_in_logic(rows, cols, M):
+    """array_lut_muls: each PE's int8 product as shift-and-add, the same integers as the multipliers."""
+    cfg = AccelConfig(rows=rows, cols=cols, dma_bits=64, array_lut_muls=1)
+    check_gemm(cfg, M=M, K=2 * rows, N=2 * cols, seed=rows * 7 + M)
+
+
+def test_products_in_logic_at_the_int8_extremes():
+    cfg = AccelConfig(rows=4, cols=4, array_lut_muls=1)
+    for wv, av in ((-128, -128), (-128, 127), (127, -128), (127, 127), (-1, -128), (1, -1)):
+        dut = SystolicArray(cfg)
+        wbeats = [[[wv] * 4] * dut.w_cols for _ in range(4 // dut.w_cols)]
+        abeats = [{"data": [av] * 4, "last": 1, "tag": 0}]
+        got = []
+        run(dut, [lambda ctx, dut=dut, wbeats=wbeats: send(ctx, dut.w_stream, wbeats, random.Random(1), 0),
+                  lambda ctx, dut=dut, abeats=abeats: send(ctx, dut.a_stream, abeats, random.Random(2), 0),
+                  lambda ctx, dut=dut, got=got: collect(ctx, dut.o_stream, 1, random.Random(3), 0, out=got)])
+        assert [got[0].data[c] for c in range(4)] == [4 * wv * av] * 4, (wv, av)
+    with pytest.raises(ConfigError, match="array_lut_muls"):
+        AccelConfig(rows=4, cols=4, array_lut_muls=1, macs_per_dsp=2)
 
 
 @pytest.mark.parametrize("rows", [3, 4, 16])
