@@ -76,20 +76,25 @@ def test_decode_consumes_full_dma_beat_per_cycle():
     check_gemm(cfg, M=1, K=8, N=8, seed=7, idle=0.0, stall=0.0)
 
 
+def _one_line(cfg, wv, av):
+    """The output line of a 4x4 array holding ``wv`` everywhere for one activation line of ``av``."""
+    dut = SystolicArray(cfg)
+    wbeats = [[[wv] * 4] * dut.w_cols for _ in range(4 // dut.w_cols)]
+    abeats = [{"data": [av] * 4, "last": 1, "tag": 0}]
+    got = []
+    run(dut, [lambda ctx: send(ctx, dut.w_stream, wbeats, random.Random(1), 0),
+              lambda ctx: send(ctx, dut.a_stream, abeats, random.Random(2), 0),
+              lambda ctx: collect(ctx, dut.o_stream, 1, random.Random(3), 0, out=got)])
+    return [got[0].data[c] for c in range(4)]
+
+
 @pytest.mark.parametrize("pack", [1, 2])
 def test_extremes_no_overflow_of_products(pack):
     # -128 * -128 on every PE is the largest product: the column sum must still be exact; with two MACs a
     # multiplier the packed low field's extremes (+16384, and -128 * 127 borrowing from the high one) too
     cfg = AccelConfig(rows=4, cols=4, macs_per_dsp=pack)
     for wv, av in ((-128, -128), (-128, 127), (127, -128), (127, 127)):
-        dut = SystolicArray(cfg)
-        wbeats = [[[wv] * 4] * dut.w_cols for _ in range(4 // dut.w_cols)]
-        abeats = [{"data": [av] * 4, "last": 1, "tag": 0}]
-        got = []
-        run(dut, [lambda ctx, dut=dut, wbeats=wbeats: send(ctx, dut.w_stream, wbeats, random.Random(1), 0),
-                  lambda ctx, dut=dut, abeats=abeats: send(ctx, dut.a_stream, abeats, random.Random(2), 0),
-                  lambda ctx, dut=dut, got=got: collect(ctx, dut.o_stream, 1, random.Random(3), 0, out=got)])
-        assert [got[0].data[c] for c in range(4)] == [4 * wv * av] * 4, (wv, av)
+        assert _one_line(cfg, wv, av) == [4 * wv * av] * 4, (wv, av)
 
 
 @pytest.mark.parametrize("rows,cols,M", [(4, 4, 5), (8, 8, 3)])
@@ -102,14 +107,7 @@ def test_random_gemm_with_products_in_logic(rows, cols, M):
 def test_products_in_logic_at_the_int8_extremes():
     cfg = AccelConfig(rows=4, cols=4, array_lut_muls=1)
     for wv, av in ((-128, -128), (-128, 127), (127, -128), (127, 127), (-1, -128), (1, -1)):
-        dut = SystolicArray(cfg)
-        wbeats = [[[wv] * 4] * dut.w_cols for _ in range(4 // dut.w_cols)]
-        abeats = [{"data": [av] * 4, "last": 1, "tag": 0}]
-        got = []
-        run(dut, [lambda ctx, dut=dut, wbeats=wbeats: send(ctx, dut.w_stream, wbeats, random.Random(1), 0),
-                  lambda ctx, dut=dut, abeats=abeats: send(ctx, dut.a_stream, abeats, random.Random(2), 0),
-                  lambda ctx, dut=dut, got=got: collect(ctx, dut.o_stream, 1, random.Random(3), 0, out=got)])
-        assert [got[0].data[c] for c in range(4)] == [4 * wv * av] * 4, (wv, av)
+        assert _one_line(cfg, wv, av) == [4 * wv * av] * 4, (wv, av)
     with pytest.raises(ConfigError, match="array_lut_muls"):
         AccelConfig(rows=4, cols=4, array_lut_muls=1, macs_per_dsp=2)
 
