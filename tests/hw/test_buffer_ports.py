@@ -7,6 +7,8 @@ census elaborates the whole design (no Verilog), so this runs in the default tes
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from systolica.boards.board import load_board
@@ -52,4 +54,7 @@ def test_uram_marks_only_large_buffers():
     # 7-series style: no buffer attribute; only the attention unit's score buffers ask for block RAM (they would
     # take a URAM288 each on UltraScale+, where block RAM is otherwise unused)
     marked = {m[0]: m[5] for m in memory_port_census(Accelerator(cfg)) if m[5]}
-    assert marked and set(marked.values()) == {"block"} and all(n.endswith("umem") for n in marked), marked
+    # (one score buffer a query row of the attention unit: umem, umem_r1, ..)
+    assert marked and set(marked.values()) == {"block"}, marked
+    assert all(re.fullmatch(r".*\.umem(_r\d+)?", n) for n in marked), marked
+    assert len(marked) == cfg.attn_rows
