@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 
 from systolica.bench.dse import (
-    _model,
-    _time,
     evaluate,
     front_of,
     make_tasks,
@@ -17,6 +15,7 @@ from systolica.bench.dse import (
     run_tasks,
     variants,
 )
+from systolica.bench.dse_programs import _model, _time
 from systolica.config import AccelConfig, preset
 
 MODEL = "random:llama:dim=32,n_layers=4,n_heads=4,n_kv_heads=2,vocab=128"
@@ -91,7 +90,7 @@ def _fake_synth(cfg, board_name, **used):
 
 def test_cached_programs_time_as_a_fresh_compile(tmp_path, monkeypatch):
     """A point times the programs a compile gives: from this process, from the disk cache, for any clock or name."""
-    from systolica.bench import dse
+    from systolica.bench import dse_programs
     from systolica.bench.accel_model import board_spec
 
     monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
@@ -100,13 +99,13 @@ def test_cached_programs_time_as_a_fresh_compile(tmp_path, monkeypatch):
     dec, pre, rows = _time(_model(two), AccelConfig.from_dict(t["config"]), board_spec("pynq-z2"), 16, "systolic")
     first = evaluate(t)
     assert (first["decode_cycles"], first["prefill_cycles"], first["prefill_rows"]) == (dec, pre, rows)
-    dse._PROGRAMS.clear()  # as a new process: from the disk cache, not compiled
-    progs = dse.programs_for(t)
+    dse_programs._PROGRAMS.clear()  # as a new process: from the disk cache, not compiled
+    progs = dse_programs.programs_for(t)
     assert progs["compiled"] is False and evaluate(t, progs) == first
     # the clock and the name change no instruction: one program key, and a compile gives the same words
     other = {**t, "config": {**t["config"], "clock_mhz": 150.0, "name": "renamed"}}
-    assert dse.program_key(other) == dse.program_key(t)
-    assert dse._runs(_model(two), AccelConfig.from_dict(other["config"]), 16)[:2] == tuple(progs["depths"][0])
+    assert dse_programs.program_key(other) == dse_programs.program_key(t)
+    assert dse_programs._runs(_model(two), AccelConfig.from_dict(other["config"]), 16)[:2] == tuple(progs["depths"][0])
 
 
 def test_swept_clock_and_dram_are_points_on_the_same_programs(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from systolica.bench import dse
+from systolica.bench import dse, dse_programs
 from systolica.bench.dse import evaluate, make_tasks, model_shapes, programs_for, run_tasks
 from systolica.config import AccelConfig
 
@@ -16,11 +16,11 @@ MODEL = "random:llama:dim=32,n_layers=4,n_heads=4,n_kv_heads=2,vocab=128"
 @pytest.fixture(autouse=True)
 def _fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("SYSTOLICA_CACHE", str(tmp_path))
-    dse._PROGRAMS.clear()
-    dse._SHAPES.clear()
+    dse_programs._PROGRAMS.clear()
+    dse_programs._SHAPES.clear()
     yield
-    dse._PROGRAMS.clear()
-    dse._SHAPES.clear()
+    dse_programs._PROGRAMS.clear()
+    dse_programs._SHAPES.clear()
 
 
 def test_programs_are_those_of_full_compiles_of_the_first_blocks():
@@ -31,7 +31,7 @@ def test_programs_are_those_of_full_compiles_of_the_first_blocks():
         assert got["compiled"] and got["n_layers"] == 4 and len(got["depths"]) == 2
         cfg = AccelConfig.from_dict(t["config"])
         for depth, (dec, pre) in zip((1, 2), got["depths"], strict=True):
-            ref = dse._runs(dse.truncate_layers(dse._model(MODEL), depth), cfg, t["prompt_len"])
+            ref = dse_programs._runs(dse_programs.truncate_layers(dse_programs._model(MODEL), depth), cfg, t["prompt_len"])
             assert (dec, pre) == ref[:2], (board, depth)
         assert got["rows"] == ref[2]
 
@@ -49,7 +49,7 @@ def test_the_model_shape_is_read_once_and_cached_on_disk(tmp_path, monkeypatch):
     assert L == 3 and shapes == [want.truncated(1), want]
     cached = list((tmp_path / "dse-programs").glob("shape-*.json"))
     assert len(cached) == 1
-    dse._SHAPES.clear()  # as a new process: from the disk, the file is not read
+    dse_programs._SHAPES.clear()  # as a new process: from the disk, the file is not read
     import systolica.compiler.gguf_reader as gr
 
     def boom(*a, **k):
@@ -64,7 +64,7 @@ def test_the_model_shape_is_read_once_and_cached_on_disk(tmp_path, monkeypatch):
     got = programs_for(t)
     model = read_gguf(path)
     for depth, (dec, pre) in zip((1, 2), got["depths"], strict=True):
-        assert (dec, pre) == dse._runs(dse.truncate_layers(model, depth), cfg, 16)[:2]
+        assert (dec, pre) == dse_programs._runs(dse_programs.truncate_layers(model, depth), cfg, 16)[:2]
 
 
 def test_a_missing_model_is_a_failed_point_not_a_crash(tmp_path):
@@ -85,7 +85,7 @@ def test_run_stats_say_cold_or_warm_and_where_the_time_went():
     assert cold["cpu_seconds"] >= cold["stage_cpu_seconds"]["points"] and cold["phase_seconds"]["prefill"] > 0
     line = summary_line(len(first), cold, "2 local process(es)")
     assert "4 points in" in line and "points/s" in line and "cold: 1 program set(s) compiled, 0 from the cache" in line
-    dse._PROGRAMS.clear()
+    dse_programs._PROGRAMS.clear()
     warm: dict = {}
     assert run_tasks(tasks, workers=2, stats=warm) == first
     assert "warm: 0 program set(s) compiled, 1 from the cache" in summary_line(4, warm, "here")
