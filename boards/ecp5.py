@@ -39,6 +39,12 @@ class Ecp5Error(RuntimeError):
     """The ECP5 flow failed or a tool is missing; the message says which and why."""
 
 
+#: nextpnr's placer: the electrostatic one.  On the ulx3s top level (seed 1, 50 MHz) it placed with 22% less
+#: wire than the default heap placer (423k vs 544k after annealing), a post-placement estimate of 48.92 MHz (heap:
+#: 45.06), and router2 came to 6,724 overused wires at best (heap: 12,642); docs/boards.md
+PLACER = "static"
+
+
 @dataclass(frozen=True)
 class Ecp5Result:
     fmax_mhz: float  # worst achieved Fmax over the clocks nextpnr reports
@@ -49,6 +55,7 @@ class Ecp5Result:
     seconds: float
     critical_path: str = ""  # first and last cell of the slowest path, to say what limits Fmax
     mapper: str = "abc9"  # Yosys's LUT mapping: abc9, or abc where ABC9 failed
+    placer: str = "static"  # nextpnr's placer (--placer)
 
     @property
     def meets_target(self) -> bool:
@@ -171,7 +178,7 @@ def _status(log: Path) -> str:
 
 def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
                target_mhz: float | None = None, seed: int = 1, timeout: float = 3600,
-               progress: Callable[[str], None] | None = None) -> Ecp5Result:
+               progress: Callable[[str], None] | None = None, placer: str = PLACER) -> Ecp5Result:
     """Synthesize, place and route ``top`` for ``board`` (an ECP5 board) and pack a bitstream.
 
     Parameters
@@ -191,18 +198,20 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
         post-placement estimate and the router's last iterations.
     progress
         Called with nextpnr's status line (phase, post-placement estimate, router iteration) as it changes.
+    placer
+        nextpnr's ``--placer``: :data:`PLACER` (static) by default; ``heap`` for small units, where it did as well.
     """
     out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
     # router2: the default router1 did not converge in 50 min on the 4x4 top level (overuse stuck near 122k
     # wires); router2 routed the same netlist (docs/boards.md)
     (out / "heat").mkdir(exist_ok=True)  # router2's congestion per net and tile, each iteration (nextpnr_congestion)
-    _nextpnr(board, out, target, seed, timeout, progress, ["--textcfg", "top.config", "--router", "router2",
-                                                           "--router2-heatmap", "heat/route"])
+    _nextpnr(board, out, target, seed, timeout, progress, ["--placer", placer, "--textcfg", "top.config",
+                                                           "--router", "router2", "--router2-heatmap", "heat/route"])
     _run(["yowasp-ecppack", "--input", "top.config", "--bit", f"{board.name}.bit"], out, timeout, "ecppack")
     report = json.loads((out / "report.json").read_text())
     fmax, _, util = parse_report(report)
     return Ecp5Result(fmax, target, util, out / f"{board.name}.bit", out / "report.json", time.monotonic() - t0,
-                      critical_path(report), mapper)
+                      critical_path(report), mapper, placer)
 
 
 @dataclass(frozen=True)
@@ -215,20 +224,21 @@ class Ecp5Placement:
     placed: Path  # nextpnr's placed netlist (placed.json): each cell's tile in its NEXTPNR_BEL attribute
     seconds: float
     mapper: str = "abc9"
+    placer: str = "static"
 
 
 def ecp5_place(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
                target_mhz: float | None = None, seed: int = 1, timeout: float = 3600,
-               progress: Callable[[str], None] | None = None) -> Ecp5Placement:
+               progress: Callable[[str], None] | None = None, placer: str = PLACER) -> Ecp5Placement:
     """Synthesize and place ``top`` as :func:`ecp5_build` does, without routing (a quarter of the time or less
     on a whole top level, and a figure even where the router does not converge)."""
     from systolica.boards.nextpnr_log import pnr_status
 
     out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
-    _nextpnr(board, out, target, seed, timeout, progress, ["--no-route", "--write", "placed.json"])
+    _nextpnr(board, out, target, seed, timeout, progress, ["--placer", placer, "--no-route", "--write", "placed.json"])
     st = pnr_status((out / "nextpnr.log").read_text(errors="replace"))
     return Ecp5Placement(st.placed_fmax_mhz, target, out / "top.json", out / "placed.json", time.monotonic() - t0,
-                         mapper)
+                         mapper, placer)
 
 
 def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: float):
@@ -267,6 +277,8 @@ def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: f
         except YosysError as e2:
             raise Ecp5Error(str(e2)) from None
     return out, target, mapper, t0
+
+
 
 
 def _nextpnr(board: Board, out: Path, target: float, seed: int, timeout: float, progress, extra: list[str]) -> None:

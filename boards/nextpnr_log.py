@@ -19,6 +19,7 @@ _FMAX = re.compile(r"Max frequency for clock '[^']*': ([0-9.]+) MHz \((PASS|FAIL
 _ITER = re.compile(r"iter=(\d+) wires=(\d+) overused=(\d+)")
 #: (log text, phase it starts), in the order nextpnr prints them
 _PHASES = (("Packing", "packing"), ("Creating initial analytic placement", "placing (analytic)"),
+           ("Running Static placer", "placing (static)"),
            ("Running simulated annealing placer", "placing (annealing)"), ("Routing globals", "routing"),
            ("Running router1 to check", "checking the route"), ("Critical path report", "timing report"),
            ("Program finished normally", "done"))

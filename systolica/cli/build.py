@@ -310,7 +310,7 @@ class Build:
             say(f"  {p.ns:6.1f} ns  {unit_route(p)} -> {p.end}", highlight=False, markup=False)
         doc = {"board": board.name, "config": cfg.name, "config_hash": cfg.hash_hex(),
                "placed_fmax_mhz": r.placed_fmax_mhz, "target_mhz": r.target_mhz, "seconds": r.seconds,
-               "mapper": r.mapper, "source": "nextpnr-ecp5 post-placement estimate (not routed)",
+               "mapper": r.mapper, "placer": r.placer, "source": "nextpnr-ecp5 post-placement estimate (not routed)",
                "paths": [{"ns": p.ns, "end": p.end, "units": unit_route(p), "nets": list(p.nets)} for p in slow]}
         (out / "ecp5" / "placement.json").write_text(json.dumps(doc, indent=1))
         met = r.placed_fmax_mhz is not None and r.placed_fmax_mhz >= r.target_mhz
@@ -334,8 +334,10 @@ class Build:
         (work / f"{top}.il").write_text(il)
         say(f"ECP5: {unit} ({UNITS[unit][1]}) of config {cfg.name} alone: synth_ecp5 -> nextpnr-ecp5 (minutes)")
         with steps(progress, f"ECP5 synthesis, place and route of {unit}", transient=True) as step:
+            # heap: a unit alone is small; the static placer helps where the whole top level is congested
+            # (store alone: 104.4 MHz heap, 102.1 static; docs/boards.md)
             r = ecp5_build(work / f"{top}.v", top, board, work / "pnr", target_mhz=target_mhz,
-                           progress=lambda line: step(line, replace=True))
+                           progress=lambda line: step(line, replace=True), placer="heap")
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
         say(f"ECP5 Fmax of {unit} [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}; measured by nextpnr, "
             f"the unit alone behind register wrappers, {r.seconds:.0f} s); {util}")
@@ -344,7 +346,7 @@ class Build:
         doc = {"unit": unit, "board": board.name, "config": cfg.name, "config_hash": cfg.hash_hex(),
                "fmax_mhz": r.fmax_mhz, "target_mhz": r.target_mhz, "critical_path": r.critical_path,
                "utilization": {k: list(v) for k, v in r.utilization.items()}, "seconds": r.seconds,
-               "mapper": r.mapper, "source": "nextpnr-ecp5, measured (unit alone)"}
+               "mapper": r.mapper, "placer": r.placer, "source": "nextpnr-ecp5, measured (unit alone)"}
         (work / "pnr.json").write_text(json.dumps(doc, indent=1))
         emit_json(json_arg, doc)
         return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED

@@ -41,6 +41,7 @@ def _iters(counts):
 def test_phases_in_order():
     assert pnr_status("").phase == "starting"
     assert pnr_status("Info: Packing IOs..\n").phase == "packing"
+    assert pnr_status("Info: Packing IOs..\nInfo: Running Static placer...\n").phase == "placing (static)"
     s = pnr_status(PLACED.split("Info: Routing globals")[0])
     assert s.phase == "placing (annealing)" and s.placed_fmax_mhz == 40.76 and s.target_mhz == 50.0
     assert s.routed_fmax_mhz is None and s.iterations == ()
