@@ -176,6 +176,18 @@ def _gemm_int8(kernel, a: np.ndarray, wkn: np.ndarray, out: np.ndarray, ins_acc:
     return gemm_acc
 
 
+def _sum_chunks(parts, r: np.ndarray, r64: np.ndarray, out: np.ndarray, ins_acc: bool) -> None:
+    """``out (+)= sum of ap @ wp`` over ``parts`` (float32 chunks of K), exact in int64, wrapped to int32."""
+    r64.fill(0)
+    for ap, wp in parts:
+        np.matmul(ap, wp, out=r)
+        np.add(r64, r, out=r64, casting="unsafe")  # exact: integers below 2**53 in float64, then int64
+    if ins_acc:
+        np.add(r64, out, out=r64)
+    np.bitwise_and(r64, 0xFFFFFFFF, out=r64)  # two's complement low 32 bits
+    np.copyto(out, r64.view(np.uint64).astype(np.uint32).view(np.int32))
+
+
 def _gemm_kn(a: np.ndarray, wkn: np.ndarray, out: np.ndarray, m: int, ins_acc: bool, exact: bool) -> Op:
     """``out (+)= a @ wkn`` for int8 ``a`` and float32 ``wkn`` (``W^T``) holding int8 values; see
     :func:`_readonly_weights` for ``exact``; else chunks of K summed exactly in int64."""
@@ -208,14 +220,7 @@ def _gemm_kn(a: np.ndarray, wkn: np.ndarray, out: np.ndarray, m: int, ins_acc: b
 
     def gemm_chunks() -> None:
         np.copyto(af, a)
-        r64.fill(0)
-        for ap, wp in parts:
-            np.matmul(ap, wp, out=r)
-            np.add(r64, r, out=r64, casting="unsafe")  # exact: integers below 2**53 in float64, then int64
-        if ins_acc:
-            np.add(r64, out, out=r64)
-        np.bitwise_and(r64, 0xFFFFFFFF, out=r64)  # two's complement low 32 bits
-        np.copyto(out, r64.view(np.uint64).astype(np.uint32).view(np.int32))
+        _sum_chunks(parts, r, r64, out, ins_acc)
 
     return gemm_chunks
 
@@ -263,13 +268,6 @@ def _gemm_math(a, w, out, m: int, k: int, n: int, cols: int, ins_acc: bool) -> O
     def gemm64() -> None:
         np.copyto(af, a)
         np.copyto(wf, w)
-        r64.fill(0)
-        for ap, wp in parts:
-            np.matmul(ap, wp, out=r)
-            np.add(r64, r, out=r64, casting="unsafe")  # exact: integers below 2**53 in float64, then int64
-        if ins_acc:
-            np.add(r64, out, out=r64)
-        np.bitwise_and(r64, 0xFFFFFFFF, out=r64)  # two's complement low 32 bits
-        np.copyto(out, r64.view(np.uint64).astype(np.uint32).view(np.int32))
+        _sum_chunks(parts, r, r64, out, ins_acc)
 
     return gemm64
