@@ -279,8 +279,6 @@ def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: f
     return out, target, mapper, t0
 
 
-
-
 def _nextpnr(board: Board, out: Path, target: float, seed: int, timeout: float, progress, extra: list[str]) -> None:
     e = board.ecp5
     # Paths stay relative: the YoWASP sandbox sees only the working folder.
