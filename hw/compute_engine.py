@@ -28,7 +28,7 @@ from .gemm_sequencer import GemmSequencer
 from .rowpass_sequencer import ROWPASS_OPS, RowPassSequencer
 from .vector_sequencer import VECTOR_OPS, VectorSequencer
 from .weight_stream import WeightStream, row_lines
-from .word_regs import word_reg
+from .word_regs import flag_copies, lane_mux, word_reg
 
 __all__ = ["ComputeEngine"]
 
@@ -71,6 +71,10 @@ class ComputeEngine(wiring.Component):
         kinds = {"stream": ("GEMM_STREAM",), "gemm": ("GEMM", "GEMM_STREAM"), "vec": VECTOR_OPS,
                  "row": ROWPASS_OPS, "attn": ATTN_OPS}
         kind = {k: Signal(name=f"is_{k}") for k in kinds}
+        # and three copies each of "attn" and "row" for the output line's multiplexer, a third of its lanes
+        # each: one flag over the 256-bit line and the read multiplexers was the most congested net of the
+        # ulx3s route (docs/boards.md)
+        out_sel = {}
 
         def on_load(nxt):
             for k, names in kinds.items():
@@ -78,6 +82,8 @@ class ComputeEngine(wiring.Component):
                 for name in names:
                     hit = hit | (nxt.nop.h.opcode == OP_BY_NAME[name].code)
                 m.d.sync += kind[k].eq(hit)
+                if k in ("attn", "row"):
+                    out_sel[k] = flag_copies(m, hit, 1, f"out_is_{k}")
 
         ins, exec_start, exec_done, _ = token_fsm(m, self, cfg, on_load)
         # the sequencers start a cycle after the token handshake (COMPUTE_START_CYCLES): their first
@@ -133,7 +139,8 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [self.va_addr.eq(at.va_addr), self.va_en.eq(at.va_en)]
         m.d.comb += [self.out_addr.eq(Mux(is_attn, at.out_addr, Mux(is_row, rs.out_addr, vs.out_addr))),
                      self.out_en.eq(vs.out_en | rs.out_en | at.out_en),
-                     self.out_data.eq(Mux(is_attn, at.out_data, Mux(is_row, rs.out_data, vs.out_data)))]
+                     self.out_data.eq(lane_mux(out_sel["attn"], at.out_data,
+                                               lane_mux(out_sel["row"], rs.out_data, vs.out_data, 32), 32))]
         # the scratchpad's "a" read port serves GEMM's activations, REQUANT's exponent lines and ATTN's
         # data lines; the "w" port GEMM's weights and ATTN's exponent lines
         with m.If(is_vec):

@@ -26,6 +26,7 @@ from .axi import axi4_read_signature, axi4_write_signature
 from .buffers import buffer_ports
 from .decode import CMD_BITS, instr_layout
 from .dma import ADDR_BITS, DmaReader, DmaWriter
+from .word_regs import flag_copies, lane_mux
 
 __all__ = ["EngineState", "engine_members", "token_fsm", "LoadEngine", "StoreEngine", "buffer_ports"]
 
@@ -184,7 +185,15 @@ class StoreEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        ins, exec_start, exec_done, _ = token_fsm(m, self, cfg)
+        # the buffer a STORE reads, decoded as the word loads: three copies a buffer, each selecting a third of
+        # the read line's lanes (one decode of the word's field over 3 x 256 bits was a congested net on ulx3s)
+        from_buf = {}
+
+        def on_load(nxt):
+            for i in range(len(buffer_ports(cfg))):
+                from_buf[i] = flag_copies(m, nxt.store.buf == i, 1, f"from_buf{i}")
+
+        ins, exec_start, exec_done, _ = token_fsm(m, self, cfg, on_load)
         v = ins.store
         m.submodules.dma = dma = DmaWriter(cfg)
         wiring.connect(m, wiring.flipped(self.wr), dma.axi)
@@ -235,12 +244,11 @@ class StoreEngine(wiring.Component):
                 m.d.sync += [lines_left.eq(v.lines), rows_left.eq(rows_left - 1)]
                 with m.If(rows_left == 1):
                     m.d.sync += reading.eq(0)
-        rdata = Signal(wide)
+        rdata = 0
         for i, (name, _) in enumerate(buffer_ports(cfg).items()):
             m.d.comb += [getattr(self, f"{name}_addr").eq(addr),
                          getattr(self, f"{name}_en").eq(issue & (v.buf == i))]
-            with m.If(v.buf == i):
-                m.d.comb += rdata.eq(getattr(self, f"{name}_rdata"))
+            rdata = lane_mux(from_buf[i], getattr(self, f"{name}_rdata"), rdata, 32)
         m.d.comb += [lq.w_en.eq(got), lq.w_data.eq(rdata)]
 
         # serialize the head line into beats, lane 0 first (little endian, as the bus and DRAM)

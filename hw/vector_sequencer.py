@@ -44,6 +44,7 @@ from .activation import ActivationUnit, ActOp
 from .decode import instr_layout
 from .line_serial import gather, hold, serialize
 from .vector_unit import VecOp, VectorUnit
+from .word_regs import flag_copies, lane_mux
 
 __all__ = ["VectorSequencer", "VECTOR_OPS"]
 
@@ -52,21 +53,11 @@ VECTOR_OPS = ("ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "GELU", "ROPE")
 
 def _fanout_copies(m: Module, value, load, n: int, name: str) -> list[Signal]:
     """``n`` copies (up to 9) of the flag ``value`` taken when ``load`` is high, valid two cycles after it:
-    three registers that Yosys cannot merge (reset to 0, reset to 1, no reset), each copied again the
-    same three ways the next cycle, so that each copy drives a part of a wide multiplexer."""
-    kinds = [dict(init=0), dict(init=1), dict(reset_less=True)]
-    first = []
-    for k, kw in enumerate(kinds):
-        s = Signal(name=f"{name}_l1_{k}", **kw)
-        with m.If(load):
-            m.d.sync += s.eq(value)
-        first.append(s)
+    three registers that Yosys cannot merge (:func:`flag_copies`), each copied again the same three ways the
+    next cycle, so that each copy drives a part of a wide multiplexer."""
     out = []
-    for j, src in enumerate(first):
-        for k, kw in enumerate(kinds):
-            s = Signal(name=f"{name}_l2_{j}{k}", **kw)
-            m.d.sync += s.eq(src)
-            out.append(s)
+    for j, src in enumerate(flag_copies(m, value, load, f"{name}_l1")):
+        out += flag_copies(m, src, 1, f"{name}_l2_{j}")
     return [out[c % len(out)] for c in range(n)]
 
 
@@ -122,11 +113,12 @@ class VectorSequencer(wiring.Component):
             m.d.sync += [is_[name].eq(w_is[name]) for name in VECTOR_OPS]
             m.d.sync += [src_a.eq(w_src_a), src_b.eq(w_src_b), bcast.eq(w_bcast),
                          lm1.eq(w_lines - 1), hm1.eq(w_heads - 1), rm1.eq(w_rows - 1)]
-        # whether the op runs on the activation unit: a register, and a reset-less copy for the output line's
-        # multiplexer (Yosys keeps the two: one resets), so that the control paths do not ride a 256-bit select
-        to_act, act_sel = Signal(), Signal(reset_less=True)
+        # whether the op runs on the activation unit: a register for the control paths, and three copies for
+        # the output line's multiplexer (each a third of its lanes), so that no one flag rides a 256-bit select
+        to_act = Signal()
         with m.If(self.start):
-            m.d.sync += [to_act.eq(w_is["SILU"] | w_is["GELU"]), act_sel.eq(w_is["SILU"] | w_is["GELU"])]
+            m.d.sync += to_act.eq(w_is["SILU"] | w_is["GELU"])
+        act_sel = flag_copies(m, w_is["SILU"] | w_is["GELU"], self.start, "act_sel")
         hd = ins.rope.hd
 
         # ---- input walk: row r, group hh, line l; index idx = (r*H + hh)*L + l (a counter); the walk ends
@@ -262,9 +254,7 @@ class VectorSequencer(wiring.Component):
         ]
         # ---- outputs, in order, to dst: B beats gathered into a line; ARGMAX's one beat per row is a line
         is_am = is_["ARGMAX"]
-        am_sel = Signal(reset_less=True)  # ARGMAX, for the output line's multiplexer (as act_sel)
-        with m.If(self.start):
-            m.d.sync += am_sel.eq(w_is["ARGMAX"])
+        am_sel = flag_copies(m, w_is["ARGMAX"], self.start, "am_sel")  # ARGMAX, for the output line (as act_sel)
         if NB == B:
             obeat = Mux(act.o_stream.valid, act.o_stream.payload.data.as_value(), vec.o_stream.payload.data.as_value())
             oline, complete = gather(m, (vec.o_stream.valid | act.o_stream.valid) & ~is_am, obeat, B, "gat",
@@ -275,11 +265,11 @@ class VectorSequencer(wiring.Component):
             xline, xcomplete = gather(m, act.o_stream.valid, act.o_stream.payload.data.as_value(), NB, "agat",
                                       clear=self.start)
             # one unit runs at a time (an instruction ends once its outputs are written): no select on complete
-            oline, complete = Mux(act_sel, xline, vline), vcomplete | xcomplete
+            oline, complete = lane_mux(act_sel, xline, vline, 32), vcomplete | xcomplete
         got = Signal()
         m.d.comb += got.eq(complete | (vec.o_stream.valid & is_am))
         m.d.comb += [self.out_addr.eq(optr), self.out_en.eq(got | zeros_nz),
-                     self.out_data.eq(Mux(zeros_nz, 0, Mux(am_sel, vec.o_stream.payload.data.as_value(), oline)))]
+                     self.out_data.eq(Mux(zeros_nz, 0, lane_mux(am_sel, vec.o_stream.payload.data.as_value(), oline, 32)))]
         with m.If(got | zeros_nz):
             m.d.sync += optr.eq(optr + 1)
         # one output line per line read, ARGMAX one per row (at its last line)

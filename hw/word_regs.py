@@ -5,14 +5,16 @@ then holds still until the sequencer is done.  So every value the sequencer deco
 test, a start address, a count) can be a flip-flop loaded from the word every cycle: at ``start`` it already
 holds the word's value, and the sequencer's registers load from registers, not from the word's decode
 (docs/hardware.md, the top level's timing).  A FIFO whose read enable must start at registers keeps its
-room as a flip-flop computed from :func:`fifo_level_next`.
+room as a flip-flop computed from :func:`fifo_level_next`.  A flag that selects across a wide line is kept
+as :func:`flag_copies` (registers Yosys cannot merge back into one), each copy selecting a part of the line
+(:func:`lane_mux`), so that no single net reaches every bit of the line.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 
-__all__ = ["word_reg", "fifo_level_next"]
+__all__ = ["word_reg", "fifo_level_next", "flag_copies", "lane_mux"]
 
 
 def word_reg(m: Module, value, name: str, shape=None, *, init: int = 0, reset_less: bool = False) -> Signal:
@@ -26,3 +28,33 @@ def word_reg(m: Module, value, name: str, shape=None, *, init: int = 0, reset_le
 def fifo_level_next(q) -> Value:
     """The level ``q`` (an ``amaranth.lib.fifo`` FIFO) will have next cycle: its level, plus a write, less a read."""
     return q.level + (q.w_en & q.w_rdy) - (q.r_en & q.r_rdy)
+
+
+#: three flip-flops Yosys's ``opt_merge`` keeps apart although they load the same value: reset to 0, reset to 1,
+#: and no reset (it merges registers only with the same reset and initial value)
+_DISTINCT = (dict(init=0), dict(init=1), dict(reset_less=True))
+
+
+def flag_copies(m: Module, value, load, name: str) -> list[Signal]:
+    """Three copies of the 1-bit ``value``, each a flip-flop loaded when ``load`` is high (valid a cycle later,
+    as one register would be).  The copy reset to 1 reads 1 after a reset until its first load: use them where
+    the flag is read only after a load."""
+    out = []
+    for k, kw in enumerate(_DISTINCT):
+        s = Signal(name=f"{name}_c{k}", **kw)
+        with m.If(load):
+            m.d.sync += s.eq(value)
+        out.append(s)
+    return out
+
+
+def lane_mux(sels: list, a, b, lane_bits: int) -> Value:
+    """``Mux(sel, a, b)`` lane by lane (``lane_bits`` a lane), lane ``i`` selected by ``sels[i % len(sels)]``
+    (copies of one flag, :func:`flag_copies`); the narrower of ``a`` and ``b`` is zero-extended, as by ``Mux``."""
+    a, b = Value.cast(a).as_unsigned(), Value.cast(b).as_unsigned()
+    width = max(len(a), len(b))
+    a, b = Cat(a, Const(0, width - len(a))), Cat(b, Const(0, width - len(b)))
+    assert width % lane_bits == 0, (width, lane_bits)
+    n = width // lane_bits
+    return Cat(*[Mux(sels[i % len(sels)], a[i * lane_bits:(i + 1) * lane_bits], b[i * lane_bits:(i + 1) * lane_bits])
+                 for i in range(n)])
