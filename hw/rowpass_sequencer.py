@@ -46,7 +46,7 @@ from .line_serial import gather
 from .norm_unit import NormUnit
 from .quant_unit import QuantUnit
 from .softmax_unit import SoftmaxUnit
-from .word_regs import fifo_level_next, word_reg
+from .word_regs import fifo_level_next, flag_copies, lane_mux, word_reg
 
 __all__ = ["RowPassSequencer", "ROWPASS_OPS"]
 
@@ -151,6 +151,10 @@ class RowPassSequencer(wiring.Component):
         m.d.comb += [self.va_addr.eq(va_ptr), self.va_en.eq(read),
                      self.vb_addr.eq(Mux(beta_rd, beta_addr, g_ptr)), self.vb_en.eq(read | beta_rd)]
         m.d.sync += [pending.eq(read & ~two), beta_rd.eq(read & two), pend2.eq(beta_rd)]
+        # pending and pend2 again as three copies each, for the FIFO entry's 770-bit multiplexer (a third of its
+        # lanes each): as single flags they were the most congested nets of the ulx3s route (docs/boards.md)
+        pend_c = flag_copies(m, read & ~two, 1, "pend_sel")
+        pend2_c = flag_copies(m, beta_rd, 1, "pend2_sel")
         x_wait = Signal(C * 32, reset_less=True)
         g_wait = Signal(C * 32, reset_less=True)
         with m.If(read):
@@ -179,8 +183,9 @@ class RowPassSequencer(wiring.Component):
                 m.d.sync += [ln.eq(ln + 1), line_end.eq(ln + 1 == Lm1)]
         # FIFO entry: kind, last, a, b, c (a header is kind 0 with no data)
         m.d.comb += [q.w_en.eq(pending | pend2 | push_hdr),
-                     q.w_data.eq(Mux(pending, Cat(_ROW, pend_last, self.va_rdata, self.vb_rdata, Const(0, C * 32)),
-                                     Mux(pend2, Cat(_ROW, pend_last, x_wait, g_wait, self.vb_rdata), Cat(_HDR, 0))))]
+                     q.w_data[:2].eq(Mux(pending | pend2, Cat(_ROW, pend_last), Cat(_HDR, 0))),
+                     q.w_data[2:].eq(lane_mux(pend_c, Cat(self.va_rdata, self.vb_rdata, Const(0, C * 32)),
+                                              lane_mux(pend2_c, Cat(x_wait, g_wait, self.vb_rdata), 0, 32), 32))]
         kind, lline = q.r_data[0], q.r_data[1]
         a = q.r_data[2:2 + C * 32]
         b = q.r_data[2 + C * 32:2 + 2 * C * 32]
