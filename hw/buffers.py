@@ -36,11 +36,13 @@ port counts, so a test can hold the whole top level to the block-RAM rule.
 
 from __future__ import annotations
 
-from amaranth.hdl import Fragment, Module, Mux, unsigned
+from amaranth.hdl import Fragment, Module, Mux, Signal, unsigned
 from amaranth.hdl._mem import MemoryInstance
 from amaranth.lib import memory
 
 from systolica.config import AccelConfig
+
+from .word_regs import flag_copies, lane_mux
 
 __all__ = ["BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_ports", "memory_port_census"]
 
@@ -113,16 +115,30 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
             # the read port: compute first; STORE reads the first copy when compute does not
             readers, targets = cr[(name, copy)]
             r_addr, _, r_en = _first([(a, 0, e) for a, e in readers])
-            rp = mem.read_port(transparent_for=(wp,) if name == "acc" else ())
+            rp = mem.read_port()
             if i == 0:
                 s_en = getattr(store, f"{name}_en")
                 m.d.comb += [getattr(store, f"{name}_ready").eq(~r_en),
-                             rp.addr.eq(Mux(r_en, r_addr, getattr(store, f"{name}_addr"))), rp.en.eq(r_en | s_en),
-                             getattr(store, f"{name}_rdata").eq(rp.data)]
+                             rp.addr.eq(Mux(r_en, r_addr, getattr(store, f"{name}_addr"))), rp.en.eq(r_en | s_en)]
             else:
                 m.d.comb += [rp.addr.eq(r_addr), rp.en.eq(r_en)]
-            m.d.comb += [t.eq(rp.data) for t in targets]
+            rdata = _write_through(m, rp, w_addr, w_data, w_en, name) if name == "acc" else rp.data
+            if i == 0:
+                m.d.comb += getattr(store, f"{name}_rdata").eq(rdata)
+            m.d.comb += [t.eq(rdata) for t in targets]
     return mems
+
+
+def _write_through(m: Module, rp, w_addr, w_data, w_en, name: str):
+    """The read data of ``rp`` transparent to the write port (a read of the address written in the same cycle
+    returns the new data, GEMM's read-modify-write needs it), as the bypass Yosys would build, but with its
+    select as three flag copies (:func:`~systolica.hw.word_regs.flag_copies`), a third of the lanes each: the
+    one collision flag over the 256-bit line was among the most congested nets of the ulx3s route."""
+    hit = flag_copies(m, w_en & (w_addr == rp.addr), rp.en, f"{name}_wt_hit")
+    w_last = Signal(len(w_data), name=f"{name}_wt_data", reset_less=True)
+    with m.If(rp.en):
+        m.d.sync += w_last.eq(w_data)
+    return lane_mux(hit, w_last, rp.data, 32)
 
 
 def memory_port_census(top, platform=None) -> list[tuple[str, int, int, int, int, str]]:
