@@ -56,6 +56,7 @@ class Ecp5Result:
     critical_path: str = ""  # first and last cell of the slowest path, to say what limits Fmax
     mapper: str = "abc9"  # Yosys's LUT mapping: abc9, or abc where ABC9 failed
     placer: str = "static"  # nextpnr's placer (--placer)
+    seed: int = 1  # nextpnr's --seed: placements (and so Fmax and whether a congested design routes) vary with it
 
     @property
     def meets_target(self) -> bool:
@@ -211,7 +212,7 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     report = json.loads((out / "report.json").read_text())
     fmax, _, util = parse_report(report)
     return Ecp5Result(fmax, target, util, out / f"{board.name}.bit", out / "report.json", time.monotonic() - t0,
-                      critical_path(report), mapper, placer)
+                      critical_path(report), mapper, placer, seed)
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,7 @@ class Ecp5Placement:
     seconds: float
     mapper: str = "abc9"
     placer: str = "static"
+    seed: int = 1
 
 
 def ecp5_place(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
@@ -238,7 +240,7 @@ def ecp5_place(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     _nextpnr(board, out, target, seed, timeout, progress, ["--placer", placer, "--no-route", "--write", "placed.json"])
     st = pnr_status((out / "nextpnr.log").read_text(errors="replace"))
     return Ecp5Placement(st.placed_fmax_mhz, target, out / "top.json", out / "placed.json", time.monotonic() - t0,
-                         mapper, placer)
+                         mapper, placer, seed)
 
 
 def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: float):

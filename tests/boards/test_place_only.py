@@ -52,18 +52,20 @@ def test_place_only_prints_the_estimate_and_the_placed_paths(tmp_path, monkeypat
 
     def fake_place(verilog, top, board, out_dir, **kw):
         seen.update(kw, board=board.name, top=top)
-        return Ecp5Placement(40.76, kw["target_mhz"], work / "top.json", work / "placed.json", 12.0)
+        return Ecp5Placement(40.76, kw["target_mhz"], work / "top.json", work / "placed.json", 12.0, seed=kw["seed"])
 
     monkeypatch.setattr("systolica.boards.ecp5.ecp5_place", fake_place)
     lines = []
     b = load_board("ulx3s")
     rc = build.Build._place(b, b.config, tmp_path / "x.v", tmp_path / "out", lambda s, **kw: lines.append(s),
-                            target_mhz=50.0)
+                            target_mhz=50.0, seed=7)
     assert rc == 3 and seen["board"] == "ulx3s" and seen["target_mhz"] == 50.0  # 40.76 < 50: the check fails
+    assert seen["seed"] == 7
     text = "\n".join(lines)
     assert "post-placement estimate [bold]40.76 MHz[/] (target 50" in text and "not a measured clock" in text
     doc = json.loads((work / "placement.json").read_text())
     assert doc["placed_fmax_mhz"] == 40.76 and doc["source"].startswith("nextpnr-ecp5 post-placement")
+    assert doc["seed"] == 7  # placements differ by seed: the record says which
     assert doc["paths"][0]["end"] == "dut.d.r.DI"  # one LUT, but 85 tiles away: slower than the local path
     assert doc["paths"][0]["ns"] > doc["paths"][1]["ns"]
 
@@ -73,6 +75,9 @@ def test_place_only_needs_pnr_and_the_whole_top():
 
     assert main(["hw", "build", "--board", "ulx3s", "--place-only"]) == 2
     assert main(["hw", "build", "--board", "ulx3s", "--pnr", "--place-only", "--unit", "store"]) == 2
+    with pytest.raises(SystemExit) as exc:  # argparse's own usage error: nextpnr's seeds are >= 1
+        main(["hw", "build", "--board", "ulx3s", "--pnr", "--seed", "0"])
+    assert exc.value.code == 2
 
 
 def test_a_real_placement_of_a_small_design(tmp_path):
