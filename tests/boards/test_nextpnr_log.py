@@ -55,6 +55,18 @@ def test_the_post_placement_estimate_is_not_the_routed_fmax():
     assert "routed Fmax 48.25 MHz" in s.describe() and "not converging" not in s.describe()
 
 
+def _stuck_nextpnr(tmp_path):
+    """A stand-in nextpnr: it places, routes 11 iterations without converging (STUCK), then hangs."""
+    script = tmp_path / "fake_nextpnr.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.stdout.write({PLACED!r}); sys.stdout.flush()\n"
+        f"for line in {_iters(STUCK).splitlines()!r}:\n"
+        "    print(line, flush=True); time.sleep(0.02)\n"
+        "time.sleep(600)\n")
+    return script
+
+
 def test_a_router_that_stopped_converging_says_so():
     s = pnr_status(PLACED + _iters(STUCK))
     assert s.phase == "routing" and s.converging is False
@@ -67,13 +79,7 @@ def test_a_router_that_stopped_converging_says_so():
 
 def test_a_stopped_run_reports_where_it_was(tmp_path):
     """A stand-in nextpnr that places, then routes without converging, stopped at its time limit."""
-    script = tmp_path / "fake_nextpnr.py"
-    script.write_text(
-        "import sys, time\n"
-        f"sys.stdout.write({PLACED!r}); sys.stdout.flush()\n"
-        f"for line in {_iters(STUCK).splitlines()!r}:\n"
-        "    print(line, flush=True); time.sleep(0.02)\n"
-        "time.sleep(600)\n")
+    script = _stuck_nextpnr(tmp_path)
     seen = []
     t0 = time.monotonic()
     with pytest.raises(Ecp5Error) as e:
@@ -95,13 +101,7 @@ def test_a_router_past_its_fewest_overused_wires_has_diverged():
 
 def test_a_diverging_route_is_stopped_before_its_time_limit(tmp_path):
     """The same stand-in nextpnr, with patience: stopped once 3 iterations passed without a new fewest."""
-    script = tmp_path / "fake_nextpnr.py"
-    script.write_text(
-        "import sys, time\n"
-        f"sys.stdout.write({PLACED!r}); sys.stdout.flush()\n"
-        f"for line in {_iters(STUCK).splitlines()!r}:\n"
-        "    print(line, flush=True); time.sleep(0.02)\n"
-        "time.sleep(600)\n")
+    script = _stuck_nextpnr(tmp_path)
     t0 = time.monotonic()
     with pytest.raises(Ecp5Error) as e:
         _run([sys.executable, str(script)], tmp_path, timeout=120, what="nextpnr", poll=0.2, patience=3)
