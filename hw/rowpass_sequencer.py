@@ -18,11 +18,16 @@ between passes, so operand lines are read ahead into a small FIFO (synchronous
 read ports answer a cycle later) and handed over when the unit takes them;
 header beats go through the same FIFO to keep their place in the order.  The vector buffer has
 two read ports (hw/buffers.py), so LAYERNORM's output pass reads beta through port ``b`` the
-cycle after x and gamma: its lines enter the FIFO at most every 2 cycles.
-The FIFO's head line goes to the unit in ``cols / cfg.line_width`` beats (QUANT) or
-``cols / cfg.nonlinear_width`` beats (SOFTMAX and the norms: :mod:`~systolica.hw.line_unit`;
-a header is one beat) and leaves the FIFO with
-its last beat; each beat passes one of two beat registers on its way to the unit, filled and read
+cycle after x and gamma.  A line goes to the unit in ``B = cols / cfg.line_width`` beats (QUANT) or
+``NB = cols / cfg.nonlinear_width`` beats (SOFTMAX and the norms: :mod:`~systolica.hw.line_unit`;
+a header is one beat).  With ``NB = 1`` the FIFO holds whole lines (4); else it holds beats (16):
+each line is cut into beats on its way in, by shift registers beside the ports that take it from
+the block RAMs and give a beat a cycle into the FIFO (a read waits until the line before has its
+last beat out, and until the FIFO has room for all the beats read), so no 770-bit line entry, no
+line register waiting for beta and no ``NB``-way beat select exist there (they were the most
+congested logic of the ulx3s route, docs/boards.md).  LAYERNORM's output pass then gives a line
+every ``NB + 1`` cycles (beta a cycle after x and gamma), which the beats read ahead hide on short
+rows.  Each beat passes one of two beat registers on its way to the unit, filled and read
 in turn (the unit's logic starts at a 2:1 multiplexer of flip-flops, not at the FIFO's read multiplexer,
 and the unit's ``ready`` reaches no beat register's enable).  The instruction's derived counts are registered at
 ``start``, the read addresses are counters, and the scratchpad addresses of QUANT's two blocks are
@@ -53,6 +58,7 @@ __all__ = ["RowPassSequencer", "ROWPASS_OPS"]
 ROWPASS_OPS = ("QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM")
 _HDR, _ROW = 0, 1
 _DEPTH = 4
+_BEAT_DEPTH = 16  # beats: the depth of one LUT-RAM (ECP5 TRELLIS_DPR16X4)
 
 
 class RowPassSequencer(wiring.Component):
@@ -122,23 +128,49 @@ class RowPassSequencer(wiring.Component):
         with m.If(self.start):
             m.d.sync += [r.eq(0), p.eq(0), ln.eq(0), hdr.eq(1), row_base.eq(src), va_ptr.eq(src), g_ptr.eq(gamma),
                          active.eq(send_rows != 0)]
-        m.submodules.q = q = fifo.SyncFIFO(width=2 + 3 * C * 32, depth=_DEPTH)
-        # a line read goes into the FIFO the next cycle (pending); LAYERNORM's output pass reads beta through
-        # port b the cycle after x and gamma (beta_rd), so its lines go in a cycle later (pend2), 2 cycles apart
+        # the FIFO's head goes to the unit in B beats of W lanes (QUANT) or NB beats of NW lanes (the softmax and
+        # norm units, NB >= B); a header is one beat.  With NB = 1 the FIFO holds whole lines (x, gamma, beta);
+        # else the lines are cut into beats on their way in (`feed_beats`, the module docstring) and it holds beats
+        B, W = self.cfg.line_beats, self.cfg.line_width
+        NB, NW = self.cfg.nonlinear_beats, self.cfg.nonlinear_width
+        feed_beats = NB > 1
+        if feed_beats:
+            depth = max(_BEAT_DEPTH, 2 * NB)
+            m.submodules.q = q = fifo.SyncFIFO(width=2 + W * 32 + 2 * NW * 32, depth=depth)
+        else:
+            m.submodules.q = q = fifo.SyncFIFO(width=2 + 3 * C * 32, depth=_DEPTH)
+        # a line read is on the ports the next cycle (pending); LAYERNORM's output pass reads beta through
+        # port b the cycle after x and gamma (beta_rd), so its lines are complete a cycle later (pend2)
         pending, beta_rd, pend2 = Signal(), Signal(), Signal()
         pend_last = Signal()
-        # room for one more entry: (level + lines in flight) < _DEPTH, kept in a flip-flop computed from the
-        # next level and the next cycle's lines in flight (pending | beta_rd | pend2 then = read | beta_rd now),
-        # so the read enable (the buffer port's select and every block RAM's enable) starts at registers
+        # room for what the next read brings, kept in a flip-flop computed from the next level and the next
+        # cycle's entries still to come, so the read enable (the buffer port's select and every block RAM's
+        # enable) starts at registers.  Line FIFO: (level + lines in flight) < _DEPTH (pending | beta_rd | pend2
+        # then = read | beta_rd now).  Beat FIFO: level + owed + nb <= depth, `owed` the beats read but not yet
+        # in the FIFO (in flight or in the serializer), `nb` a line's beats
         room = Signal(init=1)
         level_next = fifo_level_next(q)
+        ser_ok, ser_empty = Const(1), Const(1)
+        if feed_beats:
+            nb = Mux(is_q, B, NB)
+            left = Signal(range(NB + 1))  # beats of the serializer's line still to go into the FIFO
+            emit = left != 0
+            # the line a read brings is complete in the serializer at the end of its pending / pend2 cycle; the
+            # line before must have its last beat out by then (one beat a cycle)
+            ser_ok = Mux(pending | pend2, nb <= 1, left <= 2)
+            ser_empty = ~emit
         # no `~start` term: active is low at start (an instruction starts only with every sequencer idle), so
         # start reaches only the registers it loads, not the walk's decisions
-        want = active & room & ~beta_rd
+        want = active & room & ~beta_rd & ser_ok
         read = Signal()
         push_hdr = Signal()
-        m.d.comb += [push_hdr.eq(want & hdr & ~pending & ~pend2), read.eq(want & ~hdr)]
-        m.d.sync += room.eq(level_next + (read | beta_rd) < _DEPTH)
+        m.d.comb += [push_hdr.eq(want & hdr & ~pending & ~pend2 & ser_empty), read.eq(want & ~hdr)]
+        if feed_beats:
+            owed = Signal(range(2 * depth + 1))
+            owed_next = owed + Mux(read, nb, 0) - emit
+            m.d.sync += [owed.eq(owed_next), room.eq(level_next + owed_next + nb <= depth)]
+        else:
+            m.d.sync += room.eq(level_next + (read | beta_rd) < _DEPTH)
         # the walk's three comparisons are flip-flops kept with their counters (each set from the counter's next
         # value, from registers), so no decision of the walk waits on a 16- or 17-bit compare
         final = Signal()  # p == Pm1
@@ -151,16 +183,8 @@ class RowPassSequencer(wiring.Component):
         m.d.comb += [self.va_addr.eq(va_ptr), self.va_en.eq(read),
                      self.vb_addr.eq(Mux(beta_rd, beta_addr, g_ptr)), self.vb_en.eq(read | beta_rd)]
         m.d.sync += [pending.eq(read & ~two), beta_rd.eq(read & two), pend2.eq(beta_rd)]
-        # pending and pend2 again as three copies each, for the FIFO entry's 770-bit multiplexer (a third of its
-        # lanes each): as single flags they were the most congested nets of the ulx3s route (docs/boards.md)
-        pend_c = flag_copies(m, read & ~two, 1, "pend_sel")
-        pend2_c = flag_copies(m, beta_rd, 1, "pend2_sel")
-        x_wait = Signal(C * 32, reset_less=True)
-        g_wait = Signal(C * 32, reset_less=True)
         with m.If(read):
             m.d.sync += [pend_last.eq(line_end), beta_addr.eq(g_ptr + Lm1 + 1)]
-        with m.If(beta_rd):
-            m.d.sync += [x_wait.eq(self.va_rdata), g_wait.eq(self.vb_rdata)]
         with m.If(push_hdr):
             with m.If(L0 | (Pm1 == 7)):  # an empty row: the header is all (QUANT lines = 0)
                 m.d.sync += [r.eq(r + 1), at_last.eq(r + 1 == last_row)]
@@ -181,27 +205,13 @@ class RowPassSequencer(wiring.Component):
                     m.d.sync += [p.eq(p + 1), final.eq(p + 1 == Pm1)]
             with m.Else():
                 m.d.sync += [ln.eq(ln + 1), line_end.eq(ln + 1 == Lm1)]
-        # FIFO entry: kind, last, a, b, c (a header is kind 0 with no data)
-        m.d.comb += [q.w_en.eq(pending | pend2 | push_hdr),
-                     q.w_data[:2].eq(Mux(pending | pend2, Cat(_ROW, pend_last), Cat(_HDR, 0))),
-                     q.w_data[2:].eq(lane_mux(pend_c, Cat(self.va_rdata, self.vb_rdata, Const(0, C * 32)),
-                                              lane_mux(pend2_c, Cat(x_wait, g_wait, self.vb_rdata), 0, 32), 32))]
-        kind, lline = q.r_data[0], q.r_data[1]
-        a = q.r_data[2:2 + C * 32]
-        b = q.r_data[2 + C * 32:2 + 2 * C * 32]
-        c = q.r_data[2 + 2 * C * 32:]
-        # the FIFO's head line goes to the unit in B beats of W lanes (beat bk: lanes bk*W ..); a header is one
-        # beat.  The head leaves the FIFO with its last beat.  Beats pass a beat register (of two) on their way to the
-        # unit, so the unit's logic starts from flip-flops, not from the FIFO's read mux.
-        # QUANT's unit has W lanes (B beats a line); the softmax and norm units NW (NB >= B beats a line)
-        B, W = self.cfg.line_beats, self.cfg.line_width
-        NB, NW = self.cfg.nonlinear_beats, self.cfg.nonlinear_width
-        bk = Signal(range(NB))
+        if feed_beats:
+            kind, lline, qa, a, b, c = self._beat_feed(m, q, is_q, nb, left, emit, push_hdr, pending, pend2,
+                                                       beta_rd, pend_last)
+        else:
+            kind, lline, qa, a, b, c = self._line_feed(m, q, read, two, beta_rd, pending, pend2, pend_last,
+                                                       push_hdr)
         took = Signal()  # the unit took the read slot's beat
-        beat_end = bk == Mux(is_q, B - 1, NB - 1)
-        end = (kind == _HDR) | beat_end
-        qa = a.word_select(bk, W * 32) if B > 1 else a
-        a, b, c = (x.word_select(bk, NW * 32) if NB > 1 else x for x in (a, b, c))
         # two beat registers (slots) a unit, filled in turn from the FIFO's head and read in turn by the unit: a
         # slot loads when it is empty (its valid bit, a register), so no unit's `ready` reaches the beat registers'
         # enables; each unit reads its slots through a 2:1 multiplexer with a read pointer of its own (`rp_u`,
@@ -229,7 +239,7 @@ class RowPassSequencer(wiring.Component):
             rps.append(rp_u)
             with m.If(took & sel):
                 m.d.sync += rp_u.eq(~rp_u)
-            srcs = [kind, lline & beat_end, *(v for _, v in fields)]
+            srcs = [kind, lline, *(v for _, v in fields)]
             regs = [[Signal(len(x), name=f"slot{j}_{nm}_{k}", reset_less=True) for k, x in enumerate(srcs)]
                     for j in range(2)]
             for j in range(2):
@@ -241,14 +251,9 @@ class RowPassSequencer(wiring.Component):
             m.d.comb += [getattr(unit.i_stream.payload, f).eq(o_) for (f, _), o_ in zip(fields, outs[2:], strict=False)]
             with m.If(sel):
                 m.d.comb += took.eq(bv & unit.i_stream.ready)
-        m.d.comb += q.r_en.eq(ld & end)
-        if NB > 1:
-            with m.If(ld & (kind == _ROW)):
-                m.d.sync += bk.eq(Mux(beat_end, 0, bk + 1))
+        m.d.comb += q.r_en.eq(ld)
         with m.If(self.start):
             m.d.sync += [sv[0].eq(0), sv[1].eq(0), wp.eq(0), rp.eq(0), *[x.eq(0) for x in rps]]
-            if NB > 1:
-                m.d.sync += bk.eq(0)
         m.d.comb += [qu.i_stream.payload.split.eq(split),
                      qu.i_stream.payload.empty.eq(ins.quant.lines == 0),
                      sm.i_stream.payload.n.eq(ins.softmax.n),
@@ -314,5 +319,52 @@ class RowPassSequencer(wiring.Component):
                 m.d.sync += qp0.eq(qp0 + 1)
             with m.If(qo.last):
                 m.d.sync += rows_out.eq(rows_out - 1)
-        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | q.r_rdy | sv[0] | sv[1] | (rows_out != 0))
+        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | ~ser_empty | q.r_rdy | sv[0] | sv[1]
+                                 | (rows_out != 0))
         return m
+
+    def _line_feed(self, m, q, read, two, beta_rd, pending, pend2, pend_last, push_hdr):
+        """Whole lines into the FIFO (``NB = 1``): entry kind, last, x, gamma, beta (a header is kind 0, no data).
+        LAYERNORM's x and gamma wait a cycle for beta.  Returns the head's (kind, last, QUANT's data, a, b, c)."""
+        C = self.cfg.cols
+        # pending and pend2 again as three copies each, for the FIFO entry's 770-bit multiplexer (a third of its
+        # lanes each): as single flags they were the most congested nets of the ulx3s route (docs/boards.md)
+        pend_c = flag_copies(m, read & ~two, 1, "pend_sel")
+        pend2_c = flag_copies(m, beta_rd, 1, "pend2_sel")
+        x_wait = Signal(C * 32, reset_less=True)
+        g_wait = Signal(C * 32, reset_less=True)
+        with m.If(beta_rd):
+            m.d.sync += [x_wait.eq(self.va_rdata), g_wait.eq(self.vb_rdata)]
+        m.d.comb += [q.w_en.eq(pending | pend2 | push_hdr),
+                     q.w_data[:2].eq(Mux(pending | pend2, Cat(_ROW, pend_last), Cat(_HDR, 0))),
+                     q.w_data[2:].eq(lane_mux(pend_c, Cat(self.va_rdata, self.vb_rdata, Const(0, C * 32)),
+                                              lane_mux(pend2_c, Cat(x_wait, g_wait, self.vb_rdata), 0, 32), 32))]
+        a = q.r_data[2:2 + C * 32]
+        return q.r_data[0], q.r_data[1], a, a, q.r_data[2 + C * 32:2 + 2 * C * 32], q.r_data[2 + 2 * C * 32:]
+
+    def _beat_feed(self, m, q, is_q, nb, left, emit, push_hdr, pending, pend2, beta_rd, pend_last):
+        """Lines cut into beats on their way into the FIFO (``NB > 1``): entry kind, last, QUANT's W lanes of x
+        (the first NW of them the softmax's / norm's ``a``), NW lanes of gamma, NW of beta.
+
+        Three shift registers (x, gamma, beta) take the line from the ports: x and gamma in the cycle after the
+        read (pending; LAYERNORM's output pass: beta_rd), beta a cycle later (pend2; else 0); from the next cycle
+        they give one beat a cycle (``left`` counts them), each straight into the FIFO, which always has room for
+        them (the read waited for it).  So the FIFO and the unit's beat registers see beats, not lines: no line
+        register waits for beta, and no 8-way beat select sits after the FIFO.  A header goes in once the
+        serializer is empty (it follows the row's last beat)."""
+        C = self.cfg.cols
+        W, NW = self.cfg.line_width, self.cfg.nonlinear_width
+        sx, sg, sb = (Signal(C * 32, name=f"feed_{n}", reset_less=True) for n in ("x", "gamma", "beta"))
+        last = Signal(name="feed_last")
+        with m.If(emit):
+            m.d.sync += [left.eq(left - 1), sx.eq(Mux(is_q, sx >> (W * 32), sx >> (NW * 32))),
+                         sg.eq(sg >> (NW * 32)), sb.eq(sb >> (NW * 32))]
+        with m.If(pending | beta_rd):
+            m.d.sync += [sx.eq(self.va_rdata), sg.eq(self.vb_rdata)]
+        with m.If(pending | pend2):
+            m.d.sync += [left.eq(nb), last.eq(pend_last), sb.eq(Mux(pend2, self.vb_rdata, 0))]
+        beat = Cat(_ROW, last & (left == 1), sx[:W * 32], sg[:NW * 32], sb[:NW * 32])
+        m.d.comb += [q.w_en.eq(emit | push_hdr), q.w_data.eq(Mux(emit, beat, Cat(_HDR, 0)))]
+        qa = q.r_data[2:2 + W * 32]
+        g0 = 2 + W * 32
+        return q.r_data[0], q.r_data[1], qa, qa[:NW * 32], q.r_data[g0:g0 + NW * 32], q.r_data[g0 + NW * 32:]

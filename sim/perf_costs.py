@@ -63,6 +63,9 @@ VECTOR_PASSES: dict[str, tuple[int, int]] = {
 #: lines read ahead of a LAYERNORM output pass at full width: the FIFO's 4 (hw/rowpass_sequencer.py _DEPTH)
 #: and the second of the unit's two beat registers (a line a beat; RTL tiny: 687 -> 683 cycles for 4 rows)
 ROWPASS_FIFO_LINES = 5
+#: beats read ahead of a LAYERNORM output pass cut into beats (hw/rowpass_sequencer.py ``_beat_feed``): the
+#: FIFO's 16 and the unit's two beat registers
+ROWPASS_FEED_AHEAD = 18
 #: The line ops that run on the activation, norm and softmax units (``cfg.nonlinear_width`` lanes).
 NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
@@ -369,6 +372,10 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         # the output pass reads x and gamma, then beta through port b: a line every 2 cycles into the row-pass
         # FIFO (4 lines and a beat register, filled ahead during the row statistics), drained at one a cycle
         beats += rows * max(0, lines - ROWPASS_FIFO_LINES)
+    elif ins.op == "LAYERNORM":
+        # cut into beats on the way in: a line every per_line + 1 cycles (beta a cycle after x and gamma), one
+        # cycle short a line, less the beats read ahead into the FIFO during the row statistics
+        beats += rows * max(0, lines - ROWPASS_FEED_AHEAD)
     return OpCost(beats + rows * per_row + p.vector_latency + VECTOR_EXTRA_LATENCY.get(key, 0))
 
 
