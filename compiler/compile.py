@@ -228,9 +228,14 @@ def _check_args(c, cfg: AccelConfig, page: int, max_seq: int | None, prefill_chu
 
 def _graph(c, cfg: AccelConfig, act_split: bool):
     g = build_graph(c, act_split=act_split)  # ModelError for a bad architecture or shape
-    if c.group > 63 or -(-c.head_dim // cfg.cols) > 63:
+    hdl = -(-c.head_dim // cfg.cols)
+    if c.group > 63 or hdl > 63:
         raise CompileError(f"ATTN holds at most 63 query heads per KV head and 63 lines per head; the model has "
-                           f"{c.group} and {-(-c.head_dim // cfg.cols)} (head_dim={c.head_dim}, cols={cfg.cols})")
+                           f"{c.group} and {hdl} (head_dim={c.head_dim}, cols={cfg.cols})")
+    if hdl > cfg.attn_max_lines:
+        raise CompileError(f"config {cfg.name!r} takes heads of at most {cfg.attn_max_lines} lines (attn_head_lines: "
+                           f"head_dim {cfg.attn_max_lines * cfg.cols} at cols={cfg.cols}); the model's head_dim="
+                           f"{c.head_dim} is {hdl} lines")
     return g
 
 

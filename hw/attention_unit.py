@@ -146,7 +146,7 @@ class AttentionUnit(wiring.Component):
         # the p.V sums in LUT-RAM, one memory a lane (each with address registers of its own: see pv_raddr)
         # the read and write addresses, one copy a lane each (hw/attn_pipes.py: AddrCopies; half the lanes'
         # memories are addressed in reverse, so that Yosys keeps the copies apart)
-        li_w = len(Signal(range(self.max_lines + 1)))
+        li_w = max(1, (self.max_lines - 1).bit_length())  # addresses 0 .. max_lines - 1
         pv_raddr = AddrCopies(m, "pv_raddr", li_w, C)
         pv_waddr = AddrCopies(m, "pv_waddr", li_w, C)
         pvmems = [[mem(f"pvmem{_s(r)}_{c}", signed(PV_BITS), pv_raddr.depth) for c in range(C)] for r in range(R)]

@@ -56,7 +56,7 @@ class AttnSequencer(wiring.Component):
 
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg
-        self.unit = AttentionUnit(cfg, max_tokens=4096)
+        self.unit = AttentionUnit(cfg, max_tokens=4096, max_lines=cfg.attn_max_lines)
         C = cfg.cols
         vb = (cfg.vbuf_lines - 1).bit_length()
         sb = (cfg.spad_lines - 1).bit_length()

@@ -23,7 +23,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib import enum as aenum
 from amaranth.lib.wiring import In, Out
 
-from systolica.config import AccelConfig
+from systolica.config import ATTN_HD_MAX, AccelConfig
 from systolica.faults import Fault
 from systolica.isa import HEADER_FIELDS, OP_BY_NAME, OPS, WORD_BITS, Engine
 from systolica.layout import EXTENTS, dma_end, dma_line_bytes, dma_lines, wstream_end
@@ -178,6 +178,9 @@ class InstructionDecoder(wiring.Component):
                     checks.append((bad_flags, Fault.ILLEGAL_FIELD))
                     if op.name == "ATTN":  # more valid tokens than the tile has slots
                         checks.append((v.t > (1 << v.page_log2), Fault.ILLEGAL_FIELD))
+                    if op.name in ("ATTN", "ATTN_OUT") and cfg.attn_max_lines < ATTN_HD_MAX:
+                        # a head longer than the attention unit's memories (config.attn_head_lines)
+                        checks.append((v.hd > cfg.attn_max_lines, Fault.ILLEGAL_FIELD))
                     if op.name in ("LOAD", "STORE"):
                         checks.append((v.buf == 3, Fault.ILLEGAL_FIELD))
                     if op.used_bits < WORD_BITS:

@@ -386,6 +386,10 @@ def check_operands(sim: GoldenSim, ins: Instr) -> None:
         return
     if ins.op == "GEMM_STREAM":
         _wstream_check(sim, ins)
+    if ins.op in ("ATTN", "ATTN_OUT") and ins.hd > sim.cfg.attn_max_lines:
+        raise OpFault(Fault.ILLEGAL_FIELD, f"{ins.op}.hd={ins.hd} lines: the attention unit of config "
+                                           f"{sim.cfg.name!r} takes heads of at most {sim.cfg.attn_max_lines} lines "
+                                           f"(attn_head_lines; head_dim {sim.cfg.attn_max_lines * sim.cfg.cols})")
     for ext in EXTENTS.get(ins.op, ()):
         n = ext.lines(ins.fields, sim.cfg)
         size = getattr(sim, ext.buf).shape[0]

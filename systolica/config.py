@@ -22,7 +22,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 board images
     import tomli as tomllib
 
-__all__ = ["AccelConfig", "ConfigError", "PRESETS", "preset", "load_config"]
+__all__ = ["AccelConfig", "ConfigError", "PRESETS", "preset", "load_config", "ATTN_HD_MAX"]
+
+#: the largest ``hd`` (head_dim in lines) of ATTN / ATTN_OUT: their 6-bit field (systolica/isa.py)
+ATTN_HD_MAX = 63
 
 
 class ConfigError(ValueError):
@@ -81,6 +84,9 @@ class AccelConfig:
     # the activation unit's GELU constants (x3 * C1, w * C2: four 18 x 18 pieces each); 0: in LUTs, for parts whose
     # multipliers are scarce (ECP5's 156 MULT18X18D).  On Xilinx parts with DSPs to spare, 1 saves ~250 LUT per
     # attention lane and ~1,000 per activation lane
+    attn_head_lines: int = 0  # largest head_dim in lines (head_dim / cols) that ATTN / ATTN_OUT take (a larger
+    # ``hd`` is ILLEGAL_FIELD): the attention unit's query and p * V memories are that deep; 0: the ISA's 63.  16
+    # at 8 columns takes head_dim 128 (llama-family) in ECP5 LUT-RAM a lane one TRELLIS_DPR16X4 deep instead of 4
 
     # ----------------------------------------------------------------- sizes
     @property
@@ -102,6 +108,11 @@ class AccelConfig:
     def nonlinear_width(self) -> int:
         """Lanes of the activation, norm and softmax units: ``nonlinear_lanes``, or ``line_width`` when 0."""
         return self.nonlinear_lanes or self.line_width
+
+    @property
+    def attn_max_lines(self) -> int:
+        """Largest ATTN / ATTN_OUT ``hd`` (head_dim in lines): ``attn_head_lines``, or the ISA field's 63 when 0."""
+        return self.attn_head_lines or ATTN_HD_MAX
 
     @property
     def nonlinear_beats(self) -> int:
@@ -195,6 +206,9 @@ class AccelConfig:
                    f"with macs_per_dsp=1; it is {self.macs_per_dsp})")
         if self.dsp_muls not in (0, 1):
             yield f"dsp_muls={self.dsp_muls} must be 0 (narrow and constant products in LUTs) or 1 (on DSP multipliers)"
+        if not (isinstance(self.attn_head_lines, int) and 0 <= self.attn_head_lines <= ATTN_HD_MAX):
+            yield (f"attn_head_lines={self.attn_head_lines} must be 0 (the ISA's {ATTN_HD_MAX}) or 1..{ATTN_HD_MAX} "
+                   f"(the largest head_dim in lines of {self.cols} elements that ATTN takes)")
         if not (self.q4_groups == 0 or (_pow2(self.q4_groups) and 2 <= self.q4_groups <= 1024)):
             yield (f"q4_groups={self.q4_groups} must be 0 (no 4-bit datapath) or a power of two in 2..1024 "
                    f"(groups of 32 weights along K whose scales the array holds)")
@@ -249,6 +263,8 @@ class AccelConfig:
             d.pop("dsp_muls")
         if d["array_lut_muls"] == 0:  # the array's products on multipliers: the hardware (and hash) of before the field
             d.pop("array_lut_muls")
+        if d["attn_head_lines"] in (0, ATTN_HD_MAX):  # the ISA's whole hd field: the hardware (and hash) of before it
+            d.pop("attn_head_lines")
         d["clock_mhz"] = float(d["clock_mhz"])
         return json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
 

@@ -69,6 +69,15 @@ def test_bad_compile_arguments(small, kw, msg):
         compile_model(small, preset("tiny"), **kw)
 
 
+def test_head_longer_than_the_attention_unit_takes(small):
+    """A config whose attention unit takes heads of fewer lines than the model's (attn_head_lines) is refused
+    with both numbers; one that takes them compiles."""
+    hdl = small.config.head_dim // preset("tiny").cols  # 16 / 4 = 4 lines
+    with pytest.raises(CompileError, match=rf"at most {hdl - 1} lines .*head_dim=16 is {hdl} lines"):
+        compile_model(small, preset("tiny").replace(attn_head_lines=hdl - 1), page=8, max_seq=32)
+    assert compile_model(small, preset("tiny").replace(attn_head_lines=hdl), page=8, max_seq=32).programs
+
+
 def test_artifact_round_trip(art, tmp_path):
     p = tmp_path / "m.systolica"
     art.save(p)

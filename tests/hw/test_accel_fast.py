@@ -25,14 +25,15 @@ DATA_LO, DATA_HI = 0x1000, 0x9000  # room for GEMM_STREAM's pages on 4 weight po
 #: the tiny preset; with 4 weight ports (GEMM_STREAM: a whole tile a beat) and 3 attention rows a KV pass
 #: (config.attn_rows), its attention p * v and GELU constants on multipliers (config.dsp_muls); with 2-lane line units (each 4-lane buffer line in 2 beats: hw/line_serial.py), 2 DMA
 #: ports, 2 attention rows and the array's products in logic (config.array_lut_muls); and with 2-lane line units whose activation, norm and softmax units have one
-#: lane (4 beats a line: config.nonlinear_lanes) and an array with two MACs per multiplier
-#: (config.macs_per_dsp); their programs must give the same bytes
+#: lane (4 beats a line: config.nonlinear_lanes), an array with two MACs per multiplier
+#: (config.macs_per_dsp) and an attention unit for heads of at most 2 lines (config.attn_head_lines: the random
+#: programs' largest); their programs must give the same bytes
 CONFIGS = {"tiny": (preset("tiny"), 500),
            "tiny_l2_d2": (preset("tiny").replace(name="tiny_l2_d2", line_lanes=2, dma_ports=2, attn_rows=2,
                                                  array_lut_muls=1), 250),
            "tiny_d4": (preset("tiny").replace(name="tiny_d4", dma_ports=4, attn_rows=3, dsp_muls=1), 250),
            "tiny_l2_n1_p2": (preset("tiny").replace(name="tiny_l2_n1_p2", line_lanes=2, nonlinear_lanes=1,
-                                                    macs_per_dsp=2), 250)}
+                                                    macs_per_dsp=2, attn_head_lines=2), 250)}
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
@@ -153,3 +154,30 @@ def test_int4_scale_ring_full_and_two_groups_a_beat(build_dir):
             want = Fault.ILLEGAL_FIELD if groups > cfg.q4_groups else Fault.NONE
             assert gold.status == want and res.done and res.code == want, (fmt, m, n, groups, res.code, gold.message)
             assert np.array_equal(dram, gold_dram), (fmt, m, n, groups)
+
+
+def test_attn_head_longer_than_the_unit_is_illegal_field(build_dir):
+    """On a config whose attention unit takes heads of at most ``attn_head_lines`` lines, an ATTN or ATTN_OUT with
+    a longer ``hd`` stops with ILLEGAL_FIELD at its PC on the RTL, as on the golden simulator (which says why),
+    and the instructions before it complete; a head of exactly the limit runs."""
+    from systolica.isa import encode, make
+
+    cfg = CONFIGS["tiny_l2_n1_p2"][0]
+    lim = cfg.attn_max_lines
+    assert lim == 2
+    fast = FastRtl(cfg, build_dir)
+    for op, hd, want in (("ATTN", lim + 1, Fault.ILLEGAL_FIELD), ("ATTN_OUT", lim + 3, Fault.ILLEGAL_FIELD),
+                         ("ATTN_OUT", lim, Fault.NONE)):
+        fields = dict(state=0, nq=1, hd=hd) | (dict(q=0, qexp=8, kv=16, t=0, page_log2=0) if op == "ATTN"
+                                                else dict(dst=64))
+        words = [encode(make("NOP")), encode(make(op, **fields)), encode(make("FINISH"))]
+        dram = np.zeros(MEM, np.uint8)
+        code = b"".join(int(w).to_bytes(16, "little") for w in words)
+        dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+        gold = GoldenSim(cfg, dram.copy(), window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
+        res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
+                       max_cycles=20_000)
+        assert gold.status == want and res.done and res.code == want, (op, hd, res.code, gold.status, gold.message)
+        if want != Fault.NONE:
+            assert gold.pc == res.pc == 1, (gold.pc, res.pc)
+            assert f"{op}.hd={hd}" in gold.message and "attn_head_lines" in gold.message, gold.message

@@ -214,3 +214,21 @@ def test_asm_words_and_program_run_alike():
     r1 = Harness().run(text)
     r2 = GoldenSim(TINY, 1 << 16).run(Program(asm(text), TINY))
     assert r1.counters.to_dict() == r2.counters.to_dict() and r1.pc == r2.pc == 2
+
+
+def test_attn_head_longer_than_the_config_takes():
+    """``attn_head_lines`` bounds ATTN's and ATTN_OUT's ``hd``: one line more is ILLEGAL_FIELD, naming the limit,
+    and changes no state; the limit itself runs.  The default config takes the ISA's whole field (63)."""
+    cfg = TINY.replace(name="tiny_hd2", attn_head_lines=2)
+    assert TINY.attn_max_lines == 63 and cfg.attn_max_lines == 2
+    assert cfg.hash_hex() != TINY.hash_hex() == TINY.replace(attn_head_lines=63).hash_hex()
+    for text in ("NOP\nATTN q=0 qexp=8 kv=16 state=0 nq=1 hd=3 t=0 page_log2=0\nFINISH",
+                 "NOP\nATTN_OUT dst=64 state=0 nq=1 hd=3\nFINISH"):
+        h = Harness(cfg)
+        before = h.sim.vbuf.copy()
+        with pytest.raises(IllegalFieldError) as ei:
+            h.run(text)
+        assert ei.value.pc == 1 and "hd=3" in str(ei.value) and "attn_head_lines" in str(ei.value), str(ei.value)
+        assert np.array_equal(h.sim.vbuf, before)
+        assert Harness(cfg).run(text.replace("hd=3", "hd=2"), raise_on_fault=False).status == Fault.NONE
+        assert Harness().run(text, raise_on_fault=False).status == Fault.NONE
