@@ -205,6 +205,9 @@ class SystolicArray(wiring.Component):
         # cycle before the tile's first activation reaches the row (the activations enter one register late)
         shadow = [[Signal(signed(8), name=f"ws_{r}_{c}", reset_less=True) for c in range(C)] for r in range(R)]
         active = [[Signal(signed(8), name=f"wa_{r}_{c}", reset_less=True) for c in range(C)] for r in range(R)]
+        # with the products in logic, each active weight has its multiple 3 w beside it (see _lut_product)
+        lut3 = ([[Signal(signed(10), name=f"wa3_{r}_{c}", reset_less=True) for c in range(C)] for r in range(R)]
+                if self.cfg.array_lut_muls and self.cfg.macs_per_dsp == 1 else None)
         # control of a weight write (enable, column group) as it reaches row r
         ctl_layout = data.StructLayout({"we": 1, "grp": range(beats)})
         ctl = [Signal(ctl_layout, name=f"wctl_{r}") for r in range(R)]
@@ -270,10 +273,11 @@ class SystolicArray(wiring.Component):
                 # the last weight write of the tile reached row r a cycle ago at the latest: take the tile
                 with m.If(stt[skew[c]]):
                     m.d.sync += active[r][c].eq(shadow[r][c])
+                    if lut3 is not None:
+                        m.d.sync += lut3[r][c].eq(shadow[r][c] + (shadow[r][c] << 1))
 
         # --- PEs: product register, then the column adder chain ------------------------
-        pes = self._packed_pes if self.cfg.macs_per_dsp == 2 else self._pes
-        prev = pes(m, x, active)
+        prev = self._packed_pes(m, x, active) if self.cfg.macs_per_dsp == 2 else self._pes(m, x, active, lut3)
         # de-skew: column c's sums wait the skew of the last column less its own
         for c in range(C):
             for d in range(max(skew) - skew[c]):
@@ -301,8 +305,9 @@ class SystolicArray(wiring.Component):
             m.d.comb += [o.valid.eq(v), o.payload.eq(line)]
         return m
 
-    def _pes(self, m: Module, x, wsel) -> list[Signal]:
-        """One multiplier per PE: product register, then the column adder chain (DSP48 ``PCIN -> PCOUT``).
+    def _pes(self, m: Module, x, wsel, w3=None) -> list[Signal]:
+        """One multiplier per PE: product register, then the column adder chain (DSP48 ``PCIN -> PCOUT``);
+        with ``array_lut_muls`` the product in logic from the weight and its multiple ``w3 = 3 w``.
         Returns the bottom row's column sums."""
         prev = None
         for r in range(self.rows):
@@ -311,7 +316,7 @@ class SystolicArray(wiring.Component):
             width = 1 + ((r + 1) * 16384).bit_length()
             sums = [Signal(signed(width), name=f"psum_{r}_{c}", reset_less=True) for c in range(self.cols)]
             for c in range(self.cols):
-                m.d.sync += prods[c].eq(_lut_product(x[r][c], wsel[r][c]) if self.cfg.array_lut_muls
+                m.d.sync += prods[c].eq(_lut_product(x[r][c], wsel[r][c], w3[r][c]) if self.cfg.array_lut_muls
                                         else x[r][c] * wsel[r][c])
                 m.d.sync += sums[c].eq(prods[c] if prev is None else prev[c] + prods[c])
             prev = sums
@@ -362,10 +367,19 @@ class SystolicArray(wiring.Component):
         return fab
 
 
-def _lut_product(x, w):
-    """``x * w`` of two int8 values as shift-and-add in logic (``array_lut_muls``): ``w``'s bits select ``x << i``,
-    its sign bit's term subtracted, summed by a balanced tree; no ``$mul`` for Yosys to put on a multiplier."""
-    xv, wv = x.as_signed(), w.as_signed()
-    n = len(wv)
-    terms = [Mux(wv[i], xv << i, 0) for i in range(n - 1)] + [-Mux(wv[n - 1], xv << (n - 1), 0)]
+def _lut_product(x, w, w3):
+    """``x * w`` of two int8 values in logic (``array_lut_muls``), radix 4: ``x``'s four 2-bit digits each select
+    a multiple of the weight -- ``0, w, 2w, 3w`` for the three low digits (``w3 = 3 w`` is registered with the
+    weight), ``0, w, -2w, -w`` for the signed top one (``-2 x7 + x6``) -- and the four terms are summed by a
+    balanced tree: half the terms of ``w``'s eight partial products, so half the adders, for one more select
+    input a bit; no ``$mul`` for Yosys to put on a multiplier."""
+    xv = x.as_unsigned()
+    terms = []
+    for j in range(4):
+        d = xv[2 * j:2 * j + 2]
+        if j < 3:
+            t = Mux(d[1], Mux(d[0], w3, w << 1), Mux(d[0], w, 0))
+        else:
+            t = Mux(d[1], Mux(d[0], -w, -(w << 1)), Mux(d[0], w, 0))
+        terms.append(t << (2 * j))
     return tree(terms, lambda a, b: a + b)

@@ -112,6 +112,34 @@ def test_products_in_logic_at_the_int8_extremes():
         AccelConfig(rows=4, cols=4, array_lut_muls=1, macs_per_dsp=2)
 
 
+def test_radix4_product_in_logic_every_int8_pair():
+    """The logic product of ``array_lut_muls`` (x's 2-bit digits select 0, w, 2w, 3w, the top digit 0, w, -2w, -w)
+    against Python's, for all 65,536 int8 pairs, with 3w as the array registers it."""
+    from amaranth import Module, Signal, signed
+    from amaranth.sim import Simulator
+
+    from systolica.hw.systolic_array import _lut_product
+
+    m = Module()
+    x, w, w3, prod = Signal(signed(8)), Signal(signed(8)), Signal(signed(10)), Signal(signed(16))
+    m.d.comb += prod.eq(_lut_product(x, w, w3))
+    bad = []
+
+    async def tb(ctx):
+        for a in range(-128, 128):
+            ctx.set(x, a)
+            for b in range(-128, 128):
+                ctx.set(w, b)
+                ctx.set(w3, 3 * b)
+                if ctx.get(prod) != a * b:
+                    bad.append((a, b, ctx.get(prod)))
+
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
+    assert not bad, bad[:4]
+
+
 @pytest.mark.parametrize("rows", [3, 4, 16])
 def test_packed_chains_at_the_field_edges(rows):
     # two MACs a multiplier sum two rows in one DSP chain: the biased low field of a chain must hold every mix
