@@ -12,46 +12,50 @@ __all__ = ["lut_mul"]
 
 
 def lut_mul(m: Module, en, a, b, name: str):
-    """``a * b`` as the partial products of ``b``'s bits, summed by a tree of one add a stage.
+    """``a * b`` in radix 4: ``b``'s 2-bit digits each select a multiple of ``a``, summed by a tree of one add a stage.
 
     ``a`` and ``b`` should be registers (the operands); ``b`` is the narrow one (its width sets the
-    depth: ``ceil(log2(len(b)))`` stages, at least one).  Partial product ``i`` is ``a << i`` where bit
-    ``i`` of ``b`` is set; a signed ``b``'s top bit weighs ``-2**(len(b) - 1)`` (that partial product is
-    subtracted).  Stage 1 forms the partial products and adds them in pairs; each later stage adds
-    pairs of the sums before it.  Every stage loads while ``en`` is high.
+    depth: ``ceil(log2(len(b)))`` stages, at least one).  Digit ``j`` (bits ``2j + 1 .. 2j``) selects ``0, a, 2a,
+    3a``; a signed ``b``'s top digit weighs ``-2 b[2j+1] + b[2j]`` and selects ``0, a, -2a, -a`` (a lone top bit
+    of an odd-width ``b``: ``0`` or ``-a``, or ``a`` unsigned).  ``3a`` (and ``-a``, ``-2a``) is one adder that
+    every product of the same ``a`` shares (Yosys merges identical cells).  Stage 1 registers the selected terms,
+    half as many as ``b``'s bits; each later stage adds them in pairs.  Every stage loads while ``en`` is high.
     Returns ``(product, latency)``: the product is ``len(a) + len(b)`` bits, signed when either is.
     """
     sa, sb = a.shape().signed, b.shape().signed
     wa, wb = len(a), len(b)
     width = wa + wb + 1  # every partial sum fits (signed, one bit of margin)
     a_s = a.as_signed() if sa else Cat(a, Const(0, 1)).as_signed()  # all arithmetic below is signed
-    # (value, weight sign, bit offset): the terms still to add
-    terms = [(Mux(b[i], a_s, 0), -1 if (sb and i == wb - 1) else 1, i) for i in range(wb)]
-    lat = 0
-    while len(terms) > 1 or lat == 0:
-        nxt = []
-        for j in range(0, len(terms), 2):
-            s = Signal(signed(width), name=f"{name}_s{lat}_{j // 2}", reset_less=True)
-            if j + 1 < len(terms):
-                (x, gx, ox), (y, gy, oy) = terms[j], terms[j + 1]
-                sh = oy - ox  # oy > ox: offsets grow along the list
-                if gx == gy:
-                    val, g = x + (y << sh), gx
-                elif gy < 0:
-                    val, g = x - (y << sh), 1
-                else:
-                    val, g = (y << sh) - x, 1
+    a3 = a_s + (a_s << 1)
+
+    def reg(val, tag):
+        s = Signal(signed(width), name=f"{name}_{tag}", reset_less=True)
+        with m.If(en):
+            m.d.sync += s.eq(val)
+        return s
+
+    terms = []  # (register, bit offset)
+    for j in range(0, wb, 2):
+        top = j + 2 >= wb
+        if j + 1 < wb:
+            d1, d0 = b[j + 1], b[j]
+            if top and sb:
+                val = Mux(d1, Mux(d0, -a_s, -(a_s << 1)), Mux(d0, a_s, 0))
             else:
-                (x, g, ox) = terms[j]
-                val = x
-                if g < 0:  # a lone negative term (a 1-bit signed b): negate it here
-                    val, g = -x, 1
-            with m.If(en):
-                m.d.sync += s.eq(val)
-            nxt.append((s, g, terms[j][2]))
+                val = Mux(d1, Mux(d0, a3, a_s << 1), Mux(d0, a_s, 0))
+        else:  # the lone top bit of an odd-width b
+            val = Mux(b[j], -a_s if sb else a_s, 0)
+        terms.append((reg(val, f"d{j // 2}"), j))
+    lat = 1
+    while len(terms) > 1:
+        nxt = []
+        for k in range(0, len(terms), 2):
+            x, ox = terms[k]
+            val = x + (terms[k + 1][0] << (terms[k + 1][1] - ox)) if k + 1 < len(terms) else x
+            nxt.append((reg(val, f"s{lat}_{k // 2}"), ox))
         terms = nxt
         lat += 1
-    (s, g, off) = terms[0]
+    (s, off) = terms[0]
     out = Signal((signed if (sa or sb) else unsigned)(wa + wb), name=name)
     m.d.comb += out.eq(s << off)
     return out, lat
