@@ -34,7 +34,7 @@ from systolica.isa import OP_BY_NAME, WORD_BITS
 
 from .attention_unit import AttentionUnit, AttnBeat
 from .decode import instr_layout
-from .word_regs import word_reg
+from .word_regs import flag_copies, lane_mux, word_reg
 
 __all__ = ["AttnSequencer", "ATTN_OPS"]
 
@@ -102,6 +102,9 @@ class AttnSequencer(wiring.Component):
         # a copy of bypass for the unit's handshake (bypass_r also selects the 256-bit output line); its other
         # init value keeps Yosys from merging the two
         bypass_h = wreg("bypass_h", bypass, init=1)
+        # and three more for the output line's 256-bit select, a third of its lanes each: as one flag it was the most
+        # congested net of the ulx3s route (docs/boards.md)
+        bypass_c = flag_copies(m, bypass, 1, "bypass_sel")
 
         # ---- walk: jobs of up to R rows (r0 .. r0+n-1), phase, row r, line li of K / V (and token j / its
         # line tli; tli is also the line of a row's query or state lines)
@@ -235,7 +238,8 @@ class AttnSequencer(wiring.Component):
         got = Signal(name="out_got")
         gdata = Signal(C * 32, name="out_line", reset_less=True)
         m.d.sync += [got.eq(Mux(bypass_r, q.r_rdy, u.o_stream.valid)),
-                     gdata.eq(Mux(bypass_r, Mux(byp_hdr, f_line[:64], f_line), u.o_stream.payload.data.as_value()))]
+                     gdata.eq(lane_mux(bypass_c, Mux(byp_hdr, f_line[:64], f_line), u.o_stream.payload.data.as_value(),
+                                       32))]
         m.d.comb += [self.out_en.eq(got), self.out_data.eq(gdata),
                      self.out_addr.eq(Mux(o_hdr, o_st, o_base + o_l))]
         with m.If(got):
