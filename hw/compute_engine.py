@@ -83,7 +83,7 @@ class ComputeEngine(wiring.Component):
                     hit = hit | (nxt.nop.h.opcode == OP_BY_NAME[name].code)
                 m.d.sync += kind[k].eq(hit)
                 if k in ("attn", "row"):
-                    out_sel[k] = flag_copies(m, hit, 1, f"out_is_{k}")
+                    out_sel[k] = flag_copies(m, hit, 1, f"out_is_{k}", first=kind[k])
 
         ins, exec_start, exec_done, _ = token_fsm(m, self, cfg, on_load)
         # the sequencers start a cycle after the token handshake (COMPUTE_START_CYCLES): their first

@@ -329,8 +329,8 @@ class RowPassSequencer(wiring.Component):
         C = self.cfg.cols
         # pending and pend2 again as three copies each, for the FIFO entry's 770-bit multiplexer (a third of its
         # lanes each): as single flags they were the most congested nets of the ulx3s route (docs/boards.md)
-        pend_c = flag_copies(m, read & ~two, 1, "pend_sel")
-        pend2_c = flag_copies(m, beta_rd, 1, "pend2_sel")
+        pend_c = flag_copies(m, read & ~two, 1, "pend_sel", first=pending)
+        pend2_c = flag_copies(m, beta_rd, 1, "pend2_sel", first=pend2)
         x_wait = Signal(C * 32, reset_less=True)
         g_wait = Signal(C * 32, reset_less=True)
         with m.If(beta_rd):

@@ -118,7 +118,7 @@ class VectorSequencer(wiring.Component):
         to_act = Signal()
         with m.If(self.start):
             m.d.sync += to_act.eq(w_is["SILU"] | w_is["GELU"])
-        act_sel = flag_copies(m, w_is["SILU"] | w_is["GELU"], self.start, "act_sel")
+        act_sel = flag_copies(m, w_is["SILU"] | w_is["GELU"], self.start, "act_sel", first=to_act)
         hd = ins.rope.hd
 
         # ---- input walk: row r, group hh, line l; index idx = (r*H + hh)*L + l (a counter); the walk ends

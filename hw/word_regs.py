@@ -35,12 +35,15 @@ def fifo_level_next(q) -> Value:
 _DISTINCT = (dict(init=0), dict(init=1), dict(reset_less=True))
 
 
-def flag_copies(m: Module, value, load, name: str) -> list[Signal]:
+def flag_copies(m: Module, value, load, name: str, first: Signal | None = None) -> list[Signal]:
     """Three copies of the 1-bit ``value``, each a flip-flop loaded when ``load`` is high (valid a cycle later,
     as one register would be).  The copy reset to 1 reads 1 after a reset until its first load: use them where
-    the flag is read only after a load."""
-    out = []
-    for k, kw in enumerate(_DISTINCT):
+    the flag is read only after a load.
+
+    ``first``: a register the caller already loads with ``value`` when ``load`` is high (reset to 0); it is
+    the first copy, instead of a fourth flip-flop that Yosys would merge into it anyway."""
+    out = [] if first is None else [first]
+    for k, kw in enumerate(_DISTINCT[len(out):], start=len(out)):
         s = Signal(name=f"{name}_c{k}", **kw)
         with m.If(load):
             m.d.sync += s.eq(value)

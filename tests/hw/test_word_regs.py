@@ -42,15 +42,22 @@ def test_lane_mux_selects_each_lane_by_its_copy_and_widens_the_narrower_input():
 
 
 class _Copies(wiring.Component):
-    """A flag taken on ``load`` and three outputs: from three flag copies, or from three plain registers."""
+    """A flag taken on ``load`` and three outputs: from three flag copies, from the caller's own register and
+    two copies (``first``), or from three plain registers."""
 
-    def __init__(self, distinct: bool):
+    def __init__(self, distinct):
         self.distinct = distinct
         super().__init__({"v": In(1), "load": In(1), "o": Out(3)})
 
     def elaborate(self, platform):
         m = Module()
-        if self.distinct:
+        if self.distinct == "first":
+            own = Signal(name="own")
+            with m.If(self.load):
+                m.d.sync += own.eq(self.v)
+            regs = flag_copies(m, self.v, self.load, "f", first=own)
+            assert regs[0] is own and len(regs) == 3
+        elif self.distinct:
             regs = flag_copies(m, self.v, self.load, "f")
         else:
             regs = [Signal(name=f"f{k}") for k in range(3)]
@@ -66,7 +73,7 @@ def test_flag_copies_survive_yosys_where_plain_copies_merge(tmp_path):
     from systolica.hw.generate import convert
 
     flops = {}
-    for distinct in (False, True):
+    for distinct in (False, True, "first"):
         work = tmp_path / str(distinct)
         work.mkdir()
         il, _ = convert(_Copies(distinct), "top")
@@ -77,3 +84,4 @@ def test_flag_copies_survive_yosys_where_plain_copies_merge(tmp_path):
         flops[distinct] = sum(n for t, n in cells.items() if "DFF" in t.upper())
     assert flops[False] == 1, flops  # Yosys's opt_merge makes three identical registers one (why copies need care)
     assert flops[True] == 3, flops
+    assert flops["first"] == 3, flops  # the caller's register is the first copy: no fourth to merge into it
