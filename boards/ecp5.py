@@ -317,4 +317,22 @@ def _congestion(prefix: Path) -> str:
     units, _ = congestion_by_unit(path)
     total = sum(n for _, n in units) or 1
     top = ", ".join(f"{u} {100 * n / total:.0f}%" for u, n in units[:4])
-    return f"; congested (router2, {path.name}): {top}" if top else ""
+    return (f"; congested (router2, {path.name}): {top}{_congestion_map(path)}") if top else ""
+
+
+def _congestion_map(net_csv: Path) -> str:
+    """``; <where the overuse is>, map <png>`` from the same iteration's per-tile heatmap, or '' without one."""
+    from systolica.boards.congestion_map import congestion_grid, hot_region, plot_congestion
+
+    coord = net_csv.with_name(net_csv.name.replace("_congestion_by_net_", "_congestion_by_coordinate_"))
+    try:
+        grid = congestion_grid(coord)
+    except (OSError, ValueError):
+        return ""
+    region = hot_region(grid)
+    try:
+        png = plot_congestion(grid, net_csv.parent.parent / "congestion.png", f"{coord.name}: where the route is stuck",
+                              region)
+    except RuntimeError:  # no matplotlib: the description alone
+        return f"; {region.describe()}"
+    return f"; {region.describe()}; map {png}"

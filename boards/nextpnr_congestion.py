@@ -6,6 +6,10 @@ levels of the net names (``dut.compute.aseq``, ``dut.load``, ...), they say whic
 converge is stuck in, and the largest single nets name the broadcast signals behind it.
 
     python -m systolica.boards.nextpnr_congestion <out>/ecp5/heat/route [--depth 3] [--nets 10]
+        [--plot map.png] [--placed <out>/ecp5/placed.json]
+
+``--plot`` draws where on the die the overuse is (router2's per-tile map, :mod:`.congestion_map`), and
+``--placed`` (a placed netlist of the same run) names the units placed in the hottest tiles.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("prefix", type=Path, help="the --router2-heatmap prefix, or one congestion_by_net CSV")
     ap.add_argument("--depth", type=int, default=3, help="hierarchy levels of dut.compute.* nets (default 3)")
     ap.add_argument("--nets", type=int, default=10, help="largest single nets to list (default 10)")
+    ap.add_argument("--plot", type=Path, metavar="PNG", help="draw the per-tile congestion map of the same iteration")
+    ap.add_argument("--placed", type=Path, metavar="JSON",
+                    help="nextpnr's placed netlist (--write): the units placed where the overuse is")
     a = ap.parse_args(argv)
     path = a.prefix if a.prefix.suffix == ".csv" else latest_heatmap(a.prefix)
     if path is None or not Path(path).exists():
@@ -72,7 +79,28 @@ def main(argv: list[str] | None = None) -> int:
     print("largest nets:")
     for name, n in nets[:a.nets]:
         print(f"  {n:8,}  {name}")
+    if a.plot or a.placed:
+        _where(ap, Path(path), a.plot, a.placed)
     return 0
+
+
+def _where(ap, net_csv: Path, plot: Path | None, placed: Path | None) -> None:
+    """The per-tile map of the iteration of ``net_csv``: its hot region (and who is placed there), and a PNG."""
+    import json
+
+    from systolica.boards.congestion_map import congestion_grid, hot_region, plot_congestion
+    from systolica.boards.ecp5_paths import bel_locations
+
+    coord = net_csv.with_name(net_csv.name.replace("_congestion_by_net_", "_congestion_by_coordinate_"))
+    if not coord.exists():
+        ap.error(f"no {coord.name} beside {net_csv.name} (router2 writes both with --router2-heatmap)")
+    grid = congestion_grid(coord)
+    locations = bel_locations(json.loads(placed.read_text())) if placed else None
+    region = hot_region(grid, 0.5, locations)
+    print(f"where ({coord.name}): {region.describe()}")
+    if plot:
+        plot_congestion(grid, plot, f"{coord.name}: {int(grid.sum()):,} overuse", region)
+        print(f"map: {plot}")
 
 
 if __name__ == "__main__":

@@ -59,3 +59,89 @@ def test_a_stopped_route_names_the_congested_units(tmp_path, monkeypatch):
     assert str(e.value) == ("nextpnr did not finish in 5 s: nextpnr: routing; congested (router2, "
                             "route_congestion_by_net_4.csv): dut.compute.aseq 61%, dut.compute.is_attn 18%, "
                             "dut.load 12%, dut.core_rst 6%")
+
+
+# ---- where on the die (router2's congestion_by_coordinate map, boards/congestion_map.py)
+
+def _write_map(d, n, grid):
+    """nextpnr's layout: one line per tile column x, one value per row y, each followed by a comma."""
+    (d / f"route_congestion_by_coordinate_{n}.csv").write_text("".join(",".join(map(str, col)) + ",\n" for col in grid))
+
+
+def test_the_map_is_read_by_x_then_y_and_the_hot_region_holds_the_share(tmp_path):
+    from systolica.boards.congestion_map import congestion_grid, hot_region, latest_coordinate_heatmap
+
+    grid = [[0] * 6 for _ in range(8)]  # 8 columns (x) of 6 rows (y)
+    grid[5][1] = 40  # x = 5, y = 1: the hot spot
+    grid[4][1] = 30
+    grid[0][5] = 20
+    grid[7][0] = 10
+    _write_map(tmp_path, 2, grid)
+    _write_map(tmp_path, 3, grid)
+    path = latest_coordinate_heatmap(tmp_path / "route")
+    assert path.name == "route_congestion_by_coordinate_2.csv"  # 3 may be half written
+    g = congestion_grid(path)
+    assert g.shape == (8, 6) and g[5, 1] == 40 and g[0, 5] == 20 and g.sum() == 100
+    # the fewest tiles with half the overuse: (5, 1) and (4, 1); the cells placed there by unit
+    cells = {"dut.compute.vseq.a_TRELLIS_FF_Q": (5, 1), "dut.compute.vseq.b": (0, 0), "dut.load.lines.x": (4, 1),
+             "dut.load.y": (4, 1), "dut.store.z": (7, 0)}
+    r = hot_region(g, 0.5, cells)
+    assert r.tiles == 2 and r.die_tiles == 48
+    assert r.units == [("dut.load", 2, 1.0), ("dut.compute.vseq", 1, 0.5)]
+    assert r.x == (0, 5) and r.y == (0, 5)  # 10th..90th percentile of the overuse along each axis (10% at y = 0)
+    assert "in 2 of 48 tiles" in r.describe() and "dut.load 67% (100% of its cells)" in r.describe()
+    assert hot_region(g * 0).tiles == 0
+    with pytest.raises(ValueError, match="share"):
+        hot_region(g, 0)
+
+
+def test_a_malformed_map_is_refused_by_name(tmp_path):
+    from systolica.boards.congestion_map import congestion_grid
+
+    bad = tmp_path / "route_congestion_by_coordinate_1.csv"
+    bad.write_text("1,2,x,\n")
+    with pytest.raises(ValueError, match="not a router2 congestion_by_coordinate file"):
+        congestion_grid(bad)
+    bad.write_text("\n")
+    with pytest.raises(ValueError, match="empty"):
+        congestion_grid(bad)
+
+
+def test_the_command_line_draws_the_map_and_names_who_is_placed_there(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    import json
+
+    _write(tmp_path, 4)
+    grid = [[0] * 5 for _ in range(5)]
+    grid[2][3] = 9
+    _write_map(tmp_path, 4, grid)
+    placed = {"modules": {"top": {"cells": {"dut.compute.aseq.unit.k": {"attributes": {"NEXTPNR_BEL": "X2/Y3/SLICEA"}},
+                                            "dut.load.q": {"attributes": {"NEXTPNR_BEL": "X0/Y0/SLICEB"}}}}}}
+    (tmp_path / "placed.json").write_text(json.dumps(placed))
+    png = tmp_path / "map.png"
+    assert main([str(tmp_path / "route"), "--plot", str(png), "--placed", str(tmp_path / "placed.json")]) == 0
+    out = capsys.readouterr().out
+    assert "50% of the overuse in 1 of 25 tiles" in out and "placed there: dut.compute.aseq 100%" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
+    (tmp_path / "route_congestion_by_coordinate_4.csv").unlink()
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "route"), "--plot", str(png)])
+
+
+def test_a_stopped_route_also_says_where_and_draws_the_map(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "heat").mkdir()
+    _write(tmp_path / "heat", 4)
+    grid = [[0] * 4 for _ in range(4)]
+    grid[1][2] = 7
+    _write_map(tmp_path / "heat", 4, grid)
+
+    def stuck(cmd, cwd, timeout, what, progress=None, **kw):
+        raise ecp5.Ecp5Error("nextpnr's router stopped")
+
+    monkeypatch.setattr(ecp5, "_run", stuck)
+    with pytest.raises(ecp5.Ecp5Error) as e:
+        ecp5._nextpnr(load_board("ulx3s"), tmp_path, 50.0, 1, 5, None, ["--router2-heatmap", "heat/route"])
+    msg = str(e.value)
+    assert "dut.compute.aseq 61%" in msg and "50% of the overuse in 1 of 16 tiles" in msg
+    assert msg.endswith(f"map {tmp_path / 'congestion.png'}") and (tmp_path / "congestion.png").stat().st_size > 2000
