@@ -44,6 +44,11 @@ class Ecp5Error(RuntimeError):
 #: 45.06), and router2 came to 6,724 overused wires at best (heap: 12,642); docs/boards.md
 PLACER = "static"
 
+#: router2's options on the whole top level: its alternate weights.  On the ulx3s top level's placement (static, seed
+#: 1, 50 MHz) the default weights came to 8,954 overused wires at best (iteration 10) and then rose; the alternate
+#: ones kept falling, slower, to 6,221 (iteration 45) before they levelled off (docs/boards.md)
+ROUTER2_TOP = ("--router2-alt-weights",)
+
 
 @dataclass(frozen=True)
 class Ecp5Result:
@@ -57,6 +62,7 @@ class Ecp5Result:
     mapper: str = "abc9"  # Yosys's LUT mapping: abc9, or abc where ABC9 failed
     placer: str = "static"  # nextpnr's placer (--placer)
     seed: int = 1  # nextpnr's --seed: placements (and so Fmax and whether a congested design routes) vary with it
+    router: str = "router2"  # nextpnr's router and its options
 
     @property
     def meets_target(self) -> bool:
@@ -191,7 +197,8 @@ def _status(log: Path):
 
 def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
                target_mhz: float | None = None, seed: int = 1, timeout: float = 3600,
-               progress: Callable[[str], None] | None = None, placer: str = PLACER) -> Ecp5Result:
+               progress: Callable[[str], None] | None = None, placer: str = PLACER,
+               router_options: tuple[str, ...] = ROUTER2_TOP) -> Ecp5Result:
     """Synthesize, place and route ``top`` for ``board`` (an ECP5 board) and pack a bitstream.
 
     Parameters
@@ -213,18 +220,21 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
         Called with nextpnr's status line (phase, post-placement estimate, router iteration) as it changes.
     placer
         nextpnr's ``--placer``: :data:`PLACER` (static) by default; ``heap`` for small units, where it did as well.
+    router_options
+        router2's options: :data:`ROUTER2_TOP` by default (for a congested top level); ``()`` for its defaults.
     """
     out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
     # router2: the default router1 did not converge in 50 min on the 4x4 top level (overuse stuck near 122k
     # wires); router2 routed the same netlist (docs/boards.md)
     (out / "heat").mkdir(exist_ok=True)  # router2's congestion per net and tile, each iteration (nextpnr_congestion)
     _nextpnr(board, out, target, seed, timeout, progress, ["--placer", placer, "--textcfg", "top.config",
-                                                           "--router", "router2", "--router2-heatmap", "heat/route"])
+                                                           "--router", "router2", *router_options,
+                                                           "--router2-heatmap", "heat/route"])
     _run(["yowasp-ecppack", "--input", "top.config", "--bit", f"{board.name}.bit"], out, timeout, "ecppack")
     report = json.loads((out / "report.json").read_text())
     fmax, _, util = parse_report(report)
     return Ecp5Result(fmax, target, util, out / f"{board.name}.bit", out / "report.json", time.monotonic() - t0,
-                      critical_path(report), mapper, placer, seed)
+                      critical_path(report), mapper, placer, seed, " ".join(["router2", *router_options]))
 
 
 @dataclass(frozen=True)

@@ -288,7 +288,7 @@ class Build:
         say(f"timing cached for bench and dse: {rec.path}")
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
         say(f"ECP5 Fmax [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}; nextpnr seed {r.seed}, {r.placer} "
-            f"placer); {util}; bitstream {r.bitstream}")
+            f"placer, {r.router}); {util}; bitstream {r.bitstream}")
         if r.critical_path:
             say(f"  slowest path: {r.critical_path}")
         return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED
@@ -344,7 +344,7 @@ class Build:
             # heap: a unit alone is small; the static placer helps where the whole top level is congested
             # (store alone: 104.4 MHz heap, 102.1 static; docs/boards.md)
             r = ecp5_build(work / f"{top}.v", top, board, work / "pnr", target_mhz=target_mhz, seed=seed,
-                           progress=lambda line: step(line, replace=True), placer="heap")
+                           progress=lambda line: step(line, replace=True), placer="heap", router_options=())
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
         say(f"ECP5 Fmax of {unit} [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}; measured by nextpnr, "
             f"the unit alone behind register wrappers, {r.seconds:.0f} s); {util}")
@@ -353,7 +353,8 @@ class Build:
         doc = {"unit": unit, "board": board.name, "config": cfg.name, "config_hash": cfg.hash_hex(),
                "fmax_mhz": r.fmax_mhz, "target_mhz": r.target_mhz, "critical_path": r.critical_path,
                "utilization": {k: list(v) for k, v in r.utilization.items()}, "seconds": r.seconds,
-               "mapper": r.mapper, "placer": r.placer, "seed": r.seed, "source": "nextpnr-ecp5, measured (unit alone)"}
+               "mapper": r.mapper, "placer": r.placer, "seed": r.seed, "router": r.router,
+               "source": "nextpnr-ecp5, measured (unit alone)"}
         (work / "pnr.json").write_text(json.dumps(doc, indent=1))
         emit_json(json_arg, doc)
         return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED

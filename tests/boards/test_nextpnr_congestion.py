@@ -145,3 +145,26 @@ def test_a_stopped_route_also_says_where_and_draws_the_map(tmp_path, monkeypatch
     msg = str(e.value)
     assert "dut.compute.aseq 61%" in msg and "50% of the overuse in 1 of 16 tiles" in msg
     assert msg.endswith(f"map {tmp_path / 'congestion.png'}") and (tmp_path / "congestion.png").stat().st_size > 2000
+
+
+def test_the_top_level_routes_with_router2_alt_weights_and_says_so(tmp_path, monkeypatch):
+    """The whole top level's route takes router2's alternate weights (lower overuse on the ulx3s top level);
+    ``router_options=()`` (a unit alone) leaves router2's defaults; the result names what ran."""
+    import json
+
+    cmds = []
+
+    def fake_run(cmd, cwd, timeout, what, progress=None, **kw):
+        cmds.append(cmd)
+        if what == "nextpnr":
+            (cwd / "report.json").write_text(json.dumps({"fmax": {"clk": {"achieved": 42.0, "constraint": 50.0}}}))
+        else:
+            (cwd / "ulx3s.bit").write_bytes(b"bit")
+
+    monkeypatch.setattr(ecp5, "_synthesize", lambda *a: (tmp_path, 50.0, "abc9", 0.0))
+    monkeypatch.setattr(ecp5, "_run", fake_run)
+    r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path)
+    assert "--router2-alt-weights" in cmds[0] and r.router == "router2 --router2-alt-weights" and r.fmax_mhz == 42.0
+    cmds.clear()
+    r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path, placer="heap", router_options=())
+    assert "--router2-alt-weights" not in cmds[0] and r.router == "router2" and r.placer == "heap"
