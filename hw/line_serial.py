@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal, Value
 
-__all__ = ["serialize", "gather", "hold"]
+__all__ = ["serialize", "gather", "hold", "serialize_two_rates"]
 
 
 def serialize(m: Module, load, lines: list[Value], beat_bits: list[int], beats: int, name: str, clear=0):
@@ -80,3 +80,45 @@ def gather(m: Module, en, beat: Value, beats: int, name: str, clear=0):
     with m.If(clear):
         m.d.sync += k.eq(0)
     return Cat(reg, beat), complete
+
+
+def serialize_two_rates(m: Module, load_w, load_n, line: Value, w_bits: int, n_bits: int, name: str, clear=0):
+    """One shift register that cuts ``line`` into beats of ``w_bits`` (after ``load_w``) or of ``n_bits`` (after
+    ``load_n``; ``n_bits`` divides ``w_bits``), for two units of which only one runs at a time (the vector unit's
+    ``W`` lanes and the activation unit's ``NW``): a register of ``len(line) - n_bits`` bits instead of two.
+
+    Returns ``(beat_w, active_w, first_w, last_w), (beat_n, active_n, last_n)`` as :func:`serialize` does for
+    each rate; the beats of one load must be out before either load rises again.
+    """
+    nb_w, nb_n = len(line) // w_bits, len(line) // n_bits
+    assert w_bits % n_bits == 0 and nb_w * w_bits == len(line) and nb_n >= 2, (name, len(line), w_bits, n_bits)
+    if nb_w == 1:  # whole lines for the wide unit: only the narrow one needs the register
+        (bn,), an, _, ln = serialize(m, load_n, [line], [n_bits], nb_n, name, clear)
+        return (line, load_w, Const(1, 1), Const(1, 1)), (bn, an, ln)
+    reg = Signal(len(line) - n_bits, name=f"{name}_sr", reset_less=True)
+    narrow = Signal(name=f"{name}_narrow")  # the last load was load_n: shift n_bits a cycle, else w_bits
+    with m.If(load_w | load_n):
+        m.d.sync += [reg.eq(line[n_bits:]), narrow.eq(load_n)]
+    with m.Elif(narrow):
+        m.d.sync += reg.eq(reg >> n_bits)
+    with m.Else():
+        m.d.sync += reg.eq(reg >> w_bits)
+    outs = []
+    for load, bits, beats, tag in ((load_w, w_bits, nb_w, "w"), (load_n, n_bits, nb_n, "n")):
+        cnt = Signal(range(beats), name=f"{name}_left_{tag}")
+        with m.If(load):
+            m.d.sync += cnt.eq(beats - 1)
+        with m.Elif(cnt != 0):
+            m.d.sync += cnt.eq(cnt - 1)
+        with m.If(clear):
+            m.d.sync += cnt.eq(0)
+        active, last = Signal(name=f"{name}_active_{tag}"), Signal(name=f"{name}_last_{tag}")
+        m.d.comb += [active.eq(load | (cnt != 0)), last.eq(~load & (cnt == 1))]
+        # the register holds the line from bit n_bits on: a wide beat k >= 1 sits w_bits - n_bits into it
+        off = bits - n_bits
+        beat = Signal(bits, name=f"{name}_beat_{tag}")
+        m.d.comb += beat.eq(Mux(load, line[:bits], reg[off:off + bits]))
+        outs.append((beat, active, load, last))
+    (bw, aw, fw, lw), (bn, an, _, ln) = outs
+    return (bw, aw, fw, lw), (bn, an, ln)
+

@@ -42,7 +42,7 @@ from systolica.isa import OP_BY_NAME, WORD_BITS
 
 from .activation import ActivationUnit, ActOp
 from .decode import instr_layout
-from .line_serial import gather, hold, serialize
+from .line_serial import gather, hold, serialize, serialize_two_rates
 from .vector_unit import VecOp, VectorUnit
 from .word_regs import flag_copies, lane_mux
 
@@ -224,11 +224,12 @@ class VectorSequencer(wiring.Component):
             (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, load, [a_line, b_line], [W * 32, W * 32], B,
                                                                 "ser", clear=self.start)
             x_beat, xvalid, xlast = a_beat, bvalid, blast
-        else:  # the activation unit's narrower beats come from a serializer of their own
-            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, ld_vec, [a_line, b_line],
-                                                                [W * 32, W * 32], B, "ser", clear=self.start)
-            (x_beat,), xvalid, _, xlast = serialize(m, ld_act, [self.va_rdata], [NW * 32], NB, "aser",
-                                                    clear=self.start)
+        else:  # the activation unit's narrower beats: from the same register as the vector unit's a beats (one
+            # of the two units runs at a time, and a SILU / GELU line is a_line: its lanes select va, not REQUANT's
+            # accumulator), shifted NW lanes a cycle instead of W
+            (b_beat,), _, _, _ = serialize(m, ld_vec, [b_line], [W * 32], B, "ser", clear=self.start)
+            (a_beat, bvalid, bfirst, blast), (x_beat, xvalid, xlast) = serialize_two_rates(
+                m, ld_vec, ld_act, a_line, W * 32, NW * 32, "aser", clear=self.start)
         exp = hold(m, load, self.exp_rdata[:8], "exp_line").as_signed()
         lfirst = hold(m, load, Mux(rope, first2, first), "first_line")
         llast = hold(m, load, Mux(rope, last2, last), "last_line")
