@@ -4,7 +4,8 @@ One instruction is ``rows`` rows of ``L`` lines.  The vector unit has
 ``W = cfg.line_width`` lanes, so a ``cols``-wide line goes through it in
 ``B = cols / W`` beats (:mod:`~systolica.hw.line_serial`); the activation unit
 has ``NW = cfg.nonlinear_width`` lanes (a divisor of ``W``), so SILU and GELU
-take ``NB = cols / NW`` beats a line, through a serializer of their own.  The
+take ``NB = cols / NW`` beats a line, from the same serializer register shifted ``NW`` lanes a cycle
+(:func:`~systolica.hw.line_serial.serialize_two_rates`).  The
 sequencer reads one line of each operand every ``B`` (``NB``) cycles (synchronous read ports: the data
 arrive the next cycle, when beat 0 enters the unit; the serializer's register
 feeds beats 1 .. B-1), gathers the unit's output beats back into lines and
