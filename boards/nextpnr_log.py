@@ -16,6 +16,10 @@ from dataclasses import dataclass
 __all__ = ["PnrStatus", "pnr_status"]
 
 _FMAX = re.compile(r"Max frequency for clock '[^']*': ([0-9.]+) MHz \((PASS|FAIL) at ([0-9.]+) MHz\)")
+#: overused wires below which a route is let run whatever its trend (:meth:`PnrStatus.diverged`): the congested
+#: top levels stall in the thousands; a unit alone finishing its last few wires can sit still for many iterations
+DIVERGED_FLOOR = 100
+
 _ITER = re.compile(r"iter=(\d+) wires=(\d+) overused=(\d+)")
 #: (log text, phase it starts), in the order nextpnr prints them
 _PHASES = (("Packing", "packing"), ("Creating initial analytic placement", "placing (analytic)"),
@@ -42,12 +46,17 @@ class PnrStatus:
             return None
         return self.iterations[-1][1] < self.iterations[-5][1]
 
-    def diverged(self, patience: int) -> bool:
+    def diverged(self, patience: int, floor: int | None = None) -> bool:
         """Whether router2 has gone ``patience`` iterations past its fewest overused wires without a new fewest:
-        on a congested design it falls for ten or so iterations and then climbs for as long as it is let run."""
+        on a congested design it falls for ten or so iterations and then climbs for as long as it is let run.
+
+        A route down to fewer than ``floor`` (default :data:`DIVERGED_FLOOR`) overused wires has not diverged: router2
+        takes its last few wires at its own pace (the STORE engine alone sat at one overused wire for 8 iterations)."""
         if not self.iterations or self.phase == "done":
             return False
         counts = [o for _, o in self.iterations]
+        if counts[-1] < (DIVERGED_FLOOR if floor is None else floor):
+            return False
         return len(counts) - 1 - counts.index(min(counts)) >= patience
 
     def describe(self) -> str:

@@ -97,6 +97,10 @@ def test_a_router_past_its_fewest_overused_wires_has_diverged():
     assert not pnr_status(PLACED + _iters(FALLING)).diverged(1)  # still falling: the last is the fewest
     assert not pnr_status(PLACED + _iters(STUCK) + ROUTED).diverged(1)  # finished: nothing to stop
     assert not pnr_status(PLACED).diverged(1)  # no router iteration yet
+    # the last few wires: a route sitting at one overused wire is let run (the STORE engine alone did, then routed)
+    last_wire = pnr_status(PLACED + _iters([299, 51, 11] + [1] * 10))
+    assert not last_wire.diverged(8) and last_wire.diverged(8, floor=1)
+    assert pnr_status(PLACED + _iters([5000, 300] + [400] * 9)).diverged(8)  # stuck above the floor: stopped
 
 
 def test_a_diverging_route_is_stopped_before_its_time_limit(tmp_path):
