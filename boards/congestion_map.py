@@ -11,25 +11,19 @@ relieves), and, with the placed netlist, which units sit in that region.
 from __future__ import annotations
 
 import collections
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from systolica.boards.nextpnr_congestion import _unit
+from systolica.boards.nextpnr_congestion import _unit, latest_heatmap
 
 __all__ = ["HotRegion", "congestion_grid", "hot_region", "plot_congestion", "latest_coordinate_heatmap"]
 
 
 def latest_coordinate_heatmap(prefix: str | Path) -> Path | None:
     """The last complete ``PREFIX_congestion_by_coordinate_N.csv`` (the newest may be half written)."""
-    prefix = Path(prefix)
-    found = sorted(((int(m.group(1)), p) for p in prefix.parent.glob(f"{prefix.name}_congestion_by_coordinate_*.csv")
-                    if (m := re.search(r"_(\d+)\.csv$", p.name))), key=lambda t: t[0])
-    if not found:
-        return None
-    return found[-2][1] if len(found) > 1 else found[-1][1]
+    return latest_heatmap(prefix, "coordinate")
 
 
 def congestion_grid(path: str | Path) -> np.ndarray:

@@ -23,10 +23,11 @@ from pathlib import Path
 __all__ = ["latest_heatmap", "congestion_by_unit", "main"]
 
 
-def latest_heatmap(prefix: str | Path) -> Path | None:
-    """The last complete ``PREFIX_congestion_by_net_N.csv`` (the one before the newest, which may be half written)."""
+def latest_heatmap(prefix: str | Path, kind: str = "net") -> Path | None:
+    """The last complete ``PREFIX_congestion_by_<kind>_N.csv`` (the one before the newest, which may be half
+    written); ``kind``: ``net`` or ``coordinate`` (the per-tile map)."""
     prefix = Path(prefix)
-    found = sorted(((int(m.group(1)), p) for p in prefix.parent.glob(f"{prefix.name}_congestion_by_net_*.csv")
+    found = sorted(((int(m.group(1)), p) for p in prefix.parent.glob(f"{prefix.name}_congestion_by_{kind}_*.csv")
                     if (m := re.search(r"_(\d+)\.csv$", p.name))), key=lambda t: t[0])
     if not found:
         return None

@@ -31,15 +31,9 @@ def serialize(m: Module, load, lines: list[Value], beat_bits: list[int], beats: 
     """
     if beats == 1:
         return list(lines), load, Const(1, 1), Const(1, 1)
-    cnt = Signal(range(beats), name=f"{name}_left")  # beats still in the register
-    with m.If(load):
-        m.d.sync += cnt.eq(beats - 1)
-    with m.Elif(cnt != 0):
-        m.d.sync += cnt.eq(cnt - 1)
-    with m.If(clear):
-        m.d.sync += cnt.eq(0)
-    active, first, last = Signal(name=f"{name}_active"), Signal(name=f"{name}_first"), Signal(name=f"{name}_last")
-    m.d.comb += [active.eq(load | (cnt != 0)), first.eq(load), last.eq(~load & (cnt == 1))]
+    active, last = _beats_out(m, load, beats, name, clear)
+    first = Signal(name=f"{name}_first")
+    m.d.comb += first.eq(load)
     out = []
     for j, (line, wb) in enumerate(zip(lines, beat_bits, strict=True)):
         assert len(line) == beats * wb, (name, j, len(line), beats, wb)
@@ -52,6 +46,21 @@ def serialize(m: Module, load, lines: list[Value], beat_bits: list[int], beats: 
         m.d.comb += beat.eq(Mux(load, line[:wb], reg[:wb]))
         out.append(beat)
     return out, active, first, last
+
+
+def _beats_out(m: Module, load, beats: int, name: str, clear=0):
+    """``(active, last)`` of a line's ``beats`` beats from its ``load`` cycle on: a count of the beats still in the
+    register; ``clear`` drops them."""
+    cnt = Signal(range(beats), name=f"{name}_left")  # beats still in the register
+    with m.If(load):
+        m.d.sync += cnt.eq(beats - 1)
+    with m.Elif(cnt != 0):
+        m.d.sync += cnt.eq(cnt - 1)
+    with m.If(clear):
+        m.d.sync += cnt.eq(0)
+    active, last = Signal(name=f"{name}_active"), Signal(name=f"{name}_last")
+    m.d.comb += [active.eq(load | (cnt != 0)), last.eq(~load & (cnt == 1))]
+    return active, last
 
 
 def hold(m: Module, load, value: Value, name: str) -> Value:
@@ -105,15 +114,7 @@ def serialize_two_rates(m: Module, load_w, load_n, line: Value, w_bits: int, n_b
         m.d.sync += reg.eq(reg >> w_bits)
     outs = []
     for load, bits, beats, tag in ((load_w, w_bits, nb_w, "w"), (load_n, n_bits, nb_n, "n")):
-        cnt = Signal(range(beats), name=f"{name}_left_{tag}")
-        with m.If(load):
-            m.d.sync += cnt.eq(beats - 1)
-        with m.Elif(cnt != 0):
-            m.d.sync += cnt.eq(cnt - 1)
-        with m.If(clear):
-            m.d.sync += cnt.eq(0)
-        active, last = Signal(name=f"{name}_active_{tag}"), Signal(name=f"{name}_last_{tag}")
-        m.d.comb += [active.eq(load | (cnt != 0)), last.eq(~load & (cnt == 1))]
+        active, last = _beats_out(m, load, beats, f"{name}_{tag}", clear)
         # the register holds the line from bit n_bits on: a wide beat k >= 1 sits w_bits - n_bits into it
         off = bits - n_bits
         beat = Signal(bits, name=f"{name}_beat_{tag}")
