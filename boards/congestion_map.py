@@ -18,12 +18,18 @@ import numpy as np
 
 from systolica.boards.nextpnr_congestion import _unit, latest_heatmap
 
-__all__ = ["HotRegion", "congestion_grid", "hot_region", "plot_congestion", "latest_coordinate_heatmap"]
+__all__ = ["HotRegion", "coordinate_heatmap_of", "congestion_grid", "hot_region", "plot_congestion", "latest_coordinate_heatmap"]
 
 
 def latest_coordinate_heatmap(prefix: str | Path) -> Path | None:
     """The last complete ``PREFIX_congestion_by_coordinate_N.csv`` (the newest may be half written)."""
     return latest_heatmap(prefix, "coordinate")
+
+
+def coordinate_heatmap_of(net_csv: str | Path) -> Path:
+    """The per-tile map router2 wrote in the same iteration as the per-net heatmap ``net_csv``."""
+    net_csv = Path(net_csv)
+    return net_csv.with_name(net_csv.name.replace("_congestion_by_net_", "_congestion_by_coordinate_"))
 
 
 def congestion_grid(path: str | Path) -> np.ndarray:

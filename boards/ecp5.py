@@ -332,9 +332,9 @@ def _congestion(prefix: Path) -> str:
 
 def _congestion_map(net_csv: Path) -> str:
     """``; <where the overuse is>, map <png>`` from the same iteration's per-tile heatmap, or '' without one."""
-    from systolica.boards.congestion_map import congestion_grid, hot_region, plot_congestion
+    from systolica.boards.congestion_map import congestion_grid, coordinate_heatmap_of, hot_region, plot_congestion
 
-    coord = net_csv.with_name(net_csv.name.replace("_congestion_by_net_", "_congestion_by_coordinate_"))
+    coord = coordinate_heatmap_of(net_csv)
     try:
         grid = congestion_grid(coord)
     except (OSError, ValueError):

@@ -89,10 +89,10 @@ def _where(ap, net_csv: Path, plot: Path | None, placed: Path | None) -> None:
     """The per-tile map of the iteration of ``net_csv``: its hot region (and who is placed there), and a PNG."""
     import json
 
-    from systolica.boards.congestion_map import congestion_grid, hot_region, plot_congestion
+    from systolica.boards.congestion_map import congestion_grid, coordinate_heatmap_of, hot_region, plot_congestion
     from systolica.boards.ecp5_paths import bel_locations
 
-    coord = net_csv.with_name(net_csv.name.replace("_congestion_by_net_", "_congestion_by_coordinate_"))
+    coord = coordinate_heatmap_of(net_csv)
     if not coord.exists():
         ap.error(f"no {coord.name} beside {net_csv.name} (router2 writes both with --router2-heatmap)")
     grid = congestion_grid(coord)
