@@ -36,6 +36,7 @@ from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, base_state
 from systolica.compiler.codegen import generate, logit_rows, plan_program, used_matrices
 from systolica.compiler.image import build_image
 from systolica.compiler.ir import build_graph
+from systolica.compiler.kv_page import PageChoice, page_choice
 from systolica.compiler.memory import MemoryError_
 from systolica.compiler.quantize_pass import quantize
 from systolica.compiler.schedule import verify_tokens
@@ -152,7 +153,7 @@ def _finish(lowered, cfg, kind: str):
     return plan, instrs, words, patches, {"queue_peaks": peaks, "relay_nops": sched.nops}
 
 
-def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int | None = None,
+def compile_model(model: Model, cfg: AccelConfig, page: int | None = None, max_seq: int | None = None,
                   prefill_chunk: int = 16, progress: Callable[[str], None] | None = None,
                   act_split: bool = False, batch: int = 1, weights: str = "int8") -> Artifact:
     """Compile ``model`` for the accelerator ``cfg``.
@@ -163,8 +164,11 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
         A checked llama or GPT-2 model (front ends produce one).
     cfg : AccelConfig
         The accelerator.
-    page : int
-        KV-cache page (tile) size in tokens, a power of two; the integer reference must use the same.
+    page : int, optional
+        KV-cache page (ATTN tile) size in tokens, a power of two; default chosen from ``cfg`` and the model
+        (:func:`systolica.compiler.kv_page.choose_page`: 64 unless the scratchpad or ``max_seq`` is smaller).
+        The artifact records it (``art.page``; ``manifest["kv_page"]``: chosen or requested, and why); the
+        integer reference must use the same (``QuantRunner(qmodel, page=art.page)``).
     max_seq : int, optional
         Longest context the programs serve; default the model's ``max_seq``.
     prefill_chunk : int
@@ -200,22 +204,25 @@ def compile_model(model: Model, cfg: AccelConfig, page: int = 16, max_seq: int |
     max_seq = _check_args(c, cfg, page, max_seq, prefill_chunk, batch)
     say("graph")
     g = _graph(c, cfg, act_split)
+    kv_page = page_choice(cfg, c, max_seq, page)
     say("quantize")
     used = "int8" if weights == "auto" and wstream4.config_problem(cfg) else weights
     qm, report = quantize(model, g, max_seq, weights=used)
-    art = _compile(g, qm, cfg, page=page, max_seq=max_seq, prefill_chunk=prefill_chunk, act_split=act_split,
-                   say=say, t0=t0, tokenizer=model.tokenizer, metadata=model.metadata, quant_errors=report.errors,
-                   batch=batch)
+    art = _compile(g, qm, cfg, kv_page=kv_page, max_seq=max_seq, prefill_chunk=prefill_chunk,
+                   act_split=act_split, say=say, t0=t0, tokenizer=model.tokenizer, metadata=model.metadata,
+                   quant_errors=report.errors, batch=batch)
     art.manifest["weight_format"] = weights
     art.manifest["weight_format_used"] = used
     art.manifest["quant_formats"] = {k: qm.format_of(k) for k in qm.mats}
     return art
 
 
-def _check_args(c, cfg: AccelConfig, page: int, max_seq: int | None, prefill_chunk: int, batch: int = 1) -> int:
-    """The checked ``max_seq`` (default the model's), or :class:`CompileError` for a bad argument."""
+def _check_args(c, cfg: AccelConfig, page: int | None, max_seq: int | None, prefill_chunk: int,
+                batch: int = 1) -> int:
+    """The checked ``max_seq`` (default the model's), or :class:`CompileError` for a bad argument (``page``
+    None: the compiler chooses it)."""
     max_seq = c.max_seq if max_seq is None else int(max_seq)
-    if page < 1 or page & (page - 1) or page > 4096:
+    if page is not None and (page < 1 or page & (page - 1) or page > 4096):
         raise CompileError(f"page={page} must be a power of two in 1..4096 (ATTN.t is 12 bits)")
     if not 0 < max_seq <= c.max_seq:
         raise CompileError(f"max_seq={max_seq} must be in 1..{c.max_seq} (the model's context)")
@@ -239,12 +246,13 @@ def _graph(c, cfg: AccelConfig, act_split: bool):
     return g
 
 
-def _compile(g, qm, cfg: AccelConfig, *, page: int, max_seq: int, prefill_chunk: int, act_split: bool, say, t0,
-             tokenizer, metadata, quant_errors: dict, fill: bool = True, batch: int = 1) -> Artifact:
+def _compile(g, qm, cfg: AccelConfig, *, kv_page: PageChoice, max_seq: int, prefill_chunk: int, act_split: bool,
+             say, t0, tokenizer, metadata, quant_errors: dict, fill: bool = True, batch: int = 1) -> Artifact:
     """The passes after quantization (layout, lowering, artifact), shared by :func:`compile_model` and the
     programs-only compile (:mod:`systolica.compiler.programs_only`, ``fill=False``: no DRAM image)."""
     c = g.config
-    say("layout")
+    page = kv_page.page
+    say(f"layout (KV page {page} tokens, {kv_page.source})")
     max_pages = -(-max_seq // page)
     lay, img, mats, kv, rows_b = build_image(g, qm, cfg, page=page, n_pages=max_pages * batch, max_seq=max_seq,
                                              logit_rows=batch, fill=fill)
@@ -312,7 +320,8 @@ def _compile(g, qm, cfg: AccelConfig, *, page: int, max_seq: int, prefill_chunk:
                   "max_seq": c.max_seq, "norm_eps": c.norm_eps, "rope_base": c.rope_base,
                   "tied_output": c.tied_output, "metadata": _jsonable(metadata)},
         "tokenizer": _tokenizer_json(tokenizer),
-        "max_seq": max_seq, "act_split": bool(act_split), "kv": kv.to_json(), "regions": [r.to_json() for r in lay.regions.values()],
+        "max_seq": max_seq, "act_split": bool(act_split), "kv": kv.to_json(), "kv_page": kv_page.to_json(),
+        "regions": [r.to_json() for r in lay.regions.values()],
         "weights": _weights_json(mats, lay, cfg),
         "rows": {**rows_b, "embd_offset": lay["token_embd"].offset,
                  **({"pos_offset": lay["pos_embd"].offset} if "pos_embd" in lay.regions else {}),

@@ -26,6 +26,7 @@ import numpy as np
 from systolica import numerics as nx
 from systolica.artifact import Artifact
 from systolica.compiler.compile import _check_args, _compile, _graph
+from systolica.compiler.kv_page import page_choice
 from systolica.compiler.quantize_pass import check_quantized
 from systolica.config import AccelConfig
 from systolica.isa import WFmt
@@ -161,7 +162,7 @@ def placeholder_quant(shape: ModelShape, max_seq: int, act_split: bool = False) 
     return QuantModel(c, mats, fx, rope, eps_to_q32(c.norm_eps), {}, act_split=bool(act_split))
 
 
-def compile_programs(model: ModelShape | Model, cfg: AccelConfig, page: int = 16, max_seq: int | None = None,
+def compile_programs(model: ModelShape | Model, cfg: AccelConfig, page: int | None = None, max_seq: int | None = None,
                      prefill_chunk: int = 16, progress: Callable[[str], None] | None = None,
                      act_split: bool = False, weights: str = "int8") -> Artifact:
     """The artifact of :func:`~systolica.compiler.compile.compile_model` less its DRAM image and tokenizer: the same
@@ -178,9 +179,10 @@ def compile_programs(model: ModelShape | Model, cfg: AccelConfig, page: int = 16
     max_seq = _check_args(c, cfg, page, max_seq, prefill_chunk)
     say("graph")
     g = _graph(c, cfg, act_split)
+    kv_page = page_choice(cfg, c, max_seq, page)
     qm = placeholder_quant(shape, max_seq, act_split)
     check_quantized(g, qm)
-    art = _compile(g, qm, cfg, page=page, max_seq=max_seq, prefill_chunk=prefill_chunk, act_split=act_split,
+    art = _compile(g, qm, cfg, kv_page=kv_page, max_seq=max_seq, prefill_chunk=prefill_chunk, act_split=act_split,
                    say=say, t0=t0, tokenizer=None, metadata={}, quant_errors={}, fill=False)
     art.manifest["programs_only"] = True
     return art

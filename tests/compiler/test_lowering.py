@@ -14,6 +14,7 @@ from lowering_harness import GoldenRunner, assert_lockstep
 
 from systolica import numerics as nx
 from systolica.compiler.compile import compile_model
+from systolica.compiler.kv_page import choose_page
 from systolica.config import preset
 from systolica.reference_float import FloatModel
 from systolica.reference_quant import QuantRunner, quantize_model
@@ -38,7 +39,7 @@ def _run(case: str, cfg_name: str, prompt_len: int = 11, steps: int = 16):
     cfg = preset(cfg_name)
     art = compile_model(model, cfg, page=page, max_seq=max_seq, prefill_chunk=chunk)
     gold = GoldenRunner(art, seed=len(case))
-    ref = QuantRunner(quantize_model(model), page=page)
+    ref = QuantRunner(quantize_model(model), page=art.page)
     flt = FloatModel(model)
     prompt = [int(t) for t in np.random.default_rng(7).integers(0, kw["vocab"], prompt_len)]
     got, want, fl = [gold.prefill(prompt)], [ref.prefill(prompt)[-1]], [flt.prefill(prompt)[-1]]
@@ -70,6 +71,23 @@ def test_golden_bit_exact_with_reference(case, cfg_name):
 
 
 @pytest.mark.parametrize("cfg_name", PRESETS)
+def test_chosen_page_bit_exact(cfg_name):
+    """No page given: the compiler chooses 64 tokens (compiler/kv_page.py); golden == reference at that page over
+    more than one page (prefill in chunks, then decode), the reference built with the artifact's page.  Split
+    activations (as ``systolica run``): their ~15 bits keep the online softmax's per-tile rounding, so a reference
+    at page 16 differs from row 17 on and this fails."""
+    kw, _, _, chunk = CASES["llama-gqa"]
+    model = random_model(max_seq=160, **kw)
+    cfg = preset(cfg_name)
+    art = compile_model(model, cfg, max_seq=160, prefill_chunk=chunk, act_split=True)
+    assert art.page == choose_page(cfg, model.config, 160) == 64
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model, act_split=True), page=art.page)
+    prompt = [int(t) for t in np.random.default_rng(5).integers(0, kw["vocab"], 70)]
+    assert_lockstep(gold, ref, prompt, first=3, steps=4)
+    assert gold.pos > art.page
+
+
+@pytest.mark.parametrize("cfg_name", PRESETS)
 def test_golden_retires_every_instruction_once(cfg_name):
     """No branches: the golden simulator's instruction count equals the program length."""
     art, gold, *_ = _run("llama-gqa", cfg_name, prompt_len=8, steps=1)
@@ -83,7 +101,7 @@ def test_bigger_model_long_context(cfg_name):
     kw = dict(arch="llama", dim=96, n_layers=3, n_heads=6, n_kv_heads=2, vocab=300, seed=5)
     model = random_model(max_seq=160, **kw)
     art = compile_model(model, preset(cfg_name), page=16, max_seq=160, prefill_chunk=16)
-    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=16)
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=art.page)
     prompt = list(range(1, 40))
     assert_lockstep(gold, ref, prompt, first=5, steps=40)
 
@@ -102,7 +120,7 @@ def test_small_buffers_split_n_with_shallow_queues():
     assert n_split, tilings
     per_row = [i for i in art.programs["prefill"].instrs() if i.op == "REQUANT" and i.rows == 1]
     assert per_row, "a split output is requantized row by row"
-    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=4)
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=art.page)
     prompt = [5, 9, 2, 33, 41, 7, 1, 0, 59]
     assert_lockstep(gold, ref, prompt, first=3)
 
@@ -129,6 +147,6 @@ def test_split_activations_bit_exact(case, cfg_name):
     model = random_model(max_seq=max_seq, **kw)
     art = compile_model(model, preset(cfg_name), page=page, max_seq=max_seq, prefill_chunk=chunk, act_split=True)
     assert art.manifest["act_split"] and art.manifest["stats"]["decode"]["per_op"]["ADD"] > 0
-    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model, act_split=True), page=page)
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model, act_split=True), page=art.page)
     prompt = [5, 1, 4, 1, 5, 9, 2, 6, 5]
     assert_lockstep(gold, ref, prompt, first=3)

@@ -24,7 +24,7 @@ def test_gguf_checkpoint_bit_exact(tmp_path, ttype):
     out = tmp_path / "m.systolica"
     art.save(out)
     art = Artifact.load(out, config=preset("tiny"))  # what the runtime gets
-    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=8)
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=art.page)
     prompt = [3, 14, 15, 92, 65, 35]
     assert_lockstep(gold, ref, prompt, first=7)
 
@@ -98,6 +98,6 @@ def test_safetensors_checkpoint_bit_exact(tmp_path, arch):
                        max_seq=32, seed=12)
     model = read_safetensors(write_safetensors(src, tmp_path / "ckpt", "float16"))
     art = compile_model(model, preset("default"), page=8, max_seq=32, prefill_chunk=4)
-    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=8)
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(model), page=art.page)
     prompt = [1, 2, 3, 4, 5, 6, 7]
     assert_lockstep(gold, ref, prompt, first=9)

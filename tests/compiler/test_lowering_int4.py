@@ -40,7 +40,7 @@ def test_q4_checkpoint_keeps_its_codes_and_is_bit_exact(tmp_path, ttype, split):
     int8 = compile_model(model, preset("tiny"), page=8, max_seq=48, prefill_chunk=4, act_split=split)
     ratio = dec["stream_bytes"] / int8.manifest["stats"]["decode"]["stream_bytes"]
     assert ratio <= (0.625 if ttype == "Q4_1" else 0.5625) + 0.02, ratio  # codes + scales (+ line padding)
-    gold, ref = GoldenRunner(art), QuantRunner(qm, page=8)
+    gold, ref = GoldenRunner(art), QuantRunner(qm, page=art.page)
     assert_lockstep(gold, ref, [3, 14, 15, 92, 65, 35], first=7, steps=8)
 
 
@@ -55,7 +55,7 @@ def test_float_checkpoint_is_quantized_and_the_lm_head_stays_int8(tmp_path):
     assert "int4 Q4_1 (quantized)" in qm.report()
     art = compile_model(model, preset("tiny"), page=8, max_seq=48, prefill_chunk=4, weights="int4")
     assert set(art.manifest["stats"]["decode"]["stream_bytes_by_format"]) == {"Q4_1", "INT8"}
-    assert_lockstep(GoldenRunner(art), QuantRunner(qm, page=8), [5, 1, 77, 40], first=9, steps=6)
+    assert_lockstep(GoldenRunner(art), QuantRunner(qm, page=art.page), [5, 1, 77, 40], first=9, steps=6)
 
 
 def test_unknown_weight_format_is_refused():

@@ -56,7 +56,7 @@ def test_a_large_prefill_chunk_is_capped_at_64_gemm_rows_and_stays_bit_exact(q4_
     np.testing.assert_array_equal(a.prefill(prompt), b.prefill(prompt))
     assert a.pos == b.pos == len(prompt)
     qm = quantize_model(q4_model, act_split=split, weights="int4")
-    assert_lockstep(GoldenRunner(big), QuantRunner(qm, page=16), prompt, first=7, steps=2)
+    assert_lockstep(GoldenRunner(big), QuantRunner(qm, page=big.page), prompt, first=7, steps=2)
 
 
 def test_a_batched_decode_step_past_64_gemm_rows_is_refused(q4_model):

@@ -78,7 +78,7 @@ def test_teacher_forced_agreement_with_float(compiled, act_split):
     kw = {"act_split": True} if act_split else {}
     ids = model.tokenizer.encode(PASSAGE)[:40]
     flt = FloatModel(model, dtype=np.float32).prefill(ids)  # (T, vocab)
-    ref = QuantRunner(quantize_model(model, max_seq=128, **kw), page=16).prefill(ids)  # prefill == decode
+    ref = QuantRunner(quantize_model(model, max_seq=128, **kw), page=art.page).prefill(ids)  # prefill == decode
     gold = GoldenRunner(art)
     got = np.array([gold.decode(t) for t in ids])
     bad = [i for i in range(len(ids)) if not np.array_equal(got[i], ref[i])]

@@ -24,7 +24,7 @@ def _same_programs(full, only) -> None:
     for kind, prog in full.programs.items():
         assert only.programs[kind].words == prog.words, kind  # the encoded words, patched to the first step
     # what patching and timing read: patch lists, rows, regions, KV layout, row sizes, weight placement
-    for key in ("programs", "regions", "kv", "rows", "logits", "weights", "dram_top", "max_seq", "act_split",
+    for key in ("programs", "regions", "kv", "kv_page", "rows", "logits", "weights", "dram_top", "max_seq", "act_split",
                 "config_hash"):
         assert only.manifest[key] == full.manifest[key], key
     for kind in full.programs:
@@ -41,6 +41,17 @@ def test_programs_equal_a_full_compile_on_small_models(arch, act_split):
         full = compile_model(model, cfg, page=16, max_seq=32, prefill_chunk=16, act_split=act_split)
         _same_programs(full, compile_programs(model, cfg, page=16, max_seq=32, prefill_chunk=16,
                                               act_split=act_split))
+
+
+def test_programs_equal_a_full_compile_at_the_chosen_page():
+    """No page given: both compiles choose the same one (64 here, 16 on a 2 KiB scratchpad) and the same words."""
+    model = random_model("llama", dim=48, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=72, vocab=200, seed=7,
+                         max_seq=128)
+    for cfg, page in ((preset("tiny"), 64), (preset("tiny").replace(name="spad2", spad_kib=2), 16),
+                      (load_board("kv260").config, 64)):
+        full = compile_model(model, cfg, max_seq=128, prefill_chunk=8, act_split=True)
+        assert full.page == page, cfg.name
+        _same_programs(full, compile_programs(model, cfg, max_seq=128, prefill_chunk=8, act_split=True))
 
 
 def test_programs_equal_a_full_compile_on_a_smollm2_shaped_layer():
