@@ -185,15 +185,15 @@ def run_golden(model: Model, prompt: Sequence[int], n_tokens: int, costs: CostIn
     This is how fast a user can *simulate* the accelerator here, not an accelerator figure.
     """
     from systolica.compiler.compile import compile_model
+    from systolica.compiler.kv_page import page_and_context
     from systolica.config import preset
     from systolica.driver.golden_device import GoldenDevice
     from systolica.driver.runtime import Runtime
 
     costs = costs or load_costs()
     cfg = preset("default")
-    need = len(prompt) + n_tokens + 2
-    max_seq = min(model.config.max_seq, -(-need // 16) * 16)
-    art = compile_model(model, cfg, page=16, max_seq=max_seq, prefill_chunk=16)
+    _, max_seq = page_and_context(cfg, model.config, len(prompt) + n_tokens + 2)
+    art = compile_model(model, cfg, max_seq=max_seq, prefill_chunk=16)  # the page the compiler chooses
     rt = Runtime(art, GoldenDevice(cfg, dram_bytes=-(-art.dram_bytes // 4096) * 4096 + 4096), timeout_s=1e6)
     seq = rt.new_sequence()
     res = BaselineResult("golden simulator (host)", "cpu")

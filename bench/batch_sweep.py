@@ -32,10 +32,12 @@ def with_costs(points: list[dict], power_w: float | None, usd_per_hour: float | 
     return points
 
 
-def systolica_batch_points(model, spec, prompt: Sequence[int], batches: Sequence[int], *, page: int, max_seq: int,
-                           gemm: str = "systolic", single_tps: float | None = None, progress=lambda s: None) -> list[dict]:
+def systolica_batch_points(model, spec, prompt: Sequence[int], batches: Sequence[int], *, page: int | None,
+                           max_seq: int, gemm: str = "systolic", single_tps: float | None = None,
+                           progress=lambda s: None) -> list[dict]:
     """One point per batch size: the batched decode step of ``B`` sequences at context ``len(prompt)``,
-    timed by the performance model at the board's clock (``single_tps``: the B = 1 figure of the row)."""
+    timed by the performance model at the board's clock (``single_tps``: the B = 1 figure of the row; ``page``:
+    ``compile_model``'s, None for the compiler's choice)."""
     from systolica.artifact import StepState
     from systolica.compiler.compile import CompileError, compile_model
     from systolica.compiler.memory import MemoryError_

@@ -50,7 +50,7 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
               gemm: str = "systolic", prompt_sweep: list[int] = (), batches: list[int] = (),
               gguf_path: str | None = None, threads: int | None = None, synth: bool = False,
               synth_timeout: float = 3600.0, progress=lambda s: None,
-              weights: Sequence[str] = ("int8",)) -> tuple[list, dict]:
+              weights: Sequence[str] = ("int8",), page: int | None = None) -> tuple[list, dict]:
     """Rows of the comparison and the sweeps behind the plots.
 
     ``weights``: one systolica row per board and matrix weight format, side by side (``("int8", "int4")``);
@@ -58,19 +58,22 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
     (``extra["weights_note"]``).  The sweeps are timed for the first format only.
 
     ``synth``: run Yosys for a board configuration without a current cached synthesis (slow);
-    otherwise such a row's fit is "not measured"."""
+    otherwise such a row's fit is "not measured".
+
+    ``page``: the KV-cache page of every board's compile; default None, the compiler's choice for each board
+    (:func:`systolica.compiler.kv_page.choose_page`); ``row.extra["kv_page"]`` says which it was."""
     from systolica.bench.accel_model import AccelTimer, board_spec, model_on_board, sweep_breakdowns
     from systolica.bench.baselines import run_baselines, run_torch
     from systolica.compiler.compile import compile_model
+    from systolica.compiler.kv_page import page_and_context
     from systolica.sim.perf_costs import PerfParams
     from systolica.sim.roofline import board_params
 
     need = max([len(prompt) + n_tokens, *prompt_sweep]) + 2
-    page = 16
-    max_seq = min(model.config.max_seq, -(-need // page) * page)
     rows, sweeps = [], {"prompt": {}, "batch": {}}
     for name, fmt in [(b, w) for b in boards for w in weights]:
         spec = board_spec(name)
+        _, max_seq = page_and_context(spec.config, model.config, need, page)  # whole pages of the page it gets
         progress(f"compiling for {name} ({fmt} weights)")
         art = compile_model(model, spec.config, page=page, max_seq=max_seq, prefill_chunk=16, weights=fmt)
         progress(f"timing {name}")
@@ -78,6 +81,7 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
         row.extra["prefill_rows"] = art.rows("prefill") if "prefill" in art.programs else 1
         row.extra["prefill_nohead_rows"] = art.rows("prefill_nohead") if "prefill_nohead" in art.programs else None
         row.extra["weights"] = fmt
+        row.extra["kv_page"] = art.manifest["kv_page"]
         row.extra["weight_bytes_per_token"] = art.manifest["stats"]["decode"]["weight_bytes"]  # counted, program
         row.extra["stream_bytes_by_format"] = art.manifest["stats"]["decode"].get("stream_bytes_by_format", {})
         if fmt != "int8":

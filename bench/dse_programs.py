@@ -38,8 +38,7 @@ def _time(model, cfg, spec, prompt_len: int, gemm: str) -> tuple[int, int, int]:
     from systolica.sim.perf_costs import PerfParams
     from systolica.sim.roofline import board_params
 
-    max_seq = -(-(prompt_len + 2) // 16) * 16
-    art = compile_model(model, cfg, page=16, max_seq=max_seq, prefill_chunk=16)
+    art = compile_model(model, cfg, max_seq=_max_seq(cfg, model.config, prompt_len), prefill_chunk=16)
     timer = AccelTimer(art, board_params(cfg, dram_gbps=spec.dram_gbps, base=PerfParams(gemm=gemm)))
     prompt = [1 + (i % (model.config.vocab_size - 1)) for i in range(prompt_len)]
     rows = art.rows("prefill") if "prefill" in art.programs else 1
@@ -66,12 +65,16 @@ def _runs(model, cfg, prompt_len: int) -> tuple[list[list[int]], list[list[int]]
     of ``model`` (the reference the programs-only compile of :func:`programs_for` is tested against)."""
     from systolica.compiler.compile import compile_model
 
-    art = compile_model(model, cfg, page=16, max_seq=_max_seq(prompt_len), prefill_chunk=16)
+    art = compile_model(model, cfg, max_seq=_max_seq(cfg, model.config, prompt_len), prefill_chunk=16)
     return _runs_of(art, prompt_len, model.config.vocab_size)
 
 
-def _max_seq(prompt_len: int) -> int:
-    return -(-(prompt_len + 2) // 16) * 16
+def _max_seq(cfg, c, prompt_len: int) -> int:
+    """The context a point compiles for: the prompt and two more tokens in whole KV pages of the page the compiler
+    chooses (:func:`systolica.compiler.kv_page.page_and_context`; the compiles below pass no page)."""
+    from systolica.compiler.kv_page import page_and_context
+
+    return page_and_context(cfg, c, prompt_len + 2)[1]
 
 
 def _runs_of(art, prompt_len: int, vocab_size: int) -> tuple[list[list[int]], list[list[int]], int]:
@@ -93,7 +96,7 @@ def _program_runs(shape, cfg, prompt_len: int) -> tuple[list[list[int]], list[li
     the same words, without quantizing or packing a weight."""
     from systolica.compiler.programs_only import compile_programs
 
-    art = compile_programs(shape, cfg, page=16, max_seq=_max_seq(prompt_len), prefill_chunk=16)
+    art = compile_programs(shape, cfg, max_seq=_max_seq(cfg, shape.config, prompt_len), prefill_chunk=16)
     return _runs_of(art, prompt_len, shape.config.vocab_size)
 
 
@@ -221,7 +224,7 @@ def _sources_digest() -> str:
     for pkg in (systolica, systolica.compiler):
         for f in sorted(Path(pkg.__file__).parent.glob("*.py")):
             h.update(f.name.encode() + f.read_bytes())
-    for name in ("accel_model.py", "dse.py"):
+    for name in ("accel_model.py", "dse.py", "dse_programs.py"):
         f = Path(systolica.bench.__file__).parent / name
         h.update(name.encode() + f.read_bytes())
     return h.hexdigest()[:16]

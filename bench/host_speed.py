@@ -2,7 +2,7 @@
 
 ``python -m systolica.bench.host_speed`` runs SmolLM2-135M-Instruct (the default
 model, compiled for the default configuration with ``systolica run``'s default
-options: split activations, page 16, context 256, prefill chunk 16) on the golden
+options: split activations, the compiler's KV page, context 256, prefill chunk 16) on the golden
 backend: a prompt of ``--prompt-tokens`` tokens is prefilled, then ``--tokens``
 decode steps run, and the host wall time of each is reported.  When
 ``llama_cpp`` (llama-cpp-python) is importable, llama.cpp decodes the same GGUF
@@ -40,11 +40,12 @@ class HostSpeed:
     decode_cpu_tokens_per_s: float | None = None  # per second of this process's CPU time (robust on a busy host)
 
 
-def load_default_artifact(cfg=None, *, page: int = 16, max_seq: int = 256, prefill_chunk: int = 16,
+def load_default_artifact(cfg=None, *, page: int | None = None, max_seq: int = 256, prefill_chunk: int = 16,
                           act_split: bool = True, say=print):
     """The SmolLM2 artifact ``systolica run`` would use: from its cache when there, else compiled now (not saved).
 
-    Returns ``(artifact, gguf_path)``.
+    Returns ``(artifact, gguf_path)``.  ``page`` None: the compiler's choice (the cache key says ``pauto``, as
+    :func:`systolica.cli.run.cached_artifact` writes it).
     """
     from systolica.artifact import Artifact
     from systolica.compiler.compile import compile_model
@@ -54,7 +55,8 @@ def load_default_artifact(cfg=None, *, page: int = 16, max_seq: int = 256, prefi
 
     cfg = cfg if cfg is not None else load_config(None)
     gguf = Path(fetch_default_model(verbose=False))
-    pattern = f"{gguf.stem}-*-{cfg.hash_hex()[:8]}-p{page}-s{max_seq}-c{prefill_chunk}-a{int(act_split)}-v*.systolica"
+    pattern = (f"{gguf.stem}-*-{cfg.hash_hex()[:8]}-p{'auto' if page is None else page}-s{max_seq}-c{prefill_chunk}"
+               f"-a{int(act_split)}-v*.systolica")
     for file in sorted((cache_dir() / "artifacts").glob(pattern)):
         try:
             return Artifact.load(file, config=cfg), gguf

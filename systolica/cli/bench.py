@@ -17,6 +17,7 @@ from systolica.cli.options import (
     add_jobs,
     add_json,
     add_max_tokens,
+    add_page,
     add_plots,
     add_synth,
     emit_json,
@@ -59,6 +60,7 @@ class Bench:
         add_max_tokens(p, 8, old=True)
         p.add_argument("--baselines", default="numpy,torch-cpu,torch-cuda,llama.cpp,golden",
                        help=f"comma-separated, from {', '.join(BASELINES)} ('' for none)")
+        add_page(p)
         p.add_argument("--gemm", choices=("systolic", "line_dot"), default="systolic",
                        help="GEMM datapath to model: the RTL's systolic array (default) or the earlier line-dot one")
         p.add_argument("--sweep-prompts", default="", help="prompt lengths for the tokens/s-vs-prompt plot, e.g. 8,32,128")
@@ -105,11 +107,16 @@ class Bench:
             rows, sweeps = run_bench(model, boards=csv(args.boards), prompt=prompt, n_tokens=args.max_tokens,
                                      baselines=csv(args.baselines), gemm=args.gemm, prompt_sweep=sweep_prompts,
                                      batches=batches, gguf_path=gguf, threads=args.jobs, synth=args.synth,
-                                     synth_timeout=args.synth_timeout, progress=step, weights=weights)
+                                     synth_timeout=args.synth_timeout, progress=step, weights=weights,
+                                     page=args.page)
         title = f"{model.config.name}: prompt {len(prompt)} tokens, {args.max_tokens} generated"
         roofs = [r.extra["roofline_report"] for r in rows if r.extra.get("roofline_report")]
         if not to_stdout:
             con.print(render_table(rows, title))
+            pages = [f"{r.name} {r.extra['kv_page']['page']} ({r.extra['kv_page']['source']})"
+                     for r in rows if r.extra.get("kv_page")]
+            if pages:
+                con.print("KV page, tokens: " + ", ".join(pages), highlight=False, markup=False)
             if roofs:
                 con.print(render_roofline(roofs, f"roofline per board ({model.config.name})"))
                 for line in roofline_sources(roofs):
@@ -130,6 +137,7 @@ class Bench:
                       "the design would do IF it fit its board at the assumed clock")
         meta = {"model": args.model, "model_name": model.config.name, "prompt": args.prompt,
                 "prompt_tokens": len(prompt), "tokens": args.max_tokens, "gemm": args.gemm, "threads": args.jobs,
+                "page": args.page,
                 "seconds": round(time.perf_counter() - t0, 1)}
         doc = None
         if args.json is not None or args.plots:

@@ -14,7 +14,7 @@ import argparse
 import time
 
 from systolica.cli.exits import EXIT_OK
-from systolica.cli.options import add_board, add_config, add_output, add_weights, count
+from systolica.cli.options import add_board, add_config, add_output, add_page, add_weights, count
 from systolica.cli.progress import progress_enabled, steps
 
 __all__ = ["Compile"]
@@ -37,8 +37,7 @@ class Compile:
         add_config(g)
         add_board(g)
         add_output(p, "artifact file to write (.systolica)", required=True, metavar="FILE")
-        p.add_argument("--page", type=count(1, pow2=True), default=16, metavar="N",
-                       help="KV-cache page size in tokens, a power of two (default 16)")
+        add_page(p)
         p.add_argument("--max-seq", type=count(1), default=None, metavar="N",
                        help="longest context (default: the model's)")
         p.add_argument("--prefill-chunk", type=count(1), default=16, metavar="N",
@@ -109,6 +108,8 @@ class Compile:
             by = man["stats"]["decode"].get("stream_bytes_by_format", {})
             out.print("weight-stream bytes per decode token by format (compiled program): "
                       + ", ".join(f"{k} {v:,}" for k, v in by.items()))
+        kp = man.get("kv_page", {"source": "requested"})
+        out.print(f"KV page: {art.page} tokens ({kp['source']}{': ' + kp['why'] if kp['source'] == 'chosen' else ''})")
         worst = max(man["quant_errors"].items(), key=lambda kv: kv[1])
         out.print(f"weight bytes read per decode token: {man['stats']['decode']['weight_bytes']:,}; "
                   f"worst quantization error {worst[0]} {worst[1]:.2e}; compiled in {time.perf_counter() - t0:.2f} s")

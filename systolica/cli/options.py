@@ -11,6 +11,7 @@ option                     meaning, in every command that has it
 ``--plots DIR``            PNG plots written into the folder DIR
 ``--config PRESET|TOML``   the accelerator configuration
 ``--board NAME|TOML``      a board, and the accelerator configuration sized for it
+``--page N``               KV-cache page (ATTN tile) in tokens; default: the compiler's choice
 =========================  ==============================================================
 
 Old spellings (``--out``, ``--tokens``, ``--workers``, ``--threads``, ``--plot``) still work
@@ -28,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["UsageError", "positive_int", "count", "real", "add_output", "add_json", "add_max_tokens", "add_jobs",
-           "add_plots", "add_synth", "add_config", "add_board", "add_deprecated", "normalize_json_args", "json_to_stdout",
-           "emit_json", "JSON_STDOUT"]
+           "add_plots", "add_synth", "add_config", "add_board", "add_page", "add_deprecated", "normalize_json_args",
+           "json_to_stdout", "emit_json", "JSON_STDOUT"]
 
 JSON_STDOUT = "-"  # the value of args.json when --json was given without a FILE
 
@@ -122,6 +123,15 @@ def add_max_tokens(p, default: int, *, old: bool = False) -> None:
                    help=f"tokens to generate (default {default})")
     if old:
         add_deprecated(p, "--tokens", "-n/--max-tokens", "max_tokens", type=positive_int)
+
+
+def add_page(p) -> None:
+    """``--page N``: the KV-cache page of the compile (``compile_model(page=...)``); default None, the compiler's
+    choice (:func:`systolica.compiler.kv_page.choose_page`)."""
+    p.add_argument("--page", type=count(1, pow2=True), default=None, metavar="N",
+                   help="KV-cache page (attention tile) in tokens, a power of two (default: chosen by the compiler "
+                        "from the accelerator: 64, less when two pages' KV tiles would take over half the "
+                        "scratchpad or the context is shorter)")
 
 
 def add_weights(p, default: str | None = "auto") -> None:

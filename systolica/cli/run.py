@@ -24,6 +24,7 @@ from systolica.cli.options import (
     add_config,
     add_json,
     add_max_tokens,
+    add_page,
     add_weights,
     count,
     emit_json,
@@ -63,7 +64,7 @@ def resolve_config(board: str | None, config: str | None):
 
 ZIP_MAGIC = b"PK\x03\x04"  # an artifact is a zip archive; a GGUF file starts with b"GGUF"
 #: the compile options of ``run``: with a compiled artifact they were fixed when it was compiled
-COMPILE_OPTIONS = {"max_seq": ("--max-seq", 256), "page": ("--page", 16), "prefill_chunk": ("--prefill-chunk", 16),
+COMPILE_OPTIONS = {"max_seq": ("--max-seq", 256), "page": ("--page", None), "prefill_chunk": ("--prefill-chunk", 16),
                    "act_split": ("--act-split/--no-act-split", True), "weights": ("--weights", "auto")}
 
 
@@ -97,11 +98,12 @@ def load_artifact_file(path: str | Path, cfg=None):
     return art
 
 
-def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_chunk: int, act_split: bool = True,
+def cached_artifact(model_spec: str, cfg, *, page: int | None, max_seq: int, prefill_chunk: int, act_split: bool = True,
                     say=print, progress=lambda step: None, batch: int = 1, weights: str = "int8"):
     """Load the artifact for (model, config, options) from the cache, compiling it on a miss.
 
-    ``say``: messages (fetching, recompiling); ``progress``: the step now running (fetch, compile passes)."""
+    ``page`` None: the compiler chooses it (its cache key says ``pauto``).  ``say``: messages (fetching,
+    recompiling); ``progress``: the step now running (fetch, compile passes)."""
     from systolica.artifact import FORMAT_VERSION, Artifact, ArtifactError
     from systolica.compiler.compile import compile_model
     from systolica.compiler.frontend import load_model
@@ -116,8 +118,8 @@ def cached_artifact(model_spec: str, cfg, *, page: int, max_seq: int, prefill_ch
         if not path.exists():
             raise FileNotFoundError(f"model {model_spec!r} does not exist: give a .gguf file, a safetensors "
                                     "directory, a compiled .systolica artifact, or 'default'")
-    key = (f"{path.stem}-{_fingerprint(path)}-{cfg.hash_hex()[:8]}-p{page}-s{max_seq}-c{prefill_chunk}"
-           f"-a{int(act_split)}{f'-b{batch}' if batch > 1 else ''}{'-w4' if weights == 'int4' else ''}"
+    key = (f"{path.stem}-{_fingerprint(path)}-{cfg.hash_hex()[:8]}-p{'auto' if page is None else page}-s{max_seq}"
+           f"-c{prefill_chunk}-a{int(act_split)}{f'-b{batch}' if batch > 1 else ''}{'-w4' if weights == 'int4' else ''}"
            f"-v{FORMAT_VERSION}")
     file = cache_dir() / "artifacts" / f"{key}.systolica"
     if file.exists():
@@ -171,8 +173,7 @@ class Run:
         p.add_argument("--seed", type=int, default=None, help="random seed of the sampler (default: unseeded)")
         p.add_argument("--max-seq", type=count(1), default=None, metavar="N",
                        help="context the programs are compiled for (default 256, at most the model's)")
-        p.add_argument("--page", type=count(1, pow2=True), default=None, metavar="N",
-                       help="KV-cache page size in tokens, a power of two (default 16)")
+        add_page(p)
         p.add_argument("--prefill-chunk", type=count(1), default=None, metavar="N",
                        help="rows of the prefill program (default 16)")
         p.add_argument("--act-split", action=argparse.BooleanOptionalAction, default=None,

@@ -45,7 +45,7 @@ class Serve:
             art = Artifact.load(args.model)
         else:
             cfg = resolve_config(args.board, args.config)
-            art, _, _ = cached_artifact(args.model, cfg, page=16, max_seq=args.max_seq, prefill_chunk=16,
+            art, _, _ = cached_artifact(args.model, cfg, page=None, max_seq=args.max_seq, prefill_chunk=16,
                                         act_split=True, batch=args.batch,
                                         say=lambda s: print(s, file=sys.stderr))
         dev = open_device("golden", art.config, dram_bytes=-(-art.dram_bytes // 4096) * 4096 + 4096)
