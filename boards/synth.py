@@ -67,8 +67,10 @@ def _activation(cfg):
 
 
 def _attention(cfg):
+    """The attention unit as the ATTN sequencer builds it (its score buffer and head depth)."""
     from systolica.hw.attention_unit import AttentionUnit
-    return AttentionUnit(cfg)
+    from systolica.hw.attn_sequencer import UNIT_MAX_TOKENS
+    return AttentionUnit(cfg, max_tokens=UNIT_MAX_TOKENS, max_lines=cfg.attn_max_lines)
 
 
 def _norm(cfg):

@@ -34,6 +34,13 @@ beat with ``data[1] = l``, then the ``hd/C`` lines of ``o`` (kind ``STATE_O``); 
 reciprocal of ``l`` (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles) each line gives
 ``sat32(rsr(o * y, k - 16))`` (fx), or 0 when ``l = 0``.
 
+With ``cfg.attn_pv_shared`` the rows of a job take turns on one set of ``C`` p.V lanes instead of a copy
+each: the unit takes a V line every ``n`` cycles (``n`` rows in the job; K is still one line a cycle for all
+of them), and a register (VX) issues the line's rows to the lanes one a cycle, each row's ``PV`` at the
+address (row, line) of one memory a lane.  A row then costs its K-side products, score buffer and exp2
+pipeline, not ``C`` more p.V products, shifts and 56-bit sums; the V phase of a job costs ``n`` times its
+lines (plus ``n`` cycles of drain) instead of once.
+
 A tile with no unmasked token returns the state unchanged, as numerics does.  GQA groups
 of more than ``R`` rows are several jobs over the same tile (it stays in the scratchpad).
 Throughput: one K or V line per cycle, so ``2 * hd / C`` cycles per KV token and job (of up
@@ -113,6 +120,7 @@ class AttentionUnit(wiring.Component):
             raise ValueError(f"max_lines={max_lines!r} must be in 1..63 (ATTN's hd field)")
         self.cfg, self.max_tokens, self.max_lines = cfg, max_tokens, max_lines
         self.rows = cfg.attn_rows  # query rows of one job, through each K / V line together
+        self.pv_shared = bool(cfg.attn_pv_shared) and self.rows > 1  # the rows take turns on one set of p.V lanes
         self.lanes = cfg.line_width  # lanes of the state-line datapath (O pass, ATTN_OUT)
         C = cfg.cols
         line = data.ArrayLayout(signed(32), C)
@@ -147,9 +155,13 @@ class AttentionUnit(wiring.Component):
         # the read and write addresses, one copy a lane each (hw/attn_pipes.py: AddrCopies; half the lanes'
         # memories are addressed in reverse, so that Yosys keeps the copies apart)
         li_w = max(1, (self.max_lines - 1).bit_length())  # addresses 0 .. max_lines - 1
-        pv_raddr = AddrCopies(m, "pv_raddr", li_w, C)
-        pv_waddr = AddrCopies(m, "pv_waddr", li_w, C)
-        pvmems = [[mem(f"pvmem{_s(r)}_{c}", signed(PV_BITS), pv_raddr.depth) for c in range(C)] for r in range(R)]
+        # rows sharing the lanes (attn_pv_shared): one memory a lane, addressed by the row and the line
+        shared = self.pv_shared
+        row_w = (R - 1).bit_length() if shared else 0
+        PVG = 1 if shared else R  # lane groups: one a row, or one shared by the rows
+        pv_raddr = AddrCopies(m, "pv_raddr", li_w + row_w, C)
+        pv_waddr = AddrCopies(m, "pv_waddr", li_w + row_w, C)
+        pvmems = [[mem(f"pvmem{_s(r)}_{c}", signed(PV_BITS), pv_raddr.depth) for c in range(C)] for r in range(PVG)]
         q_ws, q_rs = [q.write_port() for q in qmems], [q.read_port(domain="comb") for q in qmems]
         # the score buffers (max_tokens words) are read synchronously so that they map to block RAM (one read
         # port: tests/hw/test_buffer_ports.py): in V the address is tok + 1 (kept beside tok; see u_cur)
@@ -218,9 +230,24 @@ class AttentionUnit(wiring.Component):
         tk = {k: Signal(name=f"take_{k.lower()}") for k in ok}
         m.d.comb += [tk[k].eq(i.valid & v) for k, v in ok.items()]
         good = Signal(name="beat_good")
-        take_all, take_sl = fsm.group("take", ["HDR", "Q", "K", "V"]), fsm.group("sl", ["FOUT", "O"])
+        take_sl = fsm.group("sl", ["FOUT", "O"])
+        # rows sharing the p.V lanes: a V line is taken every n cycles (n rows in the job), `v_open` a register
+        v_open = Signal(init=1, name="v_open")
+        v_wait = Signal(range(max(R, 2)), name="v_wait")
+        if self.pv_shared:
+            take_all = Signal(name="take_all")
+            m.d.comb += take_all.eq(fsm.group("take3", ["HDR", "Q", "K"]) | (fsm["V"] & v_open))
+        else:
+            take_all = fsm.group("take", ["HDR", "Q", "K", "V"])
         m.d.comb += good.eq((fsm["HDR"] & ok["HDR"]) | (fsm["Q"] & ok["Q"]) | (fsm["K"] & ok["K"])
                             | (fsm["V"] & ok["V"]) | (take_sl & ok["SL"]))
+        tk_v = Signal(name="take_v_line")  # a V line taken (in state V)
+        m.d.comb += tk_v.eq(tk["V"] & v_open)
+        if self.pv_shared:
+            with m.If(fsm["V"] & tk_v):
+                m.d.sync += [v_wait.eq(nlast), v_open.eq(nlast == 0)]
+            with m.Elif(v_wait != 0):
+                m.d.sync += [v_wait.eq(v_wait - 1), v_open.eq(v_wait == 1)]
         wrong = Signal()
         m.d.comb += wrong.eq(~good)
         # the current token's score (V): the buffer reads at tok + 1 (a register: no handshake in front of the
@@ -229,7 +256,7 @@ class AttentionUnit(wiring.Component):
         u_new = Signal(name="score_new")  # the buffer's output is the current token's score
         u_cur = [Signal(signed(32), name=f"score_cur{_s(q)}", reset_less=True) for q in range(R)]
         u_now = [Signal(signed(32), name=f"score_now{_s(q)}") for q in range(R)]
-        m.d.sync += u_new.eq(fsm["AW"] | (fsm["V"] & tk["V"] & p.eot))
+        m.d.sync += u_new.eq(fsm["AW"] | (fsm["V"] & tk_v & p.eot))
         m.d.comb += [u_now[q].eq(Mux(u_new, u_rs[q].data, u_cur[q])) for q in range(R)]
         m.d.sync += [u_cur[q].eq(u_now[q]) for q in range(R)]
         m.d.comb += [exp_in[q].eq(Mux(fsm["A"], m_old[q], u_now[q])) for q in range(R)]
@@ -257,21 +284,54 @@ class AttentionUnit(wiring.Component):
                                        "li": range(self.max_lines + 1), "first": 1, "eot": 1,
                                        "data": data.ArrayLayout(signed(8), C)}))
         e4 = etag[-1]
-        m.d.sync += [v1.v.eq(e4.v & e4.isv), v1.exp.eq(e4.exp), v1.li.eq(e4.li), v1.first.eq(e4.first),
-                     v1.eot.eq(e4.eot), v1.data.eq(e4.data)]
-        m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(R)]
+        m.d.sync += v1.v.eq(e4.v & e4.isv)
+        # with the rows sharing the lanes V1 holds its line until the next (n cycles later: VX issues its rows
+        # from it); else it loads every cycle (no enable)
+        with m.If((e4.v & e4.isv) if self.pv_shared else 1):
+            m.d.sync += [v1.exp.eq(e4.exp), v1.li.eq(e4.li), v1.first.eq(e4.first), v1.eot.eq(e4.eot),
+                         v1.data.eq(e4.data)]
+            m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(R)]
         with m.If(e4.v & ~e4.isv):  # state A's rescales
             m.d.sync += [a[q].eq(e_fin[q]) for q in range(R)]
-        # V2: P1 .. P5 and the PV read-modify-write (hw/attn_pipes.py)
-        vt, v_busy = pv_pipeline(m, v1, pv_ws, pv_rs, sum_p, R, C, self.max_lines, PV_BITS, _s, pv_waddr,
-                                  dsp=bool(self.cfg.dsp_muls))
+        with m.If(v1.v & v1.eot):  # sum p_j once a token (on its last line), each row
+            m.d.sync += [sum_p[q].eq(sum_p[q] + v1.p[q]) for q in range(R)]
+        dsp = bool(self.cfg.dsp_muls)
+        if shared:
+            # VX: the rows of the line in V1 one a cycle (the unit takes a V line only every n cycles, so a line
+            # reaches V1 when the one before has issued all its rows; V1 holds it), with the PV address (row, line)
+            vx_l = data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), 1), "exp": signed(8),
+                                      "li": unsigned(li_w + row_w), "first": 1, "eot": 1,
+                                      "data": data.ArrayLayout(signed(8), C)})
+            vx = Signal(vx_l, name="pv_row_issue")
+            xrow = Signal(range(R + 1), name="pv_row_next")
+            xbusy = Signal(name="pv_rows_left")
+            m.d.sync += vx.v.eq(0)
+            hv = v1
+            srow = Signal(range(R + 1), name="pv_row")
+            m.d.comb += srow.eq(Mux(v1.v, 0, xrow))
+            with m.If(v1.v):
+                m.d.sync += [xrow.eq(1), xbusy.eq(nlast != 0)]
+            with m.Elif(xbusy):
+                m.d.sync += [xrow.eq(xrow + 1), xbusy.eq(xrow != nlast)]
+            m.d.sync += [vx.exp.eq(hv.exp), vx.first.eq(hv.first), vx.eot.eq(hv.eot), vx.data.eq(hv.data),
+                         vx.li.eq(Cat(hv.li[:li_w], srow[:row_w])), vx.p[0].eq(Array([hv.p[q] for q in range(R)])[srow])]
+            with m.If(v1.v | xbusy):
+                m.d.sync += vx.v.eq(1)
+            vt, v_busy0 = pv_pipeline(m, vx, pv_ws, pv_rs, 1, C, unsigned(li_w + row_w), PV_BITS, _s, pv_waddr,
+                                      dsp=dsp)
+            v_busy = Signal(name="pv_rows_busy")
+            m.d.comb += v_busy.eq(v_busy0 | v1.v | xbusy)
+        else:
+            # V2: P1 .. P5 and the PV read-modify-write (hw/attn_pipes.py)
+            vt, v_busy = pv_pipeline(m, v1, pv_ws, pv_rs, R, C, range(self.max_lines + 1), PV_BITS, _s, pv_waddr,
+                                      dsp=dsp)
         # the p.V read-modify-write (stage V2) and the O pass share each row's PV read port
         m.d.comb += [q_r.addr.eq(li) for q_r in q_rs]
         # the PV read address is a register (it drives every lane's LUT-RAM): the RMW's line (P4's) a cycle
         # ahead, or in states OUTH and O the O pass's line, li (O updates it with li).  One copy a lane (one
         # register would drive every lane's LUT-RAM: ~450 cells, 6.6 ns of routing measured)
         m.d.sync += pv_raddr.eq(vt[-3].li)
-        m.d.comb += [pv_rs[q][c].addr.eq(pv_raddr[c]) for q in range(R) for c in range(C)]
+        m.d.comb += [pv_rs[q][c].addr.eq(pv_raddr[c]) for q in range(PVG) for c in range(C)]
         m.d.comb += [u_r.addr.eq(Mux(fsm["V"], tok_p1, tok)) for u_r in u_rs]
 
         # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
@@ -291,7 +351,11 @@ class AttentionUnit(wiring.Component):
         done_groups = Signal(32 * L * (G - 1), name="o_groups_done", reset_less=True)
         is_fout = Signal()  # the FSM is in FOUT (ATTN_OUT: o * y) rather than O (ATTN: rescale and add p.V)
         pv_lines = [Cat(*[pv_r.data for pv_r in row]) for row in pv_rs]
-        pv_o = Array(pv_lines)[ri] if R > 1 else pv_lines[0]
+        pv_o = Array(pv_lines)[ri] if PVG > 1 else pv_lines[0]
+
+        def pv_line_addr(line):
+            """The PV address of the O pass's ``line`` of row ``ri``."""
+            return Cat(line[:li_w], ri[:row_w]) if shared else line
         xs = p.data.as_value().word_select(g, 32 * L) if G > 1 else p.data.as_value()
         pvs = pv_o.word_select(g, PV_BITS * L) if G > 1 else pv_o
         fsh = Signal(signed(10))
@@ -450,7 +514,7 @@ class AttentionUnit(wiring.Component):
             with fsm.state("AW"), m.If(etag[-1].v):  # a is registered as it leaves E5
                 fsm.goto("V")
             # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
-            with fsm.state("V"), m.If(tk["V"]):
+            with fsm.state("V"), m.If(tk_v):
                 m.d.comb += e_in.v.eq(1)
                 with m.If(p.eot):
                     m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
@@ -494,18 +558,20 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += [m_new.eq(m_old_o), l_new.eq(l_old_o)]
                 fsm.goto("OUTH")
             with fsm.state("OUTH"), m.If(~o_busy):  # once the previous row's output lines are out
-                m.d.sync += pv_raddr.eq(li)
+                m.d.sync += pv_raddr.eq(pv_line_addr(li))
                 m.d.comb += [o.valid.eq(1), o.payload.hdr.eq(1), o.payload.data[0].eq(m_new),
                              o.payload.data[1].eq(l_new)]
                 m.d.comb += [o.payload.data[c].eq(0) for c in range(2, C)]
                 with m.If(o.ready):
                     fsm.goto("O")
             with fsm.state("O"):
-                m.d.sync += pv_raddr.eq(li)
+                m.d.sync += pv_raddr.eq(pv_line_addr(li))
                 with m.If(tk["SL"] & last_group & adv):  # the state line is taken
-                    m.d.sync += [li.eq(li + 1)] + pv_raddr.eq(li + 1)
+                    li_next = Signal.like(li, name="o_li_next")
+                    m.d.comb += li_next.eq(li + 1)
+                    m.d.sync += [li.eq(li_next)] + pv_raddr.eq(pv_line_addr(li_next))
                     with m.If(p.last):
-                        m.d.sync += [li.eq(0)] + pv_raddr.eq(Const(0, li_w))
+                        m.d.sync += [li.eq(0)] + pv_raddr.eq(Const(0, li_w + row_w))
                 with m.If(state_line(False)):
                     with m.If(ri == nlast):
                         m.d.sync += ri.eq(0)

@@ -138,7 +138,7 @@ def pv_dsp_mul(m: Module, p, v, name: str):
     return reg(signed(38), "p", lo2 + (hi2 << 24))
 
 
-def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: int, pv_bits: int, suffix,
+def pv_pipeline(m: Module, v1, pv_ws, pv_rs, R: int, C: int, li_shape, pv_bits: int, suffix,
                 wa: AddrCopies, dsp: bool = False):
     """``PV += rsr(p_j * v, -min(vexp, 3))`` lane by lane, each row at once, from the V1 register ``v1``.
 
@@ -147,12 +147,13 @@ def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: i
     lane (:func:`pv_dsp_mul`), P4 the shift and the read of PV (the
     caller keeps the read address at P4's line: ``tags[-3].li`` a cycle ahead), P5 the rounding and the
     write of PV + the term.  The line in P4 takes P5's new sum instead of the memory's (not written yet)
-    when both are one line of the head (a head of one line, or the two lines of a token boundary).  The
-    shift's decode (``sh = -min(vexp, 3)``) is registered with the line in P1.  Also ``sum_p += p_j`` once
-    a token (on its last line).  ``wa``: the write address registers, one a lane (:class:`AddrCopies`).
+    when both are one PV address (a head of one line, or the two lines of a token boundary).  The
+    shift's decode (``sh = -min(vexp, 3)``) is registered with the line in P1.  ``v1.li`` is the PV address
+    (shape ``li_shape``: the line of the head, or with rows sharing the lanes the row and the line).
+    ``wa``: the write address registers, one a lane (:class:`AddrCopies`).
     Returns ``(tags, busy)``: the tags of P1 .. P5 and whether a line is in V1 .. P5.
     """
-    vt_l = data.StructLayout({"v": 1, "li": range(max_lines + 1), "first": 1, "sr1": range(63),
+    vt_l = data.StructLayout({"v": 1, "li": li_shape, "first": 1, "sr1": range(63),
                               "sl": range(4), "zero": 1, "pos": 1})
     NV = PV_MUL_STAGES + 2
     vt = [Signal(vt_l, name=f"pv_s{s}") for s in range(1, NV + 1)]  # P1 .. P5
@@ -198,6 +199,4 @@ def pv_pipeline(m: Module, v1, pv_ws, pv_rs, sum_p, R: int, C: int, max_lines: i
                          term5.eq(Mux(zero4.get(k), 0, Mux(pos4.get(k), (t4 + 1) >> 1, left4))),
                          acc5.eq(Mux(first4.get(k), 0, Mux(fwd.get(k), new, pv_rs[q][c].data)))]
             m.d.comb += pv_ws[q][c].data.eq(new)
-        with m.If(v1.v & v1.eot):
-            m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[q])
     return vt, v_busy

@@ -36,6 +36,9 @@ from .attention_unit import AttentionUnit, AttnBeat
 from .decode import instr_layout
 from .word_regs import flag_copies, lane_mux, word_reg
 
+#: the unit's score buffer in tokens: every tile ATTN can name (its t field is 12 bits: at most 4095)
+UNIT_MAX_TOKENS = 4096
+
 __all__ = ["AttnSequencer", "ATTN_OPS"]
 
 ATTN_OPS = ("ATTN", "ATTN_OUT")
@@ -56,7 +59,7 @@ class AttnSequencer(wiring.Component):
 
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg
-        self.unit = AttentionUnit(cfg, max_tokens=4096, max_lines=cfg.attn_max_lines)
+        self.unit = AttentionUnit(cfg, max_tokens=UNIT_MAX_TOKENS, max_lines=cfg.attn_max_lines)
         C = cfg.cols
         vb = (cfg.vbuf_lines - 1).bit_length()
         sb = (cfg.spad_lines - 1).bit_length()

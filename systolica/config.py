@@ -76,6 +76,10 @@ class AccelConfig:
     attn_rows: int = 1  # query rows the attention unit takes through one KV tile together (parallel dot
     # products): the rows of a GQA group share each K and V line read; at most line_width (each row's score
     # scaling uses one lane multiplier of the state-line datapath)
+    attn_pv_shared: int = 0  # 1: the query rows of a job share one set of p * v lanes (cols of them): the V phase takes
+    # n cycles a V line for a job of n rows (K still once for all of them), so a row costs its K-side products, score
+    # buffer and exp2 pipeline, not a copy of the lanes' p * v products, shifts and 56-bit sums (~9.6k LUT a row at
+    # 16 lanes on xcup, docs/boards.md); 0: a copy of the lanes per row, V at one line a cycle
     array_lut_muls: int = 0  # 1: the systolic array's int8 products as shift-and-add in LUTs, not multipliers -- for
     # parts whose few multipliers sit far from the logic around them (ECP5: 141 of the 85F's 156 MULT18X18D, spread
     # over the die, put the array's products ~100 tiles from their registers); 0: one multiplier a PE
@@ -201,6 +205,9 @@ class AccelConfig:
         if not (isinstance(self.attn_rows, int) and 1 <= self.attn_rows <= min(8, self.line_width)):
             yield (f"attn_rows={self.attn_rows} must be in 1..min(8, line_width={self.line_width}) (each query row "
                    f"of a tile scales its scores on one lane multiplier of the attention unit's state-line datapath)")
+        if self.attn_pv_shared not in (0, 1):
+            yield (f"attn_pv_shared={self.attn_pv_shared} must be 0 (a copy of the p * v lanes per query row) or 1 "
+                   f"(the rows share them: V at n cycles a line)")
         if self.array_lut_muls not in (0, 1) or (self.array_lut_muls and self.macs_per_dsp != 1):
             yield (f"array_lut_muls={self.array_lut_muls} must be 0 (one multiplier a PE) or 1 (products in LUTs, "
                    f"with macs_per_dsp=1; it is {self.macs_per_dsp})")
@@ -259,6 +266,8 @@ class AccelConfig:
             d.pop("nonlinear_lanes")
         if d["attn_rows"] == 1:  # one query row per tile pass: the hardware (and hash) of before the field
             d.pop("attn_rows")
+        if d["attn_pv_shared"] == 0:  # a copy of the p * v lanes per row: the hardware (and hash) of before the field
+            d.pop("attn_pv_shared")
         if d["dsp_muls"] == 0:  # those products in LUTs: the hardware (and hash) of before the field
             d.pop("dsp_muls")
         if d["array_lut_muls"] == 0:  # the array's products on multipliers: the hardware (and hash) of before the field

@@ -142,6 +142,17 @@ def test_attn_rows_validates_keeps_the_default_hash_and_reshapes():
     assert three.reshaped(16, 16).attn_rows == 3
 
 
+def test_attn_pv_shared_validates_and_keeps_the_default_hash():
+    """attn_pv_shared: the rows of an attention job take turns on one set of p * v lanes."""
+    base = AccelConfig(cols=8, line_lanes=4, attn_rows=3)
+    assert base.attn_pv_shared == 0 and base.replace(attn_pv_shared=0).hash32() == base.hash32()
+    shared = base.replace(attn_pv_shared=1)
+    assert shared.hash32() != base.hash32() and AccelConfig.from_toml(shared.to_toml()) == shared
+    for bad in (2, -1):
+        with pytest.raises(ConfigError, match=f"attn_pv_shared={bad} must be 0"):
+            base.replace(attn_pv_shared=bad)
+
+
 def test_macs_per_dsp_validates_and_keeps_the_default_hash():
     base = AccelConfig(cols=8)
     assert base.replace(macs_per_dsp=1).hash32() == base.hash32()

@@ -23,7 +23,8 @@ DATA_LO, DATA_HI = 0x1000, 0x9000  # room for GEMM_STREAM's pages on 4 weight po
 
 
 #: the tiny preset; with 4 weight ports (GEMM_STREAM: a whole tile a beat) and 3 attention rows a KV pass
-#: (config.attn_rows), its attention p * v and GELU constants on multipliers (config.dsp_muls); with 2-lane line units (each 4-lane buffer line in 2 beats: hw/line_serial.py), 2 DMA
+#: (config.attn_rows) taking turns on one set of p * v lanes (config.attn_pv_shared), its attention p * v and GELU
+#: constants on multipliers (config.dsp_muls); with 2-lane line units (each 4-lane buffer line in 2 beats: hw/line_serial.py), 2 DMA
 #: ports, 2 attention rows and the array's products in logic (config.array_lut_muls); and with 2-lane line units whose activation, norm and softmax units have one
 #: lane (4 beats a line: config.nonlinear_lanes), an array with two MACs per multiplier
 #: (config.macs_per_dsp) and an attention unit for heads of at most 2 lines (config.attn_head_lines: the random
@@ -31,7 +32,8 @@ DATA_LO, DATA_HI = 0x1000, 0x9000  # room for GEMM_STREAM's pages on 4 weight po
 CONFIGS = {"tiny": (preset("tiny"), 500),
            "tiny_l2_d2": (preset("tiny").replace(name="tiny_l2_d2", line_lanes=2, dma_ports=2, attn_rows=2,
                                                  array_lut_muls=1), 250),
-           "tiny_d4": (preset("tiny").replace(name="tiny_d4", dma_ports=4, attn_rows=3, dsp_muls=1), 250),
+           "tiny_d4": (preset("tiny").replace(name="tiny_d4", dma_ports=4, attn_rows=3, dsp_muls=1, attn_pv_shared=1),
+                       250),
            "tiny_l2_n1_p2": (preset("tiny").replace(name="tiny_l2_n1_p2", line_lanes=2, nonlinear_lanes=1,
                                                     macs_per_dsp=2, attn_head_lines=2), 250)}
 

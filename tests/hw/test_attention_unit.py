@@ -81,18 +81,23 @@ def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), ca
     return beats, want
 
 
-@pytest.mark.parametrize("cols,lanes,hd,causal,tiles,R,nq,pv_dsp", [
-    (4, 0, 8, True, (5, 8, 3), 1, 2, 0), (4, 0, 12, False, (5, 8, 3), 1, 2, 0), (8, 0, 16, True, (5, 8, 3), 1, 2, 0),
-    (4, 0, 4, False, (1, 2, 1), 1, 2, 0),
+@pytest.mark.parametrize("cols,lanes,hd,causal,tiles,R,nq,pv_dsp,shared", [
+    (4, 0, 8, True, (5, 8, 3), 1, 2, 0, 0), (4, 0, 12, False, (5, 8, 3), 1, 2, 0, 0), (8, 0, 16, True, (5, 8, 3), 1, 2, 0, 0),
+    (4, 0, 4, False, (1, 2, 1), 1, 2, 0, 0),
     # state lines (O pass, ATTN_OUT) through a datapath of fewer lanes than the line: cols / lanes cycles each
-    (4, 2, 8, True, (5, 8, 3), 1, 2, 0), (8, 2, 16, False, (3, 4, 2), 1, 2, 0), (8, 4, 16, True, (5, 8, 3), 1, 2, 0),
+    (4, 2, 8, True, (5, 8, 3), 1, 2, 0, 0), (8, 2, 16, False, (3, 4, 2), 1, 2, 0, 0), (8, 4, 16, True, (5, 8, 3), 1, 2, 0, 0),
     # rows of a GQA group through each tile together: whole jobs of R rows, and a last job of fewer
-    (4, 0, 8, True, (5, 8, 3), 3, 3, 0), (4, 0, 8, True, (5, 8, 3), 2, 3, 0), (8, 4, 16, False, (3, 4, 2), 4, 5, 0),
-    (4, 2, 8, True, (1, 2, 1), 2, 2, 0),
+    (4, 0, 8, True, (5, 8, 3), 3, 3, 0, 0), (4, 0, 8, True, (5, 8, 3), 2, 3, 0, 0), (8, 4, 16, False, (3, 4, 2), 4, 5, 0, 0),
+    (4, 2, 8, True, (1, 2, 1), 2, 2, 0, 0),
     # p * v on DSP multipliers (dsp_muls): the low 24 bits of p on the multiplier, the top 5 in logic
-    (4, 0, 8, True, (5, 8, 3), 1, 2, 1), (8, 4, 16, False, (3, 4, 2), 4, 5, 1)])
-def test_attention_bit_exact(cols, lanes, hd, causal, tiles, R, nq, pv_dsp):
-    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes, attn_rows=R, dsp_muls=pv_dsp)
+    (4, 0, 8, True, (5, 8, 3), 1, 2, 1, 0), (8, 4, 16, False, (3, 4, 2), 4, 5, 1, 0),
+    # rows sharing one set of p * v lanes (attn_pv_shared): V at n cycles a line; whole jobs, a last job of fewer,
+    # one-line heads (the PV forward between rows of one address), p * v on DSPs, and lanes narrower than the line
+    (4, 0, 8, True, (5, 8, 3), 3, 3, 0, 1), (4, 0, 8, True, (5, 8, 3), 2, 3, 0, 1),
+    (4, 0, 4, False, (1, 2, 1), 3, 5, 0, 1), (8, 4, 16, False, (3, 4, 2), 4, 5, 1, 1),
+    (4, 2, 8, True, (1, 2, 1), 2, 2, 0, 1)])
+def test_attention_bit_exact(cols, lanes, hd, causal, tiles, R, nq, pv_dsp, shared):
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes, attn_rows=R, dsp_muls=pv_dsp, attn_pv_shared=shared)
     dut = AttentionUnit(cfg, max_tokens=16, max_lines=8)
     beats, want = attention_cases(cols, seed=cols + hd + R, hd=hd, nq=nq, causal=causal, tiles=tiles, R=R)
     got = []
