@@ -34,12 +34,13 @@ beat with ``data[1] = l``, then the ``hd/C`` lines of ``o`` (kind ``STATE_O``); 
 reciprocal of ``l`` (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles) each line gives
 ``sat32(rsr(o * y, k - 16))`` (fx), or 0 when ``l = 0``.
 
-With ``cfg.attn_pv_shared`` the rows of a job take turns on one set of ``C`` p.V lanes instead of a copy
-each: the unit takes a V line every ``n`` cycles (``n`` rows in the job; K is still one line a cycle for all
-of them), and a register (VX) issues the line's rows to the lanes one a cycle, each row's ``PV`` at the
-address (row, line) of one memory a lane.  A row then costs its K-side products, score buffer and exp2
-pipeline, not ``C`` more p.V products, shifts and 56-bit sums; the V phase of a job costs ``n`` times its
-lines (plus ``n`` cycles of drain) instead of once.
+With ``cfg.attn_pv_shared`` the rows of a job take turns on one ``exp2`` pipeline and one set of ``C`` p.V
+lanes instead of a copy each: a V line stays on the stream for ``n`` cycles (``n`` rows in the job; K is still
+one line a cycle for all of them), entering the pipeline once a row with that row's score (the row rides in
+the tag), and is taken with its last row; each row's ``PV`` sits at the address (row, line) of one memory a
+lane, and state A's rescales take a row a cycle.  A row then costs its K-side products and sum tree, its
+score buffer and its state registers, not another ``exp2`` pipeline and ``C`` more p.V products, shifts and
+56-bit sums; a job's V phase costs ``n`` times its lines instead of once.
 
 A tile with no unmasked token returns the state unchanged, as numerics does.  GQA groups
 of more than ``R`` rows are several jobs over the same tile (it stays in the scratchpad).
@@ -204,18 +205,27 @@ class AttentionUnit(wiring.Component):
         fsm = OneHotFSM(m, ["HDR", "FREQ", "FWAIT", "FOUT", "Q", "K", "KDRAIN", "A", "AW", "V", "VDRAIN", "L", "LW",
                             "LX", "LB", "LC", "LR", "LS", "LN", "OUTH", "O", "ODRAIN"], "attn")
 
-        # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): hw/attn_exp.py
+        # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): hw/attn_exp.py; with
+        # the rows sharing the p.V lanes one pipeline serves them in turn, the row riding in the tag
         exp_in = per_row("exp_in", signed(32))  # m_old (state A) or the score u_j (V)
-        e_l = data.StructLayout({"v": 1, "isv": 1, "ok": 1, "fo": range(3), "exp": signed(8),
-                                 "li": range(self.max_lines + 1), "first": 1, "eot": 1,
-                                 "data": data.ArrayLayout(signed(8), C)})
+        e_fields = {"v": 1, "isv": 1, "ok": 1, "fo": range(3), "exp": signed(8), "li": range(self.max_lines + 1),
+                    "first": 1, "eot": 1, "data": data.ArrayLayout(signed(8), C)}
+        e_l = data.StructLayout({**e_fields, "row": range(R)} if shared else e_fields)
         e_in = Signal(e_l, name="exp_issue")  # what enters X1 this cycle (A: isv = 0; V: a line)
         # the V line's fields in every cycle (state A overrides isv and fo): only e_in.v waits for the handshake,
         # so X1's tag registers load without an enable (a reset from `fire` on each was 5 ns of routing)
         m.d.comb += [e_in.isv.eq(1), e_in.ok.eq(valid_tok), e_in.fo.eq(2), e_in.exp.eq(p.exp), e_in.li.eq(li),
                      e_in.first.eq(tok == 0), e_in.eot.eq(p.eot)]
         m.d.comb += [e_in.data[c].eq(p.data[c][0:8]) for c in range(C)]
-        etag, e_fin = exp2_pipelines(m, e_l, e_in, exp_in, m1, _s)
+        if shared:
+            # X1's operand and its row's running maximum (registered beside X1: X2 takes x1 - m1)
+            m1_x = Signal(signed(32), name="exp_m1_row", reset_less=True)
+            m.d.sync += m1_x.eq(Array(m1)[e_in.row])
+            x_row = Signal(signed(32), name="exp_in_row")
+            m.d.comb += x_row.eq(Array(exp_in)[e_in.row])
+            etag, e_fin = exp2_pipelines(m, e_l, e_in, [x_row], [m1_x], _s)
+        else:
+            etag, e_fin = exp2_pipelines(m, e_l, e_in, exp_in, m1, _s)
         # m_old in state A, else the score read from block RAM (one select: what X1 holds outside A and V is
         # never used)
         e_busy = Signal(name="exp_busy")
@@ -231,23 +241,20 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [tk[k].eq(i.valid & v) for k, v in ok.items()]
         good = Signal(name="beat_good")
         take_sl = fsm.group("sl", ["FOUT", "O"])
-        # rows sharing the p.V lanes: a V line is taken every n cycles (n rows in the job), `v_open` a register
-        v_open = Signal(init=1, name="v_open")
-        v_wait = Signal(range(max(R, 2)), name="v_wait")
-        if self.pv_shared:
+        # rows sharing the p.V lanes: a V line enters the exp2 pipeline once a row (`e_row`), n cycles, and is
+        # taken with its last row (`v_last`, a register: the line stays on the stream until then)
+        e_row = Signal(range(R), name="exp_row")
+        v_last = Signal(init=1, name="v_last_row")
+        if shared:
             take_all = Signal(name="take_all")
-            m.d.comb += take_all.eq(fsm.group("take3", ["HDR", "Q", "K"]) | (fsm["V"] & v_open))
+            m.d.comb += take_all.eq(fsm.group("take3", ["HDR", "Q", "K"]) | (fsm["V"] & v_last))
+            m.d.comb += e_in.row.eq(e_row)
         else:
             take_all = fsm.group("take", ["HDR", "Q", "K", "V"])
         m.d.comb += good.eq((fsm["HDR"] & ok["HDR"]) | (fsm["Q"] & ok["Q"]) | (fsm["K"] & ok["K"])
                             | (fsm["V"] & ok["V"]) | (take_sl & ok["SL"]))
         tk_v = Signal(name="take_v_line")  # a V line taken (in state V)
-        m.d.comb += tk_v.eq(tk["V"] & v_open)
-        if self.pv_shared:
-            with m.If(fsm["V"] & tk_v):
-                m.d.sync += [v_wait.eq(nlast), v_open.eq(nlast == 0)]
-            with m.Elif(v_wait != 0):
-                m.d.sync += [v_wait.eq(v_wait - 1), v_open.eq(v_wait == 1)]
+        m.d.comb += tk_v.eq(tk["V"] & v_last)
         wrong = Signal()
         m.d.comb += wrong.eq(~good)
         # the current token's score (V): the buffer reads at tok + 1 (a register: no handshake in front of the
@@ -280,51 +287,33 @@ class AttentionUnit(wiring.Component):
         k0, kp, k_tree, k2 = k_pipeline(m, p, tok, valid_tok, q_rs, qexp, dot, anyv, R, C, self.max_tokens, _s)
 
         # ---- V pipeline: V1 p_j (in state V), V2 PV += rsr(p_j * v, -min(vexp, 3)), each row at once ----
-        v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), R), "exp": signed(8),
-                                       "li": range(self.max_lines + 1), "first": 1, "eot": 1,
+        # (shared lanes: one row a V1 entry, its PV address the row and the line)
+        v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), PVG), "exp": signed(8),
+                                       "li": unsigned(li_w + row_w) if shared else range(self.max_lines + 1),
+                                       "first": 1, "eot": 1, "row": range(R),
                                        "data": data.ArrayLayout(signed(8), C)}))
         e4 = etag[-1]
-        m.d.sync += v1.v.eq(e4.v & e4.isv)
-        # with the rows sharing the lanes V1 holds its line until the next (n cycles later: VX issues its rows
-        # from it); else it loads every cycle (no enable)
-        with m.If((e4.v & e4.isv) if self.pv_shared else 1):
-            m.d.sync += [v1.exp.eq(e4.exp), v1.li.eq(e4.li), v1.first.eq(e4.first), v1.eot.eq(e4.eot),
-                         v1.data.eq(e4.data)]
-            m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(R)]
-        with m.If(e4.v & ~e4.isv):  # state A's rescales
-            m.d.sync += [a[q].eq(e_fin[q]) for q in range(R)]
-        with m.If(v1.v & v1.eot):  # sum p_j once a token (on its last line), each row
-            m.d.sync += [sum_p[q].eq(sum_p[q] + v1.p[q]) for q in range(R)]
-        dsp = bool(self.cfg.dsp_muls)
+        m.d.sync += [v1.v.eq(e4.v & e4.isv), v1.exp.eq(e4.exp), v1.first.eq(e4.first), v1.eot.eq(e4.eot),
+                     v1.data.eq(e4.data)]
+        m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(PVG)]
         if shared:
-            # VX: the rows of the line in V1 one a cycle (the unit takes a V line only every n cycles, so a line
-            # reaches V1 when the one before has issued all its rows; V1 holds it), with the PV address (row, line)
-            vx_l = data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), 1), "exp": signed(8),
-                                      "li": unsigned(li_w + row_w), "first": 1, "eot": 1,
-                                      "data": data.ArrayLayout(signed(8), C)})
-            vx = Signal(vx_l, name="pv_row_issue")
-            xrow = Signal(range(R + 1), name="pv_row_next")
-            xbusy = Signal(name="pv_rows_left")
-            m.d.sync += vx.v.eq(0)
-            hv = v1
-            srow = Signal(range(R + 1), name="pv_row")
-            m.d.comb += srow.eq(Mux(v1.v, 0, xrow))
-            with m.If(v1.v):
-                m.d.sync += [xrow.eq(1), xbusy.eq(nlast != 0)]
-            with m.Elif(xbusy):
-                m.d.sync += [xrow.eq(xrow + 1), xbusy.eq(xrow != nlast)]
-            m.d.sync += [vx.exp.eq(hv.exp), vx.first.eq(hv.first), vx.eot.eq(hv.eot), vx.data.eq(hv.data),
-                         vx.li.eq(Cat(hv.li[:li_w], srow[:row_w])), vx.p[0].eq(Array([hv.p[q] for q in range(R)])[srow])]
-            with m.If(v1.v | xbusy):
-                m.d.sync += vx.v.eq(1)
-            vt, v_busy0 = pv_pipeline(m, vx, pv_ws, pv_rs, 1, C, unsigned(li_w + row_w), PV_BITS, _s, pv_waddr,
-                                      dsp=dsp)
-            v_busy = Signal(name="pv_rows_busy")
-            m.d.comb += v_busy.eq(v_busy0 | v1.v | xbusy)
+            m.d.sync += [v1.li.eq(Cat(e4.li[:li_w], e4.row[:row_w])), v1.row.eq(e4.row)]
+            with m.If(e4.v & ~e4.isv):  # state A's rescales, one row an entry
+                for q in range(R):
+                    with m.If(e4.row == q):
+                        m.d.sync += a[q].eq(e_fin[0])
+            for q in range(R):  # sum p_j once a token (on its last line)
+                with m.If(v1.v & v1.eot & (v1.row == q)):
+                    m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[0])
         else:
-            # V2: P1 .. P5 and the PV read-modify-write (hw/attn_pipes.py)
-            vt, v_busy = pv_pipeline(m, v1, pv_ws, pv_rs, R, C, range(self.max_lines + 1), PV_BITS, _s, pv_waddr,
-                                      dsp=dsp)
+            m.d.sync += v1.li.eq(e4.li)
+            with m.If(e4.v & ~e4.isv):  # state A's rescales
+                m.d.sync += [a[q].eq(e_fin[q]) for q in range(R)]
+            with m.If(v1.v & v1.eot):  # sum p_j once a token (on its last line), each row
+                m.d.sync += [sum_p[q].eq(sum_p[q] + v1.p[q]) for q in range(R)]
+        dsp = bool(self.cfg.dsp_muls)
+        # V2: P1 .. P5 and the PV read-modify-write (hw/attn_pipes.py): one lane group a row, or one for all
+        vt, v_busy = pv_pipeline(m, v1, pv_ws, pv_rs, PVG, C, v1.li.shape(), PV_BITS, _s, pv_waddr, dsp=dsp)
         # the p.V read-modify-write (stage V2) and the O pass share each row's PV read port
         m.d.comb += [q_r.addr.eq(li) for q_r in q_rs]
         # the PV read address is a register (it drives every lane's LUT-RAM): the RMW's line (P4's) a cycle
@@ -507,15 +496,30 @@ class AttentionUnit(wiring.Component):
             with fsm.state("KDRAIN"), m.If(~k0.v & ~kp.v & ~Cat(*[t.v for t in k_tree]).any() & ~k2.v
                                                    & ~pipe_busy):  # the last scores
                 fsm.goto("A")
-            with fsm.state("A"):  # the rescales a = exp2(m - m1) into the exp2 pipelines
+            with fsm.state("A"):  # the rescales a = exp2(m - m1) into the exp2 pipelines (shared: a row a cycle)
                 m.d.comb += [e_in.v.eq(1), e_in.isv.eq(0), e_in.fo.eq(0)]  # (the V fields below: don't-cares)
                 m.d.sync += [sum_p[q].eq(0) for q in range(R)]
-                fsm.goto("AW")
-            with fsm.state("AW"), m.If(etag[-1].v):  # a is registered as it leaves E5
+                if shared:
+                    m.d.sync += e_row.eq(e_row + 1)
+                    with m.If(e_row == nlast):
+                        m.d.sync += [e_row.eq(0), v_last.eq(nlast == 0)]
+                        fsm.goto("AW")
+                else:
+                    fsm.goto("AW")
+            # a is registered as it leaves E5 (shared: the last row's)
+            with fsm.state("AW"), m.If(etag[-1].v & ((etag[-1].row == nlast) if shared else 1)):
                 fsm.goto("V")
-            # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line
+            # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line; shared: the line once
+            # a row into the one pipeline, taken with its last row
+            if shared:
+                with fsm.state("V"), m.If(tk["V"]):
+                    m.d.comb += e_in.v.eq(1)
+                    m.d.sync += [e_row.eq(e_row + 1), v_last.eq(e_row + 1 == nlast)]
+                    with m.If(v_last):
+                        m.d.sync += [e_row.eq(0), v_last.eq(nlast == 0)]
             with fsm.state("V"), m.If(tk_v):
-                m.d.comb += e_in.v.eq(1)
+                if not shared:
+                    m.d.comb += e_in.v.eq(1)
                 with m.If(p.eot):
                     m.d.sync += [li.eq(0), tok.eq(tok + 1), tok_p1.eq(tok + 2)]
                 with m.Else():
