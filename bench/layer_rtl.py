@@ -27,27 +27,30 @@ SMOLLM2_LAYER = dict(arch="llama", dim=576, n_layers=1, n_heads=9, n_kv_heads=3,
 
 
 def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: Path | None = None,
-              say=print, model=None, batch: int = 1, weights: str = "int8") -> dict:
+              say=print, model=None, batch: int = 1, weights: str = "int8", page: int | None = 16) -> dict:
     """RTL and model figures of the decode step at position ``context`` (see the module docstring).
 
     ``model``: a :class:`~systolica.model.Model` to decode instead of the one SmolLM2-shaped layer (for
     example the whole SmolLM2, ``--model default``).  ``batch`` > 1: the batched decode step of that many
     sequences, every one at ``context`` on its own KV pages.  ``weights``: ``compile_model``'s matrix format
     (``"auto"`` or ``"int4"``: the 4-bit GEMM_STREAMs of a Q4 checkpoint; the one layer is float, so int4 there
-    quantizes it to 4-bit groups)."""
+    quantizes it to 4-bit groups).  ``page``: the KV page in tokens (``None``: the compiler's choice; 16 by default,
+    the page the figures in docs/performance.md were measured at)."""
     from systolica.artifact import StepState
     from systolica.compiler.compile import compile_model
+    from systolica.compiler.kv_page import page_and_context
     from systolica.sim.fast_harness import FastRtl
     from systolica.sim.golden import GoldenSim
     from systolica.sim.perf import PerfModel
     from systolica.sim.perf_costs import PerfParams
     from systolica.testmodels import random_model
 
-    page = 16
-    max_seq = -(-(context + 1) // page) * page
     what = "the model" if model is not None else "a SmolLM2-shaped layer"
-    model = model if model is not None else random_model(**SMOLLM2_LAYER, max_seq=max_seq)
-    say(f"compiling {what} for {cfg.name} (context {context})")
+    if model is None:  # positions for whole pages of the page asked for, or of the largest the compiler chooses
+        room = page or 64
+        model = random_model(**SMOLLM2_LAYER, max_seq=-(-(context + 1) // room) * room)
+    page, max_seq = page_and_context(cfg, model.config, context + 1, page)
+    say(f"compiling {what} for {cfg.name} (context {context}, KV page {page})")
     art = compile_model(model, cfg, page=page, max_seq=max_seq, prefill_chunk=16, batch=batch, weights=weights)
     pages = art.pages_needed(context, 1)
     kind = "decode_batch" if batch > 1 else "decode"
@@ -76,7 +79,7 @@ def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: 
     weight_bytes = int(art.manifest["stats"]["decode"].get("stream_bytes", 0))
     model = PerfModel(cfg, PerfParams(rd_latency=latency + 2, wr_latency=latency + 2)).run(words)
     peak = cfg.dma_ports * cfg.dma_bytes
-    return {"config": cfg.name, "context": context, "latency": latency, "instructions": len(words), "batch": batch,
+    return {"config": cfg.name, "context": context, "page": page, "latency": latency, "instructions": len(words), "batch": batch,
             "weights": weights, "stream_bytes_by_format": art.manifest["stats"]["decode"].get("stream_bytes_by_format"),
             "exact": bool(np.array_equal(dram, gold)) and res.code.name == "NONE", "code": res.code.name,
             "cycles": c["CYCLES"], "dma_rd_bytes": c["DMA_RD_BYTES"], "weight_bytes": weight_bytes,
@@ -96,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", help="decode this model instead of one layer: 'default' (SmolLM2-135M) or a "
                                     "checkpoint path (a whole token of SmolLM2 on kv260 is ~2.5 M cycles)")
     ap.add_argument("--attn-rows", type=int, help="the board preset with this many attention rows (config.attn_rows)")
+    ap.add_argument("--page", default="16", help="KV page in tokens, or 'auto' for the compiler's choice (default 16)")
     ap.add_argument("--batch", type=int, default=1, help="decode this many sequences in one batched step (default 1)")
     ap.add_argument("--weights", choices=("int8", "int4", "auto"), default="int8",
                     help="matrix weights (compile_model's weights; default int8)")
@@ -109,10 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         from systolica.compiler.model_zoo import fetch_default_model
         model = load_model(fetch_default_model(verbose=False) if args.model == "default" else args.model)
     r = run_layer(cfg, args.context, latency=args.latency, say=lambda s: print(s, file=sys.stderr), model=model,
-                  batch=args.batch, weights=args.weights)
+                  batch=args.batch, weights=args.weights, page=None if args.page == "auto" else int(args.page))
     what = (f"model {args.model}" if args.model else "one SmolLM2-shaped layer") + f", {args.weights} weights" + \
         (f", {args.batch} sequences in one batched step" if args.batch > 1 else "")
-    print(f"{args.board}: {what}, decode at context {r['context']}, DRAM latency {r['latency']} "
+    print(f"{args.board}: {what}, decode at context {r['context']} (KV page {r['page']}), DRAM latency {r['latency']} "
           f"cycles, {r['instructions']} instructions [RTL counters]: {r['cycles']} cycles, "
           f"DMA_RD_BYTES/CYCLES = {r['rd_bytes_per_cycle']:.2f} B/cycle of {r['peak']} "
           f"({100 * r['rd_bytes_per_cycle'] / r['peak']:.1f}%), weights {r['weight_bytes_per_cycle']:.2f} B/cycle "
