@@ -171,6 +171,11 @@ class Scheduler:
         """Make engine ``eng`` wait for ``need`` (engine -> instruction); returns the pops of its next one."""
         need = {e: i for e, i in need.items() if self.vc[eng][e] < i}
         far = {LOAD: STORE, STORE: LOAD}.get(Engine(eng))
+        if far is not None and far in need and self.vc[COMPUTE][far] >= need[far]:
+            # Compute already waited for it: wait for the first compute instruction that knows it done.
+            comp = self.by_engine[COMPUTE]
+            c = comp[bisect_left(comp, need.pop(far), key=lambda x: self.clock[x][far])]
+            need[COMPUTE] = max(need.get(COMPUTE, -1), c)
         if far is not None and far in need:
             # No queue links load and store: a compute NOP relays the token.
             nop_pairs = self._wait(COMPUTE, {far: need.pop(far)})
