@@ -23,7 +23,7 @@ from systolica.compiler.memory import MemoryError_, OnChipPlan
 from systolica.compiler.schedule import Scheduler
 from systolica.compiler.tiling import MatrixTiling, Tile, tile_matrix
 from systolica.isa import Buf
-from systolica.layout import attn_state_lines, lines_for
+from systolica.layout import attn_state_lines, kv_tile, lines_for
 
 __all__ = ["ProgramPlan", "plan_program", "generate"]
 
@@ -74,6 +74,9 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     for name, t in g.tensors.items():  # scratchpad tensors by live range
         if t.space in ("spad", "exps"):
             chip.spad.alloc(name, _tensor_lines(t, rows, cols), *live[name])
+    for i, nd in enumerate(g.nodes):  # each attention's tail tile (_Gen.attention), in lines dead there
+        if nd.op == "attention":
+            chip.spad.alloc(f"kvt{nd.attrs['layer']}", tile_lines, i, i)
     k = 2 if g.act_split else 1  # GEMM rows per token row
     head_rows = logit_rows(g, rows)
     m_rows = {name: k * (head_rows if name == "output" else rows) for name in mats}
@@ -394,29 +397,59 @@ class _Gen:
         H, G, hdl = c.n_heads, c.group, kv.hd_lines
         sl = attn_state_lines(G, hdl)
         st = self.a("state", "vbuf")
+        tile, P = kv_tile(kv.page_log2, hdl), kv.page
+        # The pages the context fills come whole, a LOAD each (`rows` 0 for any other page: kv_rows).  The page
+        # it ends in, if partly filled (the tail: t < P tokens), comes in a tile of its own, only its t valid
+        # tokens: K's and V's first t and the exponent lines up to V's t-th, three LOADs (a LOAD packs its rows
+        # in the scratchpad, so one cannot leave the gaps between the tile's parts, layout.kv_tile) whose `lines`
+        # the runtime patches (kv_tail_lines; 0 when the context ends on a page boundary).  They follow page 0's
+        # LOAD, so they overlap page 0's ATTN (or, in a context shorter than a page, the no-op ATTNs); the tail's
+        # ATTN comes last, after the pages past it (t = 0: no-ops), so the state sees the pages in order.
+        tail = ((tile.k, 0, hdl), (tile.v, 0, hdl), (tile.kexp, P, 1))  # (line offset, lines first, a token)
+        kt = f"kvt{layer}"
+        # one sequence: each KV tile is loaded once for all rows; batched: each row reads its own pages
+        loaders = [([], range(self.T))] if not self.batched else [([i], (i,)) for i in range(self.T)]
         for grp in range(kv.heads):
-            # one sequence: each KV tile is loaded once for all rows; batched: each row reads its own pages
-            walk = [(j, [(i, j) for i in range(self.T)], ("kv_page", [layer, j, grp]), ("kv_rows", [j]))
-                    for j in range(self.max_pages)] if not self.batched else \
-                [(j, [(i, j)], ("kv_page_at", [layer, i, j, grp]), ("kv_rows_at", [i, j]))
-                 for i in range(self.T) for j in range(self.max_pages)]
-            for j, uses, (pk, pa), (rk, ra) in walk:
-                ks = f"kv{self.kvslot}"
-                self.kvslot ^= 1
-                self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(ks, "spad"), dram=kv.base, rows=1, lines=kv.tile_bytes //
-                            self.cols, stride=0, reads=[f"dram:kv{layer}"], writes=[f"spad:{ks}"],
-                            patches=[("dram", pk, pa), ("rows", rk, ra)])
-                for i, _ in uses:
-                    h0 = i * H + grp * G
-                    self.s.emit("ATTN", q=self.a(qq) + h0 * hdl, qexp=self.a(qe) + h0, kv=self.a(ks, "spad"),
-                                state=st + i * sl, nq=G, hd=hdl, t=0, page_log2=kv.page_log2, offset=0, causal=1,
-                                init=int(j == 0), reads=[self.key(qq), self.key(qe), f"spad:{ks}", "vbuf:state"],
-                                writes=["vbuf:state"], patches=[("t", "attn_t", [i, j]), ("offset", "attn_offset", [i, j]),
-                                                                ("nq", "attn_nq", [i, j, G])])
+            for at, rows in loaders:
+                sfx = "_at" if at else ""
+                for j in range(self.max_pages):
+                    ks = self._kv_slot()
+                    self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(ks, "spad"), dram=kv.base, rows=1, lines=tile.lines,
+                                stride=0, reads=[f"dram:kv{layer}"], writes=[f"spad:{ks}"],
+                                patches=[("dram", "kv_page" + sfx, [layer, *at, j, grp]),
+                                         ("rows", "kv_rows" + sfx, [*at, j])])
+                    for off, first, per in tail if j == 0 else ():
+                        self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(kt, "spad") + off, dram=kv.base, rows=1,
+                                    lines=0, stride=0, reads=[f"dram:kv{layer}"], writes=[f"spad:{kt}"],
+                                    patches=[("dram", "kv_tail" + sfx, [layer, *at, grp, off * self.cols]),
+                                             ("lines", "kv_tail_lines" + sfx, [*at, first, per])])
+                    for i in rows:
+                        self._attn(qq, qe, i, grp, ks, int(j == 0), [("t", "attn_t", [i, j]),
+                                   ("offset", "attn_offset", [i, j]), ("nq", "attn_nq", [i, j, G])])
+                for i in rows:
+                    self._attn(qq, qe, i, grp, kt, 0, [("t", "attn_tail_t", [i]), ("offset", "attn_tail_offset", [i]),
+                                                       ("nq", "attn_tail_nq", [i, G]), ("init", "attn_tail_init", [i])])
             for i in range(self.T):
                 h0 = i * H + grp * G
                 self.s.emit("ATTN_OUT", dst=self.a(o) + h0 * hdl, state=st + i * sl, nq=G, hd=hdl,
                             reads=["vbuf:state"], writes=[self.key(o)], patches=self.row_on("nq", i, G))
+
+    def _kv_slot(self) -> str:
+        """The next of the two KV-tile slots (one is loaded while ATTN reads the other)."""
+        self.kvslot ^= 1
+        return f"kv{self.kvslot ^ 1}"
+
+    def _attn(self, qq: str, qe: str, row: int, grp: int, ks: str, init: int, patches: list) -> None:
+        """ATTN of ``row``'s query heads of KV head ``grp`` over the tile in slot ``ks`` (``t``, ``offset``, ``nq``
+        patched)."""
+        c, kv = self.g.config, self.kv
+        G, hdl = c.group, kv.hd_lines
+        h0 = row * c.n_heads + grp * G
+        self.s.emit("ATTN", q=self.a(qq) + h0 * hdl, qexp=self.a(qe) + h0, kv=self.a(ks, "spad"),
+                    state=self.a("state", "vbuf") + row * attn_state_lines(G, hdl), nq=G, hd=hdl, t=0,
+                    page_log2=kv.page_log2, offset=0, causal=1, init=init,
+                    reads=[self.key(qq), self.key(qe), f"spad:{ks}", "vbuf:state"], writes=["vbuf:state"],
+                    patches=patches)
 
     def _elementwise(self, n: Node, op: str, **extra) -> None:
         dst = n.outputs[0]

@@ -26,9 +26,12 @@ PATCH_ARGS: dict[str, tuple[str, ...]] = {
     "embed": ("row",), "pos_embd": (), "rope": (), "kv_store": ("layer", "row", "part", "slot_bytes"),
     "kv_page": ("layer", "page", "head"), "kv_rows": ("page",), "attn_t": ("row", "page"),
     "attn_offset": ("row", "page"), "attn_nq": ("row", "page", "nq"),
+    "kv_tail": ("layer", "head", "tile_byte"), "kv_tail_lines": ("first", "per_token"),
+    "attn_tail_t": ("row",), "attn_tail_offset": ("row",), "attn_tail_nq": ("row", "nq"), "attn_tail_init": ("row",),
     "n_rows": ("base", "per_row"), "last_row": ("base", "per_row"), "row_on": ("result_row", "value", "per_row"),
     "pos_embd_at": ("row",), "rope_at": ("row",), "kv_page_at": ("layer", "row", "page", "head"),
-    "kv_rows_at": ("row", "page"),
+    "kv_rows_at": ("row", "page"), "kv_tail_at": ("layer", "row", "head", "tile_byte"),
+    "kv_tail_lines_at": ("row", "first", "per_token"),
 }
 _KINDS = ("prefill", "prefill_nohead", "decode", "decode_batch")
 _FIELD = 1 << 16  # the row-count and line-address fields the row patches set are 16 bits
@@ -172,7 +175,7 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
             c.fail(f"{where}.patches", "is not a list")
         limits = {"row": rows, "layer": layers, "page": n_pages, "head": heads, "part": heads * tile,
                   "slot_bytes": tile + 1, "nq": 64, "base": _FIELD, "per_row": _FIELD, "value": _FIELD,
-                  "result_row": _FIELD}
+                  "result_row": _FIELD, "tile_byte": tile, "first": page + 1, "per_token": _FIELD}
         targets: set[tuple[int, str]] = set()
         for j, patch in enumerate(patches):
             pw = f"{where}.patches[{j}]"
@@ -196,6 +199,9 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
             if pkind == "kv_store" and (args[3] < 1 or args[2] + page * args[3] > heads * tile):
                 c.fail(pw, f"stores token slots of {args[3]} bytes from byte {args[2]}: {page} of them do not "
                            f"fit a KV page of {heads * tile} bytes")
+            if pkind in ("kv_tail_lines", "kv_tail_lines_at") and args[-2] + args[-1] * (page - 1) >= _FIELD:
+                c.fail(pw, f"{pkind} of {args[-2]} + {args[-1]} lines a token: a tail of {page - 1} tokens does not "
+                           "fit the 16-bit lines field")
             if pkind == "row_on" and args[0] >= args[2] * rows:
                 c.fail(pw, f"row_on names result row {args[0]}, past the {args[2]} x {rows} rows of the program")
             if pkind in ("rope", "pos_embd") and f"{'rope' if pkind == 'rope' else 'pos'}_offset" not in rows_t:

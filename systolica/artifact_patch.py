@@ -26,7 +26,9 @@ class PatchedImage:
 
     _INT = {"embed": 1, "kv_store": 4, "kv_page": 3, "kv_rows": 1, "attn_t": 2, "attn_offset": 2, "attn_nq": 3,
             "n_rows": 2, "last_row": 2, "row_on": 3, "pos_embd": 0, "rope": 0, "pos_embd_at": 1, "rope_at": 1,
-            "kv_page_at": 4, "kv_rows_at": 2}  # kind -> args it takes
+            "kv_page_at": 4, "kv_rows_at": 2, "kv_tail": 3, "kv_tail_at": 4, "kv_tail_lines": 2,
+            "kv_tail_lines_at": 3, "attn_tail_t": 1, "attn_tail_offset": 1, "attn_tail_nq": 2,
+            "attn_tail_init": 1}  # kind -> args it takes
 
     def __init__(self, art: Artifact, kind: str):
         from systolica.artifact import ArtifactError
@@ -85,6 +87,11 @@ class PatchedImage:
             t = np.clip(rp[row] + 1 - j * P, 0, P)
             return t if st.rows is None else np.where(active[row], t, 0)
 
+        # tokens in the KV cache for each row's tiles: the step's (one sequence) or the row's own (batched), and
+        # the page they end in when it is partly filled (the tail; -1: none)
+        filled = np.full(R, pos + rows, np.int64) if st.rows is None else np.where(active, rp + 1, 0)
+        tail = np.where(filled % P > 0, filled // P, -1)
+
         for pk, idx, a in self.groups:
             if pk == "n_rows":
                 v = a[:, 0] + a[:, 1] * rows
@@ -105,23 +112,35 @@ class PatchedImage:
                 layer, row, part, slot = a.T
                 p = rp[row]
                 v = np.where(row >= rows, base, page_addr(layer, row, p // P) + part + (p % P) * slot)
-            elif pk in ("kv_page", "kv_rows"):
-                j = a[:, -1] if pk == "kv_rows" else a[:, 1]
-                used = j * P < pos + rows
-                v = (np.where(used, page_addr(a[:, 0], 0, j) + a[:, 2] * tile_bytes, base) if pk == "kv_page"
-                     else used.astype(np.int64))
-            elif pk in ("kv_page_at", "kv_rows_at"):
-                row, j = (a[:, 0], a[:, 1]) if pk == "kv_rows_at" else (a[:, 1], a[:, 2])
-                used = row_t(row, j) > 0
-                v = (np.where(used, page_addr(a[:, 0], row, j) + a[:, 3] * tile_bytes, base) if pk == "kv_page_at"
-                     else used.astype(np.int64))
-            else:
-                t = row_t(a[:, 0], a[:, 1])
-                if pk == "attn_t":
+            elif pk in ("kv_page", "kv_rows", "kv_page_at", "kv_rows_at"):  # the pages the context fills, whole
+                is_page = pk.startswith("kv_page")
+                row = a[:, int(is_page)] if pk.endswith("_at") else np.zeros(idx.size, np.int64)
+                j = a[:, -2] if is_page else a[:, -1]
+                full = filled[row] >= (j + 1) * P
+                v = (np.where(full, page_addr(a[:, 0], row, j) + a[:, -1] * tile_bytes, base) if is_page
+                     else full.astype(np.int64))
+            elif pk in ("kv_tail", "kv_tail_at"):
+                row = a[:, 1] if pk == "kv_tail_at" else np.zeros(idx.size, np.int64)
+                j = tail[row]
+                v = np.where(j >= 0, page_addr(a[:, 0], row, j) + a[:, -2] * tile_bytes + a[:, -1], base)
+            elif pk in ("kv_tail_lines", "kv_tail_lines_at"):
+                row = a[:, 0] if pk == "kv_tail_lines_at" else np.zeros(idx.size, np.int64)
+                v = np.where(tail[row] >= 0, a[:, -2] + a[:, -1] * (filled[row] % P), 0)
+            else:  # attn_*: the pages the context fills, or the tail (attn_tail_*)
+                row = a[:, 0]
+                if pk.startswith("attn_tail_"):
+                    j = tail[row]
+                    t = np.where(j >= 0, row_t(row, np.maximum(j, 0)), 0)
+                else:
+                    j = a[:, 1]
+                    t = np.where(filled[row] >= (j + 1) * P, row_t(row, j), 0)
+                if pk == "attn_tail_init":
+                    v = (j == 0).astype(np.int64)
+                elif pk in ("attn_t", "attn_tail_t"):
                     v = t
-                elif pk == "attn_nq":
-                    v = np.where((t > 0) & (a[:, 0] < rows), a[:, 2], 0)
-                else:  # attn_offset
+                elif pk in ("attn_nq", "attn_tail_nq"):
+                    v = np.where((t > 0) & (row < rows), a[:, -1], 0)
+                else:  # attn_offset, attn_tail_offset
                     v = np.where(t > 0, t - 1, 0)
             out[idx] = v
         return out

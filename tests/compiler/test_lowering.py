@@ -13,9 +13,11 @@ import pytest
 from lowering_harness import GoldenRunner, assert_lockstep
 
 from systolica import numerics as nx
+from systolica.artifact import StepState
 from systolica.compiler.compile import compile_model
 from systolica.compiler.kv_page import choose_page
 from systolica.config import preset
+from systolica.isa import decode
 from systolica.reference_float import FloatModel
 from systolica.reference_quant import QuantRunner, quantize_model
 from systolica.testmodels import random_model
@@ -93,6 +95,60 @@ def test_golden_retires_every_instruction_once(cfg_name):
     art, gold, *_ = _run("llama-gqa", cfg_name, prompt_len=8, steps=1)
     for kind, n in gold.retired.items():
         assert n == art.manifest["stats"][kind]["instructions"] == len(art.programs[kind])
+
+
+def _kv_load_bytes(art, words) -> dict[tuple[int, int, int, int], int]:
+    """Bytes the KV-cache LOADs of a patched program move: {(layer, physical page, head, byte in the tile): bytes}."""
+    kv, cols = art.manifest["kv"], art.config.cols
+    tile, base = kv["tile_bytes"], kv["base"]
+    out: dict[tuple[int, int, int, int], int] = {}
+    for w in words:
+        ins = decode(w)
+        if ins.op == "LOAD" and ins.rows * ins.lines and base <= ins.dram < base + kv["layers"] * kv["n_pages"] * \
+                kv["heads"] * tile:
+            t, off = divmod(ins.dram - base, tile)
+            layer, rest = divmod(t, kv["n_pages"] * kv["heads"])
+            key = (layer, *divmod(rest, kv["heads"]), off)
+            out[key] = out.get(key, 0) + ins.rows * ins.lines * cols  # scratchpad lines: cols bytes
+    return out
+
+
+@pytest.mark.parametrize("cfg_name", PRESETS)
+def test_kv_loads_move_valid_tokens_only(cfg_name):
+    """Decode with 16-token pages at contexts 4 .. 37, so the context ends at every slot of a page, on a page
+    boundary (16, 32: no tail) and in page 0, 1 and 2: golden == reference bit for bit at every step, and each step's
+    KV LOADs move the whole tile of every page the context fills and, of the page it ends in with v < 16 tokens,
+    v tokens of K and of V (v * hd * 2 bytes per KV head, not 16 * hd * 2) and the K exponents with v V exponents
+    (three LOADs: a LOAD packs its rows in the scratchpad and the tile's V part starts 16 * hd lines after K)."""
+    kw, page, max_seq, chunk = CASES["llama-gqa"]
+    model = random_model(max_seq=max_seq, **kw)
+    art = compile_model(model, preset(cfg_name), page=page, max_seq=max_seq, prefill_chunk=chunk)
+    gold, ref = GoldenRunner(art, seed=3), QuantRunner(quantize_model(model), page=art.page)
+    kv, cols = art.manifest["kv"], art.config.cols
+    P, hd = art.page, kv["hd_lines"] * cols  # hd: bytes of a token's K (or V) row of one head, padded to lines
+    prompt = [7, 3, 9]
+    np.testing.assert_array_equal(gold.prefill(prompt), ref.prefill(prompt)[-1])
+    tok, tails = 1, set()
+    for _ in range(34):
+        n = gold.pos + 1  # the step's context
+        moved = _kv_load_bytes(art, art.patched_program("decode", StepState(gold.pos, [tok], gold.block_table)))
+        want = {}
+        for layer in range(kv["layers"]):
+            for h in range(kv["heads"]):
+                for j in range(n // P):
+                    want[(layer, gold.block_table[j], h, 0)] = kv["tile_bytes"]
+                v = n % P
+                if v:
+                    phys = gold.block_table[n // P]
+                    want[(layer, phys, h, 0)] = v * hd  # K
+                    want[(layer, phys, h, P * hd)] = v * hd  # V
+                    want[(layer, phys, h, 2 * P * hd)] = (P + v) * cols  # K exponents, then V's first v
+        assert moved == want, f"context {n}"
+        tails.add(n // P if n % P else None)
+        want_logits = ref.decode(tok)
+        np.testing.assert_array_equal(gold.decode(tok), want_logits, err_msg=f"decode at context {n}")
+        tok = int(nx.argmax(want_logits[None, :])[0])
+    assert tails == {0, 1, 2, None}
 
 
 @pytest.mark.slow
