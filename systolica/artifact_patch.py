@@ -1,6 +1,6 @@
 """Per-step patching of a program's byte image, incremental: :meth:`systolica.artifact.Artifact.patched_image`.
 
-:meth:`Artifact._value <systolica.artifact.Artifact._value>` defines each patch kind for one patch;
+:func:`systolica.patch_kinds.patch_value` defines each patch kind for one patch;
 :class:`PatchedImage` computes the values of all a program's patches at once, as arrays, and rewrites only the
 instruction words whose values changed since its last step (a decode step changes a few hundred of thousands).
 ``tests/driver/test_runtime_prefill.py`` and ``tests/driver/test_runtime_batch.py`` check it against the
