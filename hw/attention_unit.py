@@ -22,7 +22,9 @@ Beat sequence of one job of ``n <= R`` rows on ``i_stream`` (``kind``, see :clas
    masked tokens (``causal and j > offset``) are skipped; each row's running maximum ``m1`` grows;
 4. (one internal cycle: ``a = exp2_fx(m - m1, 20, 30)``, the rescale of each row's old state);
 5. ``V`` x ``t * hd/C`` lines, framed like K: each row's ``p_j = exp2_fx(u_j - m1, 20, 28)`` and
-   ``PV += rsr(p_j * v_j, -min(vexp_j, 3))`` lane by lane, ``sum p_j`` per token;
+   ``PV += (d_j * v_j) << max(min(vexp_j, 3), 0)`` lane by lane with ``d_j = exp2_fx(u_j - m1, 20, 28,
+   down=max(-vexp_j, 0))`` (the weight with V's exponent applied, rounded once a token and row), ``sum p_j``
+   per token;
 6. per row, in order: (one internal cycle: ``L = rsr(l*a, 30) + rsr(sum p, 8)``,
    ``r = max(0, bitlen(L) - 21)``), a header line (``hdr``) on ``o_stream`` with ``data[0] =
    sat32(m1 + (r << 20))``, ``data[1] = sat32(rsr(L, r))``, then ``STATE_O`` x ``hd/C`` lines
@@ -208,14 +210,18 @@ class AttentionUnit(wiring.Component):
         # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): hw/attn_exp.py; with
         # the rows sharing the p.V lanes one pipeline serves them in turn, the row riding in the tag
         exp_in = per_row("exp_in", signed(32))  # m_old (state A) or the score u_j (V)
-        e_fields = {"v": 1, "isv": 1, "ok": 1, "fo": range(3), "exp": signed(8), "li": range(self.max_lines + 1),
+        # fo: 30 - frac (A 0, V 2); fd: V's 2 + max(-vexp, 0) (capped at 42: the shift stops at 40), the shift of
+        # d_j = p_j * 2**vexp beside p_j's (hw/attn_exp.py)
+        e_fields = {"v": 1, "isv": 1, "ok": 1, "fo": range(3), "fd": range(43), "exp": signed(8),
+                    "li": range(self.max_lines + 1),
                     "first": 1, "eot": 1, "data": data.ArrayLayout(signed(8), C)}
         e_l = data.StructLayout({**e_fields, "row": range(R)} if shared else e_fields)
         e_in = Signal(e_l, name="exp_issue")  # what enters X1 this cycle (A: isv = 0; V: a line)
         # the V line's fields in every cycle (state A overrides isv and fo): only e_in.v waits for the handshake,
         # so X1's tag registers load without an enable (a reset from `fire` on each was 5 ns of routing)
         m.d.comb += [e_in.isv.eq(1), e_in.ok.eq(valid_tok), e_in.fo.eq(2), e_in.exp.eq(p.exp), e_in.li.eq(li),
-                     e_in.first.eq(tok == 0), e_in.eot.eq(p.eot)]
+                     e_in.first.eq(tok == 0), e_in.eot.eq(p.eot),
+                     e_in.fd.eq(Mux(p.exp >= 0, 2, Mux(p.exp < -40, 42, 2 - p.exp)))]
         m.d.comb += [e_in.data[c].eq(p.data[c][0:8]) for c in range(C)]
         if shared:
             # X1's operand and its row's running maximum (registered beside X1: X2 takes x1 - m1)
@@ -223,9 +229,9 @@ class AttentionUnit(wiring.Component):
             m.d.sync += m1_x.eq(Array(m1)[e_in.row])
             x_row = Signal(signed(32), name="exp_in_row")
             m.d.comb += x_row.eq(Array(exp_in)[e_in.row])
-            etag, e_fin = exp2_pipelines(m, e_l, e_in, [x_row], [m1_x], _s)
+            etag, e_fin, e_dn = exp2_pipelines(m, e_l, e_in, [x_row], [m1_x], _s, down_field="fd")
         else:
-            etag, e_fin = exp2_pipelines(m, e_l, e_in, exp_in, m1, _s)
+            etag, e_fin, e_dn = exp2_pipelines(m, e_l, e_in, exp_in, m1, _s, down_field="fd")
         # m_old in state A, else the score read from block RAM (one select: what X1 holds outside A and V is
         # never used)
         e_busy = Signal(name="exp_busy")
@@ -286,9 +292,11 @@ class AttentionUnit(wiring.Component):
         # ---- K pipeline (hw/attn_pipes.py): K0, KP the products, the sum tree, K2 the dot-product accumulation
         k0, kp, k_tree, k2 = k_pipeline(m, p, tok, valid_tok, q_rs, qexp, dot, anyv, R, C, self.max_tokens, _s)
 
-        # ---- V pipeline: V1 p_j (in state V), V2 PV += rsr(p_j * v, -min(vexp, 3)), each row at once ----
+        # ---- V pipeline: V1 p_j and d_j (in state V), V2 PV += (d_j * v) << max(vexp, 0), each row at once ----
         # (shared lanes: one row a V1 entry, its PV address the row and the line)
-        v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), PVG), "exp": signed(8),
+        # p: p_j (for sum p); d: d_j = p_j * 2**min(vexp, 0), rounded once (<= p_j <= 2**28), the lanes' operand
+        v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), PVG),
+                                       "d": data.ArrayLayout(unsigned(29), PVG), "exp": signed(8),
                                        "li": unsigned(li_w + row_w) if shared else range(self.max_lines + 1),
                                        "first": 1, "eot": 1, "row": range(R),
                                        "data": data.ArrayLayout(signed(8), C)}))
@@ -296,6 +304,7 @@ class AttentionUnit(wiring.Component):
         m.d.sync += [v1.v.eq(e4.v & e4.isv), v1.exp.eq(e4.exp), v1.first.eq(e4.first), v1.eot.eq(e4.eot),
                      v1.data.eq(e4.data)]
         m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(PVG)]
+        m.d.sync += [v1.d[q].eq(Mux(e4.ok, e_dn[q][:29], 0)) for q in range(PVG)]
         if shared:
             m.d.sync += [v1.li.eq(Cat(e4.li[:li_w], e4.row[:row_w])), v1.row.eq(e4.row)]
             with m.If(e4.v & ~e4.isv):  # state A's rescales, one row an entry

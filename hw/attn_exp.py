@@ -1,6 +1,7 @@
 """The attention unit's ``exp2`` pipelines (hw/attention_unit.py): one per query row, shared by the
 rescale ``a = exp2_fx(m - m1, 20, 30)`` (state A) and the weights ``p_j = exp2_fx(u_j - m1, 20, 28)``
-(the V phase), bit-exact with :func:`systolica.numerics.exp2_fx`.
+(the V phase), bit-exact with :func:`systolica.numerics.exp2_fx`; in V beside ``p_j`` also ``d_j = exp2_fx(u_j -
+m1, 20, 28, down=max(-vexp_j, 0))``, the weight with V's exponent applied (a second shift of the same E4 value).
 
 Stages, one operation each (for ECP5 at 100 MHz): X1 the operand ``x`` (``m`` or the score read from
 block RAM) registered; X2 ``d = x - m1`` and ``x > m1``; E0 the clamp ``min(d, 0)``; E1 the table reads
@@ -27,13 +28,15 @@ __all__ = ["EXP_STAGES", "exp2_pipelines"]
 EXP_STAGES = 9
 
 
-def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix):
+def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix, down_field: str | None = None):
     """Builds the tags' shift register and one pipeline per row.
 
     ``e_in`` is the tag entering X1 (its ``fo`` field: ``30 - frac``); ``xs[r]`` / ``m1s[r]`` row ``r``'s
     operand and running maximum (``x`` is registered in X1; ``m1`` must hold still while a value is in
-    X2).  Returns ``(tags, results)``: the tags of the stages X1 .. E5 (``tags[-1]`` is E5), and per row
-    the result as it leaves E5 (combinational: E5's value shifted).
+    X2).  Returns ``(tags, results, downs)``: the tags of the stages X1 .. E5 (``tags[-1]`` is E5), and per
+    row the result as it leaves E5 (combinational: E5's value shifted).  With ``down_field`` (a tag field
+    holding ``30 - frac + down``) ``downs`` holds per row a second result beside it, the same power with
+    that shift instead (``exp2_fx(.., frac, down)``: one rounding of E4's ``p``); else ``downs`` is empty.
     """
     from systolica.numerics import EXP_BASE, EXP_DELTA
 
@@ -45,7 +48,8 @@ def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix):
                           init=[int(v) for v in EXP_DELTA])
     m.submodules.exp_base, m.submodules.exp_delta = base, delta
     fo2 = tags[2].fo  # E0's tag: the row's frac offset as the value enters E1
-    results = []
+    fd2 = tags[2][down_field] if down_field else None
+    results, downs = [], []
     for r, (x, m1) in enumerate(zip(xs, m1s, strict=True)):
         def reg(name, shape, r=r):
             return Signal(shape, name=f"exp_{name}{suffix(r)}", reset_less=True)
@@ -80,4 +84,14 @@ def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix):
         fin = Signal(unsigned(33), name=f"exp_e6_fin{suffix(r)}")
         m.d.comb += fin.eq(pr5 >> sh5)
         results.append(fin)
-    return tags, results
+        if fd2 is not None:  # the second shift: its amount beside the first's, its rounding add beside E5's
+            shd1, shd1b = reg("e1_shd", signed(16)), reg("e1b_shd", signed(16))
+            shd2, shd3, shd4, shd5 = (reg(f"e{k}_shd", range(41)) for k in (2, 3, 4, 5))
+            halfd4, prd5 = reg("e4_halfd", unsigned(41)), reg("e5_pd", unsigned(42))
+            m.d.sync += [shd1.eq(fd2 - (u0 >> 20)), shd1b.eq(shd1), shd2.eq(Mux(shd1b > 40, 40, shd1b)),
+                         shd3.eq(shd2), halfd4.eq((Const(1, 1) << shd3) >> 1), shd4.eq(shd3),
+                         prd5.eq(p4 + halfd4), shd5.eq(shd4)]
+            fin_d = Signal(unsigned(33), name=f"exp_e6_find{suffix(r)}")
+            m.d.comb += fin_d.eq(prd5 >> shd5)
+            downs.append(fin_d)
+    return tags, results, downs

@@ -140,43 +140,40 @@ def pv_dsp_mul(m: Module, p, v, name: str):
 
 def pv_pipeline(m: Module, v1, pv_ws, pv_rs, R: int, C: int, li_shape, pv_bits: int, suffix,
                 wa: AddrCopies, dsp: bool = False):
-    """``PV += rsr(p_j * v, -min(vexp, 3))`` lane by lane, each row at once, from the V1 register ``v1``.
+    """``PV += (d_j * v) << max(min(vexp, 3), 0)`` lane by lane, each row at once, from the V1 register ``v1``.
 
-    P1 .. P3 the products ``p * v`` in logic (:func:`~systolica.hw.lut_mul.lut_mul`: v's eight partial
-    products of p added in pairs, one add a stage; no multiplier), or with ``dsp`` on one DSP multiplier a
-    lane (:func:`pv_dsp_mul`), P4 the shift and the read of PV (the
-    caller keeps the read address at P4's line: ``tags[-3].li`` a cycle ahead), P5 the rounding and the
-    write of PV + the term.  The line in P4 takes P5's new sum instead of the memory's (not written yet)
-    when both are one PV address (a head of one line, or the two lines of a token boundary).  The
-    shift's decode (``sh = -min(vexp, 3)``) is registered with the line in P1.  ``v1.li`` is the PV address
-    (shape ``li_shape``: the line of the head, or with rows sharing the lanes the row and the line).
-    ``wa``: the write address registers, one a lane (:class:`AddrCopies`).
+    ``d_j`` (``v1.d``) is the weight with V's negative exponent already applied (rounded once a token and row in
+    the ``exp2`` pipeline, hw/attn_exp.py), so a lane has no rounding shift: P1 .. P3 the products ``d * v`` in
+    logic (:func:`~systolica.hw.lut_mul.lut_mul`: v's eight partial products of d added in pairs, one add a
+    stage; no multiplier), or with ``dsp`` on one DSP multiplier a lane (:func:`pv_dsp_mul`), P4 the 0..3 left
+    shift and the read of PV (the caller keeps the read address at P4's line: ``tags[-3].li`` a cycle ahead),
+    P5 the write of PV + the term.  The line in P4 takes P5's new sum instead of the memory's (not written yet)
+    when both are one PV address (a head of one line, or the two lines of a token boundary).  The shift's
+    decode is registered with the line in P1.  ``v1.li`` is the PV address (shape ``li_shape``: the line of the
+    head, or with rows sharing the lanes the row and the line).  ``wa``: the write address registers, one a
+    lane (:class:`AddrCopies`).
     Returns ``(tags, busy)``: the tags of P1 .. P5 and whether a line is in V1 .. P5.
     """
-    vt_l = data.StructLayout({"v": 1, "li": li_shape, "first": 1, "sr1": range(63),
-                              "sl": range(4), "zero": 1, "pos": 1})
+    vt_l = data.StructLayout({"v": 1, "li": li_shape, "first": 1, "sl": range(4)})
     NV = PV_MUL_STAGES + 2
     vt = [Signal(vt_l, name=f"pv_s{s}") for s in range(1, NV + 1)]  # P1 .. P5
-    ve = v1.exp  # sh = -min(e, 3): sh > 63 iff e < -63, sh > 0 iff e < 0 (then sh - 1 = ~e), -sh = min(e, 3)
+    ve = v1.exp  # the left shift max(min(e, 3), 0)
     m.d.sync += [vt[0].v.eq(v1.v), vt[0].li.eq(v1.li), vt[0].first.eq(v1.first),
-                 vt[0].sr1.eq(Mux(ve < -63, 62, Mux(ve < 0, ~ve, 0))), vt[0].sl.eq(Mux(ve > 3, 3, Mux(ve < 0, 0, ve))),
-                 vt[0].zero.eq(ve < -63), vt[0].pos.eq(ve < 0)]
+                 vt[0].sl.eq(Mux(ve > 3, 3, Mux(ve < 0, 0, ve)))]
     m.d.sync += [vt[s + 1].eq(vt[s]) for s in range(NV - 1)]
     v_busy = Signal(name="pv_busy")
     m.d.comb += v_busy.eq(Cat(v1.v, *[t.v for t in vt]).any())
-    vsh = vt[PV_MUL_STAGES - 1]  # the line whose product leaves the multiplier (into P4)
     vw, vr = vt[NV - 1], vt[NV - 2]  # P5: the term into PV; P4: the line whose PV is read
     # the write address, one copy a lane (one register would drive every lane's LUT-RAM)
     m.d.sync += wa.eq(vr.li)
     # each lane's selects are copies of their own (one register a select drove ~300-450 LUTs, one per bit of
-    # every lane): P3's shift amounts (loaded beside vsh), P4's zero / pos flags, and P4's `first` and
-    # `fwd` (the line in P4 meets P5's not yet written sum: both valid lines of one li)
+    # every lane): P3's shift amount (loaded beside the product), and P4's `first` and `fwd` (the line in P4
+    # meets P5's not yet written sum: both valid lines of one li)
     n = R * C
-    sr1c, slc = Copies(m, "pv_p3_sr1", 6, n), Copies(m, "pv_p3_sl", 2, n)
-    zero4, pos4 = Copies(m, "pv_zero4", 1, n), Copies(m, "pv_pos4", 1, n)
+    slc = Copies(m, "pv_p3_sl", 2, n)
     first4, fwd = Copies(m, "pv_first4", 1, n), Copies(m, "pv_fwd4", 1, n)
-    m.d.sync += sr1c.eq(vt[PV_MUL_STAGES - 2].sr1) + slc.eq(vt[PV_MUL_STAGES - 2].sl)
-    m.d.sync += zero4.eq(vsh.zero) + pos4.eq(vsh.pos) + first4.eq(vt[NV - 3].first)
+    m.d.sync += slc.eq(vt[PV_MUL_STAGES - 2].sl)
+    m.d.sync += first4.eq(vt[NV - 3].first)
     m.d.sync += fwd.eq(vr.v & (vt[NV - 3].li == vr.li))
     for q in range(R):
         m.d.comb += [pv_ws[q][c].addr.eq(wa[c]) for c in range(C)]
@@ -184,19 +181,18 @@ def pv_pipeline(m: Module, v1, pv_ws, pv_rs, R: int, C: int, li_shape, pv_bits: 
         for c in range(C):
             def vreg(name, shape, q=q, c=c):
                 return Signal(shape, name=f"{name}{suffix(q)}_{c}", reset_less=True)
-            # p_j = exp2_fx(<= 0, 20, 28) <= 2**28: 29 bits
+            # d_j <= p_j = exp2_fx(<= 0, 20, 28) <= 2**28: 29 bits
             if dsp:
-                prod = pv_dsp_mul(m, v1.p[q][:29], v1.data[c], f"pv_mul{suffix(q)}_{c}")
+                prod = pv_dsp_mul(m, v1.d[q], v1.data[c], f"pv_mul{suffix(q)}_{c}")
             else:
-                prod, lat = lut_mul(m, Const(1, 1), v1.p[q][:29], v1.data[c], f"pv_mul{suffix(q)}_{c}")
+                prod, lat = lut_mul(m, Const(1, 1), v1.d[q], v1.data[c], f"pv_mul{suffix(q)}_{c}")
                 assert lat == PV_MUL_STAGES, lat
-            t4, left4 = vreg("pv_p4_t", signed(37)), vreg("pv_p4_left", signed(40))
+            left4 = vreg("pv_p4_left", signed(40))
             term5, acc5 = vreg("pv_p5_term", signed(pv_bits)), vreg("pv_p5_acc", signed(pv_bits))
             new = Signal(signed(pv_bits), name=f"pv_new{suffix(q)}_{c}")
             m.d.comb += new.eq(acc5 + term5)
             k = q * C + c
-            m.d.sync += [t4.eq(prod >> sr1c.get(k)), left4.eq(prod << slc.get(k)),
-                         term5.eq(Mux(zero4.get(k), 0, Mux(pos4.get(k), (t4 + 1) >> 1, left4))),
+            m.d.sync += [left4.eq(prod << slc.get(k)), term5.eq(left4),
                          acc5.eq(Mux(first4.get(k), 0, Mux(fwd.get(k), new, pv_rs[q][c].data)))]
             m.d.comb += pv_ws[q][c].data.eq(new)
     return vt, v_busy

@@ -90,13 +90,6 @@ def _rr(x: np.ndarray, s: int) -> np.ndarray:
     return (x >> s) + ((x >> (s - 1)) & 1)
 
 
-def _rshift_round_inplace_arr(p: np.ndarray, s: np.ndarray) -> None:
-    """``p = rshift_round(p, s)`` for shifts ``s`` (broadcastable to ``p``) all in 1..63, in place."""
-    np.right_shift(p, s - 1, out=p)
-    np.add(p, 1, out=p)
-    np.right_shift(p, 1, out=p)
-
-
 def _recip_int(d: int) -> tuple[int, int]:
     """numerics.recip of one Python integer: ``(y, k)`` with ``1/d ≈ y * 2**-k`` (``d <= 0`` counts as 1)."""
     d = max(d, 1)

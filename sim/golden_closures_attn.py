@@ -20,7 +20,6 @@ from systolica.sim.golden_closure_util import (
     _recip_int,
     _rr_int,
     _rshift_round_inplace,
-    _rshift_round_inplace_arr,
     _sat32_into,
 )
 from systolica.sim.golden_kernels import attn_kernel, attn_out_i64, compiled
@@ -79,11 +78,8 @@ def _attn(sim: GoldenSim, ins: Instr) -> Op | None:
         # the tile's scores, weights and sums as int64 / exact float arrays; every shift is checked to be in
         # 1..63 first (else the reference op runs)
         qe, ke = qexp.tolist(), kexp.tolist()
-        ve = [min(x, vexp_max) for x in vexp.tolist()]
+        ve = np.minimum(vexp.astype(_I64), vexp_max)
         if u_shift0 - max(qe) - max(ke) < 1 or u_shift0 - min(qe) - min(ke) > 63:
-            return reference(sim, ins)
-        v_pos = min(ve) >= 0
-        if not (v_pos or (max(ve) < 0 and min(ve) >= -63)):
             return reference(sim, ins)
         np.copyto(qf, q)
         np.copyto(kf, k)
@@ -102,16 +98,14 @@ def _attn(sim: GoldenSim, ins: Instr) -> Op | None:
         m1 = [max(mo, um) for mo, um in zip(m_old, u.max(axis=1).tolist(), strict=True)]
         a = [_exp2_scalar(min(max(mo - mm, int32_min), int32_max), frac_m, frac_e)
              for mo, mm in zip(m_old, m1, strict=True)]
-        p = exp2_fx(u - np.array(m1, _I64)[:, None], frac_m, frac_p)
+        um = u - np.array(m1, _I64)[:, None]
+        p = exp2_fx(um, frac_m, frac_p)
         big_l = [_rr_int(lo * ai, frac_e) + _rr_int(ps, guard)
                  for lo, ai, ps in zip(l_old, a, p.sum(axis=1).tolist(), strict=True)]
-        if v_pos:  # exact in float64: |p * (vq << vexp)| <= 2**38, sums < 2**50
-            pv = (p.astype(np.float64) @ (v.astype(_I64) << np.array(ve, _I64)[:, None]).astype(np.float64)
-                  ).astype(_I64)
-        else:
-            prod = p[:, :, None] * v.astype(_I64)[None, :, :]
-            _rshift_round_inplace_arr(prod, -np.array(ve, _I64)[None, :, None])
-            pv = prod.sum(axis=1)
+        # the weights with V's exponents applied, rounded once; exact in float64: |d * (vq << e)| <= 2**38,
+        # sums < 2**50
+        d = exp2_fx(um, frac_m, frac_p, down=np.maximum(-ve, 0)[None, :])
+        pv = (d.astype(np.float64) @ (v.astype(_I64) << np.maximum(ve, 0)[:, None]).astype(np.float64)).astype(_I64)
         _rshift_round_inplace(pv, guard)
         if init:
             big_o = pv

@@ -96,15 +96,15 @@ def _sat32_i64(x):  # pragma: no cover - compiled
     return max(min(x, np.int64(nx.INT32_MAX)), np.int64(nx.INT32_MIN))
 
 
-def _exp2_i64(u, ufrac, frac, base, delta):  # pragma: no cover - compiled
-    """numerics.exp2_fx of one int64 (``8 <= ufrac <= 24``, ``0 <= frac <= 30``)."""
+def _exp2_i64(u, ufrac, frac, base, delta, down=0):  # pragma: no cover - compiled
+    """numerics.exp2_fx of one int64 (``8 <= ufrac <= 24``, ``0 <= frac <= 30``, ``down >= 0``)."""
     u = min(u, 0)
     ip = u >> ufrac
     f = u & ((1 << ufrac) - 1)
     lob = ufrac - 8
     hi = f >> lob
     p = base[hi] + _rr_i64(delta[hi] * (f & ((1 << lob) - 1)), lob)
-    sh = min((30 - frac) - ip, 40)
+    sh = min((30 - frac) - ip + down, 40)
     return (p + ((np.int64(1) << sh) >> 1)) >> sh
 
 
@@ -133,9 +133,11 @@ def attn_tile_i64(q, qexp, k, kexp, v, vexp, ml, o, init, base, delta):  # pragm
         for j in range(t):
             pj = _exp2_i64(u[j] - m1, nx.ATTN_M_FRAC, nx.ATTN_P_FRAC, base, delta)
             psum += pj
-            sh = -min(np.int64(vexp[j]), np.int64(nx.ATTN_VEXP_MAX))
+            e = min(np.int64(vexp[j]), np.int64(nx.ATTN_VEXP_MAX))
+            dj = _exp2_i64(u[j] - m1, nx.ATTN_M_FRAC, nx.ATTN_P_FRAC, base, delta, max(-e, np.int64(0)))
+            left = max(e, np.int64(0))
             for c in range(hdim):
-                pv[c] += _rr_i64(pj * np.int64(v[j, c]), sh)
+                pv[c] += (dj * np.int64(v[j, c])) << left
         guard = nx.ATTN_P_FRAC - nx.ATTN_FRAC
         l_old = np.int64(0) if init else np.int64(ml[i, 1])
         big_l = _rr_i64(l_old * a, nx.EXP_FRAC) + _rr_i64(psum, guard)

@@ -78,10 +78,17 @@ def attn_tile(q, qexp, k, kexp, v, vexp, state: AttnState | None, offset: int, c
         a    = exp2_fx(m - m1, 20, 30)                     # rescale of the old state, Q30 (m - m1 saturated)
         p_j  = exp2_fx(u_j - m1, 20, 28) if valid_j else 0  # Q28 (8 guard bits), the maximum gives 2**28
         L    = rshift_round(l * a, 30) + rshift_round(sum_j p_j, 8)
-        PV   = sum_j rshift_round(p_j * vq_j, -min(vexp_j, 3))       # Q28, |PV| < 2**50
+        e_j  = min(vexp_j, 3)
+        d_j  = exp2_fx(u_j - m1, 20, 28, down=max(-e_j, 0)) if valid_j else 0   # p_j * 2**e_j, rounded once
+        PV   = sum_j (d_j * vq_j) << max(e_j, 0)                      # Q28, |PV| < 2**50
         O    = rshift_round(o * a, 30) + rshift_round(PV, 8)
         r    = max(0, bitlen(L) - 21)
         return sat32(m1 + (r << 20)), rshift_round(L, r), sat32(rshift_round(O, r))
+
+    ``p_j`` weighs ``l``; ``d_j``, the weight with V's exponent applied (one rounding of ``p_j * 2**vexp_j`` a
+    token and row, not one a product), weighs the values, so a p.V term is an exact product (in hardware a
+    multiplier a lane, no shifter).  ``d_j`` keeps ``28 + vexp_j`` fraction bits: its rounding adds at most
+    ``|vq_j| / 2**29`` to a row's ``PV / 2**28``, far below V's own quantization step.
 
     Accuracy of ``attn_finish`` after any number of tiles, vs float softmax
     attention on the dequantized q, k, v: <= 1 lsb + 1e-5 * max|v| (measured:
@@ -115,12 +122,10 @@ def attn_tile(q, qexp, k, kexp, v, vexp, state: AttnState | None, offset: int, c
     p = exp2_fx(u - m1[:, None], ATTN_M_FRAC, ATTN_P_FRAC)  # u - m1 in [-2**32, 0]: fine in int64
     guard = ATTN_P_FRAC - ATTN_FRAC
     big_l = rshift_round(state.l.astype(np.int64) * a, EXP_FRAC) + rshift_round(p.sum(axis=1), guard)
-    vt = v[:tv]
-    sh = -vexp[:tv]
-    if np.all(sh <= 0):  # exact in float64: |p * (vq << vexp)| <= 2**38, sums < 2**50
-        pv = (p.astype(np.float64) @ (vt << -sh[:, None]).astype(np.float64)).astype(np.int64)
-    else:
-        pv = rshift_round(p[:, :, None] * vt[None, :, :], sh[None, :, None]).sum(axis=1)
+    e = vexp[:tv]
+    d = exp2_fx(u - m1[:, None], ATTN_M_FRAC, ATTN_P_FRAC, down=np.maximum(-e, 0)[None, :])
+    # exact in float64: |d * (vq << max(e, 0))| <= 2**28 * 2**10, sums < 2**50
+    pv = (d.astype(np.float64) @ (v[:tv] << np.maximum(e, 0)[:, None]).astype(np.float64)).astype(np.int64)
     big_o = rshift_round(state.o.astype(np.int64) * a[:, None], EXP_FRAC) + rshift_round(pv, guard)
     r = np.maximum(bitlen(big_l) - ATTN_L_BITS, 0)
     return AttnState(sat32(m1 + (r << ATTN_M_FRAC)), sat32(rshift_round(big_l, r)),

@@ -153,22 +153,26 @@ def rsqrt_fx(v, e=0):
     return y, 30 + K
 
 
-def exp2_fx(u, ufrac: int, frac: int = EXP_FRAC):
-    """``2**(u / 2**ufrac)`` for ``u <= 0`` (positive ``u`` counts as 0), with ``frac`` fraction bits.
+def exp2_fx(u, ufrac: int, frac: int = EXP_FRAC, down=0):
+    """``2**(u / 2**ufrac) / 2**down`` for ``u <= 0`` (positive ``u`` counts as 0), with ``frac`` fraction bits.
 
     The integer part of the power is a shift, the fraction a 256-entry LUT with
-    linear interpolation (``8 <= ufrac <= 24``, ``0 <= frac <= 30``)::
+    linear interpolation (``8 <= ufrac <= 24``, ``0 <= frac <= 30``; ``down >= 0``, a scalar or an
+    array broadcast with ``u``, joins the final shift, so the result is rounded once)::
 
         ip = u >> ufrac;  f = u & (2**ufrac - 1)         # u = ip + f/2**ufrac, ip <= 0
         hi = f >> (ufrac - 8);  lo = f & (2**(ufrac - 8) - 1)
         p  = EXP_BASE[hi] + rshift_round(EXP_DELTA[hi] * lo, ufrac - 8)   # 2**(f/2**ufrac), Q30
-        return rshift_round(p, 30 - frac - ip)
+        return rshift_round(p, min(30 - frac - ip + down, 40))
 
     Relative error of ``p`` < 9.2e-7 (the chord of a convex curve lies above
-    it); ``2**0`` is exactly ``2**frac``.
+    it); ``2**0`` is exactly ``2**frac``.  The cap of the shift at 40 changes nothing (``p < 2**31``).
     """
     if not 0 <= frac <= EXP_FRAC or not 8 <= ufrac <= 24:
         raise ValueError(f"exp2_fx: need 0 <= frac <= {EXP_FRAC} and 8 <= ufrac <= 24, got frac={frac}, ufrac={ufrac}")
+    down = as_int64(down, "down")
+    if np.any(down < 0):
+        raise ValueError("exp2_fx: down must be >= 0")
     u = np.minimum(as_int64(u, "u"), 0)
     ip = u >> ufrac
     f = u & ((1 << ufrac) - 1)
@@ -176,7 +180,7 @@ def exp2_fx(u, ufrac: int, frac: int = EXP_FRAC):
     hi = f >> lob
     p = EXP_BASE[hi] + rshift_round(EXP_DELTA[hi] * (f & ((1 << lob) - 1)), lob)
     # rshift_round(p, sh) inline: p < 2**31, and any shift beyond 40 gives 0 as well
-    sh = np.minimum((EXP_FRAC - frac) - ip, 40)
+    sh = np.minimum((EXP_FRAC - frac) - ip + down, 40)
     return (p + ((np.int64(1) << sh) >> 1)) >> sh
 
 

@@ -48,12 +48,12 @@ def rsqrt(v: int, e: int) -> tuple[int, int]:
     return y, 30 + K
 
 
-def exp2(u: int, ufrac: int, frac: int) -> int:
+def exp2(u: int, ufrac: int, frac: int, down: int = 0) -> int:
     u = min(u, 0)
     ip, f = u >> ufrac, u & ((1 << ufrac) - 1)
     hi, lo = f >> (ufrac - 8), f & ((1 << (ufrac - 8)) - 1)
     p = BASE[hi] + rr(DELTA[hi] * lo, ufrac - 8)
-    return rr(p, 30 - frac - ip)
+    return rr(p, 30 - frac - ip + down)
 
 
 def exp(x: int, frac: int) -> int:
@@ -118,10 +118,12 @@ def attn_tile(q, qexp, k, kexp, v, vexp, state, offset, causal):
     m1 = max([m] + [u[j] for j in range(len(k)) if valid[j]])
     a = exp2(sat32(m - m1), 20, 30)
     p = [exp2(u[j] - m1, 20, 28) if valid[j] else 0 for j in range(len(k))]
+    # the weights with V's exponent applied, rounded once
+    d = [exp2(u[j] - m1, 20, 28, max(-min(vexp[j], 3), 0)) if valid[j] else 0 for j in range(len(k))]
     big_l = rr(lsum * a, 30) + rr(sum(p), 8)
     big_o = []
     for i in range(len(q)):
-        pv = sum(rr(p[j] * v[j][i], -min(vexp[j], 3)) for j in range(len(k)))
+        pv = sum((d[j] * v[j][i]) << max(min(vexp[j], 3), 0) for j in range(len(k)))
         big_o.append(rr(o[i] * a, 30) + rr(pv, 8))
     r = max(0, big_l.bit_length() - 21)
     return sat32(m1 + (r << 20)), rr(big_l, r), [sat32(rr(x, r)) for x in big_o]

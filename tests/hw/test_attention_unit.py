@@ -57,6 +57,8 @@ def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), ca
         v = rng.integers(-127, 128, size=(t, hd), dtype=np.int8)
         kexp = rng.integers(-9, -4, size=t)
         vexp = rng.integers(-10, 5, size=t)  # some above 3: clamped by numerics and the unit
+        # and a few far below: d_j's shift reaches the exp2 pipeline's cap of 40 (d_j = 0) and the field's of 42
+        vexp = np.where(rng.random(t) < 0.1, rng.integers(-80, -25, size=t), vexp)
         offset = qpos - pos0
         new = numerics.attn_tile(q, qexp, k, kexp, v, vexp, state, offset, causal)
         for r0 in range(0, nq, R):  # GQA: the rows of the group share the tile, R of them a job
