@@ -27,15 +27,15 @@ SMOLLM2_LAYER = dict(arch="llama", dim=576, n_layers=1, n_heads=9, n_kv_heads=3,
 
 
 def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: Path | None = None,
-              say=print, model=None, batch: int = 1, weights: str = "int8", page: int | None = 16) -> dict:
+              say=print, model=None, batch: int = 1, weights: str = "int8", page: int | None = None) -> dict:
     """RTL and model figures of the decode step at position ``context`` (see the module docstring).
 
     ``model``: a :class:`~systolica.model.Model` to decode instead of the one SmolLM2-shaped layer (for
     example the whole SmolLM2, ``--model default``).  ``batch`` > 1: the batched decode step of that many
     sequences, every one at ``context`` on its own KV pages.  ``weights``: ``compile_model``'s matrix format
     (``"auto"`` or ``"int4"``: the 4-bit GEMM_STREAMs of a Q4 checkpoint; the one layer is float, so int4 there
-    quantizes it to 4-bit groups).  ``page``: the KV page in tokens (``None``: the compiler's choice; 16 by default,
-    the page the figures in docs/performance.md were measured at)."""
+    quantizes it to 4-bit groups).  ``page``: the KV page in tokens (``None``, the default: the compiler's choice, as
+    ``systolica compile`` / ``run`` / ``bench`` make it; docs/performance.md's figures since 2026-12-05 are at it)."""
     from systolica.artifact import StepState
     from systolica.compiler.compile import compile_model
     from systolica.compiler.kv_page import page_and_context
@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", help="decode this model instead of one layer: 'default' (SmolLM2-135M) or a "
                                     "checkpoint path (a whole token of SmolLM2 on kv260 is ~2.5 M cycles)")
     ap.add_argument("--attn-rows", type=int, help="the board preset with this many attention rows (config.attn_rows)")
-    ap.add_argument("--page", default="16", help="KV page in tokens, or 'auto' for the compiler's choice (default 16)")
+    ap.add_argument("--page", default="auto",
+                    help="KV page in tokens, or 'auto' for the compiler's choice (default auto)")
     ap.add_argument("--batch", type=int, default=1, help="decode this many sequences in one batched step (default 1)")
     ap.add_argument("--weights", choices=("int8", "int4", "auto"), default="int8",
                     help="matrix weights (compile_model's weights; default int8)")

@@ -36,13 +36,14 @@ beat with ``data[1] = l``, then the ``hd/C`` lines of ``o`` (kind ``STATE_O``); 
 reciprocal of ``l`` (:class:`~systolica.hw.recip.Reciprocal`, 33 cycles) each line gives
 ``sat32(rsr(o * y, k - 16))`` (fx), or 0 when ``l = 0``.
 
-With ``cfg.attn_pv_shared`` the rows of a job take turns on one ``exp2`` pipeline and one set of ``C`` p.V
-lanes instead of a copy each: a V line stays on the stream for ``n`` cycles (``n`` rows in the job; K is still
-one line a cycle for all of them), entering the pipeline once a row with that row's score (the row rides in
-the tag), and is taken with its last row; each row's ``PV`` sits at the address (row, line) of one memory a
-lane, and state A's rescales take a row a cycle.  A row then costs its K-side products and sum tree, its
-score buffer and its state registers, not another ``exp2`` pipeline and ``C`` more p.V products, shifts and
-56-bit sums; a job's V phase costs ``n`` times its lines instead of once.
+With ``cfg.attn_pv_shared`` the rows of a job take turns on ``S = cfg.attn_pv_sets`` ``exp2`` pipelines and sets
+of ``C`` p.V lanes instead of a copy each: row ``r`` is on set ``r % S`` in slot ``r // S``; a V line stays on the
+stream for ``ceil(n / S)`` cycles (``n`` rows in the job; K is still one line a cycle for all of them), entering
+the pipelines once a slot with its rows' scores (the slot rides in the tag), and is taken with its last slot;
+each row's ``PV`` sits at the address (slot, line) of its set's memory a lane, and state A's rescales take a
+slot a cycle.  A row then costs its K-side products and sum tree, its
+score buffer and its state registers, not another ``exp2`` pipeline and ``C`` more p.V products and
+56-bit sums; a job's V phase costs ``ceil(n / S)`` times its lines instead of once.
 
 A tile with no unmasked token returns the state unchanged, as numerics does.  GQA groups
 of more than ``R`` rows are several jobs over the same tile (it stays in the scratchpad).
@@ -123,7 +124,8 @@ class AttentionUnit(wiring.Component):
             raise ValueError(f"max_lines={max_lines!r} must be in 1..63 (ATTN's hd field)")
         self.cfg, self.max_tokens, self.max_lines = cfg, max_tokens, max_lines
         self.rows = cfg.attn_rows  # query rows of one job, through each K / V line together
-        self.pv_shared = bool(cfg.attn_pv_shared) and self.rows > 1  # the rows take turns on one set of p.V lanes
+        self.pv_shared = bool(cfg.attn_pv_shared) and self.rows > 1  # the rows take turns on sets of p.V lanes
+        self.pv_sets = cfg.attn_pv_sets if self.pv_shared else 1  # how many sets (and exp2 pipelines) they share
         self.lanes = cfg.line_width  # lanes of the state-line datapath (O pass, ATTN_OUT)
         C = cfg.cols
         line = data.ArrayLayout(signed(32), C)
@@ -158,10 +160,13 @@ class AttentionUnit(wiring.Component):
         # the read and write addresses, one copy a lane each (hw/attn_pipes.py: AddrCopies; half the lanes'
         # memories are addressed in reverse, so that Yosys keeps the copies apart)
         li_w = max(1, (self.max_lines - 1).bit_length())  # addresses 0 .. max_lines - 1
-        # rows sharing the lanes (attn_pv_shared): one memory a lane, addressed by the row and the line
+        # rows sharing the lanes (attn_pv_shared): S sets of lanes, row r on set r % S in slot r // S; one memory a
+        # lane, addressed by the slot and the line.  A V line enters the S exp2 pipelines NP times, a slot a cycle
         shared = self.pv_shared
-        row_w = (R - 1).bit_length() if shared else 0
-        PVG = 1 if shared else R  # lane groups: one a row, or one shared by the rows
+        S = self.pv_sets
+        NP = -(-R // S)  # slots (passes of a V line)
+        row_w = (NP - 1).bit_length() if shared else 0
+        PVG = S if shared else R  # lane groups: one a row, or the S sets shared by the rows
         pv_raddr = AddrCopies(m, "pv_raddr", li_w + row_w, C)
         pv_waddr = AddrCopies(m, "pv_waddr", li_w + row_w, C)
         pvmems = [[mem(f"pvmem{_s(r)}_{c}", signed(PV_BITS), pv_raddr.depth) for c in range(C)] for r in range(PVG)]
@@ -185,6 +190,8 @@ class AttentionUnit(wiring.Component):
         hi = Signal(range(R), name="hdr_row")  # row of the HDR / Q beat
         ri = Signal(range(R), name="out_row")  # row of the L / OUTH / O pass
         nlast = Signal(range(R), name="last_row")  # the job's last row
+        # its slot (the last pass of a V line; shared lanes): the row itself with one set
+        nlp = nlast if S == 1 else Signal(range(NP), name="last_slot")
         li = Signal(range(self.max_lines + 1))  # line within the current token / head
         tok = Signal(range(self.max_tokens + 1))
         anyv = Signal()  # some token of the tile was unmasked (the same for every row: one query position)
@@ -215,7 +222,7 @@ class AttentionUnit(wiring.Component):
         e_fields = {"v": 1, "isv": 1, "ok": 1, "fo": range(3), "fd": range(43), "exp": signed(8),
                     "li": range(self.max_lines + 1),
                     "first": 1, "eot": 1, "data": data.ArrayLayout(signed(8), C)}
-        e_l = data.StructLayout({**e_fields, "row": range(R)} if shared else e_fields)
+        e_l = data.StructLayout({**e_fields, "row": range(NP)} if shared else e_fields)  # shared: the slot
         e_in = Signal(e_l, name="exp_issue")  # what enters X1 this cycle (A: isv = 0; V: a line)
         # the V line's fields in every cycle (state A overrides isv and fo): only e_in.v waits for the handshake,
         # so X1's tag registers load without an enable (a reset from `fire` on each was 5 ns of routing)
@@ -224,12 +231,18 @@ class AttentionUnit(wiring.Component):
                      e_in.fd.eq(Mux(p.exp >= 0, 2, Mux(p.exp < -40, 42, 2 - p.exp)))]
         m.d.comb += [e_in.data[c].eq(p.data[c][0:8]) for c in range(C)]
         if shared:
-            # X1's operand and its row's running maximum (registered beside X1: X2 takes x1 - m1)
-            m1_x = Signal(signed(32), name="exp_m1_row", reset_less=True)
-            m.d.sync += m1_x.eq(Array(m1)[e_in.row])
-            x_row = Signal(signed(32), name="exp_in_row")
-            m.d.comb += x_row.eq(Array(exp_in)[e_in.row])
-            etag, e_fin, e_dn = exp2_pipelines(m, e_l, e_in, [x_row], [m1_x], _s, down_field="fd")
+            # X1's operands, one a set: its row's (slot * S + set) score or m, and running maximum (registered beside
+            # X1: X2 takes x1 - m1); a row past the last (the last slot of R rows on S sets) is a don't-care
+            x_rows, m1_xs = [], []
+            for g in range(S):
+                row_g = e_in.row if S == 1 else e_in.row * S + g
+                m1_x = Signal(signed(32), name=f"exp_m1_row{_s(g)}", reset_less=True)
+                m.d.sync += m1_x.eq(Array(m1)[row_g])
+                x_row = Signal(signed(32), name=f"exp_in_row{_s(g)}")
+                m.d.comb += x_row.eq(Array(exp_in)[row_g])
+                x_rows.append(x_row)
+                m1_xs.append(m1_x)
+            etag, e_fin, e_dn = exp2_pipelines(m, e_l, e_in, x_rows, m1_xs, _s, down_field="fd")
         else:
             etag, e_fin, e_dn = exp2_pipelines(m, e_l, e_in, exp_in, m1, _s, down_field="fd")
         # m_old in state A, else the score read from block RAM (one select: what X1 holds outside A and V is
@@ -249,7 +262,7 @@ class AttentionUnit(wiring.Component):
         take_sl = fsm.group("sl", ["FOUT", "O"])
         # rows sharing the p.V lanes: a V line enters the exp2 pipeline once a row (`e_row`), n cycles, and is
         # taken with its last row (`v_last`, a register: the line stays on the stream until then)
-        e_row = Signal(range(R), name="exp_row")
+        e_row = Signal(range(NP), name="exp_row")  # the slot (with one set: the row)
         v_last = Signal(init=1, name="v_last_row")
         if shared:
             take_all = Signal(name="take_all")
@@ -298,7 +311,7 @@ class AttentionUnit(wiring.Component):
         v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), PVG),
                                        "d": data.ArrayLayout(unsigned(29), PVG), "exp": signed(8),
                                        "li": unsigned(li_w + row_w) if shared else range(self.max_lines + 1),
-                                       "first": 1, "eot": 1, "row": range(R),
+                                       "first": 1, "eot": 1, "row": range(NP if shared else R),
                                        "data": data.ArrayLayout(signed(8), C)}))
         e4 = etag[-1]
         m.d.sync += [v1.v.eq(e4.v & e4.isv), v1.exp.eq(e4.exp), v1.first.eq(e4.first), v1.eot.eq(e4.eot),
@@ -307,13 +320,13 @@ class AttentionUnit(wiring.Component):
         m.d.sync += [v1.d[q].eq(Mux(e4.ok, e_dn[q][:29], 0)) for q in range(PVG)]
         if shared:
             m.d.sync += [v1.li.eq(Cat(e4.li[:li_w], e4.row[:row_w])), v1.row.eq(e4.row)]
-            with m.If(e4.v & ~e4.isv):  # state A's rescales, one row an entry
+            with m.If(e4.v & ~e4.isv):  # state A's rescales, one slot an entry (its row on each set)
                 for q in range(R):
-                    with m.If(e4.row == q):
-                        m.d.sync += a[q].eq(e_fin[0])
+                    with m.If(e4.row == q // S):
+                        m.d.sync += a[q].eq(e_fin[q % S])
             for q in range(R):  # sum p_j once a token (on its last line)
-                with m.If(v1.v & v1.eot & (v1.row == q)):
-                    m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[0])
+                with m.If(v1.v & v1.eot & (v1.row == q // S)):
+                    m.d.sync += sum_p[q].eq(sum_p[q] + v1.p[q % S])
         else:
             m.d.sync += v1.li.eq(e4.li)
             with m.If(e4.v & ~e4.isv):  # state A's rescales
@@ -349,11 +362,17 @@ class AttentionUnit(wiring.Component):
         done_groups = Signal(32 * L * (G - 1), name="o_groups_done", reset_less=True)
         is_fout = Signal()  # the FSM is in FOUT (ATTN_OUT: o * y) rather than O (ATTN: rescale and add p.V)
         pv_lines = [Cat(*[pv_r.data for pv_r in row]) for row in pv_rs]
-        pv_o = Array(pv_lines)[ri] if PVG > 1 else pv_lines[0]
+        # row ri's PV: its set's lanes (shared: ri % S) at its slot (ri // S)
+        if shared and S > 1:
+            ri_set = Array([Const(r % S, range(S)) for r in range(R)])[ri]
+            ri_slot = Array([Const(r // S, range(NP)) for r in range(R)])[ri]
+        else:
+            ri_set = ri_slot = ri
+        pv_o = Array(pv_lines)[ri_set] if PVG > 1 else pv_lines[0]
 
         def pv_line_addr(line):
             """The PV address of the O pass's ``line`` of row ``ri``."""
-            return Cat(line[:li_w], ri[:row_w]) if shared else line
+            return Cat(line[:li_w], ri_slot[:row_w]) if shared else line
         xs = p.data.as_value().word_select(g, 32 * L) if G > 1 else p.data.as_value()
         pvs = pv_o.word_select(g, PV_BITS * L) if G > 1 else pv_o
         fsh = Signal(signed(10))
@@ -460,6 +479,8 @@ class AttentionUnit(wiring.Component):
                         fsm.goto("FREQ")
                     with m.Elif(p.last):
                         m.d.sync += [nlast.eq(hi), hi.eq(0)]
+                        if S > 1:
+                            m.d.sync += nlp.eq(Array([Const(r // S, range(NP)) for r in range(R)])[hi])
                         fsm.goto("Q")
                     with m.Else():
                         m.d.sync += hi.eq(hi + 1)
@@ -510,22 +531,22 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += [sum_p[q].eq(0) for q in range(R)]
                 if shared:
                     m.d.sync += e_row.eq(e_row + 1)
-                    with m.If(e_row == nlast):
-                        m.d.sync += [e_row.eq(0), v_last.eq(nlast == 0)]
+                    with m.If(e_row == nlp):
+                        m.d.sync += [e_row.eq(0), v_last.eq(nlp == 0)]
                         fsm.goto("AW")
                 else:
                     fsm.goto("AW")
             # a is registered as it leaves E5 (shared: the last row's)
-            with fsm.state("AW"), m.If(etag[-1].v & ((etag[-1].row == nlast) if shared else 1)):
+            with fsm.state("AW"), m.If(etag[-1].v & ((etag[-1].row == nlp) if shared else 1)):
                 fsm.goto("V")
             # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line; shared: the line once
             # a row into the one pipeline, taken with its last row
             if shared:
                 with fsm.state("V"), m.If(tk["V"]):
                     m.d.comb += e_in.v.eq(1)
-                    m.d.sync += [e_row.eq(e_row + 1), v_last.eq(e_row + 1 == nlast)]
+                    m.d.sync += [e_row.eq(e_row + 1), v_last.eq(e_row + 1 == nlp)]
                     with m.If(v_last):
-                        m.d.sync += [e_row.eq(0), v_last.eq(nlast == 0)]
+                        m.d.sync += [e_row.eq(0), v_last.eq(nlp == 0)]
             with fsm.state("V"), m.If(tk_v):
                 if not shared:
                     m.d.comb += e_in.v.eq(1)

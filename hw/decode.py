@@ -154,8 +154,8 @@ class InstructionDecoder(wiring.Component):
         with m.Switch(h.opcode):
             for op in OPS:
                 with m.Case(op.code):
-                    if op.name not in RTL_OPS:
-                        m.d.comb += code_sig.eq(Fault.ILLEGAL_OPCODE)
+                    if op.name not in RTL_OPS or (op.name == "SOFTMAX" and not cfg.softmax_unit):
+                        m.d.comb += code_sig.eq(Fault.ILLEGAL_OPCODE)  # (or an op this config does not build)
                         continue
                     v = getattr(ins, op.name.lower())
                     eng = Signal(2, name=f"eng_{op.name.lower()}")

@@ -66,7 +66,9 @@ class RowPassSequencer(wiring.Component):
 
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg
-        self.quant, self.softmax, self.norm = QuantUnit(cfg), SoftmaxUnit(cfg), NormUnit(cfg)
+        # no softmax unit with cfg.softmax_unit = 0 (the decoder refuses SOFTMAX as ILLEGAL_OPCODE there)
+        self.quant, self.norm = QuantUnit(cfg), NormUnit(cfg)
+        self.softmax = SoftmaxUnit(cfg) if cfg.softmax_unit else None
         C = cfg.cols
         vb = (cfg.vbuf_lines - 1).bit_length()
         sb = (cfg.spad_lines - 1).bit_length()
@@ -81,7 +83,10 @@ class RowPassSequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         C = self.cfg.cols
-        m.submodules.quant, m.submodules.softmax, m.submodules.norm = qu, sm, nu = self.quant, self.softmax, self.norm
+        m.submodules.quant, m.submodules.norm = qu, nu = self.quant, self.norm
+        sm = self.softmax
+        if sm is not None:
+            m.submodules.softmax = sm
         ins = data.View(instr_layout(), self.word)
         # The word holds still from before start until busy falls (the compute engine loads it, waits for its
         # tokens, then starts this sequencer a cycle later), so what start loads is decoded from it a cycle
@@ -91,7 +96,7 @@ class RowPassSequencer(wiring.Component):
 
         op = ins.nop.h.opcode
         q_ = op == OP_BY_NAME["QUANT"].code
-        s_ = op == OP_BY_NAME["SOFTMAX"].code
+        s_ = (op == OP_BY_NAME["SOFTMAX"].code) if sm is not None else Const(0)
         ln_ = op == OP_BY_NAME["LAYERNORM"].code
         nrm = ins.rmsnorm  # RMSNORM and LAYERNORM share their layout
         rows = Mux(q_, ins.quant.rows, Mux(s_, ins.softmax.rows, nrm.rows))
@@ -232,8 +237,8 @@ class RowPassSequencer(wiring.Component):
             with m.If(took & (rp == j)):
                 m.d.sync += sv[j].eq(0)
         rps = []
-        for unit, sel, fields in ((qu, is_q, (("data", qa),)), (sm, is_s, (("data", a),)),
-                                  (nu, is_n, (("a", a), ("b", b), ("c", c)))):
+        units = [(qu, is_q, (("data", qa),)), (sm, is_s, (("data", a),)), (nu, is_n, (("a", a), ("b", b), ("c", c)))]
+        for unit, sel, fields in [u for u in units if u[0] is not None]:
             nm = unit.__class__.__name__.lower()
             rp_u = Signal(name=f"rp_{nm}")
             rps.append(rp_u)
@@ -256,7 +261,6 @@ class RowPassSequencer(wiring.Component):
             m.d.sync += [sv[0].eq(0), sv[1].eq(0), wp.eq(0), rp.eq(0), *[x.eq(0) for x in rps]]
         m.d.comb += [qu.i_stream.payload.split.eq(split),
                      qu.i_stream.payload.empty.eq(ins.quant.lines == 0),
-                     sm.i_stream.payload.n.eq(ins.softmax.n),
                      nu.i_stream.payload.n.eq(nrm.n), nu.i_stream.payload.eps.eq(nrm.eps),
                      nu.i_stream.payload.center.eq(is_ln)]
 
@@ -281,14 +285,19 @@ class RowPassSequencer(wiring.Component):
         # lanes past n in a row's last line are written as 0 (the golden simulator's padded rows); the norm
         # unit leaves them as computed, so they are masked here, beat by beat (NW lanes, not a whole line):
         # `beat_left` is the row's elements from this beat's lane 0 on, `lanes_left` the same at line starts
-        vvalid = Mux(is_s, sm.o_stream.valid, nu.o_stream.valid) & ~is_q
+        if sm is not None:
+            m.d.comb += sm.i_stream.payload.n.eq(ins.softmax.n)
+        # the softmax unit's output or the norm unit's (there is no softmax unit: the norm unit's)
+        def vsel(f):
+            return f(nu) if sm is None else Mux(is_s, f(sm), f(nu))
+        vvalid = vsel(lambda u: u.o_stream.valid) & ~is_q
         beat_left = Signal(signed(18))
         lanes_left = Signal(17)
         with m.If(self.start):
             m.d.sync += [lanes_left.eq(n), beat_left.eq(n)]
-        vraw = Mux(is_s, sm.o_stream.payload.data.as_value(), nu.o_stream.payload.data.as_value())
+        vraw = vsel(lambda u: u.o_stream.payload.data.as_value())
         vbeat = Cat(*[Mux(beat_left > c, vraw[32 * c:32 * c + 32], 0) for c in range(NW)])
-        vlast = Mux(is_s, sm.o_stream.payload.last, nu.o_stream.payload.last)
+        vlast = vsel(lambda u: u.o_stream.payload.last)
         vdata, vout = gather(m, vvalid, vbeat, NB, "vgat", clear=self.start)
         m.d.comb += [self.out_addr.eq(vptr), self.out_en.eq(vout), self.out_data.eq(vdata)]
         row_end = vout & (lanes_left <= C)  # the row's last line completes with this beat

@@ -175,6 +175,8 @@ class _Gen:
         if self.pending:  # the continuation tiles of an ATTN chain
             return self.pending.pop(0)
         w = np.asarray(_OP_WEIGHTS, dtype=np.float64)
+        if not self.cfg.softmax_unit:  # an op the config does not build (ILLEGAL_OPCODE): not drawn
+            w = np.where(np.array(RTL_RANDOM_OPS) == "SOFTMAX", 0.0, w)
         name = RTL_RANDOM_OPS[int(self.rng.choice(len(RTL_RANDOM_OPS), p=w / w.sum()))]
         if name in ("LOAD", "STORE"):
             return make(name, **self.dma(name))

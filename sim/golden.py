@@ -264,6 +264,9 @@ def _check_word(sim: GoldenSim, word: int):
         legal = format_instr(decode(word & ((1 << spec.used_bits) - 1)))
         return _Stop(Fault.ILLEGAL_FIELD, -1, f"{legal}: reserved bits set in word {word:#034x} "
                                               f"(bits above {spec.used_bits - 1} must be 0)")
+    if ins.op == "SOFTMAX" and not sim.cfg.softmax_unit:
+        return _Stop(Fault.ILLEGAL_OPCODE, -1, f"{format_instr(ins)}: config {sim.cfg.name!r} has no softmax unit "
+                                               "(softmax_unit = 0)")
     why = check_static(ins)
     if why is not None:
         return _Stop(Fault.ILLEGAL_FIELD, -1, f"{format_instr(ins)}: {why}")

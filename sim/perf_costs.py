@@ -401,11 +401,13 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
     # + 3: the sequencer's start, its beat FIFO's output register and its output register
     cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 3
     if cfg.attn_pv_shared and R > 1:
-        # the job's n rows take turns on one exp2 pipeline and one set of p.V lanes: a V line every n cycles, not
-        # every cycle (n - 1 more a line), the rescales of state A one a cycle, and the last line's rows
-        # (hw/attention_unit.py; calibrated on the RTL: sim/perf_validate.py, attn_nq*)
+        # the job's n rows take turns on attn_pv_sets exp2 pipelines and sets of p.V lanes, a slot of S rows at a
+        # time: a V line every ceil(n / S) cycles, not every cycle (that many - 1 more a line), the rescales of
+        # state A one slot a cycle, and the last line's slots (hw/attention_unit.py; calibrated on the RTL:
+        # sim/perf_validate.py, attn_nq*)
+        S = cfg.attn_pv_sets
         rows = [min(R, nq - j * R) for j in range(jobs)]
-        cyc += sum((n - 1) * (t * hd + 1) + 2 for n in rows)
+        cyc += sum((-(-n // S) - 1) * (t * hd + 1) + 2 for n in rows)
     return OpCost(cyc, array_busy=0, macs=2 * nq * t * hd * cols)
 
 

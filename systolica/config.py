@@ -80,6 +80,13 @@ class AccelConfig:
     # n cycles a V line for a job of n rows (K still once for all of them), so a row costs its K-side products, score
     # buffer and exp2 pipeline, not a copy of the lanes' p * v products, shifts and 56-bit sums (~9.6k LUT a row at
     # 16 lanes on xcup, docs/boards.md); 0: a copy of the lanes per row, V at one line a cycle
+    softmax_unit: int = 1  # 1: the row-pass sequencer has a softmax unit (the SOFTMAX line op); 0: it has none and
+    # SOFTMAX is ILLEGAL_OPCODE on this configuration -- the compiler emits no SOFTMAX (attention runs ATTN /
+    # ATTN_OUT with its own exp2), so the board presets leave out its nonlinear_lanes lanes of exp tables,
+    # reciprocal and products (5.2k LUT and 40 DSP at kv260's 4 lanes on xcup)
+    attn_pv_sets: int = 1  # with attn_pv_shared: the sets of p * v lanes (and exp2 pipelines) the rows of a job take
+    # turns on: a V line stays ceil(n / sets) cycles for a job of n rows (rows s, s + sets, ... on set s); at most
+    # attn_rows
     array_lut_muls: int = 0  # 1: the systolic array's int8 products as shift-and-add in LUTs, not multipliers -- for
     # parts whose few multipliers sit far from the logic around them (ECP5: 141 of the 85F's 156 MULT18X18D, spread
     # over the die, put the array's products ~100 tiles from their registers); 0: one multiplier a PE
@@ -144,6 +151,7 @@ class AccelConfig:
                 nl -= 1
             nl = 0 if nl >= width else nl
         changes.setdefault("attn_rows", min(self.attn_rows, width, 8))  # each row needs a lane multiplier
+        changes.setdefault("attn_pv_sets", min(self.attn_pv_sets, max(1, changes["attn_rows"])))
         return self.replace(rows=rows, cols=cols, line_lanes=lanes, nonlinear_lanes=nl, **changes)
 
     @property
@@ -205,6 +213,11 @@ class AccelConfig:
         if not (isinstance(self.attn_rows, int) and 1 <= self.attn_rows <= min(8, self.line_width)):
             yield (f"attn_rows={self.attn_rows} must be in 1..min(8, line_width={self.line_width}) (each query row "
                    f"of a tile scales its scores on one lane multiplier of the attention unit's state-line datapath)")
+        if not 1 <= self.attn_pv_sets <= max(1, self.attn_rows) or (self.attn_pv_sets > 1 and not self.attn_pv_shared):
+            yield (f"attn_pv_sets={self.attn_pv_sets} must be 1, or with attn_pv_shared = 1 at most attn_rows="
+                   f"{self.attn_rows} (the sets of p * v lanes the rows of a job take turns on)")
+        if self.softmax_unit not in (0, 1):
+            yield f"softmax_unit={self.softmax_unit} must be 0 (no softmax unit: SOFTMAX is an illegal opcode) or 1"
         if self.attn_pv_shared not in (0, 1):
             yield (f"attn_pv_shared={self.attn_pv_shared} must be 0 (a copy of the p * v lanes per query row) or 1 "
                    f"(the rows share them: V at n cycles a line)")
@@ -268,6 +281,10 @@ class AccelConfig:
             d.pop("attn_rows")
         if d["attn_pv_shared"] == 0:  # a copy of the p * v lanes per row: the hardware (and hash) of before the field
             d.pop("attn_pv_shared")
+        if d["attn_pv_sets"] == 1:  # one set of shared lanes: the hardware (and hash) of before the field
+            d.pop("attn_pv_sets")
+        if d["softmax_unit"] == 1:  # with a softmax unit: the hardware (and hash) of before the field
+            d.pop("softmax_unit")
         if d["dsp_muls"] == 0:  # those products in LUTs: the hardware (and hash) of before the field
             d.pop("dsp_muls")
         if d["array_lut_muls"] == 0:  # the array's products on multipliers: the hardware (and hash) of before the field

@@ -108,7 +108,8 @@ def render() -> str:
         out.append(f"| `{f.name}` | {_bits(f, lo)} | {_esc(f.why)} |")
         lo += f.bits
     out += ["", f"Operation fields follow from bit {lo} upward in table order. Unused opcodes of the "
-            f"{1 << OPCODE_BITS} are `ILLEGAL_OPCODE`.", ""]
+            f"{1 << OPCODE_BITS} are `ILLEGAL_OPCODE`, and so is `SOFTMAX` on a configuration built without a "
+            "softmax unit (`softmax_unit = 0`, as the board presets are: the compiler emits no SOFTMAX).", ""]
     out += ["## Summary", "", "| op | opcode | engine | bits used |", "| --- | --- | --- | --- |"]
     for op in sorted(OPS, key=lambda o: o.code):
         out.append(f"| [{op.name}](#{op.name.lower()}) | `{op.code:#04x}` | {_engine(op)} "

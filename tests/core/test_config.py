@@ -153,6 +153,29 @@ def test_attn_pv_shared_validates_and_keeps_the_default_hash():
             base.replace(attn_pv_shared=bad)
 
 
+def test_attn_pv_sets_validates_and_keeps_the_default_hash():
+    """attn_pv_sets: the sets of shared p * v lanes (1 keeps the hash of before the field)."""
+    shared = AccelConfig(cols=8, line_lanes=4, attn_rows=3, attn_pv_shared=1)
+    assert shared.attn_pv_sets == 1 and shared.replace(attn_pv_sets=1).hash32() == shared.hash32()
+    two = shared.replace(attn_pv_sets=2)
+    assert two.hash32() != shared.hash32() and AccelConfig.from_toml(two.to_toml()) == two
+    for cfg, bad in ((shared, 0), (shared, 4), (shared.replace(attn_pv_shared=0), 2)):
+        with pytest.raises(ConfigError, match=f"attn_pv_sets={bad} must be 1"):
+            cfg.replace(attn_pv_sets=bad)
+    assert two.replace(line_lanes=2, attn_rows=2).attn_pv_sets == 2
+    three = two.replace(line_lanes=0, attn_pv_sets=3)
+    assert three.reshaped(16, 16).attn_pv_sets == 3 and three.reshaped(2, 2).attn_pv_sets == 2  # at most attn_rows
+
+
+def test_softmax_unit_validates_and_keeps_the_default_hash():
+    base = AccelConfig(cols=8)
+    assert base.softmax_unit == 1 and base.replace(softmax_unit=1).hash32() == base.hash32()
+    none = base.replace(softmax_unit=0)
+    assert none.hash32() != base.hash32() and AccelConfig.from_toml(none.to_toml()) == none
+    with pytest.raises(ConfigError, match="softmax_unit=2 must be 0"):
+        base.replace(softmax_unit=2)
+
+
 def test_macs_per_dsp_validates_and_keeps_the_default_hash():
     base = AccelConfig(cols=8)
     assert base.replace(macs_per_dsp=1).hash32() == base.hash32()

@@ -23,8 +23,9 @@ DATA_LO, DATA_HI = 0x1000, 0x9000  # room for GEMM_STREAM's pages on 4 weight po
 
 
 #: the tiny preset; with 4 weight ports (GEMM_STREAM: a whole tile a beat) and 3 attention rows a KV pass
-#: (config.attn_rows) taking turns on one set of p * v lanes (config.attn_pv_shared), its attention p * v and GELU
-#: constants on multipliers (config.dsp_muls); with 2-lane line units (each 4-lane buffer line in 2 beats: hw/line_serial.py), 2 DMA
+#: (config.attn_rows) taking turns on two sets of p * v lanes (config.attn_pv_shared, attn_pv_sets; as kv260), its attention p * v and GELU
+#: constants on multipliers (config.dsp_muls) and no softmax unit (config.softmax_unit: its programs draw no
+#: SOFTMAX); with 2-lane line units (each 4-lane buffer line in 2 beats: hw/line_serial.py), 2 DMA
 #: ports, 2 attention rows and the array's products in logic (config.array_lut_muls); and with 2-lane line units whose activation, norm and softmax units have one
 #: lane (4 beats a line: config.nonlinear_lanes), an array with two MACs per multiplier
 #: (config.macs_per_dsp) and an attention unit for heads of at most 2 lines (config.attn_head_lines: the random
@@ -32,8 +33,8 @@ DATA_LO, DATA_HI = 0x1000, 0x9000  # room for GEMM_STREAM's pages on 4 weight po
 CONFIGS = {"tiny": (preset("tiny"), 500),
            "tiny_l2_d2": (preset("tiny").replace(name="tiny_l2_d2", line_lanes=2, dma_ports=2, attn_rows=2,
                                                  array_lut_muls=1), 250),
-           "tiny_d4": (preset("tiny").replace(name="tiny_d4", dma_ports=4, attn_rows=3, dsp_muls=1, attn_pv_shared=1),
-                       250),
+           "tiny_d4": (preset("tiny").replace(name="tiny_d4", dma_ports=4, attn_rows=3, dsp_muls=1, attn_pv_shared=1,
+                                              attn_pv_sets=2, softmax_unit=0), 250),
            "tiny_l2_n1_p2": (preset("tiny").replace(name="tiny_l2_n1_p2", line_lanes=2, nonlinear_lanes=1,
                                                     macs_per_dsp=2, attn_head_lines=2), 250)}
 
@@ -89,7 +90,8 @@ def test_fast_path_random_programs_match_golden(fast):
           f"{len(mismatches)} mismatches; outcomes {outcomes}; executed {per_op}")
     assert not mismatches, mismatches[:3]
     assert len(outcomes) >= 7, outcomes
-    assert all(per_op.get(op, 0) > 0 for op in RTL_RANDOM_OPS), per_op
+    built = [op for op in RTL_RANDOM_OPS if op != "SOFTMAX" or cfg.softmax_unit]  # the ops this config executes
+    assert all(per_op.get(op, 0) > 0 for op in built) and ("SOFTMAX" in per_op) == bool(cfg.softmax_unit), per_op
     assert (q4 > 10) == (wstream4.config_problem(cfg) is None), q4  # 4-bit GEMM_STREAMs where the array takes them
 
 
@@ -156,6 +158,33 @@ def test_int4_scale_ring_full_and_two_groups_a_beat(build_dir):
             want = Fault.ILLEGAL_FIELD if groups > cfg.q4_groups else Fault.NONE
             assert gold.status == want and res.done and res.code == want, (fmt, m, n, groups, res.code, gold.message)
             assert np.array_equal(dram, gold_dram), (fmt, m, n, groups)
+
+
+def _run_words(fast, cfg, words):
+    """``words`` from PC 0 on the RTL and on the golden simulator: ``(rtl result, golden result)``."""
+    dram = np.zeros(MEM, np.uint8)
+    code = b"".join(int(w).to_bytes(16, "little") for w in words)
+    dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+    gold = GoldenSim(cfg, dram.copy(), window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
+    res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
+                   max_cycles=20_000)
+    return res, gold
+
+
+def test_softmax_without_a_softmax_unit_is_illegal_opcode(build_dir):
+    """On a config built without a softmax unit (``softmax_unit = 0``) a SOFTMAX stops with ILLEGAL_OPCODE at its
+    PC on the RTL, as on the golden simulator (which names the field), after the instructions before it; the same
+    word runs on a config with the unit."""
+    from systolica.isa import encode, make
+
+    words = [encode(make("NOP")), encode(make("SOFTMAX", src=0, dst=8, rows=1, n=4)), encode(make("FINISH"))]
+    for name, want in (("tiny_d4", Fault.ILLEGAL_OPCODE), ("tiny", Fault.NONE)):
+        cfg = CONFIGS[name][0]
+        assert cfg.softmax_unit == int(want == Fault.NONE)
+        res, gold = _run_words(FastRtl(cfg, build_dir), cfg, words)
+        assert gold.status == want and res.done and res.code == want, (name, res.code, gold.status, gold.message)
+        if want != Fault.NONE:
+            assert gold.pc == res.pc == 1 and "softmax_unit = 0" in gold.message, (gold.pc, res.pc, gold.message)
 
 
 def test_attn_head_longer_than_the_unit_is_illegal_field(build_dir):

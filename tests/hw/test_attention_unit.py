@@ -97,9 +97,15 @@ def attention_cases(C: int, seed: int, hd: int, nq: int = 2, tiles=(5, 8, 3), ca
     # one-line heads (the PV forward between rows of one address), p * v on DSPs, and lanes narrower than the line
     (4, 0, 8, True, (5, 8, 3), 3, 3, 0, 1), (4, 0, 8, True, (5, 8, 3), 2, 3, 0, 1),
     (4, 0, 4, False, (1, 2, 1), 3, 5, 0, 1), (8, 4, 16, False, (3, 4, 2), 4, 5, 1, 1),
-    (4, 2, 8, True, (1, 2, 1), 2, 2, 0, 1)])
+    (4, 2, 8, True, (1, 2, 1), 2, 2, 0, 1),
+    # shared on S = `shared` sets of lanes (attn_pv_sets), row r on set r % S: the last slot short of a set (3 rows
+    # on 2 sets), a last job of fewer rows, one-line heads, S = 3 of 4 rows on DSPs, and S = R (one slot)
+    (4, 0, 8, True, (5, 8, 3), 3, 3, 0, 2), (4, 0, 8, True, (5, 8, 3), 3, 5, 0, 2),
+    (4, 0, 4, False, (1, 2, 1), 4, 5, 0, 2), (8, 4, 16, False, (3, 4, 2), 4, 5, 1, 3),
+    (4, 0, 8, True, (1, 2, 1), 3, 3, 0, 3)])
 def test_attention_bit_exact(cols, lanes, hd, causal, tiles, R, nq, pv_dsp, shared):
-    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes, attn_rows=R, dsp_muls=pv_dsp, attn_pv_shared=shared)
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=lanes, attn_rows=R, dsp_muls=pv_dsp, attn_pv_shared=int(shared > 0),
+                      attn_pv_sets=max(shared, 1))
     dut = AttentionUnit(cfg, max_tokens=16, max_lines=8)
     beats, want = attention_cases(cols, seed=cols + hd + R, hd=hd, nq=nq, causal=causal, tiles=tiles, R=R)
     got = []
