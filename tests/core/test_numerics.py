@@ -230,6 +230,21 @@ def test_rsqrt_fx_relative_error():
     assert nx.RSQRT_SEED.size <= 256
 
 
+def test_exp2_fx_down_is_one_rounding_of_fewer_fraction_bits():
+    """``down`` joins exp2_fx's final shift: ``down = k`` is ``frac - k`` fraction bits (one rounding), and a shift past
+    the value's bits gives 0."""
+    u = np.arange(-40 << 20, 1, 4099, dtype=np.int64)
+    for k in (0, 1, 5, 17, 28):
+        assert np.array_equal(nx.exp2_fx(u, 20, 28, down=k), nx.exp2_fx(u, 20, 28 - k))
+    down = np.arange(u.size) % 70  # per element, as ATTN's V exponents
+    want = [int(nx.exp2_fx(np.array([x]), 20, 28 - d)[0]) if d <= 28 else None for x, d in zip(u, down, strict=True)]
+    got = nx.exp2_fx(u, 20, 28, down=down)
+    assert all(w is None or g == w for g, w in zip(got.tolist(), want, strict=True))
+    assert np.all(got[down >= 40] == 0)
+    with pytest.raises(ValueError, match="down"):
+        nx.exp2_fx(u, 20, 28, down=-1)
+
+
 def test_exp_fx_accuracy_and_shape():
     x = np.arange(-30 * 65536, 1, 7, dtype=np.int64)
     ref = np.exp(x / 65536.0)
@@ -383,7 +398,7 @@ def test_rope_table_and_rotation():
 
 
 # ------------------------------------------------------------------ the bits themselves
-SEMANTICS_DIGEST = "c9baf11fdda96677810ca50bef9d2d2f225a4d4d3811da2aaa5f476ee219a3b2"
+SEMANTICS_DIGEST = "4316b0d8d321cfd6215a585d82043ea0c9958f9d2afb1404ea41cb3d26ec312a"
 
 
 def test_semantics_fingerprint():
@@ -408,6 +423,13 @@ def test_semantics_fingerprint():
     st = nx.attn_tile(kq[:2], ke[:2], kq, ke, vq, ve, None, 3, True)
     st = nx.attn_tile(kq[:2], ke[:2], kq, ke, vq, ve, st, 9, True)
     outs += [*st, nx.attn_finish(st)]
+    # a 64-token tile with negative V exponents (the weights d_j = p_j * 2**vexp_j, rounded once: since
+    # 2026-12-05; the former rounding of each product gives other bits in 16 of these 64 outputs)
+    r2 = np.random.default_rng(7)
+    kk, kv_e = r2.integers(-127, 128, (64, 32)).astype(np.int8), r2.integers(-9, -5, 64).astype(np.int8)
+    vv, vv_e = r2.integers(-127, 128, (64, 32)).astype(np.int8), r2.integers(-12, -3, 64).astype(np.int8)
+    small = nx.attn_tile(kk[:2], kv_e[:2], kk, kv_e, vv, vv_e, None, 63, True)
+    outs += [*small, nx.attn_finish(small)]
     h = hashlib.sha256()
     for o in outs:
         h.update(np.ascontiguousarray(o, dtype=np.int64).tobytes())
