@@ -202,12 +202,7 @@ def test_attn_head_longer_than_the_unit_is_illegal_field(build_dir):
         fields = dict(state=0, nq=1, hd=hd) | (dict(q=0, qexp=8, kv=16, t=0, page_log2=0) if op == "ATTN"
                                                 else dict(dst=64))
         words = [encode(make("NOP")), encode(make(op, **fields)), encode(make("FINISH"))]
-        dram = np.zeros(MEM, np.uint8)
-        code = b"".join(int(w).to_bytes(16, "little") for w in words)
-        dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
-        gold = GoldenSim(cfg, dram.copy(), window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
-        res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
-                       max_cycles=20_000)
+        res, gold = _run_words(fast, cfg, words)
         assert gold.status == want and res.done and res.code == want, (op, hd, res.code, gold.status, gold.message)
         if want != Fault.NONE:
             assert gold.pc == res.pc == 1, (gold.pc, res.pc)
