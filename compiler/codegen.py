@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from systolica import numerics as nx
 from systolica.compiler.image import KvGeometry, MatrixInfo
 from systolica.compiler.ir import Graph, Node
+from systolica.compiler.kv_page import KV_SPAD_SHARE
 from systolica.compiler.memory import MemoryError_, OnChipPlan
 from systolica.compiler.schedule import Scheduler
 from systolica.compiler.tiling import MatrixTiling, Tile, tile_matrix
@@ -36,6 +37,7 @@ class ProgramPlan:
     addr: dict[str, int]  # block key "buf:name" -> line address
     overlaps: dict[str, tuple[str, ...]]
     alias: dict[str, str]  # vbuf tensor -> the tensor whose lines it reuses (in-place element-wise ops)
+    kv_slots: int = 2  # KV-tile slots in the scratchpad (kv0, kv1, ...): LOADs run that many tiles ahead of ATTN
 
 
 def _tensor_lines(t, rows: int, cols: int) -> int:
@@ -57,10 +59,32 @@ def logit_rows(g: Graph, rows: int) -> int:
     return 0 if t is None else (1 if t.last else rows)
 
 
+#: KV-tile slots a program takes when the scratchpad has room (:func:`plan_program`)
+KV_SLOTS_MAX = 3
+
+
 def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, rows: int) -> ProgramPlan:
     """Allocate every on-chip block of a program of ``rows`` token rows; raises MemoryError_ when it does not fit.
 
-    Weights stay in DRAM (GEMM_STREAM), so the scratchpad holds only activations and the two KV-tile slots.
+    Three KV-tile slots when they take at most 1 / KV_SPAD_SHARE of the scratchpad and the rest still fits, else
+    two (see :func:`_plan_program`)."""
+    tile_lines = kv.tile_bytes // cfg.cols
+    if KV_SLOTS_MAX * tile_lines <= cfg.spad_lines // KV_SPAD_SHARE:
+        try:
+            return _plan_program(g, mats, cfg, kv, rows, KV_SLOTS_MAX)
+        except MemoryError_:
+            pass
+    return _plan_program(g, mats, cfg, kv, rows, 2)
+
+
+def _plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, rows: int, kv_slots: int
+                  ) -> ProgramPlan:
+    """:func:`plan_program` with ``kv_slots`` KV-tile slots.
+
+    Weights stay in DRAM (GEMM_STREAM), so the scratchpad holds only activations and the KV-tile slots: with
+    two, one loads while ATTN reads the other; a third lets the LOADs of a head's next pages run ahead of ATTN
+    across a page whose LOAD came late (the first of each KV head's, and decode's, whose LOADs start early:
+    :meth:`_Gen.kv_store`).
     The vector-buffer slots whose size follows the output blocks (mult rows, logits, SwiGLU's gate and up
     blocks) go last, and the blocks are as tall as the accumulator allows and those slots still fit."""
     c, cols = g.config, cfg.cols
@@ -69,7 +93,7 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
     Dl, hdl, G = lines_for(c.dim, cols), kv.hd_lines, c.group
     live = g.live_ranges()
     tile_lines = kv.tile_bytes // cols
-    for s in (0, 1):
+    for s in range(kv_slots):
         chip.spad.alloc(f"kv{s}", tile_lines)
     for name, t in g.tensors.items():  # scratchpad tensors by live range
         if t.space in ("spad", "exps"):
@@ -143,7 +167,7 @@ def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, row
         addr[f"vbuf:{name}"] = addr[f"vbuf:{rep}"]
     overlaps = {k: tuple(k2 for k2, (b2, lo2, hi2) in spans.items() if b2 == b and lo2 < hi and lo < hi2)
                 for k, (b, lo, hi) in spans.items()}
-    return ProgramPlan(rows, chip, tilings, addr, overlaps, alias)
+    return ProgramPlan(rows, chip, tilings, addr, overlaps, alias, kv_slots)
 
 
 def _largest(ok, hi: int) -> int:
@@ -185,6 +209,10 @@ class _Gen:
         self.s = Scheduler(plan.overlaps, cfg.queue_depth)
         self.mslot = 0
         self.kvslot = 0
+        # one-sequence decode: a layer's first whole-page LOADs go before its KV STOREs (kv_store), as the new
+        # token is always in the tail (systolica.patch_kinds), never in a whole page
+        self.hoist_kv = not batched and plan.rows == 1
+        self.early_kv: dict[int, list[str]] = {}  # layer -> the slots of KV head 0's pages LOADed early
 
     def a(self, name: str, buf: str | None = None) -> int:
         if buf is None:
@@ -382,6 +410,16 @@ class _Gen:
     def kv_store(self, n: Node) -> None:
         kq, ke, vq, ve = n.inputs
         kv, cols, layer = self.kv, self.cols, n.attrs["layer"]
+        if self.hoist_kv:
+            # KV head 0's first pages (as many as there are slots) LOADed now, while the new K and V rows are
+            # quantized and stored, instead of after the STOREs: whole pages hold only earlier tokens, so they
+            # read "dram:kv<layer>:whole", not the region the STOREs write.  They wait for the last weight stream
+            # (the V projection's): a LOAD shares gmem0 with weight port 0 and would slow the stream as much.
+            n_early = min(self.p.kv_slots, self.max_pages)
+            stream = next((i for i in range(len(self.s.instrs) - 1, -1, -1) if self.s.instrs[i].op == "GEMM_STREAM"),
+                          None)
+            self.early_kv[layer] = [self._page_load(layer, [], "", 0, j, whole=True, after=stream)
+                                    for j in range(n_early)]
         H, hdl, P = kv.heads, kv.hd_lines, kv.page
         parts = ((kq, hdl, 0, hdl * cols), (vq, hdl, P * hdl * cols, hdl * cols),
                  (ke, 1, 2 * P * hdl * cols, cols), (ve, 1, (2 * P * hdl + P) * cols, cols))
@@ -409,20 +447,19 @@ class _Gen:
         kt = f"kvt{layer}"
         # one sequence: each KV tile is loaded once for all rows; batched: each row reads its own pages
         loaders = [([], range(self.T))] if not self.batched else [([i], (i,)) for i in range(self.T)]
+        early = self.early_kv.pop(layer, [])
         for grp in range(kv.heads):
             for at, rows in loaders:
                 sfx = "_at" if at else ""
+
+                # with pages LOADed early, the tail's LOADs (behind the STOREs: a NOP between) follow page 0's
+                # ATTN, which then hides the STOREs' write latency; else they follow page 0's LOAD
+                tail_at = 1 if early and grp == 0 and self.max_pages > 1 else 0
                 for j in range(self.max_pages):
-                    ks = self._kv_slot()
-                    self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(ks, "spad"), dram=kv.base, rows=1, lines=tile.lines,
-                                stride=0, reads=[f"dram:kv{layer}"], writes=[f"spad:{ks}"],
-                                patches=[("dram", "kv_page" + sfx, [layer, *at, j, grp]),
-                                         ("rows", "kv_rows" + sfx, [*at, j])])
-                    for off, first, per in tail if j == 0 else ():
-                        self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(kt, "spad") + off, dram=kv.base, rows=1,
-                                    lines=0, stride=0, reads=[f"dram:kv{layer}"], writes=[f"spad:{kt}"],
-                                    patches=[("dram", "kv_tail" + sfx, [layer, *at, grp, off * self.cols]),
-                                             ("lines", "kv_tail_lines" + sfx, [*at, first, per])])
+                    ks = early[j] if grp == 0 and j < len(early) else self._page_load(layer, at, sfx, grp, j,
+                                                                                     whole=bool(early))
+                    if j == tail_at:
+                        self._tail_loads(layer, at, sfx, grp, kt, tail)
                     for i in rows:
                         self._attn(qq, qe, i, grp, ks, int(j == 0), [("t", "attn_t", [i, j]),
                                    ("offset", "attn_offset", [i, j]), ("nq", "attn_nq", [i, j, G])])
@@ -434,10 +471,32 @@ class _Gen:
                 self.s.emit("ATTN_OUT", dst=self.a(o) + h0 * hdl, state=st + i * sl, nq=G, hd=hdl,
                             reads=["vbuf:state"], writes=[self.key(o)], patches=self.row_on("nq", i, G))
 
+    def _tail_loads(self, layer: int, at: list, sfx: str, grp: int, kt: str, tail) -> None:
+        """The tail's three LOADs (its valid tokens of K, of V, and the exponent lines) into slot ``kt``."""
+        for off, first, per in tail:
+            self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(kt, "spad") + off, dram=self.kv.base, rows=1,
+                        lines=0, stride=0, reads=[f"dram:kv{layer}"], writes=[f"spad:{kt}"],
+                        patches=[("dram", "kv_tail" + sfx, [layer, *at, grp, off * self.cols]),
+                                 ("lines", "kv_tail_lines" + sfx, [*at, first, per])])
+
     def _kv_slot(self) -> str:
-        """The next of the two KV-tile slots (one is loaded while ATTN reads the other)."""
-        self.kvslot ^= 1
-        return f"kv{self.kvslot ^ 1}"
+        """The next of the KV-tile slots, in turn (LOADs fill the others while ATTN reads one)."""
+        ks = f"kv{self.kvslot}"
+        self.kvslot = (self.kvslot + 1) % self.p.kv_slots
+        return ks
+
+    def _page_load(self, layer: int, at: list, sfx: str, grp: int, j: int, *, whole: bool = False,
+                   after: int | None = None) -> str:
+        """LOAD page ``j`` of KV head ``grp`` whole (or nothing: ``kv_rows``) into the next slot; returns the slot.
+        ``whole``: it reads ``dram:kv<layer>:whole`` (decode: the STOREs of the step write only its tail);
+        ``after``: an instruction it waits for (an ordering only: Scheduler.emit)."""
+        ks, kv = self._kv_slot(), self.kv
+        src = f"dram:kv{layer}:whole" if whole else f"dram:kv{layer}"
+        self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(ks, "spad"), dram=kv.base, rows=1,
+                    lines=kv_tile(kv.page_log2, kv.hd_lines).lines, stride=0, after=after,
+                    reads=[src], writes=[f"spad:{ks}"],
+                    patches=[("dram", "kv_page" + sfx, [layer, *at, j, grp]), ("rows", "kv_rows" + sfx, [*at, j])])
+        return ks
 
     def _attn(self, qq: str, qe: str, row: int, grp: int, ks: str, init: int, patches: list) -> None:
         """ATTN of ``row``'s query heads of KV head ``grp`` over the tile in slot ``ks`` (``t``, ``offset``, ``nq``

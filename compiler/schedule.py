@@ -128,13 +128,19 @@ class Scheduler:
         self.occ: list[list[int]] = [[], [], [], []]  # tokens in flight per queue after each instruction
         self.nops = 0
 
-    def emit(self, op: str, engine: Engine | None = None, reads=(), writes=(), patches=(), **fields) -> int:
-        """Append an instruction; returns its index.  ``engine`` only for NOP (the op fixes it otherwise)."""
+    def emit(self, op: str, engine: Engine | None = None, reads=(), writes=(), patches=(), after: int | None = None,
+             **fields) -> int:
+        """Append an instruction; returns its index.  ``engine`` only for NOP (the op fixes it otherwise).
+        ``after``: an earlier instruction it must also wait for (an ordering with no data between them)."""
         probe = make(op, **fields)
         eng = Engine(engine) if engine is not None else probe.engine
         if op == "NOP":
             fields = {**fields, "engine": int(eng)}
-        pairs = self._wait(eng, self.haz.deps(eng, reads, writes))
+        need = self.haz.deps(eng, reads, writes)
+        if after is not None and self.instrs[after].engine != eng:
+            e = int(self.instrs[after].engine)
+            need[e] = max(need.get(e, -1), after)
+        pairs = self._wait(eng, need)
         idx = self._append(Emitted(op, dict(probe.fields, **fields), eng, tuple(reads), tuple(writes),
                                    list(patches)), pairs)
         self.haz.record(eng, idx, reads, writes)

@@ -42,7 +42,10 @@ from systolica.program import Program
 __all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "ArtifactError", "StepState", "base_state"]
 
 FORMAT = "systolica-artifact"
-#: 5: the tiles of the pages the context fills are LOADed whole, the page it ends in (the tail) last, in three LOADs
+#: 6: the tail is the page the context's last token is in, 1 to P tokens (a context ending on a page boundary has a
+#: whole tail, no longer a whole page and no tail), so a step's new token is never in a whole page, and a decode
+#: program LOADs its first whole pages before its KV STOREs (``compiler/codegen.py``); 3 KV-tile slots where the
+#: scratchpad has room.  5: the tiles of the pages the context fills are LOADed whole, the page it ends in (the tail) last, in three LOADs
 #: of its valid tokens only (``kv_tail*``, ``attn_tail_*``); version 4 LOADed every page it reached whole.
 #: 4: ``attn_offset`` is ``t - 1`` (the same causal mask as the query position, and a full page's ATTN word no longer
 #: changes from step to step).  3: prefill programs run any number of rows up to theirs (``min_rows``; patch kinds ``n_rows``, ``last_row``,
@@ -50,7 +53,7 @@ FORMAT = "systolica-artifact"
 #: KV cache without the logits.  2: weights in the weight-stream layout (one ``weights`` region, the manifest's
 #: ``weights`` table) and every matmul a GEMM_STREAM; version 1 kept a row-major copy per matrix and LOADed its
 #: tiles into the scratchpad.
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 
 
 class ArtifactError(ValueError):

@@ -199,8 +199,8 @@ def check_manifest(man: Any, *, source: str = "artifact", error: type[Exception]
             if pkind == "kv_store" and (args[3] < 1 or args[2] + page * args[3] > heads * tile):
                 c.fail(pw, f"stores token slots of {args[3]} bytes from byte {args[2]}: {page} of them do not "
                            f"fit a KV page of {heads * tile} bytes")
-            if pkind in ("kv_tail_lines", "kv_tail_lines_at") and args[-2] + args[-1] * (page - 1) >= _FIELD:
-                c.fail(pw, f"{pkind} of {args[-2]} + {args[-1]} lines a token: a tail of {page - 1} tokens does not "
+            if pkind in ("kv_tail_lines", "kv_tail_lines_at") and args[-2] + args[-1] * page >= _FIELD:
+                c.fail(pw, f"{pkind} of {args[-2]} + {args[-1]} lines a token: a tail of {page} tokens does not "
                            "fit the 16-bit lines field")
             if pkind == "row_on" and args[0] >= args[2] * rows:
                 c.fail(pw, f"row_on names result row {args[0]}, past the {args[2]} x {rows} rows of the program")

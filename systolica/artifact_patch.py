@@ -88,9 +88,9 @@ class PatchedImage:
             return t if st.rows is None else np.where(active[row], t, 0)
 
         # tokens in the KV cache for each row's tiles: the step's (one sequence) or the row's own (batched), and
-        # the page they end in when it is partly filled (the tail; -1: none)
+        # the page the last of them is in (the tail, 1 to P tokens; -1: no tokens); the pages before it come whole
         filled = np.full(R, pos + rows, np.int64) if st.rows is None else np.where(active, rp + 1, 0)
-        tail = np.where(filled % P > 0, filled // P, -1)
+        tail = np.where(filled > 0, (filled - 1) // P, -1)
 
         for pk, idx, a in self.groups:
             if pk == "n_rows":
@@ -116,7 +116,7 @@ class PatchedImage:
                 is_page = pk.startswith("kv_page")
                 row = a[:, int(is_page)] if pk.endswith("_at") else np.zeros(idx.size, np.int64)
                 j = a[:, -2] if is_page else a[:, -1]
-                full = filled[row] >= (j + 1) * P
+                full = filled[row] > (j + 1) * P
                 v = (np.where(full, page_addr(a[:, 0], row, j) + a[:, -1] * tile_bytes, base) if is_page
                      else full.astype(np.int64))
             elif pk in ("kv_tail", "kv_tail_at"):
@@ -125,7 +125,7 @@ class PatchedImage:
                 v = np.where(j >= 0, page_addr(a[:, 0], row, j) + a[:, -2] * tile_bytes + a[:, -1], base)
             elif pk in ("kv_tail_lines", "kv_tail_lines_at"):
                 row = a[:, 0] if pk == "kv_tail_lines_at" else np.zeros(idx.size, np.int64)
-                v = np.where(tail[row] >= 0, a[:, -2] + a[:, -1] * (filled[row] % P), 0)
+                v = np.where(tail[row] >= 0, a[:, -2] + a[:, -1] * (filled[row] - tail[row] * P), 0)
             else:  # attn_*: the pages the context fills, or the tail (attn_tail_*)
                 row = a[:, 0]
                 if pk.startswith("attn_tail_"):
@@ -133,7 +133,7 @@ class PatchedImage:
                     t = np.where(j >= 0, row_t(row, np.maximum(j, 0)), 0)
                 else:
                     j = a[:, 1]
-                    t = np.where(filled[row] >= (j + 1) * P, row_t(row, j), 0)
+                    t = np.where(filled[row] > (j + 1) * P, row_t(row, j), 0)
                 if pk == "attn_tail_init":
                     v = (j == 0).astype(np.int64)
                 elif pk in ("attn_t", "attn_tail_t"):

@@ -12,18 +12,20 @@ embed             [row]                  token_embd + token[row] * row bytes (ro
 pos_embd          []                     pos_embd + pos * row bytes (GPT-2)
 rope              []                     rope + pos * row bytes
 kv_store          [layer, row, part, b]  page of ``pos+row`` (block table) + part + slot * b (row >= n: KV base)
-kv_page           [layer, page, head]    KV tile of that page and head if the context fills the page, else KV base
-kv_rows           [page]                 1 if the context fills the page else 0 (its LOAD: whole tile or nothing)
-kv_tail           [layer, head, b]       KV tile of the tail (the page the context ends in, if partly filled) + b
-                                         bytes; no tail: KV base
-kv_tail_lines     [first, per]           first + per * t (t: the tail's tokens; no tail: 0): the lines of a LOAD
-                                         of the tail's valid tokens only
-attn_t            [row, page]            valid tokens of the page for the row's query if the context fills the
-                                         page, else 0 (no-op: the tail's come from attn_tail_t)
+kv_page           [layer, page, head]    KV tile of that page and head if it is before the tail (whole), else KV
+                                         base
+kv_rows           [page]                 1 if the page is before the tail else 0 (its LOAD: whole tile or nothing)
+kv_tail           [layer, head, b]       KV tile of the tail (the page the context's last token is in: 1 to P
+                                         tokens, so a step's new token is never in a whole page) + b bytes; an
+                                         empty context: KV base
+kv_tail_lines     [first, per]           first + per * t (t: the tail's tokens; empty context: 0): the lines of a
+                                         LOAD of the tail's valid tokens only
+attn_t            [row, page]            valid tokens of the page for the row's query if the page is before the
+                                         tail, else 0 (no-op: the tail's come from attn_tail_t)
 attn_offset       [row, page]            t - 1 (query position minus the page's first position, capped at the
                                          last valid token: the same mask, and a full page's word stays put)
 attn_nq           [row, page, nq]        nq if row < n and t > 0, else 0 (no-op)
-attn_tail_t       [row]                  the row's valid tokens of the tail (no tail: 0, a no-op)
+attn_tail_t       [row]                  the row's valid tokens of the tail (none: 0, a no-op)
 attn_tail_offset  [row]                  t - 1, as attn_offset
 attn_tail_nq      [row, nq]              nq if row < n and attn_tail_t > 0, else 0
 attn_tail_init    [row]                  1 if the tail is page 0 (its ATTN starts the state) else 0
@@ -102,15 +104,15 @@ def patch_value(manifest: dict, kind: str, args: list, st: StepState, rows: int)
             return st.pos + rows
         return st.row_pos(row) + 1 if row < rows else 0
 
-    def tail(row: int) -> int | None:  # the page those tokens end in when it is partly filled
-        n = filled(row)
-        return n // P if n % P else None
+    def tail(row: int) -> int | None:  # the page the last of those tokens is in (1 to P of them), the pages before
+        n = filled(row)                    # it come whole; None: no tokens
+        return (n - 1) // P if n > 0 else None
 
     if kind in ("kv_page", "kv_rows", "kv_page_at", "kv_rows_at"):  # the pages the context fills, whole
         batched = kind.endswith("_at")
         row = args[int(kind.startswith("kv_page"))] if batched else 0
         j = args[-1] if kind.startswith("kv_rows") else args[-2]
-        full = filled(row) >= (j + 1) * P
+        full = filled(row) > (j + 1) * P
         if kind.startswith("kv_rows"):
             return int(full)
         return page_addr(args[0], row, j) + args[-1] * kv["tile_bytes"] if full else kv["base"]
@@ -120,7 +122,8 @@ def patch_value(manifest: dict, kind: str, args: list, st: StepState, rows: int)
         return kv["base"] if j is None else page_addr(args[0], row, j) + args[-2] * kv["tile_bytes"] + args[-1]
     if kind in ("kv_tail_lines", "kv_tail_lines_at"):
         row = args[0] if kind == "kv_tail_lines_at" else 0
-        return args[-2] + args[-1] * (filled(row) % P) if tail(row) is not None else 0
+        j = tail(row)
+        return 0 if j is None else args[-2] + args[-1] * (filled(row) - j * P)
     if kind not in ("attn_t", "attn_offset", "attn_nq", "attn_tail_t", "attn_tail_offset", "attn_tail_nq",
                     "attn_tail_init"):
         raise _unknown(kind)
@@ -132,7 +135,7 @@ def patch_value(manifest: dict, kind: str, args: list, st: StepState, rows: int)
             return int(j == 0)
     else:
         j = args[1]
-        t = row_t(row, j) if filled(row) >= (j + 1) * P else 0  # the tail page is folded by the attn_tail ATTN
+        t = row_t(row, j) if filled(row) > (j + 1) * P else 0  # the tail page is folded by the attn_tail ATTN
     if kind in ("attn_t", "attn_tail_t"):
         return t
     if kind in ("attn_nq", "attn_tail_nq"):

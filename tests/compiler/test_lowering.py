@@ -116,10 +116,11 @@ def _kv_load_bytes(art, words) -> dict[tuple[int, int, int, int], int]:
 @pytest.mark.parametrize("cfg_name", PRESETS)
 def test_kv_loads_move_valid_tokens_only(cfg_name):
     """Decode with 16-token pages at contexts 4 .. 37, so the context ends at every slot of a page, on a page
-    boundary (16, 32: no tail) and in page 0, 1 and 2: golden == reference bit for bit at every step, and each step's
-    KV LOADs move the whole tile of every page the context fills and, of the page it ends in with v < 16 tokens,
-    v tokens of K and of V (v * hd * 2 bytes per KV head, not 16 * hd * 2) and the K exponents with v V exponents
-    (three LOADs: a LOAD packs its rows in the scratchpad and the tile's V part starts 16 * hd lines after K)."""
+    boundary (16, 32) and in page 0, 1 and 2: golden == reference bit for bit at every step, and each step's KV LOADs
+    move the whole tile of every page before the one the context's last token is in (the tail) and, of the tail with
+    v = 1 .. 16 tokens, v tokens of K and of V (v * hd * 2 bytes per KV head, not 16 * hd * 2) and the K exponents
+    with v V exponents (three LOADs: a LOAD packs its rows in the scratchpad and the tile's V part starts 16 * hd
+    lines after K).  So the step's new token is never in a whole page's LOAD (decode hoists those above its STORE)."""
     kw, page, max_seq, chunk = CASES["llama-gqa"]
     model = random_model(max_seq=max_seq, **kw)
     art = compile_model(model, preset(cfg_name), page=page, max_seq=max_seq, prefill_chunk=chunk)
@@ -133,22 +134,55 @@ def test_kv_loads_move_valid_tokens_only(cfg_name):
         n = gold.pos + 1  # the step's context
         moved = _kv_load_bytes(art, art.patched_program("decode", StepState(gold.pos, [tok], gold.block_table)))
         want = {}
+        tail = (n - 1) // P
+        v = n - tail * P
         for layer in range(kv["layers"]):
             for h in range(kv["heads"]):
-                for j in range(n // P):
+                for j in range(tail):
                     want[(layer, gold.block_table[j], h, 0)] = kv["tile_bytes"]
-                v = n % P
-                if v:
-                    phys = gold.block_table[n // P]
-                    want[(layer, phys, h, 0)] = v * hd  # K
-                    want[(layer, phys, h, P * hd)] = v * hd  # V
-                    want[(layer, phys, h, 2 * P * hd)] = (P + v) * cols  # K exponents, then V's first v
+                phys = gold.block_table[tail]
+                want[(layer, phys, h, 0)] = v * hd  # K
+                want[(layer, phys, h, P * hd)] = v * hd  # V
+                want[(layer, phys, h, 2 * P * hd)] = (P + v) * cols  # K exponents, then V's first v
         assert moved == want, f"context {n}"
-        tails.add(n // P if n % P else None)
+        tails.add((tail, v))
         want_logits = ref.decode(tok)
         np.testing.assert_array_equal(gold.decode(tok), want_logits, err_msg=f"decode at context {n}")
         tok = int(nx.argmax(want_logits[None, :])[0])
-    assert tails == {0, 1, 2, None}
+    assert {j for j, _ in tails} == {0, 1, 2} and (0, P) in tails and (1, P) in tails  # tails of 16 tokens too
+
+
+@pytest.mark.parametrize("cfg_name", PRESETS)
+def test_decode_loads_whole_pages_before_its_kv_stores(cfg_name):
+    """A decode step's new token is only ever in the tail, so its program LOADs KV head 0's first whole pages (one
+    per KV slot) after the last weight stream and before the step's KV STOREs, and the tail's LOADs after them;
+    prefill keeps every KV LOAD behind its STOREs.  Where three slots fit half the scratchpad, the whole pages
+    go to three slot addresses in turn."""
+    kw, page, max_seq, chunk = CASES["llama-gqa"]
+    art = compile_model(random_model(max_seq=max_seq, **kw), preset(cfg_name), page=page, max_seq=max_seq,
+                        prefill_chunk=chunk)
+    kv = art.manifest["kv"]
+    P, tile, base = art.page, kv["tile_bytes"], kv["base"]
+    region = (base, base + kv["n_pages"] * kv["heads"] * tile)  # layer 0's pages
+
+    def layer0(kind, st):
+        ins = [decode(w) for w in art.patched_program(kind, st)]
+        stores = [i for i, x in enumerate(ins) if x.op == "STORE" and x.rows and region[0] <= x.dram < region[1]]
+        loads = [i for i, x in enumerate(ins) if x.op == "LOAD" and x.rows * x.lines and region[0] <= x.dram < region[1]]
+        whole = [i for i in loads if (ins[i].dram - base) % tile == 0 and ins[i].lines * art.config.cols == tile]
+        return ins, stores, loads, whole
+
+    pos = 3 * P + 5  # three whole pages and a tail of 6 tokens
+    ins, stores, loads, whole = layer0("decode", StepState(pos, [1], list(range(4))))
+    n_slots = len({ins[i].sram for i in whole})
+    assert n_slots == (3 if 3 * tile // art.config.cols <= art.config.spad_lines // 2 else 2)
+    early = [i for i in whole if i < stores[0]]
+    assert len(early) == min(n_slots, 3)
+    last_stream = max(i for i in range(stores[0]) if ins[i].op == "GEMM_STREAM")
+    assert last_stream < early[0]
+    assert all(i > stores[-1] for i in loads if i not in whole)  # the tail's three LOADs wait for the STOREs
+    _, stores, loads, _ = layer0("prefill", StepState(pos - 2, [1, 2], list(range(4))))
+    assert stores and min(loads) > max(stores)
 
 
 @pytest.mark.slow
