@@ -4,8 +4,8 @@ rescale ``a = exp2_fx(m - m1, 20, 30)`` (state A) and the weights ``p_j = exp2_f
 m1, 20, 28, down=max(-vexp_j, 0))``, the weight with V's exponent applied (a second shift of the same E4 value).
 
 Stages, one operation each (for ECP5 at 100 MHz): X1 the operand ``x`` (``m`` or the score read from
-block RAM) registered; X2 ``d = x - m1`` and ``x > m1``; E0 the clamp ``min(d, 0)``; E1 the table reads
-(Yosys puts the tables in block RAM, E1 being their output register) and ``fo - (u >> 20)``; E1B the table
+block RAM) registered; X2 ``d = x - m1`` and ``x > m1``; E0 the clamp ``min(d, 0)`` (and the tables' block RAMs,
+a pair a pipeline, read at that address); E1 the table values registered and ``fo - (u >> 20)``; E1B the table
 values registered again (the multipliers' operands: not straight from a block RAM); E2 the shift's cap at
 40 and ``delta * lo`` (the 18 x 18 pieces); E3 the product; E4 ``base + rsr(delta * lo, 12)`` (one add:
 ``base`` sits above the rounding constant) and the shift's rounding bit decoded; E5 their sum; then the
@@ -42,18 +42,21 @@ def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix, down_field: str
 
     tags = [Signal(tag_layout, name=f"exp_s{s}") for s in range(EXP_STAGES)]
     m.d.sync += [tags[0].eq(e_in)] + [tags[s + 1].eq(tags[s]) for s in range(EXP_STAGES - 1)]
-    base = memory.Memory(shape=unsigned(32), depth=256, init=[int(v) for v in EXP_BASE])
-    # EXP_DELTA < 2**23: stored at its width (two 18 x 18 pieces against the 12-bit lo)
-    delta = memory.Memory(shape=unsigned(max(int(v) for v in EXP_DELTA).bit_length()), depth=256,
-                          init=[int(v) for v in EXP_DELTA])
-    m.submodules.exp_base, m.submodules.exp_delta = base, delta
     fo2 = tags[2].fo  # E0's tag: the row's frac offset as the value enters E1
     fd2 = tags[2][down_field] if down_field else None
     results, downs = [], []
     for r, (x, m1) in enumerate(zip(xs, m1s, strict=True)):
         def reg(name, shape, r=r):
             return Signal(shape, name=f"exp_{name}{suffix(r)}", reset_less=True)
-        bport, dport = base.read_port(domain="comb"), delta.read_port(domain="comb")
+        # the tables a pipeline: block RAM read synchronously at the address u0 takes (its D input), so the data
+        # is there while u0 holds it, as a combinational read of u0 would be (as logic, one copy a read port, the
+        # two tables were ~400 LUT a pipeline); EXP_DELTA < 2**23: stored at its width
+        rom = {"ram_style": "block"}
+        base = memory.Memory(shape=unsigned(32), depth=256, init=[int(v) for v in EXP_BASE], attrs=rom)
+        delta = memory.Memory(shape=unsigned(max(int(v) for v in EXP_DELTA).bit_length()), depth=256,
+                              init=[int(v) for v in EXP_DELTA], attrs=rom)
+        m.submodules[f"exp_base{suffix(r)}"], m.submodules[f"exp_delta{suffix(r)}"] = base, delta
+        bport, dport = base.read_port(), delta.read_port()
         dw = len(dport.data)
         x1 = reg("x1", signed(32))
         d2, gt2 = reg("x2_d", signed(34)), reg("x2_gt", 1)
@@ -69,10 +72,11 @@ def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix, down_field: str
         pr5, sh5 = reg("e5_p", unsigned(42)), reg("e5_sh", range(41))
         dl3, lat = mul_pipe(m, Const(1, 1), delta1b, lo1b, f"exp_e2_dl{suffix(r)}")  # pieces in E2, sum in E3
         assert lat == 2, lat
-        m.d.comb += [bport.addr.eq(u0[12:20]), dport.addr.eq(u0[12:20])]
+        u0_d = Signal(signed(34), name=f"exp_e0_u_d{suffix(r)}")
+        m.d.comb += [u0_d.eq(Mux(gt2, 0, d2)), bport.addr.eq(u0_d[12:20]), dport.addr.eq(u0_d[12:20])]
         m.d.sync += [x1.eq(x),
                      d2.eq(x1 - m1), gt2.eq(x1 > m1),
-                     u0.eq(Mux(gt2, 0, d2)),
+                     u0.eq(u0_d),
                      base1.eq(bport.data), delta1.eq(dport.data), lo1.eq(u0[0:12]), shc1.eq(fo2 - (u0 >> 20)),
                      base1b.eq(base1), delta1b.eq(delta1), lo1b.eq(lo1), shc1b.eq(shc1),
                      sh2.eq(Mux(shc1b > 40, 40, shc1b)), base2.eq(base1b),

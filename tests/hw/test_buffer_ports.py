@@ -52,9 +52,15 @@ def test_uram_marks_only_large_buffers():
     assert ultra == {m[0] for m in mems if m[1] * m[2] >= URAM_MIN_BITS}
     assert {"top.spad_a_mem", "top.spad_w_mem"} <= ultra  # 16384 x 128 bits each
     # 7-series style: no buffer attribute; only the attention unit's score buffers ask for block RAM (they would
-    # take a URAM288 each on UltraScale+, where block RAM is otherwise unused)
+    # take a URAM288 each on UltraScale+, where block RAM is otherwise unused), and the exp tables (read-only,
+    # read synchronously): two a lane of the activation unit and two an exp2 pipeline of the attention unit
     marked = {m[0]: m[5] for m in memory_port_census(Accelerator(cfg)) if m[5]}
-    # (one score buffer a query row of the attention unit: umem, umem_r1, ..)
     assert marked and set(marked.values()) == {"block"}, marked
-    assert all(re.fullmatch(r".*\.umem(_r\d+)?", n) for n in marked), marked
-    assert len(marked) == cfg.attn_rows
+    # (one score buffer a query row of the attention unit: umem, umem_r1, ..)
+    scores = [n for n in marked if re.fullmatch(r".*\.umem(_r\d+)?", n)]
+    assert len(scores) == cfg.attn_rows
+    tables = [n for n in marked if re.fullmatch(r".*\.act\.exp_(base|delta)_\d+", n)]
+    assert len(tables) == 2 * cfg.nonlinear_width
+    attn_tables = [n for n in marked if re.fullmatch(r".*\.aseq\.unit\.exp_(base|delta)(_r\d+)?", n)]
+    assert len(attn_tables) == 2 * cfg.attn_pv_sets  # an exp2 pipeline a set of p.V lanes (kv260: 3)
+    assert len(scores) + len(tables) + len(attn_tables) == len(marked), marked
