@@ -17,11 +17,11 @@ pytestmark = [pytest.mark.rtl, pytest.mark.slow]
 # full-width line units; 2 lanes (2 beats per 4-lane line); 2 lanes with one-lane activation, norm and
 # softmax units (4 beats a line on those); the same with two MACs a DSP (the array's longer pipeline); three query
 # rows through each KV tile together (attn_rows: a GQA group of 3 as on the kv260 preset) with p * v on multipliers,
-# with a copy of the p * v lanes per row, with one set the rows take turns on (attn_pv_shared) and with two
-# (attn_pv_sets = 2, as the kv260 preset)
+# with a copy of the p * v lanes per row, with one set the rows take turns on (attn_pv_shared), with two
+# (attn_pv_sets = 2) and with three (a set a row, each a slot of its own: as the kv260 preset)
 @pytest.mark.parametrize("lanes,nonlinear,pack,attn_rows,shared", [
     (0, 0, 1, 1, 0), (2, 0, 1, 1, 0), (2, 1, 1, 1, 0), (2, 1, 2, 1, 0), (0, 0, 1, 3, 0), (0, 0, 1, 3, 1),
-    (0, 0, 1, 3, 2)])
+    (0, 0, 1, 3, 2), (0, 0, 1, 3, 3)])
 def test_model_within_5_percent_of_rtl_cycles(build_dir, lanes, nonlinear, pack, attn_rows, shared):
     name = (f"tiny_l{lanes}_n{nonlinear}" + ("_p2" if pack == 2 else "") + (f"_r{attn_rows}" if attn_rows > 1 else "")
             + ("_s" if shared else "") + (f"{shared}" if shared > 1 else ""))
