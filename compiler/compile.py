@@ -33,11 +33,12 @@ import numpy as np
 
 from systolica import wstream4
 from systolica.artifact import FORMAT, FORMAT_VERSION, Artifact, base_state
-from systolica.compiler.codegen import generate, logit_rows, plan_program, used_matrices
+from systolica.compiler.codegen import generate
 from systolica.compiler.image import build_image
 from systolica.compiler.ir import build_graph
 from systolica.compiler.kv_page import PageChoice, page_choice
 from systolica.compiler.memory import MemoryError_
+from systolica.compiler.plan import logit_rows, plan_program, used_matrices
 from systolica.compiler.quantize_pass import quantize
 from systolica.compiler.schedule import verify_tokens
 from systolica.config import AccelConfig

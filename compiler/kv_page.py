@@ -15,7 +15,7 @@ assumed 200 MHz, prefill chunk 16, max_seq 528, 2026-12-05):
 Past 64 the fixed cost is small and a bigger tile only adds LOAD time and rounding of short contexts up to a
 page, so :data:`DEFAULT_PAGE` is 64.  It is reduced (halved until it fits) when the scratchpad is too small:
 the code generator keeps two or three KV-tile slots there (``kv0``, ``kv1``, ... of
-:func:`systolica.compiler.codegen.plan_program`: LOADs fill the others while ATTN reads one), each one head's tile
+:func:`systolica.compiler.plan.plan_program`: LOADs fill the others while ATTN reads one), each one head's tile
 of :func:`systolica.layout.kv_tile` lines, and the rest of the scratchpad holds the activations, so two slots
 may take at most 1 / :data:`KV_SPAD_SHARE` of it (a third is added only where three fit that share).  It is never larger than ``max_seq`` rounded up to a power of
 two: a longer page only holds padding.  The integer reference must use the page the artifact has
