@@ -12,7 +12,10 @@ form: ``z = u2``, a cubic of the clipped ``x``), so one deep pipeline per lane s
    address the 256-entry ``EXP_BASE`` / ``EXP_DELTA`` tables (a ROM per lane, read
    synchronously); linear interpolation; the integer part is a rounding right shift.
 3. The exact quotient ``floor(2**60 / (2**30 + e))`` of ``numerics.sigmoid_fx``: a restoring
-   divider of 31 steps, :data:`DIV_STEPS` steps per pipeline stage.
+   divider of 31 steps, :data:`DIV_STEPS` steps per pipeline stage (31 stages of a 33-bit subtract and a
+   multiplexer, ~2,000 LUT a lane on xcup); or, with ``cfg.act_newton``, ``numerics.recip_seeded``: a
+   256-entry seed ROM and two Newton steps on seven 18 x 18 multiplier pieces, 15 stages.  Both are exact,
+   so both give the same bits.
 4. ``sig = s`` or ``2**30 - s`` by the sign of ``z``; ``sat32(rsr(x * sig, 30))``.
 
 (``rsr`` is ``numerics.rshift_round``.)  The whole pipeline stalls on output
@@ -31,7 +34,7 @@ from systolica.config import AccelConfig
 from .line_unit import LineUnit, Stages, Timed
 from .vec_lut_mul import const_mul, const_mul_latency
 
-__all__ = ["ActivationUnit", "ActOp", "DIV_STEPS"]
+__all__ = ["ActivationUnit", "ActOp", "DIV_STEPS", "activation_latency"]
 
 DIV_STEPS = 1  # restoring-divider steps per pipeline stage: 31 stages for the 31 quotient bits
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -46,6 +49,59 @@ def _cmul(tl: Timed, tv, k: int, name: str, dsp: bool = False):
     prod = tl.mul(tv, (Const(k, signed(k.bit_length() + 1)), 0), name)
     assert prod[1] <= t + const_mul_latency(k), (prod[1], t, k)
     return tl.at(prod, t + const_mul_latency(k)), t + const_mul_latency(k)
+
+
+def _recip_restoring(tl: Timed, d, n: str):
+    """``floor(2**60 / d)`` of the registered ``d`` in ``[2**30, 2**31]``: restoring division, one quotient bit a
+    stage, on the partial remainder R = r >> bit (< 2d: 33 bits, not 62): bit set when R >= d, then R = 2 (R - d)."""
+    R = tl.reg
+    rr, q = (Const(1 << 30, unsigned(32)), d[1]), (Const(0, 1), d[1])
+    for bit in range(30, -1, -1):
+        # r_ < 2**32, dd <= 2**31: bit 32 of the 33-bit difference is its borrow
+        def step(r_, dd):
+            trial = (r_ - dd)[:33]
+            return (Mux(trial[32], r_, trial[:32]) << 1)[:32]
+        qn = R(lambda r_, dd, q_: Cat(~(r_ - dd)[:33][32], q_), rr, d, q,
+               name=f"q{bit}" + n, shape=unsigned(31 - bit))
+        if bit:
+            rr = R(step, rr, d, name=f"r{bit}" + n, shape=unsigned(32))
+        q = qn
+    return q
+
+
+def _recip_seeded(tl: Timed, m: Module, d, n: str, dry: bool):
+    """``floor(2**60 / d)`` of the registered ``d`` in ``[2**30, 2**31]`` by :func:`numerics.recip_seeded` (``2**31``,
+    outside its range, gives ``2**29``): the seed from a 256-entry ROM (read synchronously, as the exp tables), then
+    seven 18 x 18 multiplier pieces, each product and each sum a stage of its own."""
+    from systolica.numerics_nonlinear import RECIP_SEED16
+
+    R = tl.reg
+    mm = (d[0][:31], d[1])  # the mantissa: d itself below 2**31
+    rom = memory.Memory(shape=unsigned(16), depth=256, init=[int(v) for v in RECIP_SEED16],
+                        attrs={"ram_style": "block"})
+    m.submodules["recip_seed" + n] = rom
+    rom._MustUse__silence = dry
+    rp = rom.read_port()
+    m.d.comb += [rp.addr.eq(d[0][22:30]), rp.en.eq(tl.st.en)]
+    y0 = R(lambda v: v, (rp.data, d[1] + 1), name="y0" + n, shape=unsigned(16))
+    p1 = tl.mul((d[0][14:31], d[1]), y0, "rp1" + n)
+    e1 = R(lambda p: ((1 << 32) - p) >> 7, p1, name="re1" + n, shape=signed(18))  # |e1| <= 2**16
+    t1 = tl.mul(y0, e1, "rt1" + n)
+    y1 = R(lambda y, t: (y << 1) + (t >> 24), y0, t1, name="ry1" + n, shape=unsigned(17))
+    p2 = tl.mul(mm, y1, "rp2" + n)
+    e2 = R(lambda p: (1 << 47) - p, p2, name="re2" + n, shape=signed(34))  # |e2| < 2**32
+    t2 = tl.mul(y1, (e2[0][15:33].as_signed(), e2[1]), "rt2" + n)  # e2 >> 15: |.| < 2**17
+    dd = R(lambda t: t >> 19, t2, name="rd" + n, shape=signed(16))  # |d| < 2**14
+    y = R(lambda y_, dv: (y_ << 13) + dv, y1, dd, name="ry" + n, shape=unsigned(31))
+    md = tl.mul(mm, dd, "rmd" + n)
+    r = R(lambda e, p: ((e << 13) - p)[:33], e2, md, name="rr" + n, shape=unsigned(33))  # in [0, 2m)
+    return R(lambda y_, r_, m_, big: Mux(big, 1 << 29, y_ + (r_ >= m_)), y, r, mm, (d[0][31], d[1]),
+             name="rq" + n, shape=unsigned(31))
+
+
+def activation_latency(cfg: AccelConfig) -> int:
+    """:attr:`ActivationUnit.latency` of ``cfg`` (pipeline depth in enabled cycles), without building the unit."""
+    return ActivationUnit._lane(None, None, newton=bool(cfg.act_newton))[1] + 1
 
 
 class ActOp(enum.IntEnum):
@@ -74,12 +130,12 @@ class ActivationUnit(LineUnit):
     def __init__(self, cfg: AccelConfig):
         lanes = LineUnit.nonlinear_lanes_of(cfg)
         line = LineUnit.line(cfg, lanes=lanes)
-        self.latency = self._lane(None, None)[1] + 1
+        self.latency = activation_latency(cfg)
         super().__init__(cfg, {"op": 1, "data": line, "last": 1}, {"data": line, "last": 1},
                          lanes=lanes)
 
     @staticmethod
-    def _lane(tl: Timed | None, x, g=None, c: int = 0, dsp: bool = False):
+    def _lane(tl: Timed | None, x, g=None, c: int = 0, dsp: bool = False, newton: bool = False):
         """One lane from its input register ``x`` (stage 1) and the GELU flag ``g``: ``(result, stage)``,
         the result combinational at that stage (the output register is the stage after).  With
         ``tl=None`` it only counts the stages (a dry run, for :attr:`latency`)."""
@@ -92,12 +148,13 @@ class ActivationUnit(LineUnit):
             x = Signal(signed(32))
             tl = Timed(Stages(m, Const(1)))
             return ActivationUnit._build(tl, m, (x, 1), (Signal(), 1), 0, EXP_BASE, EXP_DELTA, LOG2E_Q30,
-                                         _GELU_C1, _GELU_C2, _GELU_CLAMP, dry=True)
+                                         _GELU_C1, _GELU_C2, _GELU_CLAMP, dry=True, newton=newton)
         return ActivationUnit._build(tl, tl.st.m, x, g, c, EXP_BASE, EXP_DELTA, LOG2E_Q30,
-                                     _GELU_C1, _GELU_C2, _GELU_CLAMP, dsp=dsp)
+                                     _GELU_C1, _GELU_C2, _GELU_CLAMP, dsp=dsp, newton=newton)
 
     @staticmethod
-    def _build(tl: Timed, m: Module, x, g, c, EXP_BASE, EXP_DELTA, LOG2E_Q30, C1, C2, CLAMP, dry=False, dsp=False):
+    def _build(tl: Timed, m: Module, x, g, c, EXP_BASE, EXP_DELTA, LOG2E_Q30, C1, C2, CLAMP, dry=False, dsp=False,
+               newton=False):
         n = f"_{c}"
         R = tl.reg
         # --- GELU front end: xc = clip(x), x3 = rsr(rsr(xc*xc, 16)*xc, 16), w = xc + rsr(x3*C1, 30),
@@ -144,19 +201,8 @@ class ActivationUnit(LineUnit):
         pc = R(lambda v, s_: v >> Cat(Const(0, 3), s_[3:]), pr, sh, name="pc" + n, shape=unsigned(41))
         e = R(lambda v, s_: v >> s_[:3], pc, sh, name="e" + n, shape=unsigned(31))  # <= 2**30
         d = R(lambda v: (1 << 30) + v, e, name="d" + n, shape=unsigned(32))
-        # --- floor(2**60 / d), d in [2**30, 2**31]: restoring division, one quotient bit a stage, on the
-        # partial remainder R = r >> bit (< 2d: 33 bits, not 62): bit set when R >= d, then R = 2 (R - d)
-        rr, q = (Const(1 << 30, unsigned(32)), d[1]), (Const(0, 1), d[1])
-        for bit in range(30, -1, -1):
-            # r_ < 2**32, dd <= 2**31: bit 32 of the 33-bit difference is its borrow
-            def step(r_, dd):
-                trial = (r_ - dd)[:33]
-                return (Mux(trial[32], r_, trial[:32]) << 1)[:32]
-            qn = R(lambda r_, dd, q_: Cat(~(r_ - dd)[:33][32], q_), rr, d, q,
-                   name=f"q{bit}" + n, shape=unsigned(31 - bit))
-            if bit:
-                rr = R(step, rr, d, name=f"r{bit}" + n, shape=unsigned(32))
-            q = qn
+        # --- floor(2**60 / d), d in [2**30, 2**31]
+        q = _recip_seeded(tl, m, d, n, dry) if newton else _recip_restoring(tl, d, n)
         # --- sigmoid by the sign of z, then sat32(rsr(x * sig, 30))
         sig = R(lambda zz, v: Mux(zz, v, (1 << 30) - v), zpos, q, name="sig" + n, shape=signed(32))
         prod2 = tl.mul(x, sig, "fprod" + n)
@@ -175,7 +221,8 @@ class ActivationUnit(LineUnit):
         outs = []
         for c in range(self.lanes):
             x = tl.st.reg(i.payload.data[c], f"x0_{c}", signed(32))
-            out, t_out = self._lane(tl, (x, 1), (gelu0, 1), c, dsp=bool(self.cfg.dsp_muls))
+            out, t_out = self._lane(tl, (x, 1), (gelu0, 1), c, dsp=bool(self.cfg.dsp_muls),
+                                    newton=bool(self.cfg.act_newton))
             assert t_out + 1 == self.latency, (t_out, self.latency)
             outs.append(out)
         # valid / last travel beside the lanes for the whole depth; the output register is the last stage

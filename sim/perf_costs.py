@@ -36,14 +36,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from systolica.config import AccelConfig
 from systolica.hw.axi_slice import SLICE_READ_CYCLES, SLICE_WRITE_CYCLES
 from systolica.isa import Buf, Instr
 
 __all__ = ["PerfParams", "OpCost", "rd_round_trip", "wr_round_trip", "op_cost", "cost_signature", "COST_FIELDS", "array_latency", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
-           "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY", "WSTREAM_STARTUP"]
+           "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY", "vector_extra_latency", "WSTREAM_STARTUP"]
 
 GEMM_DATAPATHS = ("line_dot", "systolic")
 RECIP_CYCLES = 33  # hw/recip.py: one reciprocal, request to result
@@ -82,6 +82,24 @@ NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: (ActivationUnit.latency 71 -> 73: SILU / GELU + 2, measured on the RTL sequencer).
 VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 71, "GELU": 71, "ROPE": 9, "SOFTMAX": 18, "RMSNORM": 13, "LAYERNORM": 14,
                                         "ADD": 8, "MUL": 8, "REQUANT": 8, "ARGMAX": 8, "QUANT": 4, "QUANT_SPLIT": 4}
+#: ActivationUnit.latency the SILU / GELU entries above were measured at (the restoring divider's pipeline); a
+#: configuration with another depth (``act_newton``: 57) moves them by the difference
+ACT_LATENCY_CALIBRATED = 73
+
+
+@cache
+def _act_latency(newton: bool) -> int:
+    from systolica.hw.activation import activation_latency
+
+    return activation_latency(AccelConfig(act_newton=int(newton)))
+
+
+def vector_extra_latency(cfg: AccelConfig, key: str) -> int:
+    """:data:`VECTOR_EXTRA_LATENCY` of ``key`` on ``cfg``: SILU / GELU follow its activation unit's depth."""
+    extra = VECTOR_EXTRA_LATENCY.get(key, 0)
+    if key in ("SILU", "GELU"):
+        extra += _act_latency(bool(cfg.act_newton)) - ACT_LATENCY_CALIBRATED
+    return extra
 
 
 @dataclass(frozen=True)
@@ -376,7 +394,7 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         # cut into beats on the way in: a line every per_line + 1 cycles (beta a cycle after x and gamma), one
         # cycle short a line, less the beats read ahead into the FIFO during the row statistics
         beats += rows * max(0, lines - ROWPASS_FEED_AHEAD)
-    return OpCost(beats + rows * per_row + p.vector_latency + VECTOR_EXTRA_LATENCY.get(key, 0))
+    return OpCost(beats + rows * per_row + p.vector_latency + vector_extra_latency(cfg, key))
 
 
 #: Cycles of an ATTN over an empty tile (t = 0) beyond its rows' lines (the sequencer's start and drain; RTL)

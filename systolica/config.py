@@ -95,6 +95,9 @@ class AccelConfig:
     # the activation unit's GELU constants (x3 * C1, w * C2: four 18 x 18 pieces each); 0: in LUTs, for parts whose
     # multipliers are scarce (ECP5's 156 MULT18X18D).  On Xilinx parts with DSPs to spare, 1 saves ~250 LUT per
     # attention lane and ~1,000 per activation lane
+    act_newton: int = 0  # 1: the activation unit's sigmoid quotient floor(2**60 / d) by a seeded Newton step pair on
+    # seven 18 x 18 multiplier pieces a lane (numerics_nonlinear.recip_seeded; 15 stages); 0: a restoring divider of
+    # 31 stages in LUTs (~2,000 LUT a lane on xcup), for parts whose multipliers are scarce.  The same bits either way
     attn_head_lines: int = 0  # largest head_dim in lines (head_dim / cols) that ATTN / ATTN_OUT take (a larger
     # ``hd`` is ILLEGAL_FIELD): the attention unit's query and p * V memories are that deep; 0: the ISA's 63.  16
     # at 8 columns takes head_dim 128 (llama-family) in ECP5 LUT-RAM a lane one TRELLIS_DPR16X4 deep instead of 4
@@ -226,6 +229,9 @@ class AccelConfig:
                    f"with macs_per_dsp=1; it is {self.macs_per_dsp})")
         if self.dsp_muls not in (0, 1):
             yield f"dsp_muls={self.dsp_muls} must be 0 (narrow and constant products in LUTs) or 1 (on DSP multipliers)"
+        if self.act_newton not in (0, 1):
+            yield (f"act_newton={self.act_newton} must be 0 (the sigmoid's quotient by a restoring divider) or 1 (by a "
+                   f"seeded Newton step pair on multipliers)")
         if not (isinstance(self.attn_head_lines, int) and 0 <= self.attn_head_lines <= ATTN_HD_MAX):
             yield (f"attn_head_lines={self.attn_head_lines} must be 0 (the ISA's {ATTN_HD_MAX}) or 1..{ATTN_HD_MAX} "
                    f"(the largest head_dim in lines of {self.cols} elements that ATTN takes)")
@@ -289,6 +295,8 @@ class AccelConfig:
             d.pop("dsp_muls")
         if d["array_lut_muls"] == 0:  # the array's products on multipliers: the hardware (and hash) of before the field
             d.pop("array_lut_muls")
+        if d["act_newton"] == 0:  # the restoring divider: the hardware (and hash) of before the field
+            d.pop("act_newton")
         if d["attn_head_lines"] in (0, ATTN_HD_MAX):  # the ISA's whole hd field: the hardware (and hash) of before it
             d.pop("attn_head_lines")
         d["clock_mhz"] = float(d["clock_mhz"])

@@ -217,6 +217,30 @@ def test_recip_newton_equals_the_quotient():
         nx.recip_newton(np.array([5]))
 
 
+def _seed_edges():
+    """Both ends of the range and of every seed's interval, where the seed is worst."""
+    starts = (np.arange(256) << 22) + 2**30
+    return np.concatenate([np.arange(2**30, 2**30 + 20_000), np.arange(2**31 - 20_000, 2**31), starts, (starts - 1)[1:],
+                           starts + (1 << 22) - 1, starts + (1 << 21)])  # starts[0] - 1 is below the range
+
+
+def test_recip_seeded_equals_the_quotient():
+    m = np.concatenate([np.random.default_rng(5).integers(2**30, 2**31, 1 << 20), _seed_edges()])
+    np.testing.assert_array_equal(nx.recip_seeded(m), (1 << 60) // m)
+    with pytest.raises(ValueError, match="2\\*\\*30 <= m"):
+        nx.recip_seeded(np.array([2**31]))
+
+
+@pytest.mark.slow
+def test_recip_seeded_equals_the_quotient_everywhere():
+    """Every m in [2**30, 2**31): the activation unit's quotient has no other check of its rare corners."""
+    step = 1 << 24
+    for lo in range(2**30, 2**31, step):
+        m = np.arange(lo, lo + step, dtype=np.int64)
+        bad = np.flatnonzero(nx.recip_seeded(m) != (1 << 60) // m)
+        assert bad.size == 0, f"recip_seeded wrong at m = {m[bad[:5]].tolist()}"
+
+
 def test_rsqrt_fx_relative_error():
     rng = np.random.default_rng(5)
     v = np.concatenate([rng.integers(1, 2**62, 50000), 2 ** rng.integers(0, 62, 2000),

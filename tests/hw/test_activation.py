@@ -35,10 +35,13 @@ def activation_cases(C: int, seed: int, lines: int = 24):
     return beats, want
 
 
-@pytest.mark.parametrize("cols,line_lanes,nonlinear,dsp", [(2, 2, 0, 0), (4, 4, 0, 0), (8, 2, 0, 0), (8, 2, 1, 0),
-                                                            (4, 4, 0, 1), (8, 2, 1, 1)])  # dsp: the GELU constants on multipliers
-def test_activation_bit_exact(cols, line_lanes, nonlinear, dsp):
-    cfg = AccelConfig(rows=4, cols=cols, line_lanes=line_lanes, nonlinear_lanes=nonlinear, dsp_muls=dsp)
+# dsp: the GELU constants on multipliers; newton: the sigmoid's quotient by recip_seeded instead of the divider
+@pytest.mark.parametrize("cols,line_lanes,nonlinear,dsp,newton", [
+    (2, 2, 0, 0, 0), (4, 4, 0, 0, 0), (8, 2, 0, 0, 0), (8, 2, 1, 0, 0), (4, 4, 0, 1, 0), (8, 2, 1, 1, 0),
+    (4, 4, 0, 1, 1), (8, 2, 1, 0, 1)])
+def test_activation_bit_exact(cols, line_lanes, nonlinear, dsp, newton):
+    cfg = AccelConfig(rows=4, cols=cols, line_lanes=line_lanes, nonlinear_lanes=nonlinear, dsp_muls=dsp,
+                      act_newton=newton)
     dut = ActivationUnit(cfg)
     lanes = dut.lanes
     assert lanes == (nonlinear or line_lanes)
@@ -49,6 +52,40 @@ def test_activation_bit_exact(cols, line_lanes, nonlinear, dsp):
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         assert [g.data[c] for c in range(lanes)] == w, f"line {k} ({'GELU' if beats[k]['op'] else 'SILU'}) " \
                                                       f"of {beats[k]['data']}"
+
+
+def test_seeded_reciprocal_exact():
+    """The Newton pipeline alone (hw/activation.py ``_recip_seeded``), one divisor a cycle: floor(2**60 / d) at both
+    ends of every seed's interval, the range's ends and 2**31 (sigmoid(0)'s divisor), after its latency."""
+    from amaranth import Const, Module, Signal, unsigned
+    from amaranth.sim import Simulator
+
+    from systolica.hw.activation import _recip_seeded
+    from systolica.hw.line_unit import Stages, Timed
+
+    m = Module()
+    d = Signal(unsigned(32))
+    tl = Timed(Stages(m, Const(1)))
+    q, t = _recip_seeded(tl, m, (d, 0), "_t", False)
+    starts = [(1 << 30) + (i << 22) for i in range(256)]
+    rng = random.Random(7)
+    vals = [1 << 30, (1 << 31) - 1, 1 << 31] + [s + o for s in starts for o in (0, 1, (1 << 22) - 1, 1 << 21)] + \
+        [rng.randrange(1 << 30, (1 << 31) + 1) for _ in range(200)]
+    got = []
+
+    async def tb(ctx):
+        for i in range(len(vals) + t):
+            if i < len(vals):
+                ctx.set(d, vals[i])
+            await ctx.tick()
+            if i + 1 >= t:
+                got.append(ctx.get(q))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    assert got[:len(vals)] == [(1 << 60) // v for v in vals]
 
 
 @pytest.mark.parametrize("k,width", [(48012366, 30), (1713444047, 28), (-12345, 20), (7, 8), (8, 8), (-1, 5)])
