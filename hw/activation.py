@@ -13,9 +13,9 @@ form: ``z = u2``, a cubic of the clipped ``x``), so one deep pipeline per lane s
    synchronously); linear interpolation; the integer part is a rounding right shift.
 3. The exact quotient ``floor(2**60 / (2**30 + e))`` of ``numerics.sigmoid_fx``: a restoring
    divider of 31 steps, :data:`DIV_STEPS` steps per pipeline stage (31 stages of a 33-bit subtract and a
-   multiplexer, ~2,000 LUT a lane on xcup); or, with ``cfg.act_newton``, ``numerics.recip_seeded``: a
-   256-entry seed ROM and two Newton steps on seven 18 x 18 multiplier pieces, 15 stages.  Both are exact,
-   so both give the same bits.
+   multiplexer); or, with ``cfg.act_newton``, ``numerics.recip_seeded``: a
+   256-entry seed ROM and two Newton steps on seven 18 x 18 multiplier pieces, 15 stages (kv260's 4 lanes,
+   Yosys xcup: 10,740 -> 3,944 LUT, 100 -> 128 DSP).  Both are exact, so both give the same bits.
 4. ``sig = s`` or ``2**30 - s`` by the sign of ``z``; ``sat32(rsr(x * sig, 30))``.
 
 (``rsr`` is ``numerics.rshift_round``.)  The whole pipeline stalls on output

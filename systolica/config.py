@@ -97,7 +97,7 @@ class AccelConfig:
     # attention lane and ~1,000 per activation lane
     act_newton: int = 0  # 1: the activation unit's sigmoid quotient floor(2**60 / d) by a seeded Newton step pair on
     # seven 18 x 18 multiplier pieces a lane (numerics_nonlinear.recip_seeded; 15 stages); 0: a restoring divider of
-    # 31 stages in LUTs (~2,000 LUT a lane on xcup), for parts whose multipliers are scarce.  The same bits either way
+    # 31 stages in LUTs (~1,700 LUT a lane more on xcup), for parts whose multipliers are scarce.  The same bits either way
     attn_head_lines: int = 0  # largest head_dim in lines (head_dim / cols) that ATTN / ATTN_OUT take (a larger
     # ``hd`` is ILLEGAL_FIELD): the attention unit's query and p * V memories are that deep; 0: the ISA's 63.  16
     # at 8 columns takes head_dim 128 (llama-family) in ECP5 LUT-RAM a lane one TRELLIS_DPR16X4 deep instead of 4
