@@ -79,18 +79,14 @@ from systolica.config import AccelConfig
 
 from .attn_exp import exp2_pipelines
 from .attn_fsm import OneHotFSM
-from .attn_lane import state_lane
 from .attn_pipes import AddrCopies, k_pipeline, pv_pipeline
+from .attn_state_lines import KIND_LA as _KIND_LA
+from .attn_state_lines import PV_BITS, state_lines
+from .attn_state_lines import row_suffix as _s
 from .fixed import bitlen_u, sat32
 from .recip import Reciprocal
 
 __all__ = ["AttentionUnit", "AttnBeat"]
-
-#: stages of the state-line lanes (S0 operands .. S8 saturation; see AttentionUnit.elaborate)
-_LANE_STAGES = 9
-_KIND_SCORE, _KIND_O, _KIND_LA = 0, 1, 2  # what a lane pipeline entry is (O: an O or FOUT lane group)
-
-PV_BITS = 56  # |PV| < 2**50 for t <= 4095 and |v| < 1024 (numerics_attn); 6 bits of margin
 
 
 class AttnBeat(enum.IntEnum):
@@ -139,7 +135,6 @@ class AttentionUnit(wiring.Component):
         })
 
     def elaborate(self, platform):
-        from systolica.numerics import LOG2E_Q30
 
         m = Module()
         C, R = self.cfg.cols, self.rows
@@ -345,118 +340,11 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [pv_rs[q][c].addr.eq(pv_raddr[c]) for q in range(PVG) for c in range(C)]
         m.d.comb += [u_r.addr.eq(Mux(fsm["V"], tok_p1, tok)) for u_r in u_rs]
 
-        # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
-        # A state line is hd/C of a row per tile, so it may take C/L cycles: lane group g of the held
-        # input line enters the pipeline each cycle, the groups are kept as they come out and the last
-        # completes the output line.  The lanes' multipliers also give the scores dot * LOG2E_Q30 of rows
-        # 0, 1, ... on lanes L-1, L-2, ... (stage K3, in state K) and l * a on lane 0 (state L), so those
-        # products cost no DSP48s of their own.  Stages, one operation each (see _LANE_STAGES):
-        # S0 operands; S1 the four 16/17-bit partial products (one MULT18X18D each); S2, S3 their sums;
-        # S4 the roundings of o*a >> 30 and PV >> 8; S5 their sum; S6 the barrel shift; S7 its rounding;
-        # S8 the saturation.  Every stage moves together (``adv``): only a finished output line waiting
-        # for ``o.ready`` holds the pipeline.
-        L = self.lanes
-        G = C // L
-        NS = _LANE_STAGES
-        g = Signal(range(G), name="o_group")
-        done_groups = Signal(32 * L * (G - 1), name="o_groups_done", reset_less=True)
-        is_fout = Signal()  # the FSM is in FOUT (ATTN_OUT: o * y) rather than O (ATTN: rescale and add p.V)
-        pv_lines = [Cat(*[pv_r.data for pv_r in row]) for row in pv_rs]
-        # row ri's PV: its set's lanes (shared: ri % S) at its slot (ri // S)
-        if shared and S > 1:
-            ri_set = Array([Const(r % S, range(S)) for r in range(R)])[ri]
-            ri_slot = Array([Const(r // S, range(NP)) for r in range(R)])[ri]
-        else:
-            ri_set = ri_slot = ri
-        pv_o = Array(pv_lines)[ri_set] if PVG > 1 else pv_lines[0]
-
-        def pv_line_addr(line):
-            """The PV address of the O pass's ``line`` of row ``ri``."""
-            return Cat(line[:li_w], ri_slot[:row_w]) if shared else line
-        xs = p.data.as_value().word_select(g, 32 * L) if G > 1 else p.data.as_value()
-        pvs = pv_o.word_select(g, PV_BITS * L) if G > 1 else pv_o
-        fsh = Signal(signed(10))
-        m.d.comb += fsh.eq(fk - 16)
-        tag_l = data.StructLayout({"v": 1, "kind": 2, "raw": 1, "last": 1, "grp": range(G),
-                                   "tok": range(self.max_tokens + 1), "ok": 1})
-        tags = [Signal(tag_l, name=f"lane_s{s}") for s in range(NS)]
-        iss = Signal(tag_l, name="lane_issue")  # what enters S0 this cycle (iss.v = 0: nothing)
-        adv = Signal(name="lane_adv")
-        pipe_busy = Signal(name="lane_busy")
-        m.d.comb += pipe_busy.eq(Cat(*[t.v for t in tags]).any())
-        o_busy = Signal(name="lane_o_busy")  # output lines in the lanes (a cycle ago: OUTH and LN issue none)
-        m.d.sync += o_busy.eq(Cat(*[t.v & (t.kind == _KIND_O) for t in tags]).any())
-        t_out = tags[NS - 1]
-        out_line = Signal(name="lane_out_line")  # S8 holds the last lane group of an output line
-        m.d.comb += [out_line.eq(t_out.v & (t_out.kind == _KIND_O) & (t_out.grp == G - 1)),
-                     adv.eq(~out_line | o.ready)]
-        with m.If(adv):
-            m.d.sync += tags[0].eq(iss)
-            m.d.sync += [tags[s + 1].eq(tags[s]) for s in range(NS - 1)]
-        in_l = Signal()  # state L issues l * a on lane 0
-        la = Signal(signed(66))  # l * a: lane 0's product in S3
-        lanes_out = []
-        for j in range(L):
-            def reg(name, shape, j=j):
-                return Signal(shape, name=f"{name}_{j}", reset_less=True)
-            # S0 operands (comb selection, then registered)
-            ox, oy = Signal(signed(32), name=f"st_x_{j}"), Signal(unsigned(33), name=f"st_y_{j}")
-            opv, osh = Signal(signed(PV_BITS), name=f"st_pv_{j}"), Signal(signed(10), name=f"st_sh_{j}")
-            x = xs[32 * j:32 * j + 32].as_signed()
-            pvj = pvs[PV_BITS * j:PV_BITS * (j + 1)].as_signed()
-            with m.If(is_fout):  # o * y, or 0 when l <= 0
-                m.d.comb += [ox.eq(x), oy.eq(fy), opv.eq(0), osh.eq(fsh)]
-            with m.Else():  # O: rsr(o*a, 30) + rsr(PV, 8) >> r; every token masked: x * 2**30 >> 30 = x
-                m.d.comb += [ox.eq(x), oy.eq(Mux(anyv, a_o, 1 << 30)), opv.eq(Mux(anyv, pvj, 0)),
-                             osh.eq(Mux(anyv, r_s, 0))]
-            srow = L - 1 - j  # the row whose score this lane scales
-            if srow < R:
-                with m.If(k2.v):
-                    m.d.comb += [ox.eq(k2.dot[srow]), oy.eq(LOG2E_Q30), osh.eq(k2.sh[srow])]
-            if j == 0:
-                with m.If(in_l):
-                    m.d.comb += [ox.eq(l_old_o), oy.eq(a_o)]
-            # S0 .. S8 (hw/attn_lane.py)
-            out8, prod3 = state_lane(m, adv, ox, oy, opv, osh, tags[4].raw, j, PV_BITS)
-            if j == 0:
-                m.d.comb += la.eq(prod3)
-            lanes_out.append(out8)
-            if srow < R:  # the score of row srow (stage K3's end): into the score buffer and the running maximum
-                q = srow
-                wen = Signal(name=f"score_wen{_s(q)}")
-                m.d.comb += wen.eq(t_out.v & (t_out.kind == _KIND_SCORE) & t_out.ok)
-                m.d.comb += [u_ws[q].addr.eq(t_out.tok), u_ws[q].data.eq(out8), u_ws[q].en.eq(wen)]
-                # the running maximum a cycle later, from a register of the score beside m1 (S8 also drives the
-                # score buffer and the output line: its compare into m1 was the slowest path, 11 ns of routing);
-                # m1 is next read in X2 of state A's rescale, two cycles after its last update here
-                sc9 = Signal(signed(32), name=f"score_s9{_s(q)}", reset_less=True)
-                wen9 = Signal(name=f"score_w9{_s(q)}")
-                m.d.sync += [sc9.eq(out8), wen9.eq(wen)]
-                with m.If(wen9 & (sc9 > m1[q])):
-                    m.d.sync += m1[q].eq(sc9)
-        with m.If(k2.v):  # the scores of every row, one lane each
-            m.d.comb += [iss.v.eq(1), iss.kind.eq(_KIND_SCORE), iss.raw.eq(1), iss.tok.eq(k2.tok), iss.ok.eq(k2.ok)]
-        with m.If(in_l & adv):
-            m.d.comb += [iss.v.eq(1), iss.kind.eq(_KIND_LA)]
-        with m.If(adv & t_out.v & (t_out.kind == _KIND_O) & (t_out.grp != G - 1)):
-            if G > 1:
-                m.d.sync += done_groups.word_select(t_out.grp, 32 * L).eq(Cat(*lanes_out))
-        m.d.comb += [o.payload.last.eq(t_out.last), o.payload.data.eq(Cat(done_groups, *lanes_out))]
-        with m.If(out_line):
-            m.d.comb += o.valid.eq(1)
-        last_group = Signal(name="o_last_group", init=int(G == 1))  # g == G - 1, a register beside g
-
-        def state_line(fout: bool):
-            """A state line's lane groups into the pipeline, one a cycle; the line is taken with its last.
-
-            Returns the condition under which the FSM leaves after the row's last state line."""
-            m.d.comb += is_fout.eq(fout)
-            # only the valid bit depends on the beat's handshake (the tag's fields are don't-cares without it)
-            m.d.comb += [iss.kind.eq(_KIND_O), iss.raw.eq(fout), iss.last.eq(p.last), iss.grp.eq(g)]
-            with m.If(tk["SL"] & adv):
-                m.d.comb += iss.v.eq(1)
-                m.d.sync += [g.eq(Mux(last_group, 0, g + 1)), last_group.eq(Mux(last_group, G == 1, g == G - 2))]
-            return tk["SL"] & last_group & adv & p.last
+        sl = state_lines(m, C=C, R=R, L=self.lanes, max_tokens=self.max_tokens, p=p, o=o, pv_rs=pv_rs, shared=shared,
+                         S=S, NP=NP, ri=ri, li_w=li_w, row_w=row_w, fy=fy, fk=fk, anyv=anyv, a_o=a_o, r_s=r_s, k2=k2,
+                         l_old_o=l_old_o, u_ws=u_ws, m1=m1, tk=tk)
+        tags, adv, pipe_busy, o_busy, in_l, la = sl.tags, sl.adv, sl.pipe_busy, sl.o_busy, sl.in_l, sl.la
+        last_group, pv_line_addr, state_line = sl.last_group, sl.pv_line_addr, sl.state_line
 
         # the unit takes every beat in HDR, Q, K and V (a wrong one to drop it), a state line's with its last
         # lane group (or a wrong beat): `ready` from flip-flops and the beat's kind only
@@ -617,7 +505,3 @@ class AttentionUnit(wiring.Component):
                 fsm.goto("HDR")
         return m
 
-
-def _s(r: int) -> str:
-    """The suffix of row ``r``'s signals and memories: none for row 0 (the names of the one-row unit)."""
-    return "" if r == 0 else f"_r{r}"
