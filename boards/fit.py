@@ -107,13 +107,13 @@ def buffer_tiles(cfg: AccelConfig, family: str, uram: bool = False) -> tuple[int
     (``hw.buffers.BUFFER_COPIES``: one per read port compute needs at once) in the tile aspect ratio that
     wastes least; with ``uram`` (an UltraScale+ target) the copies the generator marks ``ram_style =
     "ultra"`` (``hw.buffers.URAM_MIN_BITS`` or more) in URAM288s instead."""
-    from systolica.hw.buffers import BUFFER_COPIES, URAM_MIN_BITS, buffer_ports
+    from systolica.hw.buffers import URAM_MIN_BITS, buffer_copies, buffer_ports
 
     shapes = RAM_SHAPES["ecp5" if family == "ecp5" else "xilinx"]
     depth = {"spad": cfg.spad_lines, "acc": cfg.acc_lines, "vbuf": cfg.vbuf_lines}
     bram = ultra = 0
     for name, (_, width) in buffer_ports(cfg).items():
-        copies = len(BUFFER_COPIES[name])
+        copies = len(buffer_copies(cfg)[name])
         if uram and width * depth[name] >= URAM_MIN_BITS:
             ultra += copies * math.ceil(width / URAM_SHAPE[1]) * math.ceil(depth[name] / URAM_SHAPE[0])
         else:

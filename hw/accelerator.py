@@ -242,7 +242,9 @@ class Accelerator(wiring.Component):
         bus_pc = Signal(32)
         es = [Signal(32, name=f"bus_pc{i}") for i in range(3)]
         m.d.sync += [bus_seen.eq(load.bus_error | store.bus_error | comp.bus_error)]
-        m.d.sync += [r.eq(Mux(e.bus_error, e.pc, 0xFFFF_FFFF)) for r, e in zip(es, engines, strict=True)]
+        # (the compute engine's is its GEMM_STREAM's, which may run on behind later instructions: config.attn_beside)
+        m.d.sync += [r.eq(Mux(e.bus_error, e.bus_pc if e is comp else e.pc, 0xFFFF_FFFF))
+                     for r, e in zip(es, engines, strict=True)]
         e01 = Mux(es[0] < es[1], es[0], es[1])
         m.d.sync += [bus_err.eq(bus_seen), bus_pc.eq(Mux(e01 < es[2], e01, es[2]))]
 

@@ -44,7 +44,7 @@ from systolica.config import AccelConfig
 
 from .word_regs import flag_copies, lane_mux
 
-__all__ = ["BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_ports", "memory_port_census"]
+__all__ = ["BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_copies", "buffer_ports", "memory_port_census"]
 
 #: on UltraScale+ (``uram=True``) a buffer copy of at least this many bits is marked ``ram_style = "ultra"``:
 #: a URAM288 is 4K x 72, so smaller memories waste most of it and are better in RAMB36 / RAMB18
@@ -52,6 +52,14 @@ URAM_MIN_BITS = 1 << 20
 
 #: copies of each buffer, one per read port that compute needs at once
 BUFFER_COPIES = {"spad": ("a", "w"), "acc": ("",), "vbuf": ("a", "b")}
+
+
+def buffer_copies(cfg: AccelConfig) -> dict[str, tuple[str, ...]]:
+    """:data:`BUFFER_COPIES` of ``cfg``: with ``attn_beside`` the scratchpad has a third copy, ``t``, the attention
+    unit's (its data lines, while a GEMM_STREAM reads its activations through ``a``)."""
+    if cfg.attn_beside:
+        return {**BUFFER_COPIES, "spad": (*BUFFER_COPIES["spad"], "t")}
+    return BUFFER_COPIES
 
 
 def buffer_ports(cfg: AccelConfig) -> dict[str, tuple[int, int]]:
@@ -89,6 +97,7 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
     cr = {
         ("spad", "a"): ([(comp.a_addr, comp.a_en)], [comp.a_rdata]),
         ("spad", "w"): ([(comp.w_addr, comp.w_en)], [comp.w_rdata]),
+        ("spad", "t"): ([(comp.t_addr, comp.t_en)], [comp.t_rdata]) if cfg.attn_beside else None,
         ("acc", ""): ([(comp.accum_rd.addr, comp.accum_rd.en), (comp.acc_addr, comp.acc_en)],
                       [comp.accum_rd.data, comp.acc_rdata]),
         ("vbuf", "a"): ([(comp.va_addr, comp.va_en)], [comp.va_rdata]),
@@ -104,7 +113,7 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
         w_data = Mux(c_en, c_data, getattr(load, f"{name}_data"))
         w_en = c_en | l_en
         mems[name] = []
-        for i, copy in enumerate(BUFFER_COPIES[name]):
+        for i, copy in enumerate(buffer_copies(cfg)[name]):
             ultra = uram and db * depth[name] >= URAM_MIN_BITS
             mem = memory.Memory(shape=unsigned(db), depth=depth[name], init=[],
                                 attrs={"ram_style": "ultra"} if ultra else None)

@@ -14,7 +14,7 @@ The engine retires an instruction once its last result line is written.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import memory, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
@@ -57,8 +57,10 @@ class ComputeEngine(wiring.Component):
             "out_addr": Out(p["vbuf"][0]), "out_en": Out(1), "out_data": Out(p["vbuf"][1]),
             "spad_waddr": Out(p["spad"][0]), "spad_wen": Out(1), "spad_wdata": Out(p["spad"][1]),
             "mac_active": Out(1),
-            "win_base": In(ADDR_BITS), "abort": In(1), "dma_quiet": Out(1), "bus_error": Out(1),
+            "win_base": In(ADDR_BITS), "abort": In(1), "dma_quiet": Out(1), "bus_error": Out(1), "bus_pc": Out(32),
         }
+        if cfg.attn_beside:  # the attention unit's own scratchpad copy (its data lines)
+            members |= {"t_addr": Out(p["spad"][0]), "t_en": Out(1), "t_rdata": In(p["spad"][1])}
         for port in range(cfg.dma_ports):  # GEMM_STREAM's weight ports (read channels only)
             members[f"wrd{port}"] = Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits))
         super().__init__(members)
@@ -85,20 +87,42 @@ class ComputeEngine(wiring.Component):
                 if k in ("attn", "row"):
                     out_sel[k] = flag_copies(m, hit, 1, f"out_is_{k}", first=kind[k])
 
-        ins, exec_start, exec_done, _ = token_fsm(m, self, cfg, on_load)
+        # attn_beside: a GEMM_STREAM without pushes retires as it starts and runs on (weights, array,
+        # accumulator) while the engine goes on with ATTN / ATTN_OUT behind it; any other instruction waits in
+        # POP until it has finished (`hold`).  The two share no buffer they write, and ATTN reads the scratchpad
+        # through a copy of its own, so no address needs comparing
+        beside = bool(cfg.attn_beside)
+        gemm_busy, hold = Signal(name="gemm_busy"), Signal(name="hold_for_gemm")
+        ins, exec_start, exec_done, _ = token_fsm(m, self, cfg, on_load, hold=hold if beside else None,
+                                                  busy=gemm_busy if beside else None)
         # the sequencers start a cycle after the token handshake (COMPUTE_START_CYCLES): their first
         # buffer reads and DMA requests begin at this flip-flop, not at the token queues' logic
         begin = Signal()
         m.d.sync += begin.eq(exec_start)
-        g, gs = ins.gemm, ins.gemm_stream
         is_stream, is_gemm = kind["stream"], kind["gemm"]
+        if beside:
+            # the GEMM path's word, pc and kind, held while it runs: loaded from the engine's word (stable since
+            # POP) while the path is idle, so they are this instruction's when it begins
+            gword = Signal.like(ins.as_value(), name="gemm_word", reset_less=True)
+            g_pc = Signal(32, name="gemm_pc", reset_less=True)
+            g_stream, g_gemm = Signal(name="gemm_is_stream"), Signal(name="gemm_is_gemm")
+            with m.If(~gemm_busy):
+                m.d.sync += [gword.eq(ins.as_value()), g_pc.eq(self.pc), g_stream.eq(is_stream), g_gemm.eq(is_gemm)]
+            gins = data.View(ins.shape(), gword)
+            g, gs = gins.gemm, gins.gemm_stream
+            is_stream_g = g_stream
+            m.d.comb += self.bus_pc.eq(g_pc)
+        else:
+            g, gs = ins.gemm, ins.gemm_stream
+            is_stream_g = is_stream
+            m.d.comb += self.bus_pc.eq(self.pc)
         m.submodules.gemm = seq = self.gemm
         # GEMM and GEMM_STREAM share dst, a, m, k, n, acc except for where the fields sit in the word
-        m.d.comb += [seq.start.eq(begin & is_gemm), seq.a.eq(Mux(is_stream, gs.a, g.a)), seq.w.eq(g.w),
-                     seq.dst.eq(Mux(is_stream, gs.dst, g.dst)), seq.m.eq(Mux(is_stream, gs.m, g.m)),
-                     seq.k.eq(Mux(is_stream, gs.k, g.k)), seq.n.eq(Mux(is_stream, gs.n, g.n)),
-                     seq.acc.eq(Mux(is_stream, gs.acc, g.acc)), seq.stream.eq(is_stream),
-                     seq.wfmt.eq(Mux(is_stream, gs.wfmt, 0)), seq.gshift.eq(gs.gshift)]
+        m.d.comb += [seq.start.eq(begin & is_gemm), seq.a.eq(Mux(is_stream_g, gs.a, g.a)), seq.w.eq(g.w),
+                     seq.dst.eq(Mux(is_stream_g, gs.dst, g.dst)), seq.m.eq(Mux(is_stream_g, gs.m, g.m)),
+                     seq.k.eq(Mux(is_stream_g, gs.k, g.k)), seq.n.eq(Mux(is_stream_g, gs.n, g.n)),
+                     seq.acc.eq(Mux(is_stream_g, gs.acc, g.acc)), seq.stream.eq(is_stream_g),
+                     seq.wfmt.eq(Mux(is_stream_g, gs.wfmt, 0)), seq.gshift.eq(gs.gshift)]
         m.submodules.wstream = ws = WeightStream(cfg)
         for port in range(cfg.dma_ports):
             wiring.connect(m, wiring.flipped(getattr(self, f"wrd{port}")), getattr(ws, f"axi{port}"))
@@ -106,6 +130,7 @@ class ComputeEngine(wiring.Component):
         # test and the row's line count are flip-flops loaded from the word every cycle: the word is there a
         # cycle before `begin` (and holds still until the instruction ends), so the stream's start values
         # load from registers, not from the word's arithmetic
+        gs = ins.gemm_stream  # the stream's start values: from the engine's word (the walkers hold them once started)
         rl = row_lines(gs.k, gs.wfmt, cfg)
         ws_lines = word_reg(m, rl, "ws_row_lines")
         ws_any = word_reg(m, (gs.m != 0) & (gs.n != 0) & (gs.k != 0), "ws_any")
@@ -125,8 +150,11 @@ class ComputeEngine(wiring.Component):
                      self.spad_waddr.eq(rs.spad_addr), self.spad_wen.eq(rs.spad_en), self.spad_wdata.eq(rs.spad_data)]
         m.submodules.aseq = at = self.aseq
         is_attn = kind["attn"]
-        m.d.comb += [at.start.eq(begin & is_attn), at.word.eq(ins.as_value()),
-                     at.sa_rdata.eq(self.a_rdata), at.sb_rdata.eq(self.w_rdata)]
+        m.d.comb += [at.start.eq(begin & is_attn), at.word.eq(ins.as_value()), at.sb_rdata.eq(self.w_rdata)]
+        if beside:  # its data lines through its own copy
+            m.d.comb += [self.t_addr.eq(at.sa_addr), self.t_en.eq(at.sa_en), at.sa_rdata.eq(self.t_rdata)]
+        else:
+            m.d.comb += at.sa_rdata.eq(self.a_rdata)
         # the vector-buffer ports belong to whichever line sequencer runs the instruction
         for port in ("va", "vb"):
             for seq_ in (vs, rs):
@@ -143,10 +171,12 @@ class ComputeEngine(wiring.Component):
                                                lane_mux(out_sel["row"], rs.out_data, vs.out_data, 32), 32))]
         # the scratchpad's "a" read port serves GEMM's activations, REQUANT's exponent lines and ATTN's
         # data lines; the "w" port GEMM's weights and ATTN's exponent lines
-        with m.If(is_vec):
+        # (attn_beside: a GEMM_STREAM running on keeps the "a" port while the next word, a line op, waits in POP)
+        with m.If(is_vec & ~gemm_busy if beside else is_vec):
             m.d.comb += [self.a_addr.eq(vs.exp_addr), self.a_en.eq(vs.exp_en)]
-        with m.Elif(is_attn):
-            m.d.comb += [self.a_addr.eq(at.sa_addr), self.a_en.eq(at.sa_en)]
+        if not beside:
+            with m.Elif(is_attn):
+                m.d.comb += [self.a_addr.eq(at.sa_addr), self.a_en.eq(at.sa_en)]
         with m.Else():
             m.d.comb += [self.a_addr.eq(seq.a_addr), self.a_en.eq(seq.a_en)]
         m.d.comb += [self.w_addr.eq(Mux(is_attn, at.sb_addr, seq.w_addr)), self.w_en.eq(seq.w_en | at.sb_en)]
@@ -155,5 +185,13 @@ class ComputeEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.accum_rd), seq.acc_rd)
         wiring.connect(m, wiring.flipped(self.accum_wr), seq.acc_wr)
         # NOP and FINISH finish a cycle after they start; GEMM when the sequencer has written its last line
-        m.d.comb += exec_done.eq(self.executing & ~begin & ~seq.busy & ~vs.busy & ~rs.busy & ~at.busy & ~ws.busy)
+        m.d.comb += gemm_busy.eq(seq.busy | ws.busy)
+        if beside:
+            h = ins.nop.h
+            runs_on = is_stream & ~h.push_prev & ~h.push_next  # a GEMM_STREAM that runs on behind the engine
+            m.d.comb += [hold.eq(gemm_busy & ~is_attn),
+                         exec_done.eq(self.executing & ~begin & ~vs.busy & ~rs.busy & ~at.busy
+                                      & (~gemm_busy | is_attn | runs_on))]
+        else:
+            m.d.comb += exec_done.eq(self.executing & ~begin & ~gemm_busy & ~vs.busy & ~rs.busy & ~at.busy)
         return m

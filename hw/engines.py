@@ -48,7 +48,7 @@ def engine_members(cfg: AccelConfig) -> dict:
     }
 
 
-def token_fsm(m, eng, cfg: AccelConfig, on_load=None):
+def token_fsm(m, eng, cfg: AccelConfig, on_load=None, hold=None, busy=None):
     """Command FIFO + pop/exec/push handshake of one engine.
 
     Returns ``(ins, exec_start, exec_done, state)``: the view of the current word, a
@@ -56,6 +56,9 @@ def token_fsm(m, eng, cfg: AccelConfig, on_load=None):
     drives when it has finished, and the handshake's state.  ``on_load(next_ins)``, if given, is
     called where the next word is loaded (``next_ins`` views the word leaving the command FIFO), so
     an engine can register what it decodes from the word in the same cycle as the word itself.
+    ``hold`` (a signal, optional): while high the word waits in POP, its tokens there or not (the compute
+    engine's instruction behind a GEMM_STREAM that still runs); ``busy``: work that outlives its instruction,
+    which keeps ``idle`` low.
     """
     # cmd_depth - 1 queued plus the one being handled: the queue holds cmd_depth instructions like the
     # golden simulator's (which the token-deadlock rule depends on)
@@ -71,9 +74,11 @@ def token_fsm(m, eng, cfg: AccelConfig, on_load=None):
     can_push = (~h.push_prev | eng.prev_space) & (~h.push_next | eng.next_space)
     # start only when the pops are there AND the pushes will fit: every queue has a single producer and a
     # single consumer, so the room checked now is still there when the instruction ends (golden's rule)
-    m.d.comb += [eng.idle.eq((state == EngineState.IDLE) & ~cmds.r_rdy),
+    idle = (state == EngineState.IDLE) & ~cmds.r_rdy
+    m.d.comb += [eng.idle.eq(idle if busy is None else idle & ~busy),
                  eng.executing.eq(state == EngineState.EXEC),
                  eng.blocked.eq((state == EngineState.POP) & ~(can_pop & can_push))]
+    go = can_pop & can_push if hold is None else can_pop & can_push & ~hold
     with m.Switch(state):
         with m.Case(EngineState.IDLE):
             m.d.comb += cmds.r_en.eq(1)
@@ -82,7 +87,7 @@ def token_fsm(m, eng, cfg: AccelConfig, on_load=None):
                              state.eq(EngineState.POP)]
                 if on_load is not None:
                     on_load(data.View(instr_layout(), cmds.r_data[:WORD_BITS]))
-        with m.Case(EngineState.POP), m.If(can_pop & can_push):
+        with m.Case(EngineState.POP), m.If(go):
             m.d.comb += [eng.pop_prev.eq(h.pop_prev), eng.pop_next.eq(h.pop_next), exec_start.eq(1)]
             m.d.sync += state.eq(EngineState.EXEC)
         with m.Case(EngineState.EXEC), m.If(exec_done):

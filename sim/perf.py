@@ -150,6 +150,35 @@ def _plan(ins: Instr) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return pops, pushes
 
 
+#: attn_beside: EXEC cycles of a GEMM_STREAM that runs on before it retires (begin, then exec_done: the engine goes
+#: on), and the cycles from the end of its work to the start of a compute instruction held behind it (the hold
+#: drops in POP: no IDLE or POP cycle of its own)
+RUNS_ON_EXEC = 2
+GEMM_HOLD_GAP = 1
+_BESIDE_OPS = ("ATTN", "ATTN_OUT")
+
+
+def beside_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pushes: Sequence[tuple]
+                ) -> tuple[list[bool], list[int]]:
+    """``(runs_on, gemm_prev)`` of a program on ``cfg`` (``config.attn_beside``, hw/compute_engine.py): which
+    instructions are GEMM_STREAMs that retire as they start and run on (no pushes), and for each compute
+    instruction that waits for such a stream (any but ATTN / ATTN_OUT) the last one before it (-1: none)."""
+    n = len(ops)
+    runs_on, gemm_prev = [False] * n, [-1] * n
+    if not cfg.attn_beside:
+        return runs_on, gemm_prev
+    last = -1
+    for i in range(n):
+        if engines[i] != Engine.COMPUTE:
+            continue
+        if ops[i] not in _BESIDE_OPS:
+            gemm_prev[i] = last
+        if ops[i] == "GEMM_STREAM" and not pushes[i]:
+            runs_on[i] = True
+            last = i
+    return runs_on, gemm_prev
+
+
 class PerfModel:
     """Times programs for one accelerator configuration.
 
@@ -241,6 +270,8 @@ class PerfModel:
         exec_l = [x[3].exec_cycles for x in infos]
         rdb_l = [x[3].rd_beats for x in infos]
         exl = list(exec_l)  # EXEC cycles with the read-port contention added
+        runs_on, gemm_prev = beside_plan(cfg, eng_l, [x[4] for x in infos], qpush_l)
+        ret = [-1] * n  # retire cycle (PUSH): end, or for a GEMM_STREAM that runs on, a cycle after it began
         first_beat = 3 + rd_round_trip(p)  # the DMA's first address two cycles after start (hw/dma.py)
         nd = 0  # next word to dispatch
         arrival_prev = RUN_OVERHEAD + FETCH_START + p.fetch_latency + rd_round_trip(p)  # fetch starts with the run
@@ -259,7 +290,7 @@ class PerfModel:
                     if slot[j] == 0:
                         room = disp[j] + 2
                     else:
-                        prev = end[order[e][slot[j] - 1]]
+                        prev = ret[order[e][slot[j] - 1]]
                         if prev < 0:
                             break
                         room = max(prev + 1, disp[j] + 1) + 1
@@ -315,6 +346,9 @@ class PerfModel:
                                 ready = t_
                     if not ok:
                         break
+                    g = gemm_prev[i]
+                    if g >= 0 and end[g] + GEMM_HOLD_GAP > ready:  # held in POP until that stream's work is done
+                        ready = end[g] + GEMM_HOLD_GAP
                     s = ready if ready > idle_i else idle_i + 1  # the POP state is at least one cycle after IDLE
                     start[i] = s
                     for q in qpop_l[i]:
@@ -327,9 +361,10 @@ class PerfModel:
                         exl[i] = ex
                     r = s + ex + 1
                     end[i] = r
+                    ret[i] = s + RUNS_ON_EXEC + 1 if runs_on[i] else r
                     for q in qpush_l[i]:
                         pushes[q].append(r)
-                    engine_free[e] = r + 1
+                    engine_free[e] = ret[i] + 1
                     h += 1
                     done += 1
                     moved = True

@@ -30,10 +30,13 @@ from systolica.isa import WORD_BYTES
 from systolica.sim.perf import (
     FETCH_REFILL,
     FETCH_START,
+    GEMM_HOLD_GAP,
     RUN_OVERHEAD,
+    RUNS_ON_EXEC,
     PerfError,
     PerfResult,
     _plan,
+    beside_plan,
     deadlock_error,
     decode_timed,
     fetch_stretch,
@@ -167,6 +170,7 @@ class ProgramPlan:
             dep_end.append(tuple(de))
             dep_start.append(tuple(ds))
         self.dep_end, self.dep_start = dep_end, dep_start
+        self.runs_on, self.gemm_prev = beside_plan(cfg, self.eng, self.ops, [x[2] for x in infos])
         # the evaluation order: the uncached model's work list (dispatch in program order while the FIFO has room,
         # then each engine as far as its tokens allow), with "computed" in place of times
         seq: list[int] = []  # i >= 0: dispatch i; ~i: start (and retire) i
@@ -284,6 +288,8 @@ class ProgramPlan:
         take = [0] * n
         start = [-1] * n
         end = [-1] * n + [-(1 << 62)]  # end[n]: the "previous instruction" of an engine's first one
+        ret = [-1] * n + [-(1 << 62)]  # retirement: end, or a GEMM_STREAM's that runs on (config.attn_beside)
+        runs_on, gemm_prev = self.runs_on, self.gemm_prev
         arrivals = [0] * n
         dec1, room_a, room_b = self.dec1, self.room_a, self.room_b
         prev, dep_end, dep_start = self.prev_or_n, self.dep_end, self.dep_start
@@ -311,7 +317,7 @@ class ProgramPlan:
                     if k < 0:
                         v = disp[j] + 2
                     else:
-                        v = end[k] + 1
+                        v = ret[k] + 1
                         w = disp[j] + 1
                         v = (v if v > w else w) + 1
                     if v > d:
@@ -321,9 +327,14 @@ class ProgramPlan:
             else:  # instruction i leaves POP, runs EXEC, retires
                 i = ~x
                 s = disp[i] + 2
-                v = end[prev[i]] + 2
+                v = ret[prev[i]] + 2
                 if v > s:
                     s = v
+                g = gemm_prev[i]
+                if g >= 0:  # held in POP until that stream's work is done
+                    v = end[g] + GEMM_HOLD_GAP
+                    if v > s:
+                        s = v
                 de = dep_end[i]
                 if de:
                     for j in de:
@@ -342,6 +353,7 @@ class ProgramPlan:
                     e += fetch_stretch(seen, s, e, first_beat, wc, rdb[i], tails[i])
                     ex[i] = e
                 end[i] = s + e + 1
+                ret[i] = s + RUNS_ON_EXEC + 1 if runs_on[i] else end[i]
         del end[n]
         return start, end, arrivals
 

@@ -98,6 +98,10 @@ class AccelConfig:
     act_newton: int = 0  # 1: the activation unit's sigmoid quotient floor(2**60 / d) by a seeded Newton step pair on
     # seven 18 x 18 multiplier pieces a lane (numerics_nonlinear.recip_seeded; 15 stages); 0: a restoring divider of
     # 31 stages in LUTs (~1,700 LUT a lane more on xcup), for parts whose multipliers are scarce.  The same bits either way
+    attn_beside: int = 0  # 1: a GEMM_STREAM without pushes runs on while the compute engine goes on with the ATTN and
+    # ATTN_OUT behind it (the attention unit reads its K / V / query lines through a third copy of the scratchpad,
+    # its exponent lines through the "w" copy a stream does not use; the two share no buffer they write), so a
+    # decode step streams weights during attention; 0: one compute instruction at a time
     attn_head_lines: int = 0  # largest head_dim in lines (head_dim / cols) that ATTN / ATTN_OUT take (a larger
     # ``hd`` is ILLEGAL_FIELD): the attention unit's query and p * V memories are that deep; 0: the ISA's 63.  16
     # at 8 columns takes head_dim 128 (llama-family) in ECP5 LUT-RAM a lane one TRELLIS_DPR16X4 deep instead of 4
@@ -229,6 +233,9 @@ class AccelConfig:
                    f"with macs_per_dsp=1; it is {self.macs_per_dsp})")
         if self.dsp_muls not in (0, 1):
             yield f"dsp_muls={self.dsp_muls} must be 0 (narrow and constant products in LUTs) or 1 (on DSP multipliers)"
+        if self.attn_beside not in (0, 1):
+            yield (f"attn_beside={self.attn_beside} must be 0 (one compute instruction at a time) or 1 (ATTN / ATTN_OUT "
+                   f"beside a GEMM_STREAM, on a scratchpad copy of their own)")
         if self.act_newton not in (0, 1):
             yield (f"act_newton={self.act_newton} must be 0 (the sigmoid's quotient by a restoring divider) or 1 (by a "
                    f"seeded Newton step pair on multipliers)")
@@ -295,6 +302,8 @@ class AccelConfig:
             d.pop("dsp_muls")
         if d["array_lut_muls"] == 0:  # the array's products on multipliers: the hardware (and hash) of before the field
             d.pop("array_lut_muls")
+        if d["attn_beside"] == 0:  # one compute instruction at a time: the hardware (and hash) of before the field
+            d.pop("attn_beside")
         if d["act_newton"] == 0:  # the restoring divider: the hardware (and hash) of before the field
             d.pop("act_newton")
         if d["attn_head_lines"] in (0, ATTN_HD_MAX):  # the ISA's whole hd field: the hardware (and hash) of before it

@@ -25,7 +25,7 @@ DATA_LO, DATA_HI = 0x1000, 0x9000  # room for GEMM_STREAM's pages on 4 weight po
 #: the tiny preset; with 4 weight ports (GEMM_STREAM: a whole tile a beat) and 3 attention rows a KV pass
 #: (config.attn_rows) taking turns on two sets of p * v lanes (config.attn_pv_shared, attn_pv_sets; as kv260), its attention p * v and GELU
 #: constants on multipliers (config.dsp_muls), the sigmoid's quotient by the seeded Newton pipeline
-#: (config.act_newton) and no softmax unit (config.softmax_unit: its programs draw no SOFTMAX); with 2-lane line units (each 4-lane buffer line in 2 beats: hw/line_serial.py), 2 DMA
+#: (config.act_newton), ATTN / ATTN_OUT beside a GEMM_STREAM that runs on (config.attn_beside) and no softmax unit (config.softmax_unit: its programs draw no SOFTMAX); with 2-lane line units (each 4-lane buffer line in 2 beats: hw/line_serial.py), 2 DMA
 #: ports, 2 attention rows on one shared set of p * v lanes (as pynq-z2) and the array's products in logic
 #: (config.array_lut_muls); and with 2-lane line units whose activation, norm and softmax units have one
 #: lane (4 beats a line: config.nonlinear_lanes), an array with two MACs per multiplier
@@ -35,7 +35,7 @@ CONFIGS = {"tiny": (preset("tiny"), 500),
            "tiny_l2_d2": (preset("tiny").replace(name="tiny_l2_d2", line_lanes=2, dma_ports=2, attn_rows=2,
                                                  attn_pv_shared=1, array_lut_muls=1), 250),
            "tiny_d4": (preset("tiny").replace(name="tiny_d4", dma_ports=4, attn_rows=3, dsp_muls=1, attn_pv_shared=1,
-                                              attn_pv_sets=2, softmax_unit=0, act_newton=1), 250),
+                                              attn_pv_sets=2, softmax_unit=0, act_newton=1, attn_beside=1), 250),
            "tiny_l2_n1_p2": (preset("tiny").replace(name="tiny_l2_n1_p2", line_lanes=2, nonlinear_lanes=1,
                                                     macs_per_dsp=2, attn_head_lines=2), 250)}
 
@@ -208,3 +208,50 @@ def test_attn_head_longer_than_the_unit_is_illegal_field(build_dir):
         if want != Fault.NONE:
             assert gold.pc == res.pc == 1, (gold.pc, res.pc)
             assert f"{op}.hd={hd}" in gold.message and "attn_head_lines" in gold.message, gold.message
+
+
+def _beside_programs(cfg):
+    """(both, stream only, attention only, neither): a GEMM_STREAM with no pushes, then an ATTN chain of three
+    64-token tiles for 3 query rows and its ATTN_OUT; each program a LOAD first and STOREs of every buffer last."""
+    from systolica.isa import encode, make
+    from systolica.sim.accel_programs import dump_stores, serialize
+
+    sp = 4096 if cfg.spad_lines >= 4096 else cfg.spad_lines
+    load = make("LOAD", buf=0, sram=0, dram=DATA_LO, rows=1, lines=sp, stride=0)
+    stream = make("GEMM_STREAM", dst=0, a=sp // 2, w=DATA_LO, m=1, k=8, n=48, acc=0, wfmt=0, gshift=0)
+    tile = dict(q=sp // 2, qexp=3 * sp // 4, kv=0, state=0, nq=3, hd=2, t=64, page_log2=6, offset=63, causal=0)
+    attn = [make("ATTN", **tile, init=1), make("ATTN", **tile, init=0), make("ATTN", **tile, init=0),
+            make("ATTN_OUT", dst=64, state=0, nq=3, hd=2)]
+    tail = [*dump_stores(cfg, DATA_HI), make("FINISH")]
+    return {name: [encode(i) for i in serialize([load, *body, *tail])]
+            for name, body in (("both", [stream, *attn]), ("stream", [stream]), ("attn", attn), ("none", []))}
+
+
+def test_attention_runs_beside_a_gemm_stream(fast):
+    """config.attn_beside: an ATTN chain behind a GEMM_STREAM that pushes no token runs while the stream does (the
+    pair takes well under the sum of their cycles alone); without it they take their turns.  Bit-exact either way."""
+    fast, _ = fast
+    cfg = fast.cfg
+    rng = np.random.default_rng(7)
+    dram = np.zeros(MEM, np.uint8)
+    dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
+    base = dram.copy()
+    cycles = {}
+    for name, words in _beside_programs(cfg).items():
+        dram[:] = base
+        code = b"".join(int(w).to_bytes(16, "little") for w in words)
+        dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+        gold = dram.copy()
+        g = GoldenSim(cfg, gold, window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
+        res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
+                       max_cycles=200_000)
+        assert g.status == Fault.NONE and res.code == Fault.NONE, (name, g.status, res.code)
+        assert np.array_equal(dram, gold), f"{name}: DRAM differs at {int(np.count_nonzero(dram != gold))} bytes"
+        cycles[name] = res.counters["CYCLES"]
+    own = {k: cycles[k] - cycles["none"] for k in ("stream", "attn", "both")}  # less the LOAD and the STOREs
+    shorter = min(own["stream"], own["attn"])
+    print(f"\n{cfg.name}: cycles of their own: stream {own['stream']}, attention {own['attn']}, both {own['both']}")
+    if cfg.attn_beside:
+        assert own["both"] < own["stream"] + own["attn"] - shorter // 2, own
+    else:
+        assert own["both"] > own["stream"] + own["attn"] - shorter // 4, own

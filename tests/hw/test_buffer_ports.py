@@ -14,10 +14,12 @@ import pytest
 from systolica.boards.board import load_board
 from systolica.config import preset
 from systolica.hw.accelerator import Accelerator
-from systolica.hw.buffers import BUFFER_COPIES, URAM_MIN_BITS, memory_port_census
+from systolica.hw.buffers import URAM_MIN_BITS, buffer_copies, memory_port_census
 
 CONFIGS = {"tiny": lambda: preset("tiny"), "default": lambda: preset("default"),
-           "pynq-z2": lambda: load_board("pynq-z2").config, "kv260": lambda: load_board("kv260").config}
+           "pynq-z2": lambda: load_board("pynq-z2").config, "kv260": lambda: load_board("kv260").config,
+           # a third scratchpad copy, the attention unit's (config.attn_beside)
+           "tiny-beside": lambda: preset("tiny").replace(attn_beside=1)}
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
@@ -39,7 +41,7 @@ def test_buffers_are_the_expected_copies(census):
     by_name = {m[0]: m for m in mems}
     depth = {"spad": cfg.spad_lines, "acc": cfg.acc_lines, "vbuf": cfg.vbuf_lines}
     width = {"spad": 8 * cfg.cols, "acc": 32 * cfg.cols, "vbuf": 32 * cfg.cols}
-    for buf, copies in BUFFER_COPIES.items():
+    for buf, copies in buffer_copies(cfg).items():
         for copy in copies:
             name = f"top.{buf}_{copy}_mem" if copy else f"top.{buf}_mem"
             assert by_name[name][1:5] == (depth[buf], width[buf], 1, 1), by_name[name]
@@ -53,7 +55,8 @@ def test_uram_marks_only_large_buffers():
     assert {"top.spad_a_mem", "top.spad_w_mem"} <= ultra  # 16384 x 128 bits each
     # 7-series style: no buffer attribute; only the attention unit's score buffers ask for block RAM (they would
     # take a URAM288 each on UltraScale+, where block RAM is otherwise unused), and the exp tables (read-only,
-    # read synchronously): two a lane of the activation unit and two an exp2 pipeline of the attention unit
+    # read synchronously): two a lane of the activation unit and two an exp2 pipeline of the attention unit, and the
+    # reciprocal seeds
     marked = {m[0]: m[5] for m in memory_port_census(Accelerator(cfg)) if m[5]}
     assert marked and set(marked.values()) == {"block"}, marked
     # (one score buffer a query row of the attention unit: umem, umem_r1, ..)
@@ -63,4 +66,7 @@ def test_uram_marks_only_large_buffers():
     assert len(tables) == 2 * cfg.nonlinear_width
     attn_tables = [n for n in marked if re.fullmatch(r".*\.aseq\.unit\.exp_(base|delta)(_r\d+)?", n)]
     assert len(attn_tables) == 2 * cfg.attn_pv_sets  # an exp2 pipeline a set of p.V lanes (kv260: 3)
-    assert len(scores) + len(tables) + len(attn_tables) == len(marked), marked
+    # the seeded Newton quotient's seed ROM, one a lane of the activation unit (config.act_newton: kv260)
+    seeds = [n for n in marked if re.fullmatch(r".*\.act\.recip_seed_\d+", n)]
+    assert len(seeds) == cfg.nonlinear_width * cfg.act_newton
+    assert len(scores) + len(tables) + len(attn_tables) + len(seeds) == len(marked), marked

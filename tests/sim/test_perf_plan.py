@@ -33,9 +33,10 @@ def check(cfg, words, params) -> None:
         assert same(ref, got), (p, ref.to_dict(), got.to_dict())
 
 
-@pytest.mark.parametrize("name", ["tiny", "default"])
+@pytest.mark.parametrize("name", ["tiny", "default", "tiny-beside"])
 def test_validation_suite_and_random_programs_time_alike(name):
-    cfg = preset(name)
+    # tiny-beside: GEMM_STREAMs that run on behind the ATTNs after them (config.attn_beside)
+    cfg = preset(name.split("-")[0]).replace(attn_beside=int(name.endswith("beside")))
     clear_plans()
     for prog in suite(cfg, n_random=8, seed=11):
         check(cfg, prog["words"], PARAMS)
