@@ -53,18 +53,15 @@ few cycles per job.  A beat of the wrong kind for the current phase (or more row
 job announced, or than the unit holds) sets the sticky ``error`` output and is dropped.
 
 Pipelining (for ECP5 at 100 MHz: each stage one multiply, one carry chain or one barrel shift; a
-multiplier has registers right before and after it): K runs in K0 (the line and the query lines
-registered), KB (K0 again), KP (the C-lane products of every row), a tree of log2(C) adds and K2 (the dot-product
-accumulations; hw/attn_pipes.py), then the scores through the state-line lanes (the running maxima and
-the score buffer take the lanes' S8); state A puts each row's ``m`` through the ``exp2`` pipeline (X1 ..
-E5, hw/attn_exp.py); V its scores (from block RAM) through the same pipeline, then
-``p * v`` in logic (P1 .. P3, hw/lut_mul.py), the shift and the PV read (P4), its rounding and the PV
-write (P5).  The states are one-hot (hw/attn_fsm.py).  The state-line lanes are one pipeline S0 .. S8
-(hw/attn_lane.py), moved together and held only by a finished output line that ``o_stream`` does not take.
-The rows' score scalings use the lanes' multipliers (idle during K), so ``R <= line_width``, and so does
-``l * a`` (state L); then one state each for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding
-shift and the header.  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 52 cycles a job
-(K drains, A, V drains) and 13 a row; the last output line leaves 9 cycles after its input line.
+multiplier has registers right before and after it): K runs in K0, KB, KP (the C-lane products of every
+row), a tree of log2(C) adds and K2 (hw/attn_pipes.py), then the scores through the state-line lanes
+(hw/attn_state_lines.py: S0 .. S8, whose multipliers also scale the scores, so ``R <= line_width``, and give
+state L's ``l * a``); state A puts each row's ``m`` through the ``exp2`` pipeline (X1 .. E5, hw/attn_exp.py);
+V its scores (from block RAM) through the same pipeline, then ``p * v`` (P1 .. P3), the shift and the PV read
+(P4), its rounding and the PV write (P5).  The states are one-hot (hw/attn_fsm.py); after L, one state each
+for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding shift and the
+header.  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 52 cycles a job (K drains, A, V
+drains) and 13 a row; the last output line leaves 9 cycles after its input line.
 """
 
 from __future__ import annotations

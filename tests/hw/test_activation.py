@@ -54,11 +54,31 @@ def test_activation_bit_exact(cols, line_lanes, nonlinear, dsp, newton):
                                                       f"of {beats[k]['data']}"
 
 
+def _one_a_cycle(m, inp, out, vals, lat: int) -> list[int]:
+    """``vals`` into ``inp`` one a cycle (the pipeline in ``m`` always enabled); ``out``'s values for them, ``lat``
+    cycles later each."""
+    from amaranth.sim import Simulator
+
+    got = []
+
+    async def tb(ctx):
+        for i in range(len(vals) + lat):
+            if i < len(vals):
+                ctx.set(inp, vals[i])
+            await ctx.tick()
+            got.append(ctx.get(out))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    return got[lat - 1:lat - 1 + len(vals)]
+
+
 def test_seeded_reciprocal_exact():
     """The Newton pipeline alone (hw/activation.py ``_recip_seeded``), one divisor a cycle: floor(2**60 / d) at both
     ends of every seed's interval, the range's ends and 2**31 (sigmoid(0)'s divisor), after its latency."""
     from amaranth import Const, Module, Signal, unsigned
-    from amaranth.sim import Simulator
 
     from systolica.hw.activation import _recip_seeded
     from systolica.hw.line_unit import Stages, Timed
@@ -71,21 +91,7 @@ def test_seeded_reciprocal_exact():
     rng = random.Random(7)
     vals = [1 << 30, (1 << 31) - 1, 1 << 31] + [s + o for s in starts for o in (0, 1, (1 << 22) - 1, 1 << 21)] + \
         [rng.randrange(1 << 30, (1 << 31) + 1) for _ in range(200)]
-    got = []
-
-    async def tb(ctx):
-        for i in range(len(vals) + t):
-            if i < len(vals):
-                ctx.set(d, vals[i])
-            await ctx.tick()
-            if i + 1 >= t:
-                got.append(ctx.get(q))
-
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    sim.run()
-    assert got[:len(vals)] == [(1 << 60) // v for v in vals]
+    assert _one_a_cycle(m, d, q, vals, t) == [(1 << 60) // v for v in vals]
 
 
 @pytest.mark.parametrize("k,width", [(48012366, 30), (1713444047, 28), (-12345, 20), (7, 8), (8, 8), (-1, 5)])
@@ -93,7 +99,6 @@ def test_const_mul_exact(k, width):
     """hw/vec_lut_mul.py's shift-and-add product (GELU's C1 / C2 and odd cases): x * k after its latency,
     extremes included, one operand a cycle."""
     from amaranth import Const, Module, Signal, signed
-    from amaranth.sim import Simulator
 
     from systolica.hw.line_unit import Stages
     from systolica.hw.vec_lut_mul import const_mul, const_mul_latency, csd
@@ -106,17 +111,4 @@ def test_const_mul_exact(k, width):
     rng = random.Random(k)
     vals = [-(1 << (width - 1)), (1 << (width - 1)) - 1, 0] + \
         [rng.randrange(-(1 << (width - 1)), 1 << (width - 1)) for _ in range(40)]
-    got = []
-
-    async def tb(ctx):
-        for i in range(len(vals) + lat):
-            if i < len(vals):
-                ctx.set(x, vals[i])
-            await ctx.tick()
-            got.append(ctx.get(y))
-
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    sim.add_testbench(tb)
-    sim.run()
-    assert got[lat - 1:lat - 1 + len(vals)] == [v * k for v in vals]
+    assert _one_a_cycle(m, x, y, vals, lat) == [v * k for v in vals]
