@@ -15,6 +15,7 @@ for the rows past ``n`` (``row_on``, ``attn_nq``: zero rows or query heads), and
 from __future__ import annotations
 
 from systolica import numerics as nx
+from systolica.compiler.decode_groups import BLOCK, emit_grouped
 from systolica.compiler.image import KvGeometry
 from systolica.compiler.ir import Graph, Node
 from systolica.compiler.plan import ProgramPlan
@@ -258,45 +259,60 @@ class _Gen:
 
     def attention(self, n: Node) -> None:
         (qq, qe), (o,) = n.inputs, n.outputs
-        c, kv, layer = self.g.config, self.kv, n.attrs["layer"]
+        layer = n.attrs["layer"]
+        early = self.early_kv.pop(layer, [])
+        for grp in range(self.kv.heads):
+            # with pages LOADed early, the tail's LOADs (behind the STOREs: a NOP between) follow page 0's
+            # ATTN, which then hides the STOREs' write latency; else they follow page 0's LOAD
+            tail_at = 1 if early and grp == 0 and self.max_pages > 1 else 0
+            self.attn_group(qq, qe, o, layer, grp, early if grp == 0 else [], whole=bool(early), tail_at=tail_at)
+
+    def tail_parts(self) -> tuple:
+        """The tail tile's three parts: (line offset in the tile, lines first, lines a token)."""
+        tile, hdl = kv_tile(self.kv.page_log2, self.kv.hd_lines), self.kv.hd_lines
+        return (tile.k, 0, hdl), (tile.v, 0, hdl), (tile.kexp, self.kv.page, 1)
+
+    def attn_group(self, qq: str, qe: str, o: str, layer: int, grp: int, early: list[str], *, whole: bool,
+                   tail_at: int, hook=None) -> None:
+        """The attention of KV head ``grp``: its pages' LOADs and ATTNs, the tail's, and ATTN_OUT.
+
+        The pages the context fills come whole, a LOAD each (`rows` 0 for any other page: kv_rows).  The page
+        it ends in, if partly filled (the tail: t < P tokens), comes in a tile of its own, only its t valid
+        tokens: K's and V's first t and the exponent lines up to V's t-th, three LOADs (a LOAD packs its rows
+        in the scratchpad, so one cannot leave the gaps between the tile's parts, layout.kv_tile) whose `lines`
+        the runtime patches (kv_tail_lines; 0 when the context ends on a page boundary).  They follow page
+        ``tail_at``'s LOAD (-1: the caller emits them); the tail's ATTN comes last, after the pages past it
+        (t = 0: no-ops), so the state sees the pages in order.  ``early``: the slots of the first pages, LOADed
+        already; ``whole``: the page LOADs read ``dram:kv<layer>:whole`` (this step's STOREs write only its tail).
+        ``hook(pos)``, if given, is called before the ATTNs of page ``pos``, before the tail's (``max_pages``),
+        before ATTN_OUT (``max_pages + 1``) and after it (``max_pages + 2``)."""
+        c, kv = self.g.config, self.kv
         H, G, hdl = c.n_heads, c.group, kv.hd_lines
-        sl = attn_state_lines(G, hdl)
         st = self.a("state", "vbuf")
-        tile, P = kv_tile(kv.page_log2, hdl), kv.page
-        # The pages the context fills come whole, a LOAD each (`rows` 0 for any other page: kv_rows).  The page
-        # it ends in, if partly filled (the tail: t < P tokens), comes in a tile of its own, only its t valid
-        # tokens: K's and V's first t and the exponent lines up to V's t-th, three LOADs (a LOAD packs its rows
-        # in the scratchpad, so one cannot leave the gaps between the tile's parts, layout.kv_tile) whose `lines`
-        # the runtime patches (kv_tail_lines; 0 when the context ends on a page boundary).  They follow page 0's
-        # LOAD, so they overlap page 0's ATTN (or, in a context shorter than a page, the no-op ATTNs); the tail's
-        # ATTN comes last, after the pages past it (t = 0: no-ops), so the state sees the pages in order.
-        tail = ((tile.k, 0, hdl), (tile.v, 0, hdl), (tile.kexp, P, 1))  # (line offset, lines first, a token)
         kt = f"kvt{layer}"
+        hook = hook or (lambda pos: None)
         # one sequence: each KV tile is loaded once for all rows; batched: each row reads its own pages
         loaders = [([], range(self.T))] if not self.batched else [([i], (i,)) for i in range(self.T)]
-        early = self.early_kv.pop(layer, [])
-        for grp in range(kv.heads):
-            for at, rows in loaders:
-                sfx = "_at" if at else ""
-
-                # with pages LOADed early, the tail's LOADs (behind the STOREs: a NOP between) follow page 0's
-                # ATTN, which then hides the STOREs' write latency; else they follow page 0's LOAD
-                tail_at = 1 if early and grp == 0 and self.max_pages > 1 else 0
-                for j in range(self.max_pages):
-                    ks = early[j] if grp == 0 and j < len(early) else self._page_load(layer, at, sfx, grp, j,
-                                                                                     whole=bool(early))
-                    if j == tail_at:
-                        self._tail_loads(layer, at, sfx, grp, kt, tail)
-                    for i in rows:
-                        self._attn(qq, qe, i, grp, ks, int(j == 0), [("t", "attn_t", [i, j]),
-                                   ("offset", "attn_offset", [i, j]), ("nq", "attn_nq", [i, j, G])])
+        for at, rows in loaders:
+            sfx = "_at" if at else ""
+            for j in range(self.max_pages):
+                ks = early[j] if j < len(early) else self._page_load(layer, at, sfx, grp, j, whole=whole)
+                if j == tail_at:
+                    self._tail_loads(layer, at, sfx, grp, kt, self.tail_parts())
+                hook(j)
                 for i in rows:
-                    self._attn(qq, qe, i, grp, kt, 0, [("t", "attn_tail_t", [i]), ("offset", "attn_tail_offset", [i]),
-                                                       ("nq", "attn_tail_nq", [i, G]), ("init", "attn_tail_init", [i])])
-            for i in range(self.T):
-                h0 = i * H + grp * G
-                self.s.emit("ATTN_OUT", dst=self.a(o) + h0 * hdl, state=st + i * sl, nq=G, hd=hdl,
-                            reads=["vbuf:state"], writes=[self.key(o)], patches=self.row_on("nq", i, G))
+                    self._attn(qq, qe, i, grp, ks, int(j == 0), [("t", "attn_t", [i, j]),
+                               ("offset", "attn_offset", [i, j]), ("nq", "attn_nq", [i, j, G])])
+            hook(self.max_pages)
+            for i in rows:
+                self._attn(qq, qe, i, grp, kt, 0, [("t", "attn_tail_t", [i]), ("offset", "attn_tail_offset", [i]),
+                                                   ("nq", "attn_tail_nq", [i, G]), ("init", "attn_tail_init", [i])])
+        hook(self.max_pages + 1)
+        for i in range(self.T):
+            h0 = i * H + grp * G
+            self.s.emit("ATTN_OUT", dst=self.a(o) + h0 * hdl, state=st + i * attn_state_lines(G, hdl), nq=G, hd=hdl,
+                        reads=["vbuf:state"], writes=[self.key(o)], patches=self.row_on("nq", i, G))
+        hook(self.max_pages + 2)
 
     def _tail_loads(self, layer: int, at: list, sfx: str, grp: int, kt: str, tail) -> None:
         """The tail's three LOADs (its valid tokens of K, of V, and the exponent lines) into slot ``kt``."""
@@ -362,6 +378,12 @@ def generate(g: Graph, qm, cfg, plan: ProgramPlan, mats, kv: KvGeometry, regions
     """Lower the graph for ``plan.rows`` rows (``batched``: one sequence per row); returns the scheduled
     :class:`Emitted` list (FINISH last)."""
     gen = _Gen(g, qm, cfg, plan, mats, kv, regions, rows_bytes, max_pages, batched)
-    for node in g.nodes:
-        getattr(gen, node.op)(node)
+    i = 0
+    while i < len(g.nodes):
+        if i in plan.grouped:  # an attention block by GQA group, beside the weight streams
+            emit_grouped(gen, g.nodes[i:i + len(BLOCK)])
+            i += len(BLOCK)
+            continue
+        getattr(gen, g.nodes[i].op)(g.nodes[i])
+        i += 1
     return gen.s.finish(), gen.s

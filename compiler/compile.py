@@ -131,7 +131,7 @@ def choose_chunk(lower: Callable[[int], tuple], cfg: AccelConfig, requested: int
 def _lower(g, qm, cfg, mats, kv, lay, rows_b, rows: int, max_pages: int, batched: bool = False):
     """A program for ``rows`` rows, generated and scheduled: ``(plan, emitted, scheduler)``; :func:`_finish`
     checks and encodes it (only the prefill chunk :func:`choose_chunk` picks needs that)."""
-    plan = plan_program(g, mats, cfg, kv, rows)
+    plan = plan_program(g, mats, cfg, kv, rows, batched)
     emitted, sched = generate(g, qm, cfg, plan, mats, kv, lay.regions, rows_b, max_pages, batched=batched)
     return plan, emitted, sched
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from systolica.compiler.decode_groups import grouped_blocks, widen_live
 from systolica.compiler.image import KvGeometry, MatrixInfo
 from systolica.compiler.ir import Graph
 from systolica.compiler.kv_page import KV_SPAD_SHARE
@@ -29,6 +30,7 @@ class ProgramPlan:
     overlaps: dict[str, tuple[str, ...]]
     alias: dict[str, str]  # vbuf tensor -> the tensor whose lines it reuses (in-place element-wise ops)
     kv_slots: int = 2  # KV-tile slots in the scratchpad (kv0, kv1, ...): LOADs run that many tiles ahead of ATTN
+    grouped: tuple[int, ...] = ()  # first nodes of the attention blocks emitted by GQA group (compiler.decode_groups)
 
 
 def _tensor_lines(t, rows: int, cols: int) -> int:
@@ -54,22 +56,24 @@ def logit_rows(g: Graph, rows: int) -> int:
 KV_SLOTS_MAX = 3
 
 
-def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, rows: int) -> ProgramPlan:
-    """Allocate every on-chip block of a program of ``rows`` token rows; raises MemoryError_ when it does not fit.
+def plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, rows: int, batched: bool = False
+                 ) -> ProgramPlan:
+    """Allocate every on-chip block of a program of ``rows`` token rows (``batched``: one sequence per row);
+    raises MemoryError_ when it does not fit.
 
     Three KV-tile slots when they take at most 1 / KV_SPAD_SHARE of the scratchpad and the rest still fits, else
     two (see :func:`_plan_program`)."""
     tile_lines = kv.tile_bytes // cfg.cols
     if KV_SLOTS_MAX * tile_lines <= cfg.spad_lines // KV_SPAD_SHARE:
         try:
-            return _plan_program(g, mats, cfg, kv, rows, KV_SLOTS_MAX)
+            return _plan_program(g, mats, cfg, kv, rows, KV_SLOTS_MAX, batched)
         except MemoryError_:
             pass
-    return _plan_program(g, mats, cfg, kv, rows, 2)
+    return _plan_program(g, mats, cfg, kv, rows, 2, batched)
 
 
-def _plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, rows: int, kv_slots: int
-                  ) -> ProgramPlan:
+def _plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, rows: int, kv_slots: int,
+                  batched: bool) -> ProgramPlan:
     """:func:`plan_program` with ``kv_slots`` KV-tile slots.
 
     Weights stay in DRAM (GEMM_STREAM), so the scratchpad holds only activations and the KV-tile slots: with
@@ -82,7 +86,8 @@ def _plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, ro
     mats = {name: m for name, m in mats.items() if name in used_matrices(g)}
     chip = OnChipPlan.for_config(cfg)
     Dl, hdl, G = lines_for(c.dim, cols), kv.hd_lines, c.group
-    live = g.live_ranges()
+    grouped = grouped_blocks(g, cfg, rows, batched)
+    live = widen_live(g, g.live_ranges(), grouped)
     tile_lines = kv.tile_bytes // cols
     for s in range(kv_slots):
         chip.spad.alloc(f"kv{s}", tile_lines)
@@ -158,7 +163,7 @@ def _plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, ro
         addr[f"vbuf:{name}"] = addr[f"vbuf:{rep}"]
     overlaps = {k: tuple(k2 for k2, (b2, lo2, hi2) in spans.items() if b2 == b and lo2 < hi and lo < hi2)
                 for k, (b, lo, hi) in spans.items()}
-    return ProgramPlan(rows, chip, tilings, addr, overlaps, alias, kv_slots)
+    return ProgramPlan(rows, chip, tilings, addr, overlaps, alias, kv_slots, tuple(grouped))
 
 
 def _largest(ok, hi: int) -> int:

@@ -1,0 +1,183 @@
+"""Decode ordered by GQA group, so that attention runs beside the weight streams (``config.attn_beside``).
+
+On an accelerator whose ATTN and ATTN_OUT run beside a GEMM_STREAM that runs on (docs/hardware.md), a
+one-sequence decode step emits each layer's attention block -- the Q, K and V projections, RoPE, QUANT, the KV
+STOREs and the attention -- one KV head (GQA group) at a time, and the projections of group ``g + 1`` stream
+their weights while group ``g``'s ATTNs run::
+
+    Q K V streams (group 0), their REQUANT / ROPE / QUANT / STOREs
+    Q stream (group 1)  | group 0's ATTNs of the first pages
+    REQUANT, K stream   | the next pages' ATTNs
+    REQUANT, V stream   | the rest, the tail's ATTN, ATTN_OUT
+    REQUANT, ROPE / QUANT / STOREs of group 1
+    ...                 (the last group's attention runs alone: the O projection needs every head)
+
+The numerics are the same: the projections are split by output lines (a group's heads), and RoPE, QUANT (one
+exponent per head) and the STOREs work per head.  Which ATTN each REQUANT follows is fixed at compile time
+(the context is not known then): a stream of ``c`` cycles gets as many of the group's first pages as a whole
+page's LOAD takes to cover ``c``, and the group's last stream also the tail's ATTN and ATTN_OUT, which every
+context has.  GEMM_STREAMs push no token (else they do not run on), so the plan keeps every tensor of the block
+live over the whole block (:func:`widen_live`): no LOAD writes over lines a stream reads.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from systolica.compiler.ir import Graph, Node
+from systolica.compiler.tiling import Tile
+from systolica.isa import Buf
+
+__all__ = ["BLOCK", "grouped_blocks", "widen_live", "emit_grouped"]
+
+#: the nodes of one llama layer's attention block, as :func:`systolica.compiler.ir.build_graph` adds them
+BLOCK = ("linear", "linear", "linear", "rope", "rope", "quant", "quant", "quant", "kv_store", "attention")
+
+
+def grouped_blocks(g: Graph, cfg, rows: int, batched: bool) -> list[int]:
+    """The first node of every attention block that a program of ``rows`` rows emits by group: a one-sequence
+    decode step (one row) on an accelerator with ``attn_beside``, of a model with several KV heads, without
+    split activations or projection biases; else none."""
+    if not getattr(cfg, "attn_beside", 0) or rows != 1 or batched or g.act_split or g.config.n_kv_heads < 2:
+        return []
+    out = []
+    for i in range(len(g.nodes) - len(BLOCK) + 1):
+        ns = g.nodes[i:i + len(BLOCK)]
+        if tuple(n.op for n in ns) == BLOCK and not any(n.attrs.get("bias") for n in ns[:3]):
+            out.append(i)
+    return out
+
+
+def widen_live(g: Graph, live: dict[str, tuple[int, int]], starts: list[int]) -> dict[str, tuple[int, int]]:
+    """``live`` with every tensor a grouped block touches live over the whole block (its groups interleave)."""
+    live = dict(live)
+    for s in starts:
+        e = s + len(BLOCK) - 1
+        for n in g.nodes[s:e + 1]:
+            for t in (*n.inputs, *n.outputs):
+                lo, hi = live[t]
+                live[t] = (min(lo, s), max(hi, e))
+    return live
+
+
+class _Streams:
+    """The projections of one group as (start, finish, cycles): ``start`` LOADs the mult row and emits the
+    GEMM_STREAM, ``finish`` the REQUANT that takes its result out of the accumulator."""
+
+    def __init__(self, gen, nodes: list[Node], grp: int):
+        lq, lk, lv = nodes[:3]
+        c, hdl, cfg = gen.g.config, gen.kv.hd_lines, gen.cfg
+        self.items = []
+        for node, heads, h0 in ((lq, c.group, grp * c.group), (lk, 1, grp), (lv, 1, grp)):
+            (aq, ae), (dst,) = node.inputs, node.outputs
+            w = node.attrs["weight"]
+            m, cap = gen.mats[w], gen.p.tilings[w].nt
+            n1 = (h0 + heads) * hdl
+            for n0 in range(h0 * hdl, n1, cap):
+                t = Tile(n0, min(cap, n1 - n0), 0, m.Kl)
+                wbytes = t.nt * m.Kl * cfg.cols * cfg.cols // (2 if m.wfmt else 1)
+                self.items.append((self._start(gen, aq, w, t), self._finish(gen, ae, w, dst, t),
+                                   wbytes / cfg.peak_dram_bytes_per_cycle))
+
+    @staticmethod
+    def _start(gen, aq: str, w: str, t: Tile):
+        def run() -> str:
+            return gen._stream_block(aq, w, 1, t)
+        return run
+
+    @staticmethod
+    def _finish(gen, ae: str, w: str, dst: str, t: Tile):
+        def run(ms: str) -> None:
+            gen._requant(ae, w, 1, gen.a(dst), gen.key(dst), gen.lines(dst), t.n0, t.nt, ms)
+        return run
+
+
+def _post(gen, nodes: list[Node], grp: int) -> None:
+    """Group ``grp``'s RoPE and QUANT (K and V first, so their STOREs start early) and its KV STOREs."""
+    _, _, _, rq, rk, nq, nk, nv, kvs, _ = nodes
+    c, kv, cols = gen.g.config, gen.kv, gen.cols
+    hdl, G = kv.hd_lines, c.group
+    for node, heads, h0 in ((rk, 1, grp), (nk, 1, grp), (nv, 1, grp), (rq, G, grp * G), (nq, G, grp * G)):
+        (src,), outs = node.inputs, node.outputs
+        if node.op == "rope":
+            gen.s.emit("ROPE", dst=gen.a(outs[0]) + h0 * hdl, src=gen.a(src) + h0 * hdl,
+                       table=gen.a("rope", "vbuf"), rows=1, heads=heads, hd=hdl,
+                       reads=[gen.key(src), "vbuf:rope"], writes=[gen.key(outs[0])])
+        else:
+            dq, de = outs
+            gen.s.emit("QUANT", dst=gen.a(dq) + h0 * hdl, src=gen.a(src) + h0 * hdl, exps=gen.a(de) + h0,
+                       rows=heads, lines=hdl, reads=[gen.key(src)], writes=[gen.key(dq), gen.key(de)])
+        if node is nv:  # the STOREs of head grp: as kv_store's, one head
+            kq, ke, vq, ve = kvs.inputs
+            P, layer = kv.page, kvs.attrs["layer"]
+            for t, lines, part, slot in ((kq, hdl, 0, hdl * cols), (vq, hdl, P * hdl * cols, hdl * cols),
+                                         (ke, 1, 2 * P * hdl * cols, cols), (ve, 1, (2 * P * hdl + P) * cols, cols)):
+                gen.s.emit("STORE", buf=Buf.SPAD, sram=gen.a(t) + grp * lines, dram=kv.base, rows=1, lines=lines,
+                           stride=kv.tile_bytes, reads=[gen.key(t)], writes=[f"dram:kv{layer}"],
+                           patches=[("dram", "kv_store", [layer, 0, grp * kv.tile_bytes + part, slot])])
+
+
+def emit_grouped(gen, nodes: list[Node]) -> None:
+    """Emit one attention block (the nodes of :data:`BLOCK`) by group, interleaved as the module docstring says."""
+    att = nodes[-1]
+    (qq, qe), (o,) = att.inputs, att.outputs
+    layer, heads, pages = att.attrs["layer"], gen.kv.heads, gen.max_pages
+    page_cycles = gen.kv.tile_bytes / gen.cfg.dma_bytes  # a whole page's LOAD through gmem0: what ATTN waits for
+    last_stream = None
+    for start, finish, _ in _Streams(gen, nodes, 0).items:
+        ms = start()
+        last_stream = len(gen.s.instrs) - 1
+        finish(ms)
+    # group 0's first pages LOADed now, while its K and V rows are quantized and stored (as _Gen.kv_store)
+    early = [gen._page_load(layer, [], "", 0, j, whole=True, after=last_stream)
+             for j in range(min(gen.p.kv_slots, pages))]
+    _post(gen, nodes, 0)
+    for grp in range(heads):
+        todo = _Streams(gen, nodes, grp + 1).items if grp + 1 < heads else []
+        gen.attn_group(qq, qe, o, layer, grp, early if grp == 0 else [], whole=True, tail_at=-1,
+                       hook=_Interleave(gen, layer, grp, todo, pages, page_cycles))
+        if grp + 1 < heads:
+            _post(gen, nodes, grp + 1)
+
+
+class _Interleave:
+    """The hook of one group's :meth:`~systolica.compiler.codegen._Gen.attn_group`: starts the next group's
+    streams and finishes them (REQUANT) between its ATTNs, and places the tail's LOADs.
+
+    Positions (``hook(pos)``): pages ``0 .. P - 1``, the tail's ATTN ``P``, ATTN_OUT ``P + 1``, after it ``P + 2``.
+    A stream of ``c`` cycles started at ``pos`` finishes before ``pos + ceil(c / page_cycles)``, at the latest
+    before the tail's ATTN; the last one after ATTN_OUT.  The tail's LOADs wait for the group's STOREs through a
+    compute NOP, which a running stream would hold (and the ATTNs behind it): they go right after the first
+    stream's REQUANT (before the tail's ATTN), or before page 0's ATTN when no stream follows."""
+
+    def __init__(self, gen, layer: int, grp: int, todo: list, pages: int, page_cycles: float):
+        self.gen, self.layer, self.grp, self.todo = gen, layer, grp, list(todo)
+        self.pages, self.page_cycles = pages, page_cycles
+        self.running = None  # (finish, mult slot, position it finishes before)
+        self.tail_done = False
+
+    def _tail(self) -> None:
+        if not self.tail_done:
+            self.gen._tail_loads(self.layer, [], "", self.grp, f"kvt{self.layer}", self.gen.tail_parts())
+            self.tail_done = True
+
+    def __call__(self, pos: int) -> None:
+        end = self.pages + 2
+        if self.running and self.running[2] <= pos:
+            finish, ms, _ = self.running
+            finish(ms)
+            self.running = None
+            self._tail()
+        if not self.todo:
+            if pos == 0:
+                self._tail()
+            return
+        if pos == end:  # more streams than positions: the rest back to back
+            for start, finish, _ in self.todo:
+                finish(start())
+            self.todo = []
+            return
+        if self.running is None:
+            start, finish, cycles = self.todo.pop(0)
+            until = end if not self.todo else max(pos + 1, min(self.pages, pos + ceil(cycles / self.page_cycles)))
+            self.running = (finish, start(), until)

@@ -1,0 +1,99 @@
+"""Decode ordered by GQA group (compiler/decode_groups.py) on an accelerator with ``attn_beside``.
+
+The golden simulator runs the grouped programs bit for bit like the integer reference, over several pages of the
+KV cache; the programs interleave the next group's weight streams with a group's ATTNs, and those streams push no
+token (else the hardware would not run them on); programs that are not a one-sequence decode step keep the
+layer order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from lowering_harness import GoldenRunner, assert_lockstep
+
+from systolica.artifact import StepState
+from systolica.compiler.compile import compile_model
+from systolica.config import preset
+from systolica.isa import Engine, decode
+from systolica.reference_quant import QuantRunner, quantize_model
+from systolica.testmodels import random_model
+
+MODELS = {  # GQA groups of 2 query heads (two KV heads), and SmolLM2's 3 of 3 (three KV heads)
+    "gqa2": dict(arch="llama", dim=48, n_layers=2, n_heads=4, n_kv_heads=2, vocab=100, seed=1),
+    "gqa3": dict(arch="llama", dim=72, n_layers=2, n_heads=9, n_kv_heads=3, vocab=100, seed=4),
+}
+
+
+def _beside(name: str):
+    return dataclasses.replace(preset(name), attn_beside=1)
+
+
+def _compile(model: str, cfg, max_seq: int = 96):
+    return compile_model(random_model(max_seq=max_seq, **MODELS[model]), cfg, page=16, max_seq=max_seq,
+                         prefill_chunk=8)
+
+
+@pytest.mark.parametrize("cfg_name", ["tiny", "default"])
+@pytest.mark.parametrize("model", list(MODELS))
+def test_grouped_decode_is_bit_exact_with_the_reference(model, cfg_name):
+    """19 prompt tokens, then 40 decode steps: contexts from one page (16 tokens) to four, every tail length."""
+    kw = MODELS[model]
+    m = random_model(max_seq=96, **kw)
+    art = compile_model(m, _beside(cfg_name), page=16, max_seq=96, prefill_chunk=8)
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(m), page=art.page)
+    assert_lockstep(gold, ref, list(range(1, 20)), first=5, steps=40)
+    assert gold.pos == 59
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_next_groups_projections_stream_between_a_groups_attns(model):
+    """In every layer, each group but the last has the next group's Q, K and V streams between its first ATTN and
+    its ATTN_OUT, none of them pushes a token, and each REQUANT taking one out comes after ATTNs that ran beside
+    it; KV STOREs store one head each."""
+    art = _compile(model, _beside("tiny"))
+    kv_heads = MODELS[model]["n_kv_heads"]
+    ins = [decode(w) for w in art.patched_program("decode", StepState(40, [3], list(range(3))))]
+    attn_out = [i for i, x in enumerate(ins) if x.op == "ATTN_OUT"]
+    assert len(attn_out) == kv_heads * MODELS[model]["n_layers"]
+    beside = 0
+    for g, end in enumerate(attn_out):
+        if g % kv_heads == kv_heads - 1:
+            continue  # the layer's last group: nothing left to stream beside it
+        begin = max(i for i in range(end) if ins[i].op == "ATTN" and ins[i].init)  # the group's first ATTN
+        streams = [i for i in range(begin - 1, end) if ins[i].op == "GEMM_STREAM"]
+        assert len(streams) >= 3, f"group {g}: {len(streams)} streams beside its ATTNs"
+        for s in streams:
+            x = ins[s]
+            assert not (x.push_prev or x.push_next), f"stream {s} pushes a token: it would not run on"
+            nxt = next(i for i in range(s + 1, len(ins)) if ins[i].engine == Engine.COMPUTE and ins[i].op != "ATTN")
+            beside += sum(ins[i].op == "ATTN" for i in range(s + 1, nxt))
+    assert beside > 0
+    stores = [x for x in ins if x.op == "STORE" and x.buf == 0]
+    assert stores and all(x.rows == 1 for x in stores)
+
+
+def test_programs_other_than_one_sequence_decode_keep_the_layer_order():
+    """Prefill chunks and batched decode steps are not grouped: the same instructions as without attn_beside."""
+    m = random_model(max_seq=64, **MODELS["gqa3"])
+    ops = {}
+    for beside in (0, 1):
+        cfg = dataclasses.replace(preset("tiny"), attn_beside=beside)
+        art = compile_model(m, cfg, page=16, max_seq=64, prefill_chunk=8, batch=2)
+        ops[beside] = {k: [(x.op, x.fields) for x in (decode(w) for w in art.programs[k].words)]
+                       for k in art.programs}
+    assert set(ops[0]) == set(ops[1]) and {"prefill", "decode"} <= set(ops[0])
+    for k in ops[0]:
+        if k != "decode":
+            assert ops[0][k] == ops[1][k], k
+    assert ops[0]["decode"] != ops[1]["decode"]
+
+
+def test_without_attn_beside_decode_is_not_grouped():
+    """The default configs emit the layer order: no GEMM_STREAM between a group's first ATTN and its ATTN_OUT."""
+    art = _compile("gqa3", preset("tiny"))
+    ins = [decode(w) for w in art.patched_program("decode", StepState(40, [3], list(range(3))))]
+    for end in (i for i, x in enumerate(ins) if x.op == "ATTN_OUT"):
+        begin = max(i for i in range(end) if ins[i].op == "ATTN" and ins[i].init)
+        assert not any(ins[i].op == "GEMM_STREAM" for i in range(begin, end))
