@@ -128,9 +128,10 @@ def emit_grouped(gen, nodes: list[Node]) -> None:
         ms = start()
         last_stream = len(gen.s.instrs) - 1
         finish(ms)
-    # group 0's first pages LOADed now, while its K and V rows are quantized and stored (as _Gen.kv_store)
-    early = [gen._page_load(layer, [], "", 0, j, whole=True, after=last_stream)
-             for j in range(min(gen.p.kv_slots, pages))]
+    # group 0's first pages LOADed now, while its K and V rows are quantized and stored (as _Gen.kv_store); through
+    # gmem0 alone they wait for the last stream (they would take its port 0), striped they go beside the streams
+    after = None if gen.cfg.load_ports > 1 else last_stream
+    early = [gen._page_load(layer, [], "", 0, j, whole=True, after=after) for j in range(min(gen.p.kv_slots, pages))]
     _post(gen, nodes, 0)
     for grp in range(heads):
         todo = _Streams(gen, nodes, grp + 1).items if grp + 1 < heads else []

@@ -49,6 +49,7 @@ from .decode import InstructionDecoder
 from .dma import ADDR_BITS, ReadArbiter
 from .engines import LoadEngine, StoreEngine, buffer_ports
 from .fetch import InstructionFetch
+from .striped_reader import FIFO_BURSTS
 from .token_queue import TokenQueue
 
 __all__ = ["Accelerator", "top_port_names", "ARB_DEPTH"]
@@ -161,7 +162,13 @@ class Accelerator(wiring.Component):
 
         sliced("rd0", arb.out, "m_axi_gmem0")
         for p in range(1, cfg.dma_ports):
-            sliced(f"rd{p}", getattr(comp, f"wrd{p}"), f"m_axi_gmem{p}")
+            if p < cfg.load_ports:  # a striped LOAD shares the port with weight port p (hw/striped_reader.py)
+                arb_p = core(f"rd_arb{p}", ReadArbiter(cfg, 2, depth=ARB_DEPTH + FIFO_BURSTS))
+                wiring.connect(m, compute=getattr(comp, f"wrd{p}"), arb=arb_p.m0)
+                wiring.connect(m, load=getattr(load, f"rd{p}"), arb=arb_p.m1)
+                sliced(f"rd{p}", arb_p.out, f"m_axi_gmem{p}")
+            else:
+                sliced(f"rd{p}", getattr(comp, f"wrd{p}"), f"m_axi_gmem{p}")
         sliced("wr", store.wr, wr_port)
         for p in range(cfg.dma_ports):  # channels nobody uses: never valid, always ready
             for name, mem in axi4_signature(ADDR_BITS, cfg.dma_bits).members.items():

@@ -26,6 +26,7 @@ from .axi import axi4_read_signature, axi4_write_signature
 from .buffers import buffer_ports
 from .decode import CMD_BITS, instr_layout
 from .dma import ADDR_BITS, DmaReader, DmaWriter
+from .striped_reader import StripedReader
 from .word_regs import flag_copies, lane_mux
 
 __all__ = ["EngineState", "engine_members", "token_fsm", "LoadEngine", "StoreEngine", "buffer_ports"]
@@ -119,6 +120,8 @@ class LoadEngine(wiring.Component):
             members |= {f"{name}_addr": Out(ab), f"{name}_data": Out(db), f"{name}_en": Out(1),
                         f"{name}_ready": In(1)}
         members["rd"] = Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits))
+        # config.load_ports > 1: the transfer's bursts striped over that many read ports (hw/striped_reader.py)
+        members |= {f"rd{p}": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)) for p in range(1, cfg.load_ports)}
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -126,7 +129,12 @@ class LoadEngine(wiring.Component):
         cfg = self.cfg
         ins, exec_start, exec_done, _ = token_fsm(m, self, cfg)
         v = ins.load
-        m.submodules.dma = dma = DmaReader(cfg)
+        if cfg.load_ports > 1:
+            m.submodules.dma = dma = StripedReader(cfg, cfg.load_ports)
+            for p in range(1, cfg.load_ports):
+                wiring.connect(m, wiring.flipped(getattr(self, f"rd{p}")), getattr(dma, f"axi{p}"))
+        else:
+            m.submodules.dma = dma = DmaReader(cfg)
         wiring.connect(m, wiring.flipped(self.rd), dma.axi)
         bpl_s, bpl_w = _beats_per_line(cfg)
         bpl = Mux(v.buf == 0, bpl_s, bpl_w)

@@ -102,15 +102,16 @@ def port0_tail(cfg: AccelConfig, op: str, busy: float, p) -> float:
     its last address could come in: the bursts in flight then (``outstanding`` of ``max_burst`` beats; weight
     port 0 keeps :func:`~systolica.hw.weight_stream.stream_outstanding`) less the fetch word's own read latency,
     word time and grant (the word arrives that much after its address)."""
+    from systolica.hw.striped_reader import FIFO_BURSTS
     from systolica.hw.weight_stream import stream_outstanding
-    out = stream_outstanding(cfg) if op == "GEMM_STREAM" else p.outstanding
+    out = stream_outstanding(cfg) if op == "GEMM_STREAM" else (FIFO_BURSTS if cfg.load_ports > 1 else p.outstanding)
     return min(busy, out * cfg.max_burst * p.beat_cycles) - rd_round_trip(p) - TAIL_GRANT
 
 
 def port0_busy(cfg: AccelConfig, op: str, rd_beats: int, beat_cycles: float) -> float:
     """Cycles a transfer's own beats hold the read port it shares with fetch: a LOAD's every beat, a GEMM_STREAM's
-    weight port 0's share."""
-    return rd_beats * beat_cycles / (cfg.dma_ports if op == "GEMM_STREAM" else 1)
+    weight port 0's share, a LOAD striped over ``load_ports`` its share."""
+    return rd_beats * beat_cycles / (cfg.dma_ports if op == "GEMM_STREAM" else cfg.load_ports)
 
 
 @dataclass

@@ -278,6 +278,9 @@ def _dma_cost(cfg: AccelConfig, p: PerfParams, op: str, buf: int, dram4k: int, s
     bursts = _bursts(cfg, dram4k, stride, rows, beats) if beats else []
     total = sum(bursts)
     if op == "LOAD":
+        if cfg.load_ports > 1:  # striped (hw/striped_reader.py): a port takes a burst while its FIFO has room for it
+            from systolica.hw.striped_reader import FIFO_BURSTS
+            p = replace(p, outstanding=cfg.load_ports * FIFO_BURSTS)
         return OpCost(dma_read_cycles(bursts, p), rd_beats=total)
     return OpCost(dma_write_cycles(bursts, p), wr_beats=total)
 

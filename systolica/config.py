@@ -102,6 +102,9 @@ class AccelConfig:
     # ATTN_OUT behind it (the attention unit reads its K / V / query lines through a third copy of the scratchpad,
     # its exponent lines through the "w" copy a stream does not use; the two share no buffer they write), so a
     # decode step streams weights during attention; 0: one compute instruction at a time
+    load_ports: int = 1  # read ports a LOAD's bursts are striped over (1, or dma_ports): burst b through port b mod
+    # load_ports, each port's data through a FIFO of two bursts (hw/striped_reader.py), so that a LOAD beside a
+    # GEMM_STREAM (decode's KV pages) takes a load_ports-th of each weight port's bandwidth, not one port's all
     attn_head_lines: int = 0  # largest head_dim in lines (head_dim / cols) that ATTN / ATTN_OUT take (a larger
     # ``hd`` is ILLEGAL_FIELD): the attention unit's query and p * V memories are that deep; 0: the ISA's 63.  16
     # at 8 columns takes head_dim 128 (llama-family) in ECP5 LUT-RAM a lane one TRELLIS_DPR16X4 deep instead of 4
@@ -236,6 +239,9 @@ class AccelConfig:
         if self.attn_beside not in (0, 1):
             yield (f"attn_beside={self.attn_beside} must be 0 (one compute instruction at a time) or 1 (ATTN / ATTN_OUT "
                    f"beside a GEMM_STREAM, on a scratchpad copy of their own)")
+        if self.load_ports not in (1, self.dma_ports):
+            yield (f"load_ports={self.load_ports} must be 1 (LOAD through gmem0) or dma_ports={self.dma_ports} (its "
+                   f"bursts striped over every read port)")
         if self.act_newton not in (0, 1):
             yield (f"act_newton={self.act_newton} must be 0 (the sigmoid's quotient by a restoring divider) or 1 (by a "
                    f"seeded Newton step pair on multipliers)")
@@ -304,6 +310,8 @@ class AccelConfig:
             d.pop("array_lut_muls")
         if d["attn_beside"] == 0:  # one compute instruction at a time: the hardware (and hash) of before the field
             d.pop("attn_beside")
+        if d["load_ports"] == 1:  # LOAD through gmem0 alone: the hardware (and hash) of before the field
+            d.pop("load_ports")
         if d["act_newton"] == 0:  # the restoring divider: the hardware (and hash) of before the field
             d.pop("act_newton")
         if d["attn_head_lines"] in (0, ATTN_HD_MAX):  # the ISA's whole hd field: the hardware (and hash) of before it

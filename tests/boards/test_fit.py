@@ -87,12 +87,14 @@ def test_resource_model_calibration():
 def test_bram_tiles_per_copy_by_aspect_ratio():
     b = load_board("kv260").config
     narrow = b.reshaped(b.rows, 4, spad_kib=64, acc_kib=64, vbuf_kib=64)
-    # spad: 16384 x 32 bit = 16 RAMB36 (1K x 36) per copy, 2 copies; acc: 4096 x 128 bit = 15 (4K x 9);
-    # vbuf: 2 copies of 15
-    assert bram_tiles(narrow, "xcup") == 2 * 16 + 15 + 2 * 15
+    # spad: 16384 x 32 bit = 16 RAMB36 (1K x 36) per copy, 2 copies (3 with attn_beside, as the preset);
+    # acc: 4096 x 128 bit = 15 (4K x 9); vbuf: 2 copies of 15
+    spad = 3 if b.attn_beside else 2
+    assert bram_tiles(narrow, "xcup") == spad * 16 + 15 + 2 * 15
+    assert bram_tiles(narrow.replace(attn_beside=0), "xcup") == 2 * 16 + 15 + 2 * 15
     wide = b.reshaped(b.rows, 64, spad_kib=4, acc_kib=16, vbuf_kib=16)
     # acc line = 64 x 32 bit = 2048 bits: 29 tiles of 72 bits, though 16 KiB needs only 4
-    assert bram_tiles(wide, "xcup") == 2 * 8 + 29 + 2 * 29
+    assert bram_tiles(wide, "xcup") == spad * 8 + 29 + 2 * 29
     assert bram_tiles(narrow, "ecp5") > bram_tiles(narrow, "xcup")
 
 
@@ -187,18 +189,22 @@ def test_build_falls_back_to_the_model_when_yosys_fails(tmp_path, monkeypatch, f
 
 
 def test_estimate_puts_large_buffers_in_uram_on_ultrascale_plus():
-    """kv260: spad 2 copies x (128 bit x 16K lines) = 2 x 2 x 4 URAM288, acc and the 2 vbuf copies
-    (512 bit x 2K lines) 8 each: 40 URAM and no RAMB36 (the measured synthesis: 41 URAM, 0 BRAM: the
-    attention score buffer joins them); without URAM the same buffers take block RAM."""
+    """kv260: spad 2 copies x (128 bit x 16K lines) = 2 x 2 x 4 URAM288 (3 copies with attn_beside, as the
+    preset), acc and the 2 vbuf copies (512 bit x 2K lines) 8 each: 40 URAM (48) and no RAMB36 (a measured
+    synthesis had 41 URAM, 0 BRAM: the attention score buffer joins them); without URAM the same buffers take
+    block RAM."""
     from systolica.boards.board import board_config
     from systolica.boards.fit import buffer_tiles
 
     kv = board_config("kv260")
-    assert buffer_tiles(kv, "xcup", uram=True) == (0, 16 + 8 + 16)
+    spad = 3 if kv.attn_beside else 2  # scratchpad copies of 8 URAM
+    assert buffer_tiles(kv, "xcup", uram=True) == (0, 8 * spad + 8 + 16)
+    assert buffer_tiles(kv.replace(attn_beside=0), "xcup", uram=True) == (0, 16 + 8 + 16)
     bram, ultra = buffer_tiles(kv, "xcup")
     assert ultra == 0 and bram > 100
     model = ResourceModel.calibrate("xcup", [(kv, Resources(lut=68000, ff=34000, dsp=446, bram=0, uram=41))], uram=True)
     got = model.predict(kv)
     assert (got.bram, got.uram) == (0, 41)
-    half = kv.replace(name="half", spad_kib=128)  # half the scratchpad: 8 URAM fewer, scaled as measured
-    assert model.predict(half).uram == math.ceil(41 / 40 * 32)
+    half = kv.replace(name="half", spad_kib=128)  # half the scratchpad: 4 URAM fewer a copy, scaled as measured
+    total = 8 * spad + 24
+    assert model.predict(half).uram == math.ceil(41 / total * (total - 4 * spad))

@@ -184,3 +184,14 @@ def test_macs_per_dsp_validates_and_keeps_the_default_hash():
     for bad in (0, 3, 4):
         with pytest.raises(ConfigError, match=f"macs_per_dsp={bad} must be 1"):
             base.replace(macs_per_dsp=bad)
+
+
+def test_load_ports_validates_and_keeps_the_default_hash():
+    """LOAD striped over every read port (config.load_ports) or through gmem0 alone (1: the hash of before)."""
+    base = AccelConfig(cols=8, dma_ports=4)
+    assert base.load_ports == 1 and base.replace(load_ports=1).hash32() == base.hash32()
+    striped = base.replace(load_ports=4)
+    assert striped.hash32() != base.hash32() and AccelConfig.from_toml(striped.to_toml()) == striped
+    for bad in (2, 0, 5):
+        with pytest.raises(ConfigError, match=f"load_ports={bad} must be 1"):
+            base.replace(load_ports=bad)

@@ -35,7 +35,8 @@ CONFIGS = {"tiny": (preset("tiny"), 500),
            "tiny_l2_d2": (preset("tiny").replace(name="tiny_l2_d2", line_lanes=2, dma_ports=2, attn_rows=2,
                                                  attn_pv_shared=1, array_lut_muls=1), 250),
            "tiny_d4": (preset("tiny").replace(name="tiny_d4", dma_ports=4, attn_rows=3, dsp_muls=1, attn_pv_shared=1,
-                                              attn_pv_sets=2, softmax_unit=0, act_newton=1, attn_beside=1), 250),
+                                              attn_pv_sets=2, softmax_unit=0, act_newton=1, attn_beside=1,
+                                              load_ports=4), 250),
            "tiny_l2_n1_p2": (preset("tiny").replace(name="tiny_l2_n1_p2", line_lanes=2, nonlinear_lanes=1,
                                                     macs_per_dsp=2, attn_head_lines=2), 250)}
 
@@ -261,7 +262,9 @@ def test_compiled_gqa_decode_step_matches_golden(fast):
     """A compiled decode step of a GQA model (three KV heads of three query heads, four pages of context) on the
     RTL: the whole DRAM window -- logits and the KV cache's new token -- is the golden simulator's, bit for bit,
     behind a DRAM latency of 40 cycles and random back-pressure.  With attn_beside (tiny_d4) the program is
-    ordered by GQA group (compiler/decode_groups.py): the next group's weight streams run beside a group's ATTNs."""
+    ordered by GQA group (compiler/decode_groups.py): the next group's weight streams run beside a group's ATTNs,
+    and its LOADs are striped over the four ports (config.load_ports).  Without back-pressure the performance
+    model gives the RTL's cycles within 5%."""
     from systolica.artifact import StepState
     from systolica.compiler.compile import compile_model
     from systolica.testmodels import random_model
@@ -283,10 +286,56 @@ def test_compiled_gqa_decode_step_matches_golden(fast):
     prog_base = art.region("program:decode")["offset"]
     raw = np.frombuffer(b"".join(int(w).to_bytes(16, "little") for w in words), np.uint8)
     dram[prog_base:prog_base + raw.size] = raw
-    gold = dram.copy()
+    gold, start = dram.copy(), dram.copy()
     g = GoldenSim(cfg, gold, window_base=0, window_size=window).run(words, raise_on_fault=False)
     res = fast.run(dram, window_base=0, window_size=window, prog_base=prog_base, prog_len=len(words),
                    stall_percent=15, dram_latency=40)
     assert g.status == Fault.NONE and res.code == Fault.NONE, (g.status, res.code)
     assert np.array_equal(dram, gold), f"DRAM differs at {int(np.count_nonzero(dram != gold))} bytes"
-    print(f"\n{cfg.name}: GQA decode step at {pos}: {res.counters['CYCLES']} cycles")
+    # without back-pressure: the performance model (its DRAM latency + 2, as systolica.bench.layer_rtl) within 5%
+    from systolica.sim.perf import PerfModel
+    from systolica.sim.perf_costs import PerfParams
+
+    dram[:] = start
+    res = fast.run(dram, window_base=0, window_size=window, prog_base=prog_base, prog_len=len(words),
+                   dram_latency=40)
+    model = PerfModel(cfg, PerfParams(rd_latency=42, wr_latency=42)).run(words).cycles
+    rtl = res.counters["CYCLES"]
+    print(f"\n{cfg.name}: GQA decode step at {pos}: RTL {rtl} cycles, model {model} ({model / rtl - 1:+.1%})")
+    assert res.code == Fault.NONE and abs(model / rtl - 1) < 0.05
+
+
+def test_striped_load_error_on_any_port_stops_with_its_pc(build_dir):
+    """config.load_ports: a LOAD's bursts go to the ports in turn (hw/striped_reader.py).  An error response to the
+    burst on each port stops the run with BUS_ERROR and the LOAD's pc (the accelerator then runs the same program
+    cleanly, bit-exact); without errors the lines are the golden simulator's, with and without back-pressure."""
+    from systolica.isa import encode, make
+
+    cfg = CONFIGS["tiny_d4"][0]
+    assert cfg.load_ports == cfg.dma_ports == 4
+    fast = FastRtl(cfg, build_dir)
+    burst = cfg.max_burst * cfg.dma_bytes
+    lines = 6 * burst // cfg.cols  # six bursts: two rounds of the ports and more
+    ops = [make("LOAD", buf=0, sram=0, dram=DATA_LO, rows=1, lines=lines, stride=0, push_next=True),
+           make("NOP", engine=1, pop_prev=True, push_next=True),  # the STORE waits for the LOAD
+           make("STORE", buf=0, sram=0, dram=DATA_HI - 0x2000, rows=1, lines=lines, stride=0, pop_prev=True),
+           make("FINISH")]
+    words = [encode(i) for i in ops]
+    code = b"".join(int(w).to_bytes(16, "little") for w in words)
+    rng = np.random.default_rng(3)
+    base = np.zeros(MEM, np.uint8)
+    base[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
+    base[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+    gold = base.copy()
+    assert GoldenSim(cfg, gold, window_base=WIN_BASE, window_size=WIN_SIZE).run(words).status == Fault.NONE
+    for b in range(5):  # the burst on port b % 4 answers SLVERR
+        lo = WIN_BASE + DATA_LO + b * burst
+        dram = base.copy()
+        res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
+                       max_cycles=20_000, slverr={"read": (lo, lo + cfg.dma_bytes)}, stall_percent=20, seed=b)
+        assert res.done and (res.code, res.pc) == (Fault.BUS_ERROR, 0), (b, res.code, res.pc)
+    for stall in (0, 30):
+        dram = base.copy()
+        res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
+                       max_cycles=20_000, stall_percent=stall, seed=stall)
+        assert res.code == Fault.NONE and np.array_equal(dram, gold), stall
