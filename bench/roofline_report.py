@@ -81,7 +81,12 @@ def board_roofline(board: Board, cfg: AccelConfig, work: ModelWork, *, clock: di
         peak_src += f", from {figure_basis(board, 'dram_bus_bits')} x {figure_basis(board, 'dram_mtps')}"
     gb = 1e9
     stream = cfg.dma_ports * cfg.dma_bytes * f * 1e6
-    load = cfg.dma_bytes * f * 1e6
+    # a LOAD striped over load_ports ports still writes one scratchpad line (cols int8 bytes) a cycle
+    load = min(cfg.load_ports * cfg.dma_bytes, cfg.cols if cfg.load_ports > 1 else cfg.dma_bytes) * f * 1e6
+    load_why = (f"one {cfg.dma_bits}-bit port x {clk} (LOAD reads through gmem0 only: hw/accelerator.py)"
+                if cfg.load_ports == 1 else
+                f"min({cfg.load_ports} ports x {cfg.dma_bits} bits / 8, one scratchpad line of {cfg.cols} B) a cycle x "
+                f"{clk} (LOAD striped over every port, one line a cycle into the scratchpad: hw/striped_reader.py)")
     peak = cfg.rows * cfg.cols * f * 1e6
     figs = {
         "dram": _fig(bw["dram"] / gb, "GB/s", f"{peak_src}; x {figure_basis(board, 'dram_efficiency')}"),
@@ -90,8 +95,7 @@ def board_roofline(board: Board, cfg: AccelConfig, work: ModelWork, *, clock: di
         "board_roof": _fig(bw["roof"] / gb, "GB/s", f"min(DRAM, PL ports): the {bw['limit']} limit"),
         "design_stream": _fig(stream / gb, "GB/s", f"config {cfg.name}: dma_ports = {cfg.dma_ports} x dma_bits = "
                                                    f"{cfg.dma_bits} / 8 x {clk} (GEMM_STREAM: weights through every port)"),
-        "design_load": _fig(load / gb, "GB/s", f"config {cfg.name}: one {cfg.dma_bits}-bit port x {clk} (LOAD reads "
-                                               "through gmem0 only: hw/accelerator.py)"),
+        "design_load": _fig(load / gb, "GB/s", f"config {cfg.name}: {load_why}"),
         "design_peak": _fig(peak / 1e9, "GMAC/s", f"config {cfg.name}: rows x cols = {cfg.rows} x {cfg.cols} MACs a "
                                                   f"cycle x {clk}"),
     }

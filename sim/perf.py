@@ -132,6 +132,9 @@ class PerfResult:
     macs: int
     instructions: int
     per_op_cycles: dict[str, int] = field(default_factory=dict)
+    #: per op, cycles of ATTN / ATTN_OUT that ran beside a GEMM_STREAM running on (config.attn_beside): inside
+    #: ``per_op_cycles`` too, but they add no time of their own
+    beside_cycles: dict[str, int] = field(default_factory=dict)
 
     def counters(self) -> dict[str, int]:
         """The cycle CSRs the hardware would report (names of :data:`systolica.csr.COUNTERS`)."""
@@ -178,6 +181,22 @@ def beside_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pu
             runs_on[i] = True
             last = i
     return runs_on, gemm_prev
+
+
+def beside_cycles(runs_on: Sequence[bool], ops: Sequence[str], start: Sequence[int], end: Sequence[int]
+                  ) -> dict[str, int]:
+    """Per op, the cycles of the ATTN / ATTN_OUT instructions that overlap a GEMM_STREAM running on (both run on
+    the compute engine in program order: a stream's window ``[start, end)`` holds the ATTNs after it)."""
+    out: dict[str, int] = {}
+    lo = hi = -1
+    for i, op in enumerate(ops):
+        if runs_on[i]:
+            lo, hi = start[i], end[i]
+        elif op in _BESIDE_OPS and start[i] >= 0 and start[i] < hi:
+            c = min(end[i], hi) - max(start[i], lo)
+            if c > 0:
+                out[op] = out.get(op, 0) + c
+    return out
 
 
 class PerfModel:
@@ -388,7 +407,8 @@ class PerfModel:
         return PerfResult(cycles=last + RUN_OVERHEAD, start=start + [-1] * (n_words - n),
                           end=end + [-1] * (n_words - n), engine_busy=(busy[0], busy[1], busy[2]),
                           array_busy=array_busy, dma_beats=rd + fetch_beats, dma_wr_beats=wr, macs=macs,
-                          instructions=n, per_op_cycles=per_op), arrivals
+                          instructions=n, per_op_cycles=per_op,
+                          beside_cycles=beside_cycles(runs_on, [x[4] for x in infos], start, end)), arrivals
 
 
 def cycle_model(cfg: AccelConfig, params: PerfParams | None = None) -> Callable[[Sequence[int], object], dict]:

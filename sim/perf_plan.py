@@ -36,6 +36,7 @@ from systolica.sim.perf import (
     PerfError,
     PerfResult,
     _plan,
+    beside_cycles,
     beside_plan,
     deadlock_error,
     decode_timed,
@@ -277,7 +278,7 @@ class ProgramPlan:
         return PerfResult(cycles=max(end) + RUN_OVERHEAD, start=start + pad, end=end + pad,
                           engine_busy=(busy[0], busy[1], busy[2]), array_busy=array_busy,
                           dma_beats=rd_total + self.n * ibeats, dma_wr_beats=wr, macs=macs, instructions=self.n,
-                          per_op_cycles=per_sig_op)
+                          per_op_cycles=per_sig_op, beside_cycles=beside_cycles(self.runs_on, self.ops, start, end))
 
     def _replay(self, ex: list[int], rdb: list[int] | None, seen: list[int] | None, p, wc: int,
                 tails: list[float] | None = None):

@@ -23,7 +23,7 @@ PARAMS = [PerfParams(), PerfParams(fetch_contention=False), PerfParams(gemm="lin
 
 def same(a, b) -> bool:
     return (a.to_dict() == b.to_dict() and a.start == b.start and a.end == b.end
-            and list(a.per_op_cycles) == list(b.per_op_cycles))
+            and list(a.per_op_cycles) == list(b.per_op_cycles) and a.beside_cycles == b.beside_cycles)
 
 
 def check(cfg, words, params) -> None:
@@ -42,18 +42,21 @@ def test_validation_suite_and_random_programs_time_alike(name):
         check(cfg, prog["words"], PARAMS)
 
 
-ARTS = [("tiny", "llama", {}), ("default", "llama", {"dim": 64, "n_heads": 4, "n_kv_heads": 2}),
-        ("tiny", "gpt2", {"dim": 32, "n_heads": 2})]
+# (config, arch, model shape, config changes); "beside": decode by GQA group beside the weight streams, its LOADs
+# striped over both ports (config.attn_beside, config.load_ports)
+ARTS = [("tiny", "llama", {}, {}), ("default", "llama", {"dim": 64, "n_heads": 4, "n_kv_heads": 2}, {}),
+        ("tiny", "gpt2", {"dim": 32, "n_heads": 2}, {}),
+        ("default", "beside", {"dim": 64, "n_heads": 4, "n_kv_heads": 2}, {"attn_beside": 1, "dma_ports": 2, "load_ports": 2})]
 
 
 @pytest.fixture(scope="module", params=ARTS, ids=lambda a: f"{a[0]}-{a[1]}")
 def art(request):
-    name, arch, kw = request.param
+    name, arch, kw, changes = request.param
     shape = {"dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab": 96, "max_seq": 48, **kw}
     if arch == "gpt2":
         shape.pop("n_kv_heads")
-    model = random_model(arch, seed=3, **shape)
-    return compile_model(model, preset(name), page=16, max_seq=48, prefill_chunk=4)
+    model = random_model("gpt2" if arch == "gpt2" else "llama", seed=3, **shape)
+    return compile_model(model, preset(name).replace(**changes), page=16, max_seq=48, prefill_chunk=4)
 
 
 def test_compiled_steps_time_alike_under_board_params(art):
@@ -128,3 +131,23 @@ def test_cost_depends_only_on_the_signature():
             for cfg in cfgs:
                 for p in PARAMS[:3]:
                     assert op_cost(cfg, p, a) == op_cost(cfg, p, b), (spec.name, f, g)
+
+
+def test_attention_beside_the_streams_is_counted_apart():
+    """A decode step ordered by GQA group: the ATTN cycles that overlap a running GEMM_STREAM are reported in
+    ``beside_cycles`` (within the ATTNs' own cycles), and the cycle breakdown's attention share leaves them out."""
+    from systolica.bench.cycle_breakdown import breakdown
+
+    cfg = preset("default").replace(attn_beside=1, dma_ports=2, load_ports=2)
+    model = random_model("llama", seed=3, dim=72, n_layers=2, n_heads=6, n_kv_heads=3, vocab=96, max_seq=96)
+    art = compile_model(model, cfg, page=16, max_seq=96, prefill_chunk=4)
+    r = PerfModel(cfg).run(art.patched_program("decode", StepState(80, [3], list(range(6)))))
+    assert 0 < r.beside_cycles.get("ATTN", 0) <= r.per_op_cycles["ATTN"]
+    b = breakdown([r], peak_macs=cfg.rows * cfg.cols, what="decode")
+    attn = r.per_op_cycles["ATTN"] + r.per_op_cycles["ATTN_OUT"]
+    assert b["shares"]["attention"] == pytest.approx((attn - sum(r.beside_cycles.values())) / r.cycles)
+    assert b["shares"]["attention_beside"] > 0
+    plain = PerfModel(preset("default")).run(compile_model(model, preset("default"), page=16, max_seq=96,
+                                                           prefill_chunk=4).patched_program(
+        "decode", StepState(80, [3], list(range(6)))))
+    assert plain.beside_cycles == {}
