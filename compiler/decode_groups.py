@@ -38,7 +38,7 @@ def grouped_blocks(g: Graph, cfg, rows: int, batched: bool) -> list[int]:
     """The first node of every attention block that a program of ``rows`` rows emits by group: a one-sequence
     decode step (one row) on an accelerator with ``attn_beside``, of a model with several KV heads, without
     split activations or projection biases; else none."""
-    if not getattr(cfg, "attn_beside", 0) or rows != 1 or batched or g.act_split or g.config.n_kv_heads < 2:
+    if not cfg.attn_beside or rows != 1 or batched or g.act_split or g.config.n_kv_heads < 2:
         return []
     out = []
     for i in range(len(g.nodes) - len(BLOCK) + 1):
@@ -122,7 +122,9 @@ def emit_grouped(gen, nodes: list[Node]) -> None:
     att = nodes[-1]
     (qq, qe), (o,) = att.inputs, att.outputs
     layer, heads, pages = att.attrs["layer"], gen.kv.heads, gen.max_pages
-    page_cycles = gen.kv.tile_bytes / gen.cfg.dma_bytes  # a whole page's LOAD through gmem0: what ATTN waits for
+    # a whole page's LOAD, what ATTN waits for: one scratchpad line a cycle at most, gmem0's beats or all ports'
+    cfg = gen.cfg
+    page_cycles = gen.kv.tile_bytes / min(cfg.cols, cfg.dma_bytes * cfg.load_ports)
     last_stream = None
     for start, finish, _ in _Streams(gen, nodes, 0).items:
         ms = start()
@@ -169,9 +171,9 @@ class _Interleave:
             finish(ms)
             self.running = None
             self._tail()
+        if pos == 0 and not self.todo or pos == self.pages:  # no stream to wait for, or the tail's ATTN is next
+            self._tail()
         if not self.todo:
-            if pos == 0:
-                self._tail()
             return
         if pos == end:  # more streams than positions: the rest back to back
             for start, finish, _ in self.todo:
