@@ -26,7 +26,7 @@ from math import ceil
 
 from systolica.compiler.ir import Graph, Node
 from systolica.compiler.tiling import Tile
-from systolica.isa import Buf
+from systolica.isa import Buf, Engine
 
 __all__ = ["BLOCK", "grouped_blocks", "widen_live", "emit_grouped"]
 
@@ -157,12 +157,15 @@ class _Interleave:
         self.gen, self.layer, self.grp, self.todo = gen, layer, grp, list(todo)
         self.pages, self.page_cycles = pages, page_cycles
         self.running = None  # (finish, mult slot, position it finishes before)
-        self.tail_done = False
+        self.relayed = False
 
-    def _tail(self) -> None:
-        if not self.tail_done:
-            self.gen._tail_loads(self.layer, [], "", self.grp, f"kvt{self.layer}", self.gen.tail_parts())
-            self.tail_done = True
+    def _relay(self) -> None:
+        """A compute NOP that waits for the group's KV STOREs (it reads what they write), so that the tail's LOADs
+        need only a compute token: emitted where no stream runs (a running stream holds every compute instruction
+        but ATTN), and early, so that the in-order load engine does not wait behind the tail for the STOREs."""
+        if not self.relayed:
+            self.gen.s.emit("NOP", engine=Engine.COMPUTE, reads=[f"dram:kv{self.layer}"])
+            self.relayed = True
 
     def __call__(self, pos: int) -> None:
         end = self.pages + 2
@@ -170,9 +173,12 @@ class _Interleave:
             finish, ms, _ = self.running
             finish(ms)
             self.running = None
-            self._tail()
-        if pos == 0 and not self.todo or pos == self.pages:  # no stream to wait for, or the tail's ATTN is next
-            self._tail()
+            self._relay()
+        if pos == 0 and not self.todo:  # no stream to wait for
+            self._relay()
+        if pos == self.pages:  # the tail's ATTN is next: its LOADs, behind the pages' in the load engine
+            self._relay()
+            self.gen._tail_loads(self.layer, [], "", self.grp, f"kvt{self.layer}", self.gen.tail_parts())
         if not self.todo:
             return
         if pos == end:  # more streams than positions: the rest back to back
