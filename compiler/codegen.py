@@ -243,11 +243,9 @@ class _Gen:
             # quantized and stored, instead of after the STOREs: whole pages hold only earlier tokens, so they
             # read "dram:kv<layer>:whole", not the region the STOREs write.  They wait for the last weight stream
             # (the V projection's): a LOAD shares gmem0 with weight port 0 and would slow the stream as much.
-            n_early = min(self.p.kv_slots, self.max_pages)
             stream = next((i for i in range(len(self.s.instrs) - 1, -1, -1) if self.s.instrs[i].op == "GEMM_STREAM"),
                           None)
-            self.early_kv[layer] = [self._page_load(layer, [], "", 0, j, whole=True, after=stream)
-                                    for j in range(n_early)]
+            self.early_kv[layer] = self.early_pages(layer, stream)
         H, hdl, P = kv.heads, kv.hd_lines, kv.page
         parts = ((kq, hdl, 0, hdl * cols), (vq, hdl, P * hdl * cols, hdl * cols),
                  (ke, 1, 2 * P * hdl * cols, cols), (ve, 1, (2 * P * hdl + P) * cols, cols))
@@ -321,6 +319,12 @@ class _Gen:
                         lines=0, stride=0, reads=[f"dram:kv{layer}"], writes=[f"spad:{kt}"],
                         patches=[("dram", "kv_tail" + sfx, [layer, *at, grp, off * self.cols]),
                                  ("lines", "kv_tail_lines" + sfx, [*at, first, per])])
+
+    def early_pages(self, layer: int, after: int | None) -> list[str]:
+        """LOAD KV head 0's first whole pages of ``layer`` (one per slot) ahead of the step's KV STOREs (whole
+        pages hold only earlier tokens); returns their slots.  ``after``: an instruction they wait for."""
+        return [self._page_load(layer, [], "", 0, j, whole=True, after=after)
+                for j in range(min(self.p.kv_slots, self.max_pages))]
 
     def _kv_slot(self) -> str:
         """The next of the KV-tile slots, in turn (LOADs fill the others while ATTN reads one)."""

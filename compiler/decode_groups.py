@@ -22,6 +22,7 @@ live over the whole block (:func:`widen_live`): no LOAD writes over lines a stre
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import ceil
 
 from systolica.compiler.ir import Graph, Node
@@ -60,36 +61,41 @@ def widen_live(g: Graph, live: dict[str, tuple[int, int]], starts: list[int]) ->
     return live
 
 
-class _Streams:
-    """The projections of one group as (start, finish, cycles): ``start`` LOADs the mult row and emits the
-    GEMM_STREAM, ``finish`` the REQUANT that takes its result out of the accumulator."""
+@dataclass
+class _Stream:
+    """One projection block of a group: ``start`` LOADs its mult row and emits the GEMM_STREAM (returns the mult
+    slot), ``finish`` the REQUANT that takes its result out of the accumulator; ``cycles``: its weights' time."""
 
-    def __init__(self, gen, nodes: list[Node], grp: int):
-        lq, lk, lv = nodes[:3]
-        c, hdl, cfg = gen.g.config, gen.kv.hd_lines, gen.cfg
-        self.items = []
-        for node, heads, h0 in ((lq, c.group, grp * c.group), (lk, 1, grp), (lv, 1, grp)):
-            (aq, ae), (dst,) = node.inputs, node.outputs
-            w = node.attrs["weight"]
-            m, cap = gen.mats[w], gen.p.tilings[w].nt
-            n1 = (h0 + heads) * hdl
-            for n0 in range(h0 * hdl, n1, cap):
-                t = Tile(n0, min(cap, n1 - n0), 0, m.Kl)
-                wbytes = t.nt * m.Kl * cfg.cols * cfg.cols // (2 if m.wfmt else 1)
-                self.items.append((self._start(gen, aq, w, t), self._finish(gen, ae, w, dst, t),
-                                   wbytes / cfg.peak_dram_bytes_per_cycle))
+    gen: object
+    aq: str
+    ae: str
+    w: str
+    dst: str
+    t: Tile
+    cycles: float
 
-    @staticmethod
-    def _start(gen, aq: str, w: str, t: Tile):
-        def run() -> str:
-            return gen._stream_block(aq, w, 1, t)
-        return run
+    def start(self) -> str:
+        return self.gen._stream_block(self.aq, self.w, 1, self.t)
 
-    @staticmethod
-    def _finish(gen, ae: str, w: str, dst: str, t: Tile):
-        def run(ms: str) -> None:
-            gen._requant(ae, w, 1, gen.a(dst), gen.key(dst), gen.lines(dst), t.n0, t.nt, ms)
-        return run
+    def finish(self, ms: str) -> None:
+        g, t = self.gen, self.t
+        g._requant(self.ae, self.w, 1, g.a(self.dst), g.key(self.dst), g.lines(self.dst), t.n0, t.nt, ms)
+
+
+def _streams(gen, nodes: list[Node], grp: int) -> list[_Stream]:
+    """Group ``grp``'s Q, K and V projections: its heads' output lines, in blocks the plan's tiling allows."""
+    c, hdl, cfg = gen.g.config, gen.kv.hd_lines, gen.cfg
+    out = []
+    for node, heads, h0 in ((nodes[0], c.group, grp * c.group), (nodes[1], 1, grp), (nodes[2], 1, grp)):
+        (aq, ae), (dst,) = node.inputs, node.outputs
+        w = node.attrs["weight"]
+        m, cap = gen.mats[w], gen.p.tilings[w].nt
+        n1 = (h0 + heads) * hdl
+        for n0 in range(h0 * hdl, n1, cap):
+            t = Tile(n0, min(cap, n1 - n0), 0, m.Kl)
+            wbytes = t.nt * m.Kl * cfg.cols * cfg.cols // (2 if m.wfmt else 1)
+            out.append(_Stream(gen, aq, ae, w, dst, t, wbytes / cfg.peak_dram_bytes_per_cycle))
+    return out
 
 
 def _post(gen, nodes: list[Node], grp: int) -> None:
@@ -126,17 +132,16 @@ def emit_grouped(gen, nodes: list[Node]) -> None:
     cfg = gen.cfg
     page_cycles = gen.kv.tile_bytes / min(cfg.cols, cfg.dma_bytes * cfg.load_ports)
     last_stream = None
-    for start, finish, _ in _Streams(gen, nodes, 0).items:
-        ms = start()
+    for st in _streams(gen, nodes, 0):
+        ms = st.start()
         last_stream = len(gen.s.instrs) - 1
-        finish(ms)
+        st.finish(ms)
     # group 0's first pages LOADed now, while its K and V rows are quantized and stored (as _Gen.kv_store); through
     # gmem0 alone they wait for the last stream (they would take its port 0), striped they go beside the streams
-    after = None if gen.cfg.load_ports > 1 else last_stream
-    early = [gen._page_load(layer, [], "", 0, j, whole=True, after=after) for j in range(min(gen.p.kv_slots, pages))]
+    early = gen.early_pages(layer, None if cfg.load_ports > 1 else last_stream)
     _post(gen, nodes, 0)
     for grp in range(heads):
-        todo = _Streams(gen, nodes, grp + 1).items if grp + 1 < heads else []
+        todo = _streams(gen, nodes, grp + 1) if grp + 1 < heads else []
         gen.attn_group(qq, qe, o, layer, grp, early if grp == 0 else [], whole=True, tail_at=-1,
                        hook=_Interleave(gen, layer, grp, todo, pages, page_cycles))
         if grp + 1 < heads:
@@ -182,11 +187,11 @@ class _Interleave:
         if not self.todo:
             return
         if pos == end:  # more streams than positions: the rest back to back
-            for start, finish, _ in self.todo:
-                finish(start())
+            for st in self.todo:
+                st.finish(st.start())
             self.todo = []
             return
         if self.running is None:
-            start, finish, cycles = self.todo.pop(0)
-            until = end if not self.todo else max(pos + 1, min(self.pages, pos + ceil(cycles / self.page_cycles)))
-            self.running = (finish, start(), until)
+            st = self.todo.pop(0)
+            until = end if not self.todo else max(pos + 1, min(self.pages, pos + ceil(st.cycles / self.page_cycles)))
+            self.running = (st.finish, st.start(), until)
