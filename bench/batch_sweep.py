@@ -34,10 +34,10 @@ def with_costs(points: list[dict], power_w: float | None, usd_per_hour: float | 
 
 def systolica_batch_points(model, spec, prompt: Sequence[int], batches: Sequence[int], *, page: int | None,
                            max_seq: int, gemm: str = "systolic", single_tps: float | None = None,
-                           progress=lambda s: None) -> list[dict]:
+                           progress=lambda s: None, act_split: bool = False) -> list[dict]:
     """One point per batch size: the batched decode step of ``B`` sequences at context ``len(prompt)``,
     timed by the performance model at the board's clock (``single_tps``: the B = 1 figure of the row; ``page``:
-    ``compile_model``'s, None for the compiler's choice)."""
+    ``compile_model``'s, None for the compiler's choice; ``act_split``: split activations, as the row's)."""
     from systolica.artifact import StepState
     from systolica.compiler.compile import CompileError, compile_model
     from systolica.compiler.memory import MemoryError_
@@ -53,7 +53,8 @@ def systolica_batch_points(model, spec, prompt: Sequence[int], batches: Sequence
             continue
         progress(f"{spec.name}: batched decode of {b}")
         try:
-            art = compile_model(model, spec.config, page=page, max_seq=max_seq, prefill_chunk=1, batch=max(b, 2))
+            art = compile_model(model, spec.config, page=page, max_seq=max_seq, prefill_chunk=1, batch=max(b, 2),
+                                act_split=act_split)
         except (MemoryError_, CompileError) as e:  # the buffers (or an instruction field) cannot hold B rows
             pts.append({"batch": b, "decode_tokens_per_s": None, "fits": False, "why": str(e).split(";")[0]})
             continue

@@ -42,6 +42,10 @@ def prompt_ids(model, text: str, length: int | None = None) -> list[int]:
     return ids
 
 
+#: what a split-activations row trades (docs/quantization.md: SmolLM2's top-1 agreement with the float model)
+SPLIT_NOTE = ("split activations: ~15-bit activations (int8 part + int8 residual), twice the GEMM rows; "
+              "prefill does twice the MACs, decode reads the weights once for both")
+
 #: where an int4 row's figures come from
 NOTE = "performance model of the RTL's 4-bit weight datapath (hw/group_scaler.py; checked against RTL cycles on tiny)"
 
@@ -50,12 +54,15 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
               gemm: str = "systolic", prompt_sweep: list[int] = (), batches: list[int] = (),
               gguf_path: str | None = None, threads: int | None = None, synth: bool = False,
               synth_timeout: float = 3600.0, progress=lambda s: None,
-              weights: Sequence[str] = ("int8",), page: int | None = None) -> tuple[list, dict]:
+              weights: Sequence[str] = ("int8",), page: int | None = None,
+              activations: Sequence[str] = ("plain",)) -> tuple[list, dict]:
     """Rows of the comparison and the sweeps behind the plots.
 
     ``weights``: one systolica row per board and matrix weight format, side by side (``("int8", "int4")``);
     an int4 row is timed by the performance model of the RTL's 4-bit datapath, and says so
-    (``extra["weights_note"]``).  The sweeps are timed for the first format only.
+    (``extra["weights_note"]``).  ``activations``: ``"plain"`` (one int8 exponent per row) and / or ``"split"``
+    (``compile_model(act_split=True)``: the int8 part and the int8 residual, two GEMM rows a token row), one row
+    per board, format and mode.  The sweeps are timed for the first format and mode only.
 
     ``synth``: run Yosys for a board configuration without a current cached synthesis (slow);
     otherwise such a row's fit is "not measured".
@@ -71,16 +78,19 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
 
     need = max([len(prompt) + n_tokens, *prompt_sweep]) + 2
     rows, sweeps = [], {"prompt": {}, "batch": {}}
-    for name, fmt in [(b, w) for b in boards for w in weights]:
+    for name, fmt, act in [(b, w, a) for b in boards for w in weights for a in activations]:
         spec = board_spec(name)
         _, max_seq = page_and_context(spec.config, model.config, need, page)  # whole pages of the page it gets
-        progress(f"compiling for {name} ({fmt} weights)")
-        art = compile_model(model, spec.config, page=page, max_seq=max_seq, prefill_chunk=16, weights=fmt)
+        split = act == "split"
+        progress(f"compiling for {name} ({fmt} weights{', split activations' if split else ''})")
+        art = compile_model(model, spec.config, page=page, max_seq=max_seq, prefill_chunk=16, weights=fmt,
+                            act_split=split)
         progress(f"timing {name}")
         row = model_on_board(art, spec, prompt, n_tokens, gemm=gemm)
         row.extra["prefill_rows"] = art.rows("prefill") if "prefill" in art.programs else 1
         row.extra["prefill_nohead_rows"] = art.rows("prefill_nohead") if "prefill_nohead" in art.programs else None
         row.extra["weights"] = fmt
+        row.extra["activations"] = act
         row.extra["kv_page"] = art.manifest["kv_page"]
         row.extra["weight_bytes_per_token"] = art.manifest["stats"]["decode"]["weight_bytes"]  # counted, program
         row.extra["stream_bytes_by_format"] = art.manifest["stats"]["decode"].get("stream_bytes_by_format", {})
@@ -92,9 +102,15 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
                 rep["board"] = f"{rep['board']} {fmt}"
                 for part in ("decode", "prefill"):
                     rep[part]["modelled_tps"]["source"] = row.extra["weights_note"]
+        if split:
+            row.name = f"{row.name}, split activations"
+            row.extra["activations_note"] = SPLIT_NOTE
+            rep = row.extra.get("roofline_report")
+            if rep:  # its tables' board column says which row it is
+                rep["board"] = f"{rep['board']} split"
         _attach_fit(row, name, spec.config, synth=synth, timeout=synth_timeout, progress=progress)
         rows.append(row)
-        if fmt != weights[0]:
+        if (fmt, act) != (weights[0], activations[0]):
             continue
         timer = AccelTimer(art, board_params(spec.config, dram_gbps=spec.dram_gbps, base=PerfParams(gemm=gemm)))
         f = spec.clock_mhz * 1e6
@@ -114,7 +130,7 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
             from systolica.bench.batch_sweep import systolica_batch_points, with_costs
 
             pts = systolica_batch_points(model, spec, prompt, batches, page=page, max_seq=max_seq, gemm=gemm,
-                                         single_tps=row.decode_tokens_per_s, progress=progress)
+                                         single_tps=row.decode_tokens_per_s, progress=progress, act_split=split)
             sweeps["batch"][row.name] = with_costs(pts, row.power_w, row.usd_per_hour)
     progress("baselines")
     rows += run_baselines(model, prompt, n_tokens, baselines, gguf_path=gguf_path, threads=threads)

@@ -56,6 +56,10 @@ class Bench:
         p.add_argument("--weights", default="int8", metavar="FORMATS",
                        help="matrix weight formats to compare, comma-separated: int8, int4 or int8,int4 (int4 rows: the "
                             "performance model of the RTL's 4-bit datapath; default int8)")
+        p.add_argument("--activations", default="plain", metavar="MODES",
+                       help="activation quantization to compare, comma-separated: plain (one int8 exponent per row), "
+                            "split (int8 part + int8 residual: ~15-bit, twice the GEMM rows) or plain,split "
+                            "(default plain)")
         p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt text")
         add_max_tokens(p, 8, old=True)
         p.add_argument("--baselines", default="numpy,torch-cpu,torch-cuda,llama.cpp,golden",
@@ -91,6 +95,9 @@ class Bench:
         bad = [w for w in weights if w not in ("int8", "int4")]
         if bad or not weights:
             raise UsageError(f"--weights {args.weights!r}: give int8, int4 or int8,int4")
+        acts = csv(args.activations)
+        if not acts or any(a not in ("plain", "split") for a in acts) or len(set(acts)) < len(acts):
+            raise UsageError(f"--activations {args.activations!r}: give plain, split or plain,split")
         sweep_prompts = int_csv(args.sweep_prompts, "--sweep-prompts")
         batches = int_csv(args.batches, "--batches")
         t0 = time.perf_counter()
@@ -108,7 +115,7 @@ class Bench:
                                      baselines=csv(args.baselines), gemm=args.gemm, prompt_sweep=sweep_prompts,
                                      batches=batches, gguf_path=gguf, threads=args.jobs, synth=args.synth,
                                      synth_timeout=args.synth_timeout, progress=step, weights=weights,
-                                     page=args.page)
+                                     page=args.page, activations=acts)
         title = f"{model.config.name}: prompt {len(prompt)} tokens, {args.max_tokens} generated"
         roofs = [r.extra["roofline_report"] for r in rows if r.extra.get("roofline_report")]
         if not to_stdout:
@@ -137,7 +144,7 @@ class Bench:
                       "the design would do IF it fit its board at the assumed clock")
         meta = {"model": args.model, "model_name": model.config.name, "prompt": args.prompt,
                 "prompt_tokens": len(prompt), "tokens": args.max_tokens, "gemm": args.gemm, "threads": args.jobs,
-                "page": args.page,
+                "page": args.page, "activations": acts,
                 "seconds": round(time.perf_counter() - t0, 1)}
         doc = None
         if args.json is not None or args.plots:
