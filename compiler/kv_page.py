@@ -13,7 +13,10 @@ assumed 200 MHz, prefill chunk 16, max_seq 528, 2026-12-05):
     256    1.388            56.1 %      5.9 %        71.7      11.3 %       54.9      32.5 %
 
 Past 64 the fixed cost is small and a bigger tile only adds LOAD time and rounding of short contexts up to a
-page, so :data:`DEFAULT_PAGE` is 64.  It is reduced (halved until it fits) when the scratchpad is too small:
+page, so :data:`DEFAULT_PAGE` is 64.  Measured again with attention beside the weight streams (kv260 with
+``attn_beside``, the decode ordered by GQA group, 2026-12-05): 128 is better at long contexts and in prefill
+(decode at 512 2.576 -> 2.558 M cycles, prefill 128 80.2 -> 79.2 M) but worse at 256 (2.376 -> 2.436 M: a group's
+streams need a page each to run beside, and 128 gives half as many), so it stays 64.  It is reduced (halved until it fits) when the scratchpad is too small:
 the code generator keeps two or three KV-tile slots there (``kv0``, ``kv1``, ... of
 :func:`systolica.compiler.plan.plan_program`: LOADs fill the others while ATTN reads one), each one head's tile
 of :func:`systolica.layout.kv_tile` lines, and the rest of the scratchpad holds the activations, so two slots
