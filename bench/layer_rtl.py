@@ -27,7 +27,8 @@ SMOLLM2_LAYER = dict(arch="llama", dim=576, n_layers=1, n_heads=9, n_kv_heads=3,
 
 
 def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: Path | None = None,
-              say=print, model=None, batch: int = 1, weights: str = "int8", page: int | None = None) -> dict:
+              say=print, model=None, batch: int = 1, weights: str = "int8", page: int | None = None,
+              prefill: bool = False) -> dict:
     """RTL and model figures of the decode step at position ``context`` (see the module docstring).
 
     ``model``: a :class:`~systolica.model.Model` to decode instead of the one SmolLM2-shaped layer (for
@@ -35,7 +36,9 @@ def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: 
     sequences, every one at ``context`` on its own KV pages.  ``weights``: ``compile_model``'s matrix format
     (``"auto"`` or ``"int4"``: the 4-bit GEMM_STREAMs of a Q4 checkpoint; the one layer is float, so int4 there
     quantizes it to 4-bit groups).  ``page``: the KV page in tokens (``None``, the default: the compiler's choice, as
-    ``systolica compile`` / ``run`` / ``bench`` make it; docs/performance.md's figures since 2026-12-05 are at it)."""
+    ``systolica compile`` / ``run`` / ``bench`` make it; docs/performance.md's figures since 2026-12-05 are at it).
+    ``prefill``: instead of a decode step, the prefill chunk the compiler chose (``prefill_nohead``, its rows)
+    starting at position ``context``."""
     from systolica.artifact import StepState
     from systolica.compiler.compile import compile_model
     from systolica.compiler.kv_page import page_and_context
@@ -46,17 +49,19 @@ def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: 
     from systolica.testmodels import random_model
 
     what = "the model" if model is not None else "a SmolLM2-shaped layer"
+    need = context + (16 if prefill else 1)  # positions the run writes (a prefill chunk is at most 16 rows)
     if model is None:  # positions for whole pages of the page asked for, or of the largest the compiler chooses
         room = page or 64
-        model = random_model(**SMOLLM2_LAYER, max_seq=-(-(context + 1) // room) * room)
-    page, max_seq = page_and_context(cfg, model.config, context + 1, page)
+        model = random_model(**SMOLLM2_LAYER, max_seq=-(-need // room) * room)
+    page, max_seq = page_and_context(cfg, model.config, need, page)
     say(f"compiling {what} for {cfg.name} (context {context}, KV page {page})")
     art = compile_model(model, cfg, page=page, max_seq=max_seq, prefill_chunk=16, batch=batch, weights=weights)
-    pages = art.pages_needed(context, 1)
-    kind = "decode_batch" if batch > 1 else "decode"
+    rows = art.rows("prefill_nohead") if prefill else 1
+    pages = art.pages_needed(context, rows)
+    kind = "prefill_nohead" if prefill else "decode_batch" if batch > 1 else "decode"
     st = (StepState(0, [7 + r for r in range(batch)], [], rows=[(context, list(range(r * pages, (r + 1) * pages)))
                                                                for r in range(batch)])
-          if batch > 1 else StepState(context, [7], list(range(pages))))
+          if batch > 1 else StepState(context, [7 + r for r in range(rows)], list(range(pages))))
     words = art.patched_program(kind, st)
     window = 1 << int(art.dram_bytes - 1).bit_length()
     dram = np.zeros(window, np.uint8)
@@ -79,7 +84,9 @@ def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: 
     weight_bytes = int(art.manifest["stats"]["decode"].get("stream_bytes", 0))
     model = PerfModel(cfg, PerfParams(rd_latency=latency + 2, wr_latency=latency + 2)).run(words)
     peak = cfg.dma_ports * cfg.dma_bytes
-    return {"config": cfg.name, "context": context, "page": page, "latency": latency, "instructions": len(words), "batch": batch,
+    return {"config": cfg.name, "context": context, "page": page, "latency": latency, "instructions": len(words),
+            "batch": batch, "kind": kind, "rows": rows, "array_utilization": c["ARRAY_BUSY"] / c["CYCLES"],
+            "model_array_utilization": model.array_busy / model.cycles,
             "weights": weights, "stream_bytes_by_format": art.manifest["stats"]["decode"].get("stream_bytes_by_format"),
             "exact": bool(np.array_equal(dram, gold)) and res.code.name == "NONE", "code": res.code.name,
             "cycles": c["CYCLES"], "dma_rd_bytes": c["DMA_RD_BYTES"], "weight_bytes": weight_bytes,
@@ -104,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=1, help="decode this many sequences in one batched step (default 1)")
     ap.add_argument("--weights", choices=("int8", "int4", "auto"), default="int8",
                     help="matrix weights (compile_model's weights; default int8)")
+    ap.add_argument("--prefill", action="store_true",
+                    help="run the compiler's prefill chunk (its rows) from position --context instead of a decode "
+                         "step, and report the array's utilization")
     args = ap.parse_args(argv)
     cfg = _config(args.board)
     if args.attn_rows is not None:
@@ -114,9 +124,18 @@ def main(argv: list[str] | None = None) -> int:
         from systolica.compiler.model_zoo import fetch_default_model
         model = load_model(fetch_default_model(verbose=False) if args.model == "default" else args.model)
     r = run_layer(cfg, args.context, latency=args.latency, say=lambda s: print(s, file=sys.stderr), model=model,
-                  batch=args.batch, weights=args.weights, page=None if args.page == "auto" else int(args.page))
+                  batch=args.batch, weights=args.weights, page=None if args.page == "auto" else int(args.page),
+                  prefill=args.prefill)
     what = (f"model {args.model}" if args.model else "one SmolLM2-shaped layer") + f", {args.weights} weights" + \
         (f", {args.batch} sequences in one batched step" if args.batch > 1 else "")
+    if args.prefill:
+        print(f"{args.board}: {what}, prefill chunk of {r['rows']} rows from position {r['context']} (KV page "
+              f"{r['page']}), DRAM latency {r['latency']} cycles, {r['instructions']} instructions [RTL counters]: "
+              f"{r['cycles']} cycles, array busy {r['array_busy']} ({100 * r['array_utilization']:.1f}%); "
+              f"bit-exact vs golden: {r['exact']}")
+        print(f"  performance model of the same program: {r['model_cycles']} cycles ({100 * r['model_error']:+.1f}% "
+              f"vs RTL), array {100 * r['model_array_utilization']:.1f}%")
+        return 0 if r["exact"] else 3
     print(f"{args.board}: {what}, decode at context {r['context']} (KV page {r['page']}), DRAM latency {r['latency']} "
           f"cycles, {r['instructions']} instructions [RTL counters]: {r['cycles']} cycles, "
           f"DMA_RD_BYTES/CYCLES = {r['rd_bytes_per_cycle']:.2f} B/cycle of {r['peak']} "

@@ -15,7 +15,7 @@ for the rows past ``n`` (``row_on``, ``attn_nq``: zero rows or query heads), and
 from __future__ import annotations
 
 from systolica import numerics as nx
-from systolica.compiler.decode_groups import BLOCK, emit_grouped
+from systolica.compiler.gqa_groups import BLOCK, emit_grouped
 from systolica.compiler.image import KvGeometry
 from systolica.compiler.ir import Graph, Node
 from systolica.compiler.plan import ProgramPlan
@@ -271,7 +271,8 @@ class _Gen:
         return (tile.k, 0, hdl), (tile.v, 0, hdl), (tile.kexp, self.kv.page, 1)
 
     def attn_group(self, qq: str, qe: str, o: str, layer: int, grp: int, early: list[str], *, whole: bool,
-                   tail_at: int, hook=None) -> None:
+                   tail_at: int, hook=None, row_hook=None, group_major: bool = False,
+                   kv_key: str | None = None) -> None:
         """The attention of KV head ``grp``: its pages' LOADs and ATTNs, the tail's, and ATTN_OUT.
 
         The pages the context fills come whole, a LOAD each (`rows` 0 for any other page: kv_rows).  The page
@@ -283,7 +284,10 @@ class _Gen:
         (t = 0: no-ops), so the state sees the pages in order.  ``early``: the slots of the first pages, LOADed
         already; ``whole``: the page LOADs read ``dram:kv<layer>:whole`` (this step's STOREs write only its tail).
         ``hook(pos)``, if given, is called before the ATTNs of page ``pos``, before the tail's (``max_pages``),
-        before ATTN_OUT (``max_pages + 1``) and after it (``max_pages + 2``)."""
+        before ATTN_OUT (``max_pages + 1``) and after it (``max_pages + 2``); ``row_hook(j, i)`` before the ATTN of
+        row ``i`` on page ``j`` (after ``hook(j)``).  ``group_major``: Q and its exponents
+        are laid out group by group (compiler.gqa_groups.group_at), not row by row.  ``kv_key``: the hazard key of
+        the KV region its LOADs read (default ``dram:kv<layer>``, what every KV STORE writes)."""
         c, kv = self.g.config, self.kv
         H, G, hdl = c.n_heads, c.group, kv.hd_lines
         st = self.a("state", "vbuf")
@@ -294,16 +298,19 @@ class _Gen:
         for at, rows in loaders:
             sfx = "_at" if at else ""
             for j in range(self.max_pages):
-                ks = early[j] if j < len(early) else self._page_load(layer, at, sfx, grp, j, whole=whole)
+                ks = early[j] if j < len(early) else self._page_load(layer, at, sfx, grp, j, whole=whole,
+                                                                          key=kv_key)
                 if j == tail_at:
-                    self._tail_loads(layer, at, sfx, grp, kt, self.tail_parts())
+                    self._tail_loads(layer, at, sfx, grp, kt, self.tail_parts(), key=kv_key)
                 hook(j)
                 for i in rows:
-                    self._attn(qq, qe, i, grp, ks, int(j == 0), [("t", "attn_t", [i, j]),
+                    if row_hook is not None:
+                        row_hook(j, i)
+                    self._attn(qq, qe, i, grp, ks, int(j == 0), group_major, [("t", "attn_t", [i, j]),
                                ("offset", "attn_offset", [i, j]), ("nq", "attn_nq", [i, j, G])])
             hook(self.max_pages)
             for i in rows:
-                self._attn(qq, qe, i, grp, kt, 0, [("t", "attn_tail_t", [i]), ("offset", "attn_tail_offset", [i]),
+                self._attn(qq, qe, i, grp, kt, 0, group_major, [("t", "attn_tail_t", [i]), ("offset", "attn_tail_offset", [i]),
                                                    ("nq", "attn_tail_nq", [i, G]), ("init", "attn_tail_init", [i])])
         hook(self.max_pages + 1)
         for i in range(self.T):
@@ -312,11 +319,12 @@ class _Gen:
                         reads=["vbuf:state"], writes=[self.key(o)], patches=self.row_on("nq", i, G))
         hook(self.max_pages + 2)
 
-    def _tail_loads(self, layer: int, at: list, sfx: str, grp: int, kt: str, tail) -> None:
-        """The tail's three LOADs (its valid tokens of K, of V, and the exponent lines) into slot ``kt``."""
+    def _tail_loads(self, layer: int, at: list, sfx: str, grp: int, kt: str, tail, key: str | None = None) -> None:
+        """The tail's three LOADs (its valid tokens of K, of V, and the exponent lines) into slot ``kt``; ``key``:
+        the KV region's hazard key (default ``dram:kv<layer>``)."""
         for off, first, per in tail:
             self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(kt, "spad") + off, dram=self.kv.base, rows=1,
-                        lines=0, stride=0, reads=[f"dram:kv{layer}"], writes=[f"spad:{kt}"],
+                        lines=0, stride=0, reads=[key or f"dram:kv{layer}"], writes=[f"spad:{kt}"],
                         patches=[("dram", "kv_tail" + sfx, [layer, *at, grp, off * self.cols]),
                                  ("lines", "kv_tail_lines" + sfx, [*at, first, per])])
 
@@ -333,24 +341,26 @@ class _Gen:
         return ks
 
     def _page_load(self, layer: int, at: list, sfx: str, grp: int, j: int, *, whole: bool = False,
-                   after: int | None = None) -> str:
+                   after: int | None = None, key: str | None = None) -> str:
         """LOAD page ``j`` of KV head ``grp`` whole (or nothing: ``kv_rows``) into the next slot; returns the slot.
-        ``whole``: it reads ``dram:kv<layer>:whole`` (decode: the STOREs of the step write only its tail);
-        ``after``: an instruction it waits for (an ordering only: Scheduler.emit)."""
+        ``whole``: it reads ``dram:kv<layer>:whole`` (decode: the STOREs of the step write only its tail), else
+        ``key`` (default ``dram:kv<layer>``); ``after``: an instruction it waits for (an ordering only:
+        Scheduler.emit)."""
         ks, kv = self._kv_slot(), self.kv
-        src = f"dram:kv{layer}:whole" if whole else f"dram:kv{layer}"
+        src = f"dram:kv{layer}:whole" if whole else key or f"dram:kv{layer}"
         self.s.emit("LOAD", buf=Buf.SPAD, sram=self.a(ks, "spad"), dram=kv.base, rows=1,
                     lines=kv_tile(kv.page_log2, kv.hd_lines).lines, stride=0, after=after,
                     reads=[src], writes=[f"spad:{ks}"],
                     patches=[("dram", "kv_page" + sfx, [layer, *at, j, grp]), ("rows", "kv_rows" + sfx, [*at, j])])
         return ks
 
-    def _attn(self, qq: str, qe: str, row: int, grp: int, ks: str, init: int, patches: list) -> None:
+    def _attn(self, qq: str, qe: str, row: int, grp: int, ks: str, init: int, group_major: bool,
+              patches: list) -> None:
         """ATTN of ``row``'s query heads of KV head ``grp`` over the tile in slot ``ks`` (``t``, ``offset``, ``nq``
-        patched)."""
+        patched); ``group_major``: Q's layout (:meth:`attn_group`)."""
         c, kv = self.g.config, self.kv
         G, hdl = c.group, kv.hd_lines
-        h0 = row * c.n_heads + grp * G
+        h0 = (grp * self.T + row) * G if group_major else row * c.n_heads + grp * G
         self.s.emit("ATTN", q=self.a(qq) + h0 * hdl, qexp=self.a(qe) + h0, kv=self.a(ks, "spad"),
                     state=self.a("state", "vbuf") + row * attn_state_lines(G, hdl), nq=G, hd=hdl, t=0,
                     page_log2=kv.page_log2, offset=0, causal=1, init=init,

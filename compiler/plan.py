@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from systolica.compiler.decode_groups import grouped_blocks, widen_live
+from systolica.compiler.gqa_groups import grouped_blocks, widen_live
 from systolica.compiler.image import KvGeometry, MatrixInfo
 from systolica.compiler.ir import Graph
 from systolica.compiler.kv_page import KV_SPAD_SHARE
@@ -30,7 +30,7 @@ class ProgramPlan:
     overlaps: dict[str, tuple[str, ...]]
     alias: dict[str, str]  # vbuf tensor -> the tensor whose lines it reuses (in-place element-wise ops)
     kv_slots: int = 2  # KV-tile slots in the scratchpad (kv0, kv1, ...): LOADs run that many tiles ahead of ATTN
-    grouped: tuple[int, ...] = ()  # first nodes of the attention blocks emitted by GQA group (compiler.decode_groups)
+    grouped: tuple[int, ...] = ()  # first nodes of the attention blocks emitted by GQA group (compiler.gqa_groups)
 
 
 def _tensor_lines(t, rows: int, cols: int) -> int:

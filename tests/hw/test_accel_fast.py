@@ -262,9 +262,20 @@ def test_compiled_gqa_decode_step_matches_golden(fast):
     """A compiled decode step of a GQA model (three KV heads of three query heads, four pages of context) on the
     RTL: the whole DRAM window -- logits and the KV cache's new token -- is the golden simulator's, bit for bit,
     behind a DRAM latency of 40 cycles and random back-pressure.  With attn_beside (tiny_d4) the program is
-    ordered by GQA group (compiler/decode_groups.py): the next group's weight streams run beside a group's ATTNs,
+    ordered by GQA group (compiler/gqa_groups.py): the next group's weight streams run beside a group's ATTNs,
     and its LOADs are striped over the four ports (config.load_ports).  Without back-pressure the performance
     model gives the RTL's cycles within 5%."""
+    _compiled_gqa_run(fast, "decode", 58, [5])  # three whole pages and a tail of 11 tokens
+
+
+def test_compiled_gqa_prefill_chunk_matches_golden(fast):
+    """The same for a prefill chunk of four rows across a page boundary (positions 46-49, page 16): with
+    attn_beside ordered by GQA group too, Q, K and V group-major, its KV STOREs a row and head each, its page LOADs
+    behind them (the chunk completes page 2)."""
+    _compiled_gqa_run(fast, "prefill_nohead", 46, [5, 9, 2, 7])
+
+
+def _compiled_gqa_run(fast, kind: str, pos: int, tokens: list[int]) -> None:
     from systolica.artifact import StepState
     from systolica.compiler.compile import compile_model
     from systolica.testmodels import random_model
@@ -274,16 +285,15 @@ def test_compiled_gqa_decode_step_matches_golden(fast):
     model = random_model("llama", dim=72, n_layers=1, n_heads=9, n_kv_heads=3, ffn_dim=48, vocab=64, seed=3,
                          max_seq=80)
     art = compile_model(model, cfg, page=16, max_seq=80, prefill_chunk=4)
-    assert (art.manifest["kv"]["heads"], art.page) == (3, 16)
-    pos = 58  # three whole pages and a tail of 11 tokens
-    words = art.patched_program("decode", StepState(pos, [5], list(range(art.pages_needed(pos, 1)))))
+    assert (art.manifest["kv"]["heads"], art.page) == (3, 16) and art.rows(kind) >= len(tokens)
+    words = art.patched_program(kind, StepState(pos, tokens, list(range(art.pages_needed(pos, len(tokens))))))
     window = 1 << int(art.dram_bytes - 1).bit_length()
     dram = np.zeros(window, np.uint8)
     dram[:art.image.size] = art.image  # the image, and random bytes for the KV cache's earlier tokens
     kv = art.manifest["kv"]
     dram[kv["base"]:kv["base"] + kv["n_pages"] * kv["heads"] * kv["tile_bytes"]] = np.random.default_rng(2).integers(
         0, 256, kv["n_pages"] * kv["heads"] * kv["tile_bytes"], dtype=np.uint8)
-    prog_base = art.region("program:decode")["offset"]
+    prog_base = art.region(f"program:{kind}")["offset"]
     raw = np.frombuffer(b"".join(int(w).to_bytes(16, "little") for w in words), np.uint8)
     dram[prog_base:prog_base + raw.size] = raw
     gold, start = dram.copy(), dram.copy()
@@ -301,7 +311,7 @@ def test_compiled_gqa_decode_step_matches_golden(fast):
                    dram_latency=40)
     model = PerfModel(cfg, PerfParams(rd_latency=42, wr_latency=42)).run(words).cycles
     rtl = res.counters["CYCLES"]
-    print(f"\n{cfg.name}: GQA decode step at {pos}: RTL {rtl} cycles, model {model} ({model / rtl - 1:+.1%})")
+    print(f"\n{cfg.name}: GQA {kind} at {pos}: RTL {rtl} cycles, model {model} ({model / rtl - 1:+.1%})")
     assert res.code == Fault.NONE and abs(model / rtl - 1) < 0.05
 
 

@@ -1,9 +1,9 @@
-"""Decode ordered by GQA group (compiler/decode_groups.py) on an accelerator with ``attn_beside``.
+"""Attention blocks ordered by GQA group (compiler/gqa_groups.py) on an accelerator with ``attn_beside``.
 
-The golden simulator runs the grouped programs bit for bit like the integer reference, over several pages of the
-KV cache; the programs interleave the next group's weight streams with a group's ATTNs, and those streams push no
-token (else the hardware would not run them on); programs that are not a one-sequence decode step keep the
-layer order.
+The golden simulator runs the grouped programs (decode steps and prefill chunks) bit for bit like the integer
+reference, over several pages of the KV cache; the programs interleave the next group's weight streams with a
+group's ATTNs, and those streams push no token (else the hardware would not run them on); batched decode steps
+keep the layer order.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def _compile(model: str, cfg, max_seq: int = 96):
 @pytest.mark.parametrize("cfg_name", ["tiny", "default"])
 @pytest.mark.parametrize("model", list(MODELS))
 def test_grouped_decode_is_bit_exact_with_the_reference(model, cfg_name):
-    """19 prompt tokens, then 40 decode steps: contexts from one page (16 tokens) to four, every tail length."""
+    """19 prompt tokens (grouped prefill chunks of 8, 8 and 3 rows, the second across a page boundary), then 40
+    decode steps: contexts from one page (16 tokens) to four, every tail length."""
     kw = MODELS[model]
     m = random_model(max_seq=96, **kw)
     art = compile_model(m, _beside(cfg_name), page=16, max_seq=96, prefill_chunk=8)
@@ -74,8 +75,9 @@ def test_next_groups_projections_stream_between_a_groups_attns(model):
     assert stores and all(x.rows == 1 for x in stores)
 
 
-def test_programs_other_than_one_sequence_decode_keep_the_layer_order():
-    """Prefill chunks and batched decode steps are not grouped: the same instructions as without attn_beside."""
+def test_batched_steps_keep_the_layer_order():
+    """Batched decode steps (a sequence a row, each its own pages) are not grouped: the same instructions as
+    without attn_beside; decode and prefill are."""
     m = random_model(max_seq=64, **MODELS["gqa3"])
     ops = {}
     for beside in (0, 1):
@@ -83,11 +85,38 @@ def test_programs_other_than_one_sequence_decode_keep_the_layer_order():
         art = compile_model(m, cfg, page=16, max_seq=64, prefill_chunk=8, batch=2)
         ops[beside] = {k: [(x.op, x.fields) for x in (decode(w) for w in art.programs[k].words)]
                        for k in art.programs}
-    assert set(ops[0]) == set(ops[1]) and {"prefill", "decode"} <= set(ops[0])
-    for k in ops[0]:
-        if k != "decode":
-            assert ops[0][k] == ops[1][k], k
-    assert ops[0]["decode"] != ops[1]["decode"]
+    assert set(ops[0]) == set(ops[1]) and {"prefill", "decode", "decode_batch"} <= set(ops[0])
+    assert ops[0]["decode_batch"] == ops[1]["decode_batch"]
+    assert ops[0]["decode"] != ops[1]["decode"] and ops[0]["prefill"] != ops[1]["prefill"]
+
+
+def test_grouped_prefill_streams_beside_the_pages_and_the_tail():
+    """In a prefill chunk the next group's K and V stream beside the pages' ATTNs and its K / V STOREs follow
+    them there (its page LOADs wait for those STOREs); its Q streams beside the tail's ATTNs and ATTN_OUT, which
+    every chunk has (the pages its context fills are not known when compiling).  A group's RoPE and QUANT are one
+    instruction for all the chunk's rows (Q, K and V laid out group by group); the STOREs go a row at a time, one
+    head each."""
+    art = _compile("gqa3", _beside("tiny"))
+    T, kv_heads, layers = art.rows("prefill"), MODELS["gqa3"]["n_kv_heads"], MODELS["gqa3"]["n_layers"]
+    ins = [decode(w) for w in art.programs["prefill"].words]
+    ropes = [x for x in ins if x.op == "ROPE"]
+    assert len(ropes) == 2 * kv_heads * layers and all(x.rows == T for x in ropes)
+    stores = [x for x in ins if x.op == "STORE" and x.buf == 0]
+    assert len(stores) == 4 * T * kv_heads * layers and all(x.rows == 1 for x in stores)
+    outs = [i for i, x in enumerate(ins) if x.op == "ATTN_OUT"]
+    for g in range(kv_heads * layers):
+        if g % kv_heads == kv_heads - 1:
+            continue  # the layer's last group: nothing left to stream beside it
+        first_out = outs[g * T]  # the group's ATTN_OUTs: T in a row, after the tail's T ATTNs
+        q = first_out - T - 1
+        assert ins[q].op == "GEMM_STREAM" and all(ins[i].op == "ATTN" for i in range(q + 1, first_out))
+        prev = outs[g * T - 1] if g else 0
+        begin = min(i for i in range(prev, q) if ins[i].op == "ATTN" and ins[i].init)  # page 0's first row
+        kv = [i for i in range(begin - 3, q) if ins[i].op == "GEMM_STREAM"]  # (a stream right before it)
+        assert len(kv) >= 2, f"group {g}: the next group's K and V stream beside the pages"
+        assert sum(ins[i].op == "STORE" for i in range(begin, q)) == 4 * T
+        for i in (*kv, q):
+            assert not (ins[i].push_prev or ins[i].push_next), "a stream that pushes does not run on"
 
 
 def test_without_attn_beside_decode_is_not_grouped():

@@ -1,0 +1,295 @@
+"""Attention blocks ordered by GQA group, so that attention runs beside the weight streams (``config.attn_beside``).
+
+On an accelerator whose ATTN and ATTN_OUT run beside a GEMM_STREAM that runs on (docs/hardware.md), a
+one-sequence program (a decode step, a prefill chunk) emits each layer's attention block -- the Q, K and V
+projections, RoPE, QUANT, the KV STOREs and the attention -- one KV head (GQA group) at a time, and the
+projections of group ``g + 1`` stream their weights while group ``g``'s ATTNs run::
+
+    Q K V streams (group 0), their REQUANT / ROPE / QUANT / STOREs
+    Q stream (group 1)  | group 0's ATTNs of the first pages
+    REQUANT, K stream   | the next pages' ATTNs
+    REQUANT, V stream   | the rest, the tail's ATTN, ATTN_OUT
+    REQUANT, ROPE / QUANT / STOREs of group 1
+    ...                 (the last group's attention runs alone: the O projection needs every head)
+
+The numerics are the same: the projections are split by output lines (a group's heads), and RoPE, QUANT (one
+exponent per head) and the STOREs work per head.  Inside the block Q, K and V are laid out group by group
+(:func:`group_at`), so a group's RoPE, QUANT and REQUANT are one instruction for all the chunk's rows; the STOREs
+go a row at a time.  Which ATTN each REQUANT follows is fixed at compile time (the context is not known then):
+
+- decode: a stream of ``c`` cycles gets as many of the group's first pages as a whole page's LOAD takes to cover
+  ``c``, and the group's last stream also the tail's ATTN and ATTN_OUT, which every context has;
+- prefill: the tail (the chunk's own rows) is the only page every chunk has, so the last two streams go beside
+  the tail's ATTNs and beside ATTN_OUT, the ones before them beside the pages; a chunk's STOREs can complete a
+  page, so its page LOADs wait for them (no early pages).
+
+GEMM_STREAMs push no token (else they do not run on), so the plan keeps every tensor of the block live over the
+whole block (:func:`widen_live`): no LOAD writes over lines a stream reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from systolica.compiler.ir import Graph, Node
+from systolica.compiler.tiling import Tile
+from systolica.isa import Buf, Engine
+
+__all__ = ["BLOCK", "grouped_blocks", "group_at", "widen_live", "emit_grouped"]
+
+#: the nodes of one llama layer's attention block, as :func:`systolica.compiler.ir.build_graph` adds them
+BLOCK = ("linear", "linear", "linear", "rope", "rope", "quant", "quant", "quant", "kv_store", "attention")
+
+
+def grouped_blocks(g: Graph, cfg, rows: int, batched: bool) -> list[int]:
+    """The first node of every attention block that a program of ``rows`` rows emits by group: a one-sequence
+    program (a decode step or a prefill chunk) on an accelerator with ``attn_beside``, of a model with several KV
+    heads, without split activations or projection biases; else none (batched steps keep the layer order)."""
+    if not cfg.attn_beside or batched or g.act_split or g.config.n_kv_heads < 2:
+        return []
+    out = []
+    for i in range(len(g.nodes) - len(BLOCK) + 1):
+        ns = g.nodes[i:i + len(BLOCK)]
+        if tuple(n.op for n in ns) == BLOCK and not any(n.attrs.get("bias") for n in ns[:3]):
+            out.append(i)
+    return out
+
+
+def widen_live(g: Graph, live: dict[str, tuple[int, int]], starts: list[int]) -> dict[str, tuple[int, int]]:
+    """``live`` with every tensor a grouped block touches live over the whole block (its groups interleave)."""
+    live = dict(live)
+    for s in starts:
+        e = s + len(BLOCK) - 1
+        for n in g.nodes[s:e + 1]:
+            for t in (*n.inputs, *n.outputs):
+                lo, hi = live[t]
+                live[t] = (min(lo, s), max(hi, e))
+    return live
+
+
+def group_at(gen, grp: int, row: int, heads: int) -> int:
+    """Where row ``row`` of group ``grp`` starts, in lines, in a tensor of the grouped block (Q, K, V before and after
+    RoPE and QUANT): group-major, each group's rows together (``heads`` heads of ``hd`` lines a row), so one
+    instruction covers a group's rows.  A decode step (one row) has the row-major layout of the layer order."""
+    return (grp * gen.T + row) * heads * gen.kv.hd_lines
+
+
+@dataclass
+class _Stream:
+    """One projection block of a group: ``start`` LOADs its mult row and emits the GEMM_STREAM (returns the mult
+    slot), ``finish`` the REQUANT that takes its result out of the accumulator into the group's rows;
+    ``cycles``: its weights' time."""
+
+    gen: object
+    aq: str
+    ae: str
+    w: str
+    dst: str
+    t: Tile
+    cycles: float
+    grp: int
+    heads: int  # the group's heads of this projection
+    proj: str = "q"  # "q", "k" or "v"
+
+    def start(self) -> str:
+        return self.gen._stream_block(self.aq, self.w, self.gen.T, self.t)
+
+    def finish(self, ms: str) -> None:
+        g, t = self.gen, self.t
+        width = self.heads * g.kv.hd_lines  # a row of the group; the block is lines t.n0 .. of the whole row
+        g0 = (self.grp * self.heads) * g.kv.hd_lines
+        g._requant(self.ae, self.w, g.T, g.a(self.dst) + group_at(g, self.grp, 0, self.heads), g.key(self.dst),
+                   width, t.n0 - g0, t.nt, ms)
+
+
+def _streams(gen, nodes: list[Node], grp: int, kv_first: bool = False) -> list[_Stream]:
+    """Group ``grp``'s Q, K and V projections (``kv_first``: K and V, then Q): its heads' output lines, in blocks
+    the plan's tiling allows."""
+    c, hdl, cfg = gen.g.config, gen.kv.hd_lines, gen.cfg
+    projs = [("q", nodes[0], c.group), ("k", nodes[1], 1), ("v", nodes[2], 1)]
+    out = []
+    for proj, node, heads in (projs[1:] + projs[:1] if kv_first else projs):
+        (aq, ae), (dst,) = node.inputs, node.outputs
+        w = node.attrs["weight"]
+        m, cap = gen.mats[w], gen.p.tilings[w].nt
+        n0, n1 = grp * heads * hdl, (grp + 1) * heads * hdl
+        for b in range(n0, n1, cap):
+            t = Tile(b, min(cap, n1 - b), 0, m.Kl)
+            wbytes = t.nt * m.Kl * cfg.cols * cfg.cols // (2 if m.wfmt else 1)
+            # its weights' time, or the array's (every row through every tile: a prefill chunk's many rows)
+            cycles = max(wbytes / cfg.peak_dram_bytes_per_cycle, t.nt * m.Kl * gen.T)
+            out.append(_Stream(gen, aq, ae, w, dst, t, cycles, grp, heads, proj))
+    return out
+
+
+def kv_key(layer: int, grp: int) -> str:
+    """The hazard key of KV head ``grp``'s part of layer ``layer``'s cache: a group's STOREs write it, its LOADs
+    read it, so they wait for no other head's STOREs (the heads' tiles do not overlap)."""
+    return f"dram:kv{layer}:g{grp}"
+
+
+def _rope_quant(gen, nodes: list[Node], grp: int, which: str) -> None:
+    """Group ``grp``'s RoPE and QUANT of K and V (``which`` "kv") or of Q ("q"), one instruction each for the
+    group's rows."""
+    _, _, _, rq, rk, nq, nk, nv, _, _ = nodes
+    hdl, G, T = gen.kv.hd_lines, gen.g.config.group, gen.T
+    for node, heads in (((rk, 1), (nk, 1), (nv, 1)) if which == "kv" else ((rq, G), (nq, G))):
+        (src,), outs = node.inputs, node.outputs
+        at = group_at(gen, grp, 0, heads)
+        if node.op == "rope":
+            gen.s.emit("ROPE", dst=gen.a(outs[0]) + at, src=gen.a(src) + at, table=gen.a("rope", "vbuf"), rows=T,
+                       heads=heads, hd=hdl, reads=[gen.key(src), "vbuf:rope"], writes=[gen.key(outs[0])],
+                       patches=gen.n_rows("rows"))
+        else:
+            dq, de = outs
+            gen.s.emit("QUANT", dst=gen.a(dq) + at, src=gen.a(src) + at, exps=gen.a(de) + grp * T * heads,
+                       rows=T * heads, lines=hdl, reads=[gen.key(src)], writes=[gen.key(dq), gen.key(de)],
+                       patches=gen.n_rows("rows", heads))
+
+
+def _post_kv(gen, nodes: list[Node], grp: int) -> None:
+    """Group ``grp``'s RoPE and QUANT of K and V and its KV STOREs, a row at a time (each row has its own place in
+    the cache), one head each (as kv_store's)."""
+    _rope_quant(gen, nodes, grp, "kv")
+    kv, cols, T, hdl = gen.kv, gen.cols, gen.T, gen.kv.hd_lines
+    kvs = nodes[8]
+    kq, ke, vq, ve = kvs.inputs
+    P, layer = kv.page, kvs.attrs["layer"]
+    for r in range(T):
+        for t, lines, part, slot in ((kq, hdl, 0, hdl * cols), (vq, hdl, P * hdl * cols, hdl * cols),
+                                     (ke, 1, 2 * P * hdl * cols, cols), (ve, 1, (2 * P * hdl + P) * cols, cols)):
+            gen.s.emit("STORE", buf=Buf.SPAD, sram=gen.a(t) + (grp * T + r) * lines, dram=kv.base, rows=1,
+                       lines=lines, stride=kv.tile_bytes, reads=[gen.key(t)], writes=[kv_key(layer, grp)],
+                       patches=[("dram", "kv_store", [layer, r, grp * kv.tile_bytes + part, slot]),
+                                *gen.row_on("rows", r, 1)])
+
+
+def emit_grouped(gen, nodes: list[Node]) -> None:
+    """Emit one attention block (the nodes of :data:`BLOCK`) by group, interleaved as the module docstring says."""
+    att = nodes[-1]
+    (qq, qe), (o,) = att.inputs, att.outputs
+    layer, heads, pages = att.attrs["layer"], gen.kv.heads, gen.max_pages
+    # a whole page's LOAD, what ATTN waits for: one scratchpad line a cycle at most, gmem0's beats or all ports'
+    cfg = gen.cfg
+    page_cycles = gen.kv.tile_bytes / min(cfg.cols, cfg.dma_bytes * cfg.load_ports)
+    decode = gen.T == 1
+    groups = [_streams(gen, nodes, grp, kv_first=not decode) for grp in range(heads)]
+    last_stream, kv_posted = None, decode
+    for st in groups[0]:
+        if st.proj == "q" and not kv_posted:  # prefill: group 0's STOREs beside its Q stream (its pages wait for them)
+            _post_kv(gen, nodes, 0)
+            kv_posted = True
+        ms = st.start()
+        last_stream = len(gen.s.instrs) - 1
+        st.finish(ms)
+    # group 0's first pages LOADed now, while its K and V rows are quantized and stored (as _Gen.kv_store); through
+    # gmem0 alone they wait for the last stream (they would take its port 0), striped they go beside the streams.
+    # A prefill chunk's STOREs may complete a page (its rows can cross a page boundary): no early pages there.
+    early = gen.early_pages(layer, None if cfg.load_ports > 1 else last_stream) if decode else []
+    if decode:
+        _post_kv(gen, nodes, 0)
+    _rope_quant(gen, nodes, 0, "q")
+    for grp in range(heads):
+        todo = groups[grp + 1] if grp + 1 < heads else []
+        # prefill: the next group's K / V STOREs as soon as their streams end (its page LOADs wait for them)
+        post_kv = (lambda g=grp + 1: _post_kv(gen, nodes, g)) if todo and not decode else None
+        hook = _Interleave(gen, layer, grp, todo, pages, page_cycles, prefill=not decode, post_kv=post_kv)
+        gen.attn_group(qq, qe, o, layer, grp, early if grp == 0 else [], whole=decode, tail_at=-1, group_major=True,
+                       hook=hook, row_hook=None if decode else hook.row, kv_key=kv_key(layer, grp))
+        if todo:
+            if decode:
+                _post_kv(gen, nodes, grp + 1)
+            elif hook.post_kv is not None:  # the hook had no place for it: the streams ran back to back
+                hook.post_kv()
+            _rope_quant(gen, nodes, grp + 1, "q")
+
+
+class _Interleave:
+    """The hook of one group's :meth:`~systolica.compiler.codegen._Gen.attn_group`: starts the next group's
+    streams and finishes them (REQUANT) between its ATTNs, and places the tail's LOADs.
+
+    Positions (``hook(pos)``): pages ``0 .. P - 1``, the tail's ATTN ``P``, ATTN_OUT ``P + 1``, after it ``P + 2``.
+    A stream of ``c`` cycles started at ``pos`` finishes before ``pos + ceil(c / page_cycles)``, at the latest
+    before the tail's ATTN; the last one after ATTN_OUT.  The tail's LOADs wait for the group's STOREs through a
+    compute NOP, which a running stream would hold (and the ATTNs behind it): they go right after the first
+    stream's REQUANT (before the tail's ATTN), or before page 0's ATTN when no stream follows.  ``prefill``: the
+    Q streams (after K and V) start no earlier than the tail's ATTNs, which every chunk has, and ``post_kv`` (the
+    next group's K / V RoPE, QUANT and STOREs) goes right after the K and V streams' REQUANTs."""
+
+    def __init__(self, gen, layer: int, grp: int, todo: list, pages: int, page_cycles: float, *,
+                 prefill: bool = False, post_kv=None):
+        self.gen, self.layer, self.grp, self.todo = gen, layer, grp, list(todo)
+        self.pages, self.page_cycles, self.prefill, self.post_kv = pages, page_cycles, prefill, post_kv
+        self.running = None  # (stream, mult slot, position it finishes before)
+        self.relayed = False
+        self.rows = 0  # prefill: rows' ATTNs of whole pages issued beside the running stream
+        kv, cfg, G = gen.kv, gen.cfg, gen.g.config.group
+        # one row's ATTN over a whole page (sim/perf_costs.py: K and V a line a cycle, the job's and rows' fixed part)
+        self.row_cycles = -(-G // cfg.attn_rows) * (2 * kv.page * kv.hd_lines + 56) + G * 25
+
+    def _relay(self) -> None:
+        """A compute NOP that waits for the group's KV STOREs (it reads what they write), so that the tail's LOADs
+        need only a compute token: emitted where no stream runs (a running stream holds every compute instruction
+        but ATTN), and early, so that the in-order load engine does not wait behind the tail for the STOREs."""
+        if not self.relayed:
+            self.gen.s.emit("NOP", engine=Engine.COMPUTE, reads=[kv_key(self.layer, self.grp)])
+            self.relayed = True
+
+    def _kv_done(self) -> None:
+        if self.post_kv is not None and not any(st.proj != "q" for st in self.todo):
+            self.post_kv()
+            self.post_kv = None
+
+    def __call__(self, pos: int) -> None:
+        end = self.pages + 2
+        if self.running and self.running[2] <= pos:
+            st, ms, _ = self.running
+            st.finish(ms)
+            self.running = None
+            self._relay()
+            self._kv_done()
+        if pos == 0 and not self.todo:  # no stream to wait for
+            self._relay()
+        if pos == self.pages:  # the tail's ATTN is next: its LOADs, behind the pages' in the load engine
+            self._relay()
+            self.gen._tail_loads(self.layer, [], "", self.grp, f"kvt{self.layer}", self.gen.tail_parts(),
+                                 key=kv_key(self.layer, self.grp))
+        if not self.todo or self.running is not None:
+            return
+        if pos == end:  # more streams than positions: the rest back to back
+            for st in self.todo:
+                st.finish(st.start())
+            self.todo = []
+            self._kv_done()
+            return
+        if self.prefill and self.todo[0].proj == "q" and pos < self.pages:
+            return  # Q beside the tail's ATTNs (and ATTN_OUT), which every chunk has
+        self._start(pos)
+
+    def _start(self, pos: int) -> None:
+        end = self.pages + 2
+        st = self.todo.pop(0)
+        if not self.todo:
+            until = end
+        elif pos >= self.pages:
+            until = pos + 1
+        elif self.prefill:  # K and V: finished by row() once enough rows ran beside, by the tail at the latest
+            until = self.pages
+        else:
+            until = max(pos + 1, min(self.pages, pos + ceil(st.cycles / self.page_cycles)))
+        self.running = (st, st.start(), until)
+        self.rows = 0
+
+    def row(self, pos: int, i: int) -> None:
+        """Before row ``i``'s ATTN on page ``pos`` (prefill): a K or V stream that as many rows' ATTNs of a whole
+        page cover ends here (its REQUANT), and the next K or V stream starts."""
+        if self.running and self.running[0].proj != "q" and self.rows * self.row_cycles >= self.running[0].cycles:
+            st, ms, _ = self.running
+            st.finish(ms)
+            self.running = None
+            self._relay()
+            self._kv_done()
+            if self.todo and self.todo[0].proj != "q":
+                self._start(pos)
+        self.rows += 1
