@@ -4,8 +4,9 @@ The performance model times every instruction on its engine (:class:`systolica.s
 ``per_op_cycles``).  The compute engine runs one instruction at a time, so its classes (weights through the
 array, attention, the line ops) are parts of its busy time and add up to at most the run's cycles; LOAD and
 STORE run on their own engines beside it, so their shares overlap the compute classes.  With
-``config.attn_beside`` ATTN / ATTN_OUT also run beside a GEMM_STREAM that runs on: ``attention`` counts only
-their cycles beside no stream (the time attention adds), ``attention_beside`` the others.  ``array`` is
+``config.attn_beside`` ATTN / ATTN_OUT and the vector unit's line ops but REQUANT also run beside a GEMM_STREAM
+that runs on: ``attention`` and ``line ops`` count only their cycles beside no stream (the time they add),
+``attention_beside`` and ``line_ops_beside`` the others.  ``array`` is
 ``ARRAY_BUSY / CYCLES``: the fraction of cycles the systolic array computes.  ``bound`` compares the run
 with the array's peak: cycles ÷ (MACs ÷ (rows x cols)), the same MACs the roofline's compute bound counts.
 """
@@ -42,7 +43,7 @@ def breakdown(results: Iterable[PerfResult], *, macs_bound: float | None = None,
     """
     cycles = busy = macs = 0
     per: dict[str, int] = {}
-    beside = 0
+    beside: dict[str, int] = {}
     for r in results:
         cycles += r.cycles
         busy += r.array_busy
@@ -51,14 +52,17 @@ def breakdown(results: Iterable[PerfResult], *, macs_bound: float | None = None,
             if op not in _SKIP:
                 k = op_class(op)
                 per[k] = per.get(k, 0) + c
-        beside += sum(r.beside_cycles.values())
-    per["attention"] = per.get("attention", 0) - beside
-    per["attention_beside"] = beside
+        for op, c in r.beside_cycles.items():
+            beside[op_class(op)] = beside.get(op_class(op), 0) + c
+    for k, c in beside.items():  # the time a class adds: its cycles beside no weight stream
+        per[k] = per.get(k, 0) - c
+    per["attention_beside"] = beside.get("attention", 0)
+    per["line_ops_beside"] = beside.get("line ops", 0)
     if cycles <= 0:
         raise ValueError(f"{what}: no cycles to break down")
     bound_cycles = None if macs_bound is None else macs_bound / peak_macs
     shares = {k: per.get(k, 0) / cycles for k in ("array", "attention", "line ops", "load", "store",
-                                                   "attention_beside")}
+                                                   "attention_beside", "line_ops_beside")}
     return {"what": what, "cycles": cycles, "array_busy": busy, "array_utilization": busy / cycles, "macs": macs,
             "compute_bound_cycles": bound_cycles, "x_compute_bound": cycles / bound_cycles if bound_cycles else None,
             "shares": shares,
@@ -74,7 +78,7 @@ def render_breakdown(rows: list[tuple[str, dict[str, dict]]], title: str = "wher
     from rich.table import Table
 
     t = Table(title=title, caption="compute-engine shares (array, attention, line ops) add up to at most 100%; "
-                                   "LOAD and STORE run beside them; attention: its cycles beside no weight stream "
+                                   "LOAD and STORE run beside them; attention, line ops: their cycles beside no weight stream "
                                    "(config.attn_beside); performance model")
     for col, just in (("board", "left"), ("phase", "left"), ("cycles", "right"), ("x compute bound", "right"),
                       ("array util %", "right"), ("GEMM %", "right"), ("attention %", "right"),

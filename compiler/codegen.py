@@ -210,16 +210,24 @@ class _Gen:
         """SwiGLU block by block: gate and up of one column block, SiLU, MUL into the act row.
 
         Only one column block of gate and up is on chip at a time (``gbuf``, ``ubuf``), so a prefill
-        chunk needs one ffn-wide row per token instead of three.  Element-wise, so bit-exact."""
+        chunk needs one ffn-wide row per token instead of three.  Element-wise, so bit-exact.  With
+        ``config.attn_beside`` the next block's gate stream starts before this block's SiLU and MUL, which then
+        run beside it (they touch only the vector buffer; the stream only the scratchpad and the accumulator)."""
         (aq, ae), (dst,) = n.inputs, n.outputs
         rows, F = self.rows_of(aq), self.lines(dst)
         g, u = self.a("gbuf", "vbuf"), self.a("ubuf", "vbuf")
-        for gt, ut in zip(self._blocks(n.attrs["gate"]), self._blocks(n.attrs["up"]), strict=True):
+        blocks = list(zip(self._blocks(n.attrs["gate"]), self._blocks(n.attrs["up"]), strict=True))
+        ahead = bool(self.cfg.attn_beside)
+        started = None  # the mult slot of a gate stream started ahead, for its REQUANT
+        for b, (gt, ut) in enumerate(blocks):
             n0, nt = gt.n0, gt.nt
             for w, t, buf in ((n.attrs["gate"], gt, "gbuf"), (n.attrs["up"], ut, "ubuf")):
-                ms = self._stream_block(aq, w, self.k * rows, t)
+                ms = started if buf == "gbuf" and started is not None else self._stream_block(aq, w, self.k * rows, t)
                 self._requant(ae, w, self.k * rows, self.a(buf, "vbuf"), f"vbuf:{buf}", nt, 0, nt, ms)
                 self._fold(self.a(buf, "vbuf"), f"vbuf:{buf}", rows, nt)
+            started = None
+            if ahead and b + 1 < len(blocks):
+                started = self._stream_block(aq, n.attrs["gate"], self.k * rows, blocks[b + 1][0])
             self.s.emit("SILU", dst=g, src=g, rows=rows, lines=nt, reads=["vbuf:gbuf"], writes=["vbuf:gbuf"],
                         patches=self.n_rows("rows", rows=rows))
             calls = [(0, rows, self.n_rows("rows", rows=rows))] if nt == F else \

@@ -72,6 +72,8 @@ class ComputeEngine(wiring.Component):
         # kept in flip-flops beside it: the buffer-port multiplexers and the start pulses select on registers
         kinds = {"stream": ("GEMM_STREAM",), "gemm": ("GEMM", "GEMM_STREAM"), "vec": VECTOR_OPS,
                  "row": ROWPASS_OPS, "attn": ATTN_OPS}
+        if cfg.attn_beside:  # the vector unit's ops that may run beside a GEMM_STREAM: all but REQUANT
+            kinds["vec_beside"] = tuple(op for op in VECTOR_OPS if op != "REQUANT")
         kind = {k: Signal(name=f"is_{k}") for k in kinds}
         # and three copies each of "attn" and "row" for the output line's multiplexer, a third of its lanes
         # each: one flag over the 256-bit line and the read multiplexers was the most congested net of the
@@ -88,9 +90,11 @@ class ComputeEngine(wiring.Component):
                     out_sel[k] = flag_copies(m, hit, 1, f"out_is_{k}", first=kind[k])
 
         # attn_beside: a GEMM_STREAM without pushes retires as it starts and runs on (weights, array,
-        # accumulator) while the engine goes on with ATTN / ATTN_OUT behind it; any other instruction waits in
-        # POP until it has finished (`hold`).  The two share no buffer they write, and ATTN reads the scratchpad
-        # through a copy of its own, so no address needs comparing
+        # accumulator) while the engine goes on with ATTN / ATTN_OUT and the vector unit's ops but REQUANT behind
+        # it; any other instruction waits in POP until it has finished (`hold`).  They share no buffer one writes
+        # and the other reads (the stream reads the scratchpad's "a" port and writes the accumulator; ATTN reads
+        # the scratchpad through a copy of its own, the vector ops only the vector buffer), so no address needs
+        # comparing
         beside = bool(cfg.attn_beside)
         gemm_busy, hold = Signal(name="gemm_busy"), Signal(name="hold_for_gemm")
         ins, exec_start, exec_done, _ = token_fsm(m, self, cfg, on_load, hold=hold if beside else None,
@@ -189,9 +193,10 @@ class ComputeEngine(wiring.Component):
         if beside:
             h = ins.nop.h
             runs_on = is_stream & ~h.push_prev & ~h.push_next  # a GEMM_STREAM that runs on behind the engine
-            m.d.comb += [hold.eq(gemm_busy & ~is_attn),
+            free = is_attn | kind["vec_beside"]  # what may run beside it
+            m.d.comb += [hold.eq(gemm_busy & ~free),
                          exec_done.eq(self.executing & ~begin & ~vs.busy & ~rs.busy & ~at.busy
-                                      & (~gemm_busy | is_attn | runs_on))]
+                                      & (~gemm_busy | free | runs_on))]
         else:
             m.d.comb += exec_done.eq(self.executing & ~begin & ~gemm_busy & ~vs.busy & ~rs.busy & ~at.busy)
         return m

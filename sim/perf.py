@@ -159,14 +159,17 @@ def _plan(ins: Instr) -> tuple[tuple[int, ...], tuple[int, ...]]:
 #: drops in POP: no IDLE or POP cycle of its own)
 RUNS_ON_EXEC = 2
 GEMM_HOLD_GAP = 1
-_BESIDE_OPS = ("ATTN", "ATTN_OUT")
+#: what the compute engine issues beside a GEMM_STREAM that runs on (hw/compute_engine.py): the attention unit's
+#: ops and the vector unit's but REQUANT (which reads the accumulator the stream writes)
+_BESIDE_OPS = ("ATTN", "ATTN_OUT", "ADD", "MUL", "SILU", "GELU", "ROPE", "ARGMAX")
 
 
 def beside_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pushes: Sequence[tuple]
                 ) -> tuple[list[bool], list[int]]:
     """``(runs_on, gemm_prev)`` of a program on ``cfg`` (``config.attn_beside``, hw/compute_engine.py): which
     instructions are GEMM_STREAMs that retire as they start and run on (no pushes), and for each compute
-    instruction that waits for such a stream (any but ATTN / ATTN_OUT) the last one before it (-1: none)."""
+    instruction that waits for such a stream (any but those of ``_BESIDE_OPS``) the last one before it (-1:
+    none)."""
     n = len(ops)
     runs_on, gemm_prev = [False] * n, [-1] * n
     if not cfg.attn_beside:
@@ -185,8 +188,9 @@ def beside_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pu
 
 def beside_cycles(runs_on: Sequence[bool], ops: Sequence[str], start: Sequence[int], end: Sequence[int]
                   ) -> dict[str, int]:
-    """Per op, the cycles of the ATTN / ATTN_OUT instructions that overlap a GEMM_STREAM running on (both run on
-    the compute engine in program order: a stream's window ``[start, end)`` holds the ATTNs after it)."""
+    """Per op, the cycles of the instructions that may run beside a stream (``_BESIDE_OPS``: ATTN, ATTN_OUT, the
+    vector unit's line ops) that overlap a GEMM_STREAM running on (both run on the compute engine in program
+    order: a stream's window ``[start, end)`` holds the instructions after it)."""
     out: dict[str, int] = {}
     lo = hi = -1
     for i, op in enumerate(ops):

@@ -211,26 +211,37 @@ def test_attn_head_longer_than_the_unit_is_illegal_field(build_dir):
             assert f"{op}.hd={hd}" in gold.message and "attn_head_lines" in gold.message, gold.message
 
 
-def _beside_programs(cfg):
-    """(both, stream only, attention only, neither): a GEMM_STREAM with no pushes, then an ATTN chain of three
-    64-token tiles for 3 query rows and its ATTN_OUT; each program a LOAD first and STOREs of every buffer last."""
+def _beside_programs(cfg, what: str):
+    """(both, stream only, the other only, neither): a GEMM_STREAM with no pushes, then ``what``: "attention" (an
+    ATTN chain of three 64-token tiles for 3 query rows and its ATTN_OUT) or "line ops" (SILU, MUL, ADD and ROPE
+    over the vector buffer); each program LOADs first and STOREs of every buffer last."""
     from systolica.isa import encode, make
     from systolica.sim.accel_programs import dump_stores, serialize
 
     sp = 4096 if cfg.spad_lines >= 4096 else cfg.spad_lines
-    load = make("LOAD", buf=0, sram=0, dram=DATA_LO, rows=1, lines=sp, stride=0)
+    vl = min(cfg.vbuf_lines, 256) // 4  # four regions of the vector buffer
+    loads = [make("LOAD", buf=0, sram=0, dram=DATA_LO, rows=1, lines=sp, stride=0),
+             make("LOAD", buf=2, sram=0, dram=DATA_LO, rows=1, lines=2 * vl, stride=0)]
     stream = make("GEMM_STREAM", dst=0, a=sp // 2, w=DATA_LO, m=1, k=8, n=48, acc=0, wfmt=0, gshift=0)
-    tile = dict(q=sp // 2, qexp=3 * sp // 4, kv=0, state=0, nq=3, hd=2, t=64, page_log2=6, offset=63, causal=0)
-    attn = [make("ATTN", **tile, init=1), make("ATTN", **tile, init=0), make("ATTN", **tile, init=0),
-            make("ATTN_OUT", dst=64, state=0, nq=3, hd=2)]
+    if what == "attention":
+        tile = dict(q=sp // 2, qexp=3 * sp // 4, kv=0, state=0, nq=3, hd=2, t=64, page_log2=6, offset=63, causal=0)
+        other = [make("ATTN", **tile, init=1), make("ATTN", **tile, init=0), make("ATTN", **tile, init=0),
+                 make("ATTN_OUT", dst=64, state=0, nq=3, hd=2)]
+    else:
+        other = [make("SILU", dst=2 * vl, src=0, rows=1, lines=vl),
+                 make("MUL", dst=3 * vl, a=2 * vl, b=vl, rows=1, lines=vl, shift=16),
+                 make("ADD", dst=2 * vl, a=3 * vl, b=0, rows=1, lines=vl, bcast=0),
+                 make("ROPE", dst=3 * vl, src=vl, table=0, rows=2, heads=1, hd=vl // 4)]
     tail = [*dump_stores(cfg, DATA_HI), make("FINISH")]
-    return {name: [encode(i) for i in serialize([load, *body, *tail])]
-            for name, body in (("both", [stream, *attn]), ("stream", [stream]), ("attn", attn), ("none", []))}
+    return {name: [encode(i) for i in serialize([*loads, *body, *tail])]
+            for name, body in (("both", [stream, *other]), ("stream", [stream]), ("other", other), ("none", []))}
 
 
-def test_attention_runs_beside_a_gemm_stream(fast):
-    """config.attn_beside: an ATTN chain behind a GEMM_STREAM that pushes no token runs while the stream does (the
-    pair takes well under the sum of their cycles alone); without it they take their turns.  Bit-exact either way."""
+@pytest.mark.parametrize("what", ["attention", "line ops"])
+def test_attention_and_line_ops_run_beside_a_gemm_stream(fast, what):
+    """config.attn_beside: an ATTN chain, or the vector unit's line ops (but REQUANT), behind a GEMM_STREAM that
+    pushes no token run while the stream does (the pair takes well under the sum of their cycles alone); without
+    it they take their turns.  Bit-exact either way."""
     fast, _ = fast
     cfg = fast.cfg
     rng = np.random.default_rng(7)
@@ -238,7 +249,7 @@ def test_attention_runs_beside_a_gemm_stream(fast):
     dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
     base = dram.copy()
     cycles = {}
-    for name, words in _beside_programs(cfg).items():
+    for name, words in _beside_programs(cfg, what).items():
         dram[:] = base
         code = b"".join(int(w).to_bytes(16, "little") for w in words)
         dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
@@ -246,16 +257,16 @@ def test_attention_runs_beside_a_gemm_stream(fast):
         g = GoldenSim(cfg, gold, window_base=WIN_BASE, window_size=WIN_SIZE).run(words, raise_on_fault=False)
         res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
                        max_cycles=200_000)
-        assert g.status == Fault.NONE and res.code == Fault.NONE, (name, g.status, res.code)
+        assert g.status == Fault.NONE and res.code == Fault.NONE, (name, g.status, g.message, res.code)
         assert np.array_equal(dram, gold), f"{name}: DRAM differs at {int(np.count_nonzero(dram != gold))} bytes"
         cycles[name] = res.counters["CYCLES"]
-    own = {k: cycles[k] - cycles["none"] for k in ("stream", "attn", "both")}  # less the LOAD and the STOREs
-    shorter = min(own["stream"], own["attn"])
-    print(f"\n{cfg.name}: cycles of their own: stream {own['stream']}, attention {own['attn']}, both {own['both']}")
+    own = {k: cycles[k] - cycles["none"] for k in ("stream", "other", "both")}  # less the LOADs and the STOREs
+    shorter = min(own["stream"], own["other"])
+    print(f"\n{cfg.name}: cycles of their own: stream {own['stream']}, {what} {own['other']}, both {own['both']}")
     if cfg.attn_beside:
-        assert own["both"] < own["stream"] + own["attn"] - shorter // 2, own
+        assert own["both"] < own["stream"] + own["other"] - shorter // 2, own
     else:
-        assert own["both"] > own["stream"] + own["attn"] - shorter // 4, own
+        assert own["both"] > own["stream"] + own["other"] - shorter // 4, own
 
 
 def test_compiled_gqa_decode_step_matches_golden(fast):

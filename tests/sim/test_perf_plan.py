@@ -145,9 +145,33 @@ def test_attention_beside_the_streams_is_counted_apart():
     assert 0 < r.beside_cycles.get("ATTN", 0) <= r.per_op_cycles["ATTN"]
     b = breakdown([r], peak_macs=cfg.rows * cfg.cols, what="decode")
     attn = r.per_op_cycles["ATTN"] + r.per_op_cycles["ATTN_OUT"]
-    assert b["shares"]["attention"] == pytest.approx((attn - sum(r.beside_cycles.values())) / r.cycles)
+    attn_beside = r.beside_cycles.get("ATTN", 0) + r.beside_cycles.get("ATTN_OUT", 0)
+    assert b["shares"]["attention"] == pytest.approx((attn - attn_beside) / r.cycles)
     assert b["shares"]["attention_beside"] > 0
     plain = PerfModel(preset("default")).run(compile_model(model, preset("default"), page=16, max_seq=96,
                                                            prefill_chunk=4).patched_program(
         "decode", StepState(80, [3], list(range(6)))))
     assert plain.beside_cycles == {}
+
+
+def test_line_ops_beside_the_streams_are_counted_apart():
+    """A prefill chunk with SwiGLU in several blocks: the next gate block streams while this block's SILU and MUL
+    run (config.attn_beside), their overlap is in ``beside_cycles``, the cached and uncached paths agree, and the
+    breakdown's line-op share leaves it out."""
+    from systolica.bench.cycle_breakdown import breakdown
+
+    cfg = preset("default").replace(attn_beside=1, dma_ports=2, load_ports=2)
+    model = random_model("llama", seed=3, dim=72, n_layers=1, n_heads=6, n_kv_heads=3, ffn_dim=1536, vocab=96,
+                         max_seq=96)
+    art = compile_model(model, cfg, page=16, max_seq=96, prefill_chunk=8)
+    words = art.patched_program("prefill", StepState(0, list(range(1, 9)), [0]))
+    r = PerfModel(cfg).run(words)
+    clear_plans()
+    assert PerfModel(cfg, cache=False).run(words).beside_cycles == r.beside_cycles
+    assert 0 < r.beside_cycles.get("SILU", 0) <= r.per_op_cycles["SILU"]
+    b = breakdown([r], peak_macs=cfg.rows * cfg.cols, what="prefill")
+    line = sum(c for op, c in r.per_op_cycles.items() if op in ("SILU", "MUL", "ADD", "ROPE", "REQUANT", "QUANT",
+                                                                 "RMSNORM"))
+    off = sum(c for op, c in r.beside_cycles.items() if op not in ("ATTN", "ATTN_OUT"))
+    assert b["shares"]["line ops"] == pytest.approx((line - off) / r.cycles)
+    assert b["shares"]["line_ops_beside"] == pytest.approx(off / r.cycles) and off > 0
