@@ -19,9 +19,10 @@ go a row at a time.  Which ATTN each REQUANT follows is fixed at compile time (t
 
 - decode: a stream of ``c`` cycles gets as many of the group's first pages as a whole page's LOAD takes to cover
   ``c``, and the group's last stream also the tail's ATTN and ATTN_OUT, which every context has;
-- prefill: the tail (the chunk's own rows) is the only page every chunk has, so the last two streams go beside
-  the tail's ATTNs and beside ATTN_OUT, the ones before them beside the pages; a chunk's STOREs can complete a
-  page, so its page LOADs wait for them (no early pages).
+- prefill: the next group's K and V stream first, beside the pages' ATTNs, each ended after as many rows' ATTNs
+  of a whole page as it takes (:meth:`_Interleave.row`), and its K / V RoPE, QUANT and STOREs follow at once: a
+  chunk's STOREs can complete a page, so its page LOADs wait for them (no early pages).  Its Q streams beside
+  the tail's ATTNs and ATTN_OUT, which every chunk has (which pages its context fills is not known).
 
 GEMM_STREAMs push no token (else they do not run on), so the plan keeps every tensor of the block live over the
 whole block (:func:`widen_live`): no LOAD writes over lines a stream reads.
@@ -79,7 +80,7 @@ def group_at(gen, grp: int, row: int, heads: int) -> int:
 class _Stream:
     """One projection block of a group: ``start`` LOADs its mult row and emits the GEMM_STREAM (returns the mult
     slot), ``finish`` the REQUANT that takes its result out of the accumulator into the group's rows;
-    ``cycles``: its weights' time."""
+    ``cycles``: its weights' time, or the array's where that is longer (a prefill chunk's rows)."""
 
     gen: object
     aq: str
