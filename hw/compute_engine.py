@@ -30,6 +30,12 @@ from .vector_sequencer import VECTOR_OPS, VectorSequencer
 from .weight_stream import WeightStream, row_lines
 from .word_regs import flag_copies, lane_mux, word_reg
 
+#: attn_beside: the vector unit's ops that go on beside a GEMM_STREAM that runs on -- all but REQUANT, which reads
+#: the accumulator the stream writes (the others touch only the vector buffer)
+VEC_BESIDE_OPS = tuple(op for op in VECTOR_OPS if op != "REQUANT")
+#: everything the compute engine issues beside such a stream (the performance model's sim/perf.py reads it)
+BESIDE_STREAM_OPS = ATTN_OPS + VEC_BESIDE_OPS
+
 __all__ = ["ComputeEngine"]
 
 
@@ -72,8 +78,8 @@ class ComputeEngine(wiring.Component):
         # kept in flip-flops beside it: the buffer-port multiplexers and the start pulses select on registers
         kinds = {"stream": ("GEMM_STREAM",), "gemm": ("GEMM", "GEMM_STREAM"), "vec": VECTOR_OPS,
                  "row": ROWPASS_OPS, "attn": ATTN_OPS}
-        if cfg.attn_beside:  # the vector unit's ops that may run beside a GEMM_STREAM: all but REQUANT
-            kinds["vec_beside"] = tuple(op for op in VECTOR_OPS if op != "REQUANT")
+        if cfg.attn_beside:
+            kinds["vec_beside"] = VEC_BESIDE_OPS
         kind = {k: Signal(name=f"is_{k}") for k in kinds}
         # and three copies each of "attn" and "row" for the output line's multiplexer, a third of its lanes
         # each: one flag over the 256-bit line and the read multiplexers was the most congested net of the

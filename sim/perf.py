@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from systolica.config import AccelConfig
+from systolica.hw.compute_engine import BESIDE_STREAM_OPS
 from systolica.hw.decode import decode_cycles
 from systolica.isa import WORD_BYTES, Engine, IllegalInstruction, Instr, decode
 from systolica.program import Program
@@ -159,9 +160,9 @@ def _plan(ins: Instr) -> tuple[tuple[int, ...], tuple[int, ...]]:
 #: drops in POP: no IDLE or POP cycle of its own)
 RUNS_ON_EXEC = 2
 GEMM_HOLD_GAP = 1
-#: what the compute engine issues beside a GEMM_STREAM that runs on (hw/compute_engine.py): the attention unit's
-#: ops and the vector unit's but REQUANT (which reads the accumulator the stream writes)
-_BESIDE_OPS = ("ATTN", "ATTN_OUT", "ADD", "MUL", "SILU", "GELU", "ROPE", "ARGMAX")
+#: what the compute engine issues beside a GEMM_STREAM that runs on: the attention unit's ops and the vector unit's
+#: but REQUANT (hw/compute_engine.py)
+_BESIDE_OPS = BESIDE_STREAM_OPS
 
 
 def beside_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pushes: Sequence[tuple]
