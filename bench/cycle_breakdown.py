@@ -79,7 +79,9 @@ def render_breakdown(rows: list[tuple[str, dict[str, dict]]], title: str = "wher
 
     t = Table(title=title, caption="compute-engine shares (array, attention, line ops) add up to at most 100%; "
                                    "LOAD and STORE run beside them; attention, line ops: their cycles beside no weight stream "
-                                   "(config.attn_beside); performance model")
+                                   "(config.attn_beside); x compute bound: cycles over the model's MACs per token (its LM head "
+                                   "included) x prompt tokens / (rows x cols), as the roofline counts them, though a prefill "
+                                   "computes the head for its last token only; performance model")
     for col, just in (("board", "left"), ("phase", "left"), ("cycles", "right"), ("x compute bound", "right"),
                       ("array util %", "right"), ("GEMM %", "right"), ("attention %", "right"),
                       ("line ops %", "right"), ("LOAD %", "right"), ("STORE %", "right")):

@@ -3,7 +3,8 @@
 A line unit has ``L = cfg.line_width`` lanes (``AccelConfig.line_lanes``, or ``cols``); the
 activation, norm and softmax units, whose lanes are the expensive ones (wide multipliers, exp
 tables, dividers), have ``cfg.nonlinear_width`` (``AccelConfig.nonlinear_lanes``, a divisor of
-``L``) and their sequencers cut lines into ``cfg.nonlinear_beats`` beats for them.  The
+``L``) and their sequencers cut lines into ``cfg.nonlinear_beats`` beats for them (the norm and softmax
+units: ``cfg.rowpass_width`` lanes, ``AccelConfig.rowpass_lanes``, by default the same).  The
 buffers hold ``cols``-wide lines; the sequencers cut each line into ``cols / L`` *beats* of ``L``
 lanes (:mod:`~systolica.hw.line_serial`) and gather the output beats back into lines, so a unit
 only ever sees beats: a row of ``n`` elements is ``ceil(n / cols) * cols / L`` beats, of which
@@ -80,9 +81,15 @@ class LineUnit(wiring.Component):
 
     @staticmethod
     def nonlinear_lanes_of(cfg: AccelConfig) -> int:
-        """``cfg.nonlinear_width`` (the activation, norm and softmax units' lanes), after the same check."""
+        """``cfg.nonlinear_width`` (the activation unit's lanes), after the same check."""
         LineUnit.lanes_of(cfg)
         return cfg.nonlinear_width
+
+    @staticmethod
+    def rowpass_lanes_of(cfg: AccelConfig) -> int:
+        """``cfg.rowpass_width`` (the norm and softmax units' lanes, on the row-pass sequencer), after the check."""
+        LineUnit.lanes_of(cfg)
+        return cfg.rowpass_width
 
     @staticmethod
     def line(cfg: AccelConfig, shape=None, lanes: int | None = None) -> data.ArrayLayout:

@@ -75,7 +75,7 @@ class NormUnit(LineUnit):
     """
 
     def __init__(self, cfg: AccelConfig):
-        lanes = LineUnit.nonlinear_lanes_of(cfg)
+        lanes = LineUnit.rowpass_lanes_of(cfg)
         line = LineUnit.line(cfg, lanes=lanes)
         super().__init__(cfg, {"kind": 1, "a": line, "b": line, "c": line, "last": 1, "n": unsigned(16),
                                "eps": unsigned(24), "center": 1},

@@ -19,7 +19,7 @@ read ports answer a cycle later) and handed over when the unit takes them;
 header beats go through the same FIFO to keep their place in the order.  The vector buffer has
 two read ports (hw/buffers.py), so LAYERNORM's output pass reads beta through port ``b`` the
 cycle after x and gamma.  A line goes to the unit in ``B = cols / cfg.line_width`` beats (QUANT) or
-``NB = cols / cfg.nonlinear_width`` beats (SOFTMAX and the norms: :mod:`~systolica.hw.line_unit`;
+``NB = cols / cfg.rowpass_width`` beats (SOFTMAX and the norms: :mod:`~systolica.hw.line_unit`;
 a header is one beat).  With ``NB = 1`` the FIFO holds whole lines (4); else it holds beats (16):
 each line is cut into beats on its way in, by shift registers beside the ports that take it from
 the block RAMs and give a beat a cycle into the FIFO (a read waits until the line before has its
@@ -137,7 +137,7 @@ class RowPassSequencer(wiring.Component):
         # norm units, NB >= B); a header is one beat.  With NB = 1 the FIFO holds whole lines (x, gamma, beta);
         # else the lines are cut into beats on their way in (`feed_beats`, the module docstring) and it holds beats
         B, W = self.cfg.line_beats, self.cfg.line_width
-        NB, NW = self.cfg.nonlinear_beats, self.cfg.nonlinear_width
+        NB, NW = self.cfg.rowpass_beats, self.cfg.rowpass_width
         feed_beats = NB > 1
         if feed_beats:
             depth = max(_BEAT_DEPTH, 2 * NB)
@@ -362,7 +362,7 @@ class RowPassSequencer(wiring.Component):
         register waits for beta, and no 8-way beat select sits after the FIFO.  A header goes in once the
         serializer is empty (it follows the row's last beat)."""
         C = self.cfg.cols
-        W, NW = self.cfg.line_width, self.cfg.nonlinear_width
+        W, NW = self.cfg.line_width, self.cfg.rowpass_width
         sx, sg, sb = (Signal(C * 32, name=f"feed_{n}", reset_less=True) for n in ("x", "gamma", "beta"))
         last = Signal(name="feed_last")
         with m.If(emit):

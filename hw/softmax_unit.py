@@ -36,7 +36,7 @@ then the ``L = ceil(n / cols)`` lines of ``src + r*L`` three times, ``last`` on 
 each pass; ``i_stream.ready`` is low between passes, so a line read ahead must be held until
 taken.  The ``L`` output lines of row ``r`` go to vbuf ``dst + r*L + l`` in order; ``last``
 marks the row's final line.  ``n = 0``: send no rows at all (SOFTMAX then writes nothing).
-Counted in buffer lines of ``cols`` elements: with ``N = cfg.nonlinear_width < cols`` each line is
+Counted in buffer lines of ``cols`` elements: with ``N = cfg.rowpass_width < cols`` each line is
 ``cols / N`` beats (:mod:`~systolica.hw.line_serial`), ``last`` on a pass's final beat,
 and the cycle counts above are in beats.
 """
@@ -67,7 +67,7 @@ OSH_MIN, OSH_MAX = 44, 60
 
 
 class SoftmaxUnit(LineUnit):
-    """``N``-lane SOFTMAX (``N = cfg.nonlinear_width``; see the module docstring for the passes and the contract).
+    """``N``-lane SOFTMAX (``N = cfg.rowpass_width``; see the module docstring for the passes and the contract).
 
     Attributes
     ----------
@@ -80,7 +80,7 @@ class SoftmaxUnit(LineUnit):
     """
 
     def __init__(self, cfg: AccelConfig):
-        lanes = LineUnit.nonlinear_lanes_of(cfg)
+        lanes = LineUnit.rowpass_lanes_of(cfg)
         line = LineUnit.line(cfg, lanes=lanes)
         super().__init__(cfg, {"kind": 1, "data": line, "last": 1, "n": unsigned(16)}, {"data": line, "last": 1},
                          error=True, lanes=lanes)

@@ -26,8 +26,8 @@ GEMM_STREAM (:func:`_gemm_stream`) is the systolic GEMM with its weights read fr
 RTL calibration is pending (one constant checked on "tiny", :data:`WSTREAM_STARTUP`).
 The line ops (ADD, MUL, REQUANT, ARGMAX, SILU, GELU, ROPE; QUANT, SOFTMAX, RMSNORM,
 LAYERNORM) follow the RTL's vector and row-pass sequencers: ``cfg.line_beats`` cycles per
-buffer line and pass (the line units have ``cfg.line_width`` lanes; SILU, GELU, the norms and
-SOFTMAX ``cfg.nonlinear_beats``, on ``cfg.nonlinear_width`` lanes), fixed cycles per row
+buffer line and pass (the line units have ``cfg.line_width`` lanes; SILU and GELU ``cfg.nonlinear_beats``,
+on ``cfg.nonlinear_width`` lanes; the norms and SOFTMAX ``cfg.rowpass_beats``, on ``cfg.rowpass_width`` lanes), fixed cycles per row
 for the row statistics, calibrated latencies.  ATTN and ATTN_OUT follow the attention
 sequencer (one K or V line a cycle; a reciprocal per ATTN_OUT row), calibrated on the RTL.
 """
@@ -68,6 +68,8 @@ ROWPASS_FIFO_LINES = 5
 ROWPASS_FEED_AHEAD = 18
 #: The line ops that run on the activation, norm and softmax units (``cfg.nonlinear_width`` lanes).
 NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
+#: Those of them on the row-pass sequencer's norm and softmax units (``cfg.rowpass_width`` lanes).
+ROWPASS_OPS = frozenset({"RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
 #: pipelined divider (``hw/activation.py``); SOFTMAX's exp pipeline (17 stages) drains after the last beat; the
 #: norm unit's output pass is a pipeline of 14 stages; QUANT's of 4; the row-pass sequencer's beat register adds
@@ -384,8 +386,10 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         lines = f["lines"]
     if rows == 0 or (lines == 0 and ins.op != "QUANT"):
         return OpCost(1)
-    # one beat a cycle: of line_width lanes, or of nonlinear_width lanes on the activation, norm and softmax units
-    per_line = cfg.nonlinear_beats if ins.op in NONLINEAR_OPS else cfg.line_beats
+    # one beat a cycle: of line_width lanes, of nonlinear_width lanes on the activation unit, of rowpass_width on the
+    # norm and softmax units
+    per_line = (cfg.rowpass_beats if ins.op in ROWPASS_OPS else cfg.nonlinear_beats if ins.op in NONLINEAR_OPS
+                else cfg.line_beats)
     if ins.op == "ROPE":  # cos and sin lines through one vector-buffer port: at least 2 cycles a line
         per_line = max(per_line, 2)
     beats = passes * rows * lines * per_line

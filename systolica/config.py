@@ -68,6 +68,10 @@ class AccelConfig:
     nonlinear_lanes: int = 0  # lanes N of the activation, norm and softmax units (SILU/GELU, RMSNORM/LAYERNORM,
     # SOFTMAX: the units with wide multipliers, exp tables and dividers per lane): a line goes through them in
     # cols / N beats; 0 means line_width.  A divisor of line_width.
+    rowpass_lanes: int = 0  # lanes of the row-pass sequencer's norm and softmax units (RMSNORM / LAYERNORM, SOFTMAX)
+    # when they should differ from the activation unit's: a norm lane is a few multipliers, an activation lane
+    # exp tables and a quotient, so a part may give the norms (a prefill's dependent chain) more lanes than
+    # SILU / GELU; 0 means nonlinear_lanes' width.  A divisor of line_width.
     macs_per_dsp: int = 1  # int8 MACs per DSP multiplier of the systolic array: 2 packs the two products of
     # horizontally adjacent PEs (same broadcast activation) into one 8 x 25-bit multiply (half the DSPs; the
     # column adds then go to fabric carry chains)
@@ -131,6 +135,16 @@ class AccelConfig:
         return self.nonlinear_lanes or self.line_width
 
     @property
+    def rowpass_width(self) -> int:
+        """Lanes of the norm and softmax units: ``rowpass_lanes``, or ``nonlinear_width`` when 0."""
+        return self.rowpass_lanes or self.nonlinear_width
+
+    @property
+    def rowpass_beats(self) -> int:
+        """Beats (cycles at full rate) the norm and softmax units take per buffer line."""
+        return self.cols // self.rowpass_width
+
+    @property
     def attn_max_lines(self) -> int:
         """Largest ATTN / ATTN_OUT ``hd`` (head_dim in lines): ``attn_head_lines``, or the ISA field's 63 when 0."""
         return self.attn_head_lines or ATTN_HD_MAX
@@ -154,12 +168,17 @@ class AccelConfig:
                 lanes += 1
             lanes = 0 if lanes >= cols else lanes
         width = lanes or cols
-        nl = 0  # the nonlinear units keep their share of the line datapath (line_width / nonlinear_width)
-        if self.nonlinear_lanes and self.nonlinear_lanes != self.line_width:
-            nl = max(1, width // (self.line_width // self.nonlinear_width))
-            while width % nl:
-                nl -= 1
-            nl = 0 if nl >= width else nl
+        def share(n: int, of: int, base: int) -> int:  # n lanes of a datapath of `of`: the same share of `base`
+            if not n or n == of:
+                return 0
+            k = max(1, base // (of // n))
+            while base % k:
+                k -= 1
+            return 0 if k >= base else k
+
+        # the nonlinear (and row-pass) units keep their share of the line datapath (line_width / nonlinear_width)
+        nl = share(self.nonlinear_lanes, self.line_width, width)
+        changes.setdefault("rowpass_lanes", share(self.rowpass_lanes, self.line_width, width))
         changes.setdefault("attn_rows", min(self.attn_rows, width, 8))  # each row needs a lane multiplier
         changes.setdefault("attn_pv_sets", min(self.attn_pv_sets, max(1, changes["attn_rows"])))
         return self.replace(rows=rows, cols=cols, line_lanes=lanes, nonlinear_lanes=nl, **changes)
@@ -217,6 +236,9 @@ class AccelConfig:
         if self.nonlinear_lanes and not (self.nonlinear_lanes >= 1 and self.line_width % self.nonlinear_lanes == 0):
             yield (f"nonlinear_lanes={self.nonlinear_lanes} must be 0 (= line_width) or a divisor of "
                    f"line_width={self.line_width} (the activation, norm and softmax units cut a beat into sub-beats)")
+        if self.rowpass_lanes and not (self.rowpass_lanes >= 1 and self.line_width % self.rowpass_lanes == 0):
+            yield (f"rowpass_lanes={self.rowpass_lanes} must be 0 (= nonlinear width) or a divisor of "
+                   f"line_width={self.line_width} (the row-pass sequencer cuts its lines into beats of that many lanes)")
         if self.macs_per_dsp not in (1, 2) or (self.macs_per_dsp == 2 and self.cols % 2):
             yield (f"macs_per_dsp={self.macs_per_dsp} must be 1, or 2 with an even cols (two adjacent columns "
                    f"share one multiplier); cols={self.cols}")
@@ -296,6 +318,8 @@ class AccelConfig:
             d.pop("macs_per_dsp")
         if d["nonlinear_lanes"] in (0, self.line_width):  # as wide as the line datapath: the hash of before the field
             d.pop("nonlinear_lanes")
+        if d["rowpass_lanes"] in (0, self.nonlinear_width):  # the activation's lanes: the hash of before the field
+            d.pop("rowpass_lanes")
         if d["attn_rows"] == 1:  # one query row per tile pass: the hardware (and hash) of before the field
             d.pop("attn_rows")
         if d["attn_pv_shared"] == 0:  # a copy of the p * v lanes per row: the hardware (and hash) of before the field

@@ -129,6 +129,22 @@ def test_reshaped_keeps_the_nonlinear_share():
     assert AccelConfig(rows=8, cols=8, line_lanes=2).reshaped(16, 16).nonlinear_lanes == 0
 
 
+def test_rowpass_lanes_default_keeps_the_hash_validates_and_reshapes():
+    """rowpass_lanes 0 (and = the activation's width): the norm and softmax units as wide as the activation unit."""
+    base = AccelConfig(cols=16, line_lanes=16, nonlinear_lanes=4)
+    assert base.rowpass_width == 4 and base.rowpass_beats == 4
+    assert base.replace(rowpass_lanes=4).hash32() == base.hash32()
+    wide = base.replace(rowpass_lanes=8)
+    assert (wide.rowpass_width, wide.rowpass_beats, wide.nonlinear_beats, wide.line_beats) == (8, 2, 4, 1)
+    assert wide.hash32() != base.hash32()
+    assert AccelConfig.from_toml(wide.to_toml()) == wide
+    for bad in (3, 32, -1):
+        with pytest.raises(ConfigError, match=f"rowpass_lanes={bad} must be 0"):
+            base.replace(rowpass_lanes=bad)
+    assert [wide.reshaped(n, n).rowpass_width for n in (8, 16, 32)] == [4, 8, 16]  # half the line datapath's lanes
+    assert [wide.reshaped(n, n).nonlinear_width for n in (8, 16, 32)] == [2, 4, 8]
+
+
 def test_attn_rows_validates_keeps_the_default_hash_and_reshapes():
     """attn_rows: query rows through a KV tile together; each needs a lane multiplier of the state-line datapath."""
     base = AccelConfig(cols=8, line_lanes=4)

@@ -25,7 +25,9 @@ DATA_LO, DATA_HI = 0x1000, 0x9000  # room for GEMM_STREAM's pages on 4 weight po
 #: the tiny preset; with 4 weight ports (GEMM_STREAM: a whole tile a beat) and 3 attention rows a KV pass
 #: (config.attn_rows) taking turns on two sets of p * v lanes (config.attn_pv_shared, attn_pv_sets; as kv260), its attention p * v and GELU
 #: constants on multipliers (config.dsp_muls), the sigmoid's quotient by the seeded Newton pipeline
-#: (config.act_newton), ATTN / ATTN_OUT beside a GEMM_STREAM that runs on (config.attn_beside) and no softmax unit (config.softmax_unit: its programs draw no SOFTMAX); with 2-lane line units (each 4-lane buffer line in 2 beats: hw/line_serial.py), 2 DMA
+#: (config.act_newton), ATTN / ATTN_OUT beside a GEMM_STREAM that runs on (config.attn_beside), no softmax unit
+#: (config.softmax_unit: its programs draw no SOFTMAX), and, as kv260, full-width line units beside a one-lane
+#: activation unit (config.nonlinear_lanes: 4 beats a line) and a two-lane norm unit (config.rowpass_lanes: 2); with 2-lane line units (each 4-lane buffer line in 2 beats: hw/line_serial.py), 2 DMA
 #: ports, 2 attention rows on one shared set of p * v lanes (as pynq-z2) and the array's products in logic
 #: (config.array_lut_muls); and with 2-lane line units whose activation, norm and softmax units have one
 #: lane (4 beats a line: config.nonlinear_lanes), an array with two MACs per multiplier
@@ -36,7 +38,7 @@ CONFIGS = {"tiny": (preset("tiny"), 500),
                                                  attn_pv_shared=1, array_lut_muls=1), 250),
            "tiny_d4": (preset("tiny").replace(name="tiny_d4", dma_ports=4, attn_rows=3, dsp_muls=1, attn_pv_shared=1,
                                               attn_pv_sets=2, softmax_unit=0, act_newton=1, attn_beside=1,
-                                              load_ports=4), 250),
+                                              load_ports=4, nonlinear_lanes=1, rowpass_lanes=2), 250),
            "tiny_l2_n1_p2": (preset("tiny").replace(name="tiny_l2_n1_p2", line_lanes=2, nonlinear_lanes=1,
                                                     macs_per_dsp=2, attn_head_lines=2), 250)}
 

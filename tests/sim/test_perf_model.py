@@ -176,6 +176,17 @@ def test_line_op_costs_match_the_rtl(lanes, nonlinear):
         assert model == rtl if op not in ("LAYERNORM", "ROPE") else abs(model - rtl) <= 0.01 * rtl, (op, model, rtl)
 
 
+def test_rowpass_lanes_time_the_norms_and_softmax_not_the_activation():
+    """With rowpass_lanes the norms and SOFTMAX take that unit's beats a line, SILU the activation unit's, QUANT the
+    line units': the (2, 1) row above with its row-pass units at two lanes is the (2, 0) row for those and the (2, 1)
+    row for SILU."""
+    cfg = CFG.replace(name="tiny_l2_n1_rp2", line_lanes=2, nonlinear_lanes=1, rowpass_lanes=2)
+    for op in ("SILU", "QUANT", "SOFTMAX", "RMSNORM", "LAYERNORM", "ADD"):
+        want = RTL_LINE_OPS[(2, 1) if op == "SILU" else (2, 0)][op]
+        model = op_cost(cfg, PerfParams(), _line_op(op)).exec_cycles
+        assert model == want if op != "LAYERNORM" else abs(model - want) <= 0.01 * want, (op, model, want)
+
+
 def test_gemm_stream_decode_runs_at_the_ports_rate():
     """GEMM_STREAM (first-order cost, RTL calibration pending): one row (decode) is weight-bound, ``cols * bpl / P``
     cycles a tile, so twice the ports halve the stream; many rows are row-bound like GEMM, and the counters
