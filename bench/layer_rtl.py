@@ -8,6 +8,10 @@ step at position ``--context`` on the fast RTL harness (Verilator + C++ DRAM mod
 read latency), and prints the RTL counters -- ``DMA_RD_BYTES / CYCLES`` beside the ports' peak
 (``dma_ports x dma_bytes``) and the weight bytes per cycle -- beside the cycle performance model of the same
 program at the same DRAM latency.  The run is checked bit for bit against the golden simulator.
+
+``--prefill`` runs the compiler's prefill chunk from position ``--context`` instead and prints the array's
+utilization; ``--prefill --prompt N`` runs every whole chunk of an N-token prompt from position 0, one after
+another (``python -m systolica.bench.layer_rtl --board kv260 --prefill --prompt 128``), and sums them.
 """
 
 from __future__ import annotations
@@ -96,6 +100,42 @@ def run_layer(cfg: AccelConfig, context: int, *, latency: int = 100, build_dir: 
             "model_per_op_cycles": model.per_op_cycles, "rtl_wall_s": wall}
 
 
+def run_prompt(cfg: AccelConfig, prompt: int, *, run=run_layer, say=print, **kw) -> dict:
+    """Every whole prefill chunk of a ``prompt``-token prompt from position 0, chunk after chunk (:func:`run_layer`
+    with ``prefill=True`` at positions 0, R, 2R, ... while a chunk of R rows fits), and their sums: the array's
+    utilization over the prompt on the RTL beside the model's (a shorter last chunk is left out: the compiler runs it
+    as another program)."""
+    if not (isinstance(prompt, int) and prompt >= 1):
+        raise ValueError(f"prompt={prompt!r} must be a positive number of tokens")
+    if kw.get("page") is None:  # every chunk on the page the compiler chooses for the whole prompt, as a serving run
+        from systolica.compiler.kv_page import choose_page
+        from systolica.testmodels import random_model
+
+        model = kw.get("model") or random_model(**SMOLLM2_LAYER, max_seq=-(-(prompt + 16) // 64) * 64)
+        kw["page"] = choose_page(cfg, model.config, min(prompt, model.config.max_seq))
+    chunks: list[dict] = []
+    start = 0
+    while True:
+        r = run(cfg, start, prefill=True, say=say, **kw)
+        if r["rows"] > prompt:
+            raise ValueError(f"a prompt of {prompt} tokens is shorter than one prefill chunk ({r['rows']} rows)")
+        chunks.append(r)
+        start += r["rows"]
+        say(f"chunk {len(chunks)} (positions {r['context']}-{start - 1}): {r['cycles']} cycles, array "
+            f"{100 * r['array_utilization']:.1f}%, bit-exact {r['exact']}")
+        if start + r["rows"] > prompt:
+            break
+    cycles = sum(r["cycles"] for r in chunks)
+    busy = sum(r["array_busy"] for r in chunks)
+    model = sum(r["model_cycles"] for r in chunks)
+    model_busy = sum(r["model_array_utilization"] * r["model_cycles"] for r in chunks)
+    return {"prompt": prompt, "tokens": start, "chunks": len(chunks), "rows": chunks[0]["rows"], "page": kw["page"],
+            "cycles": cycles,
+            "array_busy": busy, "array_utilization": busy / cycles, "model_cycles": model,
+            "model_array_utilization": model_busy / model, "model_error": (model - cycles) / cycles,
+            "exact": all(r["exact"] for r in chunks), "per_chunk": chunks}
+
+
 def main(argv: list[str] | None = None) -> int:
     from systolica.bench.stream_rate import _config
 
@@ -114,7 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefill", action="store_true",
                     help="run the compiler's prefill chunk (its rows) from position --context instead of a decode "
                          "step, and report the array's utilization")
+    ap.add_argument("--prompt", type=int,
+                    help="with --prefill: every whole chunk of a prompt of this many tokens from position 0, one after "
+                         "another, and the array's utilization over all of them (one layer: ~1 minute a chunk)")
     args = ap.parse_args(argv)
+    if args.prompt is not None and not args.prefill:
+        ap.error("--prompt needs --prefill")
     cfg = _config(args.board)
     if args.attn_rows is not None:
         cfg = cfg.replace(name=f"{cfg.name}_a{args.attn_rows}", attn_rows=args.attn_rows)
@@ -123,11 +168,20 @@ def main(argv: list[str] | None = None) -> int:
         from systolica.compiler.frontend import load_model
         from systolica.compiler.model_zoo import fetch_default_model
         model = load_model(fetch_default_model(verbose=False) if args.model == "default" else args.model)
-    r = run_layer(cfg, args.context, latency=args.latency, say=lambda s: print(s, file=sys.stderr), model=model,
-                  batch=args.batch, weights=args.weights, page=None if args.page == "auto" else int(args.page),
-                  prefill=args.prefill)
     what = (f"model {args.model}" if args.model else "one SmolLM2-shaped layer") + f", {args.weights} weights" + \
         (f", {args.batch} sequences in one batched step" if args.batch > 1 else "")
+    kw = dict(latency=args.latency, say=lambda s: print(s, file=sys.stderr), model=model, batch=args.batch,
+              weights=args.weights, page=None if args.page == "auto" else int(args.page))
+    if args.prompt is not None:
+        p = run_prompt(cfg, args.prompt, **kw)
+        print(f"{args.board}: {what}, prefill of the first {p['tokens']} tokens of a {p['prompt']}-token prompt "
+              f"({p['chunks']} chunks of {p['rows']} rows, KV page {p['page']}), DRAM latency {args.latency} cycles [RTL counters]: "
+              f"{p['cycles']} cycles, array busy {p['array_busy']} ({100 * p['array_utilization']:.1f}%); bit-exact "
+              f"vs golden: {p['exact']}")
+        print(f"  performance model of the same programs: {p['model_cycles']} cycles ({100 * p['model_error']:+.1f}% "
+              f"vs RTL), array {100 * p['model_array_utilization']:.1f}%")
+        return 0 if p["exact"] else 3
+    r = run_layer(cfg, args.context, prefill=args.prefill, **kw)
     if args.prefill:
         print(f"{args.board}: {what}, prefill chunk of {r['rows']} rows from position {r['context']} (KV page "
               f"{r['page']}), DRAM latency {r['latency']} cycles, {r['instructions']} instructions [RTL counters]: "
