@@ -18,9 +18,10 @@ engines share the ports by priority, as Gemmini's scratchpad does:
   operand line (ROPE's sin line, LAYERNORM's beta) read it through port ``b``
   the cycle after the second: at least 2 cycles a line, which costs nothing
   once the line datapath takes 2 or more beats a line.  STORE reads
-  through copy ``a`` (and the accumulator's one read port) when compute does
-  not: compute has priority; a store request that meets a compute read is
-  lost and repeated by the store engine the next cycle.
+  through copy ``a`` (``w`` with ``attn_beside``: :func:`store_copy`; and the
+  accumulator's one read port) when compute does not: compute has priority; a
+  store request that meets a compute read is lost and repeated by the store
+  engine the next cycle.
 - The accumulator is one memory: GEMM's read-modify-write (read transparent to
   the write port, as before) and REQUANT's read share its read port; its write
   port serves the accumulator adder, GEMM's zero fill and LOAD.
@@ -44,7 +45,8 @@ from systolica.config import AccelConfig
 
 from .word_regs import flag_copies, lane_mux
 
-__all__ = ["BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_copies", "buffer_ports", "memory_port_census"]
+__all__ = ["BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_copies", "buffer_ports", "memory_port_census",
+           "store_copy"]
 
 #: on UltraScale+ (``uram=True``) a buffer copy of at least this many bits is marked ``ram_style = "ultra"``:
 #: a URAM288 is 4K x 72, so smaller memories waste most of it and are better in RAMB36 / RAMB18
@@ -60,6 +62,16 @@ def buffer_copies(cfg: AccelConfig) -> dict[str, tuple[str, ...]]:
     if cfg.attn_beside:
         return {**BUFFER_COPIES, "spad": (*BUFFER_COPIES["spad"], "t")}
     return BUFFER_COPIES
+
+
+def store_copy(cfg: AccelConfig, name: str) -> int:
+    """Index (in :func:`buffer_copies`) of the copy of buffer ``name`` whose read port the STORE engine shares: the
+    first, but with ``attn_beside`` the scratchpad's ``w``.  A GEMM_STREAM reads its activations through ``a``
+    every cycle it has rows to feed (a prefill chunk's seven rows: every cycle of the stream), and compute has
+    the port first, so a STORE through ``a`` beside it waited for the stream's end (RTL: four 4-line STOREs beside
+    a 7-row stream ended ~290 cycles after it); ``w`` is read beside a stream only by ATTN's exponent lines, one
+    a token."""
+    return buffer_copies(cfg)[name].index("w") if cfg.attn_beside and name == "spad" else 0
 
 
 def buffer_ports(cfg: AccelConfig) -> dict[str, tuple[int, int]]:
@@ -121,18 +133,18 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
             mems[name].append(mem)
             wp = mem.write_port()
             m.d.comb += [wp.addr.eq(w_addr), wp.data.eq(w_data), wp.en.eq(w_en)]
-            # the read port: compute first; STORE reads the first copy when compute does not
+            # the read port: compute first; STORE reads its copy (store_copy) when compute does not
             readers, targets = cr[(name, copy)]
             r_addr, _, r_en = _first([(a, 0, e) for a, e in readers])
             rp = mem.read_port()
-            if i == 0:
+            if i == store_copy(cfg, name):
                 s_en = getattr(store, f"{name}_en")
                 m.d.comb += [getattr(store, f"{name}_ready").eq(~r_en),
                              rp.addr.eq(Mux(r_en, r_addr, getattr(store, f"{name}_addr"))), rp.en.eq(r_en | s_en)]
             else:
                 m.d.comb += [rp.addr.eq(r_addr), rp.en.eq(r_en)]
             rdata = _write_through(m, rp, w_addr, w_data, w_en, name) if name == "acc" else rp.data
-            if i == 0:
+            if i == store_copy(cfg, name):
                 m.d.comb += getattr(store, f"{name}_rdata").eq(rdata)
             m.d.comb += [t.eq(rdata) for t in targets]
     return mems
