@@ -130,8 +130,7 @@ def run_prompt(cfg: AccelConfig, prompt: int, *, run=run_layer, say=print, **kw)
     model = sum(r["model_cycles"] for r in chunks)
     model_busy = sum(r["model_array_utilization"] * r["model_cycles"] for r in chunks)
     return {"prompt": prompt, "tokens": start, "chunks": len(chunks), "rows": chunks[0]["rows"], "page": kw["page"],
-            "cycles": cycles,
-            "array_busy": busy, "array_utilization": busy / cycles, "model_cycles": model,
+            "cycles": cycles, "array_busy": busy, "array_utilization": busy / cycles, "model_cycles": model,
             "model_array_utilization": model_busy / model, "model_error": (model - cycles) / cycles,
             "exact": all(r["exact"] for r in chunks), "per_chunk": chunks}
 

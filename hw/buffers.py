@@ -125,6 +125,7 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
         w_data = Mux(c_en, c_data, getattr(load, f"{name}_data"))
         w_en = c_en | l_en
         mems[name] = []
+        s_copy = store_copy(cfg, name)
         for i, copy in enumerate(buffer_copies(cfg)[name]):
             ultra = uram and db * depth[name] >= URAM_MIN_BITS
             mem = memory.Memory(shape=unsigned(db), depth=depth[name], init=[],
@@ -137,14 +138,14 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
             readers, targets = cr[(name, copy)]
             r_addr, _, r_en = _first([(a, 0, e) for a, e in readers])
             rp = mem.read_port()
-            if i == store_copy(cfg, name):
+            if i == s_copy:
                 s_en = getattr(store, f"{name}_en")
                 m.d.comb += [getattr(store, f"{name}_ready").eq(~r_en),
                              rp.addr.eq(Mux(r_en, r_addr, getattr(store, f"{name}_addr"))), rp.en.eq(r_en | s_en)]
             else:
                 m.d.comb += [rp.addr.eq(r_addr), rp.en.eq(r_en)]
             rdata = _write_through(m, rp, w_addr, w_data, w_en, name) if name == "acc" else rp.data
-            if i == store_copy(cfg, name):
+            if i == s_copy:
                 m.d.comb += getattr(store, f"{name}_rdata").eq(rdata)
             m.d.comb += [t.eq(rdata) for t in targets]
     return mems
