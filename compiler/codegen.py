@@ -211,8 +211,10 @@ class _Gen:
 
         Only one column block of gate and up is on chip at a time (``gbuf``, ``ubuf``), so a prefill
         chunk needs one ffn-wide row per token instead of three.  Element-wise, so bit-exact.  With
-        ``config.attn_beside`` the next block's gate stream starts before this block's SiLU and MUL, which then
-        run beside it (they touch only the vector buffer; the stream only the scratchpad and the accumulator)."""
+        ``config.attn_beside`` a block's SiLU runs beside its up stream (emitted between the stream and the up
+        REQUANT, which reads the accumulator and so waits for it), and the next block's gate stream starts before
+        this block's MUL, which runs beside it (SILU and MUL touch only the vector buffer; the streams only the
+        scratchpad and the accumulator).  Without it the engine runs them one after another in this order."""
         (aq, ae), (dst,) = n.inputs, n.outputs
         rows, F = self.rows_of(aq), self.lines(dst)
         g, u = self.a("gbuf", "vbuf"), self.a("ubuf", "vbuf")
@@ -223,13 +225,14 @@ class _Gen:
             n0, nt = gt.n0, gt.nt
             for w, t, buf in ((n.attrs["gate"], gt, "gbuf"), (n.attrs["up"], ut, "ubuf")):
                 ms = started if buf == "gbuf" and started is not None else self._stream_block(aq, w, self.k * rows, t)
+                if buf == "ubuf":  # the gate block's SiLU beside the up stream (before the up REQUANT, which waits)
+                    self.s.emit("SILU", dst=g, src=g, rows=rows, lines=nt, reads=["vbuf:gbuf"], writes=["vbuf:gbuf"],
+                                patches=self.n_rows("rows", rows=rows))
                 self._requant(ae, w, self.k * rows, self.a(buf, "vbuf"), f"vbuf:{buf}", nt, 0, nt, ms)
                 self._fold(self.a(buf, "vbuf"), f"vbuf:{buf}", rows, nt)
             started = None
             if ahead and b + 1 < len(blocks):
                 started = self._stream_block(aq, n.attrs["gate"], self.k * rows, blocks[b + 1][0])
-            self.s.emit("SILU", dst=g, src=g, rows=rows, lines=nt, reads=["vbuf:gbuf"], writes=["vbuf:gbuf"],
-                        patches=self.n_rows("rows", rows=rows))
             calls = [(0, rows, self.n_rows("rows", rows=rows))] if nt == F else \
                 [(r, 1, self.row_on("rows", r, 1)) for r in range(rows)]
             for r, rr, patches in calls:
