@@ -60,7 +60,7 @@ state L's ``l * a``); state A puts each row's ``m`` through the ``exp2`` pipelin
 V its scores (from block RAM) through the same pipeline, then ``p * v`` (P1 .. P3), the shift and the PV read
 (P4), its rounding and the PV write (P5).  The states are one-hot (hw/attn_fsm.py); after L, one state each
 for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding shift and the
-header.  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 52 cycles a job (K drains, A, V
+header (hw/attn_row_end.py).  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 52 cycles a job (K drains, A, V
 drains) and 13 a row; the last output line leaves 9 cycles after its input line.
 """
 
@@ -77,10 +77,9 @@ from systolica.config import AccelConfig
 from .attn_exp import exp2_pipelines
 from .attn_fsm import OneHotFSM
 from .attn_pipes import AddrCopies, k_pipeline, pv_pipeline
-from .attn_state_lines import KIND_LA as _KIND_LA
+from .attn_row_end import ROW_END_STATES, RowEnd
 from .attn_state_lines import PV_BITS, state_lines
 from .attn_state_lines import row_suffix as _s
-from .fixed import bitlen_u, sat32
 from .recip import Reciprocal
 
 __all__ = ["AttentionUnit", "AttnBeat"]
@@ -187,15 +186,8 @@ class AttentionUnit(wiring.Component):
         li = Signal(range(self.max_lines + 1))  # line within the current token / head
         tok = Signal(range(self.max_tokens + 1))
         anyv = Signal()  # some token of the tile was unmasked (the same for every row: one query position)
-        r = Signal(range(64))
-        big_l = Signal(unsigned(56))  # L of the row in the L states
-        la_r, sp_r = Signal(signed(37), reset_less=True), Signal(unsigned(41), reset_less=True)  # its two terms
-        NG = 7  # bytes of L
-        gbl = [Signal(range(9), name=f"l_gbl{k}", reset_less=True) for k in range(NG)]  # bitlen of each
-        bl = Signal(range(57), reset_less=True)  # bitlen(L)
-        r_m1, r_zero = Signal(range(64), reset_less=True), Signal(reset_less=True)
-        l_t, m_r = Signal(unsigned(56), reset_less=True), Signal(signed(34), reset_less=True)
-        m_new, l_new = Signal(signed(32)), Signal(signed(32))
+        row_end = RowEnd()  # the row's new L, its shift r and header (states LW .. LN: hw/attn_row_end.py)
+        r, m_new, l_new = row_end.r, row_end.m_new, row_end.l_new
         fire = i.valid & i.ready
         valid_tok = ~causal | (tok <= offset)
         tok_p1 = Signal(range(self.max_tokens + 2), init=1)  # tok + 1, kept beside tok (the score read address)
@@ -203,8 +195,8 @@ class AttentionUnit(wiring.Component):
         a_o, sum_p_o = Array(a)[ri], Array(sum_p)[ri]
 
         # the unit's states, one flip-flop each (hw/attn_fsm.py)
-        fsm = OneHotFSM(m, ["HDR", "FREQ", "FWAIT", "FOUT", "Q", "K", "KDRAIN", "A", "AW", "V", "VDRAIN", "L", "LW",
-                            "LX", "LB", "LC", "LR", "LS", "LN", "OUTH", "O", "ODRAIN"], "attn")
+        fsm = OneHotFSM(m, ["HDR", "FREQ", "FWAIT", "FOUT", "Q", "K", "KDRAIN", "A", "AW", "V", "VDRAIN", "L",
+                            *ROW_END_STATES, "OUTH", "O", "ODRAIN"], "attn")
 
         # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): hw/attn_exp.py; with
         # the rows sharing the p.V lanes one pipeline serves them in turn, the row riding in the tag
@@ -448,34 +440,8 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += in_l.eq(1)  # l * a on lane 0's multiplier, behind the previous row's lines
                 with m.If(adv):
                     fsm.goto("LW")
-            # L = rsr(l*a, 30) + rsr(sum p, 8): the two roundings as the product leaves S3, then their sum
-            with fsm.state("LW"), m.If(tags[3].v & (tags[3].kind == _KIND_LA)):
-                m.d.sync += [la_r.eq((la + (1 << 29)) >> 30), sp_r.eq((sum_p_o + (1 << 7)) >> 8)]
-                fsm.goto("LX")
-            with fsm.state("LX"):
-                m.d.sync += big_l.eq(la_r + sp_r)
-                fsm.goto("LB")
-            with fsm.state("LB"):  # bitlen(L): each byte's, then the highest non-zero byte's
-                m.d.sync += [gbl[k].eq(bitlen_u(m, big_l[8 * k:8 * k + 8], 8, f"l_bitlen{k}")) for k in range(NG)]
-                fsm.goto("LC")
-            with fsm.state("LC"):
-                m.d.sync += bl.eq(0)
-                for k in range(NG):  # the highest byte wins: later assignments take priority
-                    with m.If(gbl[k] != 0):
-                        m.d.sync += bl.eq(8 * k + gbl[k])
-                fsm.goto("LR")
-            with fsm.state("LR"):  # r = max(0, bitlen(L) - 21), and r - 1 for the rounding shift
-                m.d.sync += [r.eq(Mux(bl > 21, bl - 21, 0)), r_m1.eq(Mux(bl > 22, bl - 22, 0)), r_zero.eq(bl <= 21)]
-                fsm.goto("LS")
-            with fsm.state("LS"):  # rsr(L, r) = ((L >> (r - 1)) + 1) >> 1 for r > 0; and m1 + (r << 20)
-                m.d.sync += [l_t.eq(big_l >> r_m1), m_r.eq(m1_o + (r << 20))]
-                fsm.goto("LN")
-            with fsm.state("LN"):  # the new header (rsr(L, r) < 2**22: no saturation)
-                with m.If(anyv):
-                    m.d.sync += [m_new.eq(sat32(m, m_r, "m_new_sat")), l_new.eq(Mux(r_zero, big_l, (l_t + 1) >> 1))]
-                with m.Else():  # every token masked: the state is unchanged
-                    m.d.sync += [m_new.eq(m_old_o), l_new.eq(l_old_o)]
-                fsm.goto("OUTH")
+            row_end.states(m, fsm, tag=tags[3], la=la, sum_p=sum_p_o, m1=m1_o, m_old=m_old_o, l_old=l_old_o,
+                           anyv=anyv)
             with fsm.state("OUTH"), m.If(~o_busy):  # once the previous row's output lines are out
                 m.d.sync += pv_raddr.eq(pv_line_addr(li))
                 m.d.comb += [o.valid.eq(1), o.payload.hdr.eq(1), o.payload.data[0].eq(m_new),
