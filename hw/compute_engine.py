@@ -27,6 +27,7 @@ from .engines import buffer_ports, engine_members, token_fsm
 from .gemm_sequencer import GemmSequencer
 from .rowpass_sequencer import ROWPASS_OPS, RowPassSequencer
 from .vector_sequencer import VECTOR_OPS, VectorSequencer
+from .weight_ahead import weights_ahead
 from .weight_stream import WeightStream, row_lines
 from .word_regs import flag_copies, lane_mux, word_reg
 
@@ -141,13 +142,19 @@ class ComputeEngine(wiring.Component):
         # cycle before `begin` (and holds still until the instruction ends), so the stream's start values
         # load from registers, not from the word's arithmetic
         gs = ins.gemm_stream  # the stream's start values: from the engine's word (the walkers hold them once started)
-        rl = row_lines(gs.k, gs.wfmt, cfg)
-        ws_lines = word_reg(m, rl, "ws_row_lines")
-        ws_any = word_reg(m, (gs.m != 0) & (gs.n != 0) & (gs.k != 0), "ws_any")
-        m.d.comb += [ws.start.eq(begin & is_stream & ws_any),
-                     ws.base.eq(self.win_base), ws.w.eq(gs.w), ws.n.eq(gs.n),
-                     ws.row_lines.eq(ws_lines), ws.abort.eq(self.abort),
-                     seq.ws_valid.eq(ws.beat_valid), ws.beat_ready.eq(seq.ws_ready), seq.ws_data.eq(ws.beat_data),
+        if cfg.wstream_ahead:  # the ports start from a queue of the dispatched streams (hw/weight_ahead.py)
+            ws_any = word_reg(m, (gs.m != 0) & (gs.n != 0) & (gs.k != 0), "ws_any")
+            ws_pc = weights_ahead(m, cfg, self, ws, seq, ins, exec_start, begin & is_stream & ws_any, self.abort,
+                                  row_lines)
+            start = []
+        else:
+            ws_lines = word_reg(m, row_lines(gs.k, gs.wfmt, cfg), "ws_row_lines")
+            ws_any = word_reg(m, (gs.m != 0) & (gs.n != 0) & (gs.k != 0), "ws_any")
+            start = [ws.start.eq(begin & is_stream & ws_any), ws.base.eq(self.win_base), ws.w.eq(gs.w),
+                     ws.n.eq(gs.n), ws.row_lines.eq(ws_lines)]
+        m.d.comb += start or [ws.base.eq(self.win_base)]
+        handshake = [] if cfg.wstream_ahead else [seq.ws_valid.eq(ws.beat_valid), ws.beat_ready.eq(seq.ws_ready)]
+        m.d.comb += [ws.abort.eq(self.abort), *handshake, seq.ws_data.eq(ws.beat_data),
                      self.dma_quiet.eq(ws.quiet), self.bus_error.eq(ws.bus_error & ~self.abort)]
         m.submodules.vseq = vs = self.vseq
         is_vec = kind["vec"]
@@ -195,7 +202,11 @@ class ComputeEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.accum_rd), seq.acc_rd)
         wiring.connect(m, wiring.flipped(self.accum_wr), seq.acc_wr)
         # NOP and FINISH finish a cycle after they start; GEMM when the sequencer has written its last line
-        m.d.comb += gemm_busy.eq(seq.busy | ws.busy)
+        # (wstream_ahead: the ports and their FIFOs may be on the next stream already; the sequencer takes every line
+        # of its own before it is done)
+        m.d.comb += gemm_busy.eq(seq.busy if cfg.wstream_ahead else seq.busy | ws.busy)
+        if cfg.wstream_ahead:  # a bus error is the stream's whose weights the ports read
+            m.d.comb += self.bus_pc.eq(ws_pc)
         if beside:
             h = ins.nop.h
             runs_on = is_stream & ~h.push_prev & ~h.push_next  # a GEMM_STREAM that runs on behind the engine

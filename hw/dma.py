@@ -133,15 +133,18 @@ class DmaReader(wiring.Component):
     boundary of the window (``base`` is page aligned); ``stride`` is unused.
     """
 
-    def __init__(self, cfg: AccelConfig, outstanding: int = 4, skip: int = 0):
-        self.cfg, self.outstanding, self.skip = cfg, outstanding, skip
-        super().__init__({
+    def __init__(self, cfg: AccelConfig, outstanding: int = 4, skip: int = 0, holdable: bool = False):
+        self.cfg, self.outstanding, self.skip, self.holdable = cfg, outstanding, skip, holdable
+        members = {
             "axi": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)),
             "start": In(1), "base": In(ADDR_BITS), "addr": In(32), "stride": In(32), "rows": In(16), "beats": In(32),
             "abort": In(1),
             "beat_valid": Out(1), "beat_ready": In(1), "beat_data": Out(cfg.dma_bits),
             "busy": Out(1), "quiet": Out(1), "bus_error": Out(1),
-        })
+        }
+        if holdable:  # ``hold``: issue no new burst while high (the bursts in flight go on)
+            members["hold"] = In(1)
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -157,7 +160,8 @@ class DmaReader(wiring.Component):
         # AR is a register: once valid it stays until accepted, whatever happens to abort (AXI rule)
         with m.If(ar_hs):
             m.d.sync += axi.arvalid.eq(0)
-        with m.If(~axi.arvalid & w.more & w.ready & ~self.abort & (inflight < self.outstanding) & ~self.start):
+        issue = ~axi.arvalid & w.more & w.ready & ~self.abort & (inflight < self.outstanding) & ~self.start
+        with m.If(issue & ~self.hold if self.holdable else issue):
             m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(w.addr), axi.arlen.eq(w.len - 1)]
             w.advance(m)
         with m.If(self.abort):  # no burst after an abort: the walker's start values load again (see _Walker)

@@ -14,7 +14,7 @@ wait (``rready`` low) when the sequencer does not take them.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -59,6 +59,32 @@ def row_lines(k, wfmt, cfg: AccelConfig):
     return select(wfmt == 0, k << lg, scale + code)
 
 
+class BlockFIFO(fifo.SyncFIFOBuffered):
+    """A :class:`~amaranth.lib.fifo.SyncFIFOBuffered` whose storage is marked ``ram_style = "block"`` (a deep FIFO of
+    wide lines in LUT-RAM would cost thousands of LUTs)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.submodules.storage.attrs["ram_style"] = "block"
+        return m
+
+
+def _no_room(m, cfg: AccelConfig, axi, level, name: str):
+    """High when one more burst could overfill a port's line FIFO (``level`` lines) together with the beats in flight
+    on ``axi``: in credit mode (``wstream_ahead``) a port then issues nothing, so its R channel never waits for a
+    stream that has not begun (a LOAD behind those bursts on the same port would wait with it)."""
+    bpl = cfg.cols // cfg.dma_bytes
+    burst = min(cfg.max_burst, WPAGE // cfg.dma_bytes)
+    cap = cfg.wstream_ahead * bpl  # beats the FIFO holds
+    most = stream_outstanding(cfg) * burst  # (outside credit mode the port keeps that many beats in flight)
+    flight = Signal(range(most + 1), name=f"{name}_flight")  # beats asked for and not yet received
+    ar = axi.arvalid & axi.arready
+    r = axi.rvalid & axi.rready
+    m.d.sync += flight.eq(flight + Mux(ar, axi.arlen + 1, 0) - r)
+    # (with several beats a line, the line being assembled: up to bpl - 1 beats outside the FIFO)
+    return (level * bpl + (bpl - 1) + flight + burst) > cap
+
+
 class WeightStream(wiring.Component):
     """The weight ports of one GEMM_STREAM: ``start`` with ``w``, ``n`` and ``row_lines`` (the lines one output line
     puts in each port's stream: :func:`row_lines`); beats of ``P`` lines on ``beat_*``."""
@@ -72,6 +98,8 @@ class WeightStream(wiring.Component):
             "beat_valid": Out(1), "beat_ready": In(1), "beat_data": Out(self.ports * cfg.cols * 8),
             "busy": Out(1), "quiet": Out(1), "bus_error": Out(1),
         }
+        if cfg.wstream_ahead:  # ``ahead``: the stream being read has not begun (credit mode); ``fetching``: ports busy
+            members |= {"ahead": In(1), "fetching": Out(1)}
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -84,15 +112,21 @@ class WeightStream(wiring.Component):
         all_ready = 1
         quiet, busy, err = 1, 0, 0
         heads = []
+        ahead = bool(cfg.wstream_ahead)
+        fetching = 0
         for p in range(P):
-            rd = DmaReader(cfg, outstanding=stream_outstanding(cfg), skip=(P - 1) * WPAGE)
+            rd = DmaReader(cfg, outstanding=stream_outstanding(cfg), skip=(P - 1) * WPAGE, holdable=ahead)
             m.submodules[f"rd{p}"] = rd
             wiring.connect(m, wiring.flipped(getattr(self, f"axi{p}")), rd.axi)
             m.d.comb += [rd.start.eq(self.start), rd.base.eq(self.base), rd.addr.eq(self.w + p * WPAGE),
                          rd.stride.eq(self.row_lines * C), rd.rows.eq(self.n), rd.beats.eq(beats),
                          rd.abort.eq(self.abort)]
-            q = fifo.SyncFIFOBuffered(width=C * 8, depth=STREAM_FIFO_LINES)
+            q = BlockFIFO(width=C * 8, depth=cfg.wstream_ahead) if ahead else \
+                fifo.SyncFIFOBuffered(width=C * 8, depth=STREAM_FIFO_LINES)
             m.submodules[f"q{p}"] = q
+            if ahead:
+                m.d.comb += rd.hold.eq(self.ahead & _no_room(m, cfg, rd.axi, q.level, f"p{p}"))
+                fetching = fetching | rd.busy
             if bpl == 1:
                 m.d.comb += [q.w_data.eq(rd.beat_data), q.w_en.eq(rd.beat_valid), rd.beat_ready.eq(q.w_rdy)]
             else:  # assemble a line from its beats, the first beat in the low bits
@@ -114,6 +148,8 @@ class WeightStream(wiring.Component):
             err = err | rd.bus_error
         m.d.comb += [self.beat_valid.eq(all_ready), self.beat_data.eq(Cat(*(q.r_data for q in heads))),
                      self.quiet.eq(quiet), self.busy.eq(busy), self.bus_error.eq(err)]
+        if ahead:
+            m.d.comb += self.fetching.eq(fetching)
         for q in heads:
             m.d.comb += q.r_en.eq(all_ready & self.beat_ready)
         return m

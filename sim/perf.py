@@ -35,7 +35,7 @@ from systolica.hw.compute_engine import BESIDE_STREAM_OPS
 from systolica.hw.decode import decode_cycles
 from systolica.isa import WORD_BYTES, Engine, IllegalInstruction, Instr, decode
 from systolica.program import Program
-from systolica.sim.perf_costs import PerfParams, op_cost, rd_round_trip
+from systolica.sim.perf_costs import WSTREAM_STARTUP, PerfParams, array_latency, op_cost, rd_round_trip
 
 __all__ = ["PerfModel", "PerfResult", "PerfError", "PerfParams", "cycle_model", "RUN_OVERHEAD"]
 
@@ -187,6 +187,44 @@ def beside_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pu
     return runs_on, gemm_prev
 
 
+def ahead_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pops: Sequence[tuple]
+               ) -> tuple[list[int], list[int]] | None:
+    """``config.wstream_ahead`` (hw/weight_ahead.py): for each GEMM_STREAM the GEMM_STREAM before it (whose weight
+    reads its ports wait for) and the last compute instruction up to it, itself included, that pops a token (whose
+    pop they wait for); -1: none.  None without the field."""
+    if not cfg.wstream_ahead:
+        return None
+    n = len(ops)
+    prev, barrier = [-1] * n, [-1] * n
+    last_stream = last_pop = -1
+    for i in range(n):
+        if engines[i] != Engine.COMPUTE:
+            continue
+        if pops[i]:
+            last_pop = i
+        if ops[i] == "GEMM_STREAM":
+            prev[i], barrier[i] = last_stream, last_pop
+            last_stream = i
+    return prev, barrier
+
+
+#: wstream_ahead: cycles from a GEMM_STREAM's dispatch to the earliest start of its weight ports (the queue's write and
+#: its registered output), and from the end of the stream before to the end of its weight reads (the array's drain)
+AHEAD_DISPATCH = 3
+
+
+def ahead_saving(cfg: AccelConfig, p: PerfParams, s: int, disp: int, prev_end: int, pop_start: int) -> int:
+    """Cycles a GEMM_STREAM that starts (POP) at ``s`` gains from weight ports started ahead of it
+    (``config.wstream_ahead``): they start once it is dispatched (``disp``), the stream before has read its weights
+    (it ends at ``prev_end``, the array's drain after its last weights) and the last pop before it happened
+    (``pop_start``); what they read before ``s`` saves the round trip of its first weights, at most
+    ``rd_round_trip + WSTREAM_STARTUP`` and the lines the FIFO holds (a line a port a cycle at full rate)."""
+    pf = max(disp + AHEAD_DISPATCH, prev_end - array_latency(cfg), pop_start + 1)
+    room = rd_round_trip(p) + WSTREAM_STARTUP
+    credit = cfg.wstream_ahead * max(1, cfg.cols // cfg.dma_bytes)
+    return max(0, min(s - pf, room, credit))
+
+
 def beside_cycles(runs_on: Sequence[bool], ops: Sequence[str], start: Sequence[int], end: Sequence[int]
                   ) -> dict[str, int]:
     """Per op, the cycles of the instructions that may run beside a stream (``_BESIDE_OPS``: ATTN, ATTN_OUT, the
@@ -198,7 +236,7 @@ def beside_cycles(runs_on: Sequence[bool], ops: Sequence[str], start: Sequence[i
         if runs_on[i]:
             lo, hi = start[i], end[i]
         elif op in _BESIDE_OPS and start[i] >= 0 and start[i] < hi:
-            c = min(end[i], hi) - max(start[i], lo)
+            c = min(end[i], hi) - max(start[i] + 1, lo)  # its EXEC cycles: start + 1 .. end - 1
             if c > 0:
                 out[op] = out.get(op, 0) + c
     return out
@@ -296,6 +334,7 @@ class PerfModel:
         rdb_l = [x[3].rd_beats for x in infos]
         exl = list(exec_l)  # EXEC cycles with the read-port contention added
         runs_on, gemm_prev = beside_plan(cfg, eng_l, [x[4] for x in infos], qpush_l)
+        ahead = ahead_plan(cfg, eng_l, [x[4] for x in infos], qpop_l)
         ret = [-1] * n  # retire cycle (PUSH): end, or for a GEMM_STREAM that runs on, a cycle after it began
         first_beat = 3 + rd_round_trip(p)  # the DMA's first address two cycles after start (hw/dma.py)
         nd = 0  # next word to dispatch
@@ -379,6 +418,12 @@ class PerfModel:
                     for q in qpop_l[i]:
                         pops[q].append(s)
                     ex = exec_l[i]
+                    if ahead is not None and rdb_l[i] and infos[i][4] == "GEMM_STREAM":  # its weights read ahead
+                        ps, pb = ahead[0][i], ahead[1][i]
+                        if pb != i:
+                            ex -= ahead_saving(cfg, p, s, disp[i], end[ps] if ps >= 0 else 0,
+                                               start[pb] if pb >= 0 else 0)
+                            exl[i] = ex
                     if load_port and rdb_l[i]:  # a LOAD, or a GEMM_STREAM (weight port 0 shares gmem0)
                         b0 = port0_busy(cfg, infos[i][4], rdb_l[i], p.beat_cycles)
                         ex += fetch_stretch(seen, s, ex, first_beat, word_cycles, b0,

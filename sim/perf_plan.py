@@ -36,6 +36,8 @@ from systolica.sim.perf import (
     PerfError,
     PerfResult,
     _plan,
+    ahead_plan,
+    ahead_saving,
     beside_cycles,
     beside_plan,
     deadlock_error,
@@ -172,6 +174,7 @@ class ProgramPlan:
             dep_start.append(tuple(ds))
         self.dep_end, self.dep_start = dep_end, dep_start
         self.runs_on, self.gemm_prev = beside_plan(cfg, self.eng, self.ops, [x[2] for x in infos])
+        self.ahead = ahead_plan(cfg, self.eng, self.ops, [x[1] for x in infos])
         # the evaluation order: the uncached model's work list (dispatch in program order while the FIFO has room,
         # then each engine as far as its tokens allow), with "computed" in place of times
         seq: list[int] = []  # i >= 0: dispatch i; ~i: start (and retire) i
@@ -249,7 +252,10 @@ class ProgramPlan:
         ex = [cost_ex[s] for s in sig]
         rd_total = sum(cost_rd[s] * c for (s, _e), c in self.counts.items())
         wc = int(round(max(1, WORD_BYTES // self.cfg.dma_bytes) * p.beat_cycles))
-        start, end, arrivals = self._replay(ex, None, None, p, wc)
+        saved = [0] * self.n  # cycles each GEMM_STREAM gains from its weights read ahead (config.wstream_ahead)
+        if self.ahead is not None:  # the GEMM_STREAMs that read weights (as the uncached model's rd_beats says)
+            self._ahead_on = [op == "GEMM_STREAM" and cost_rd[s] > 0 for op, s in zip(self.ops, sig, strict=True)]
+        start, end, arrivals = self._replay(ex, None, None, p, wc, saved=saved)
         exl = ex
         if p.fetch_contention and rd_total:
             reps = _table(self.cfg).reps
@@ -257,7 +263,8 @@ class ProgramPlan:
             tail0 = [port0_tail(self.cfg, reps[k].op, busy0[k], p) for k in range(len(reps))]
             rdb = [busy0[s] for s in sig]
             exl = list(ex)
-            start, end, _ = self._replay(exl, rdb, arrivals, p, wc, [tail0[s] for s in sig])
+            saved = [0] * self.n
+            start, end, _ = self._replay(exl, rdb, arrivals, p, wc, [tail0[s] for s in sig], saved=saved)
         busy = [0, 0, 0]
         per_sig_op: dict[str, int] = dict.fromkeys(self.op_order, 0)
         ops_of = _table(self.cfg).reps
@@ -273,6 +280,10 @@ class ProgramPlan:
                 if a != b:
                     busy[self.eng[i]] += a - b
                     per_sig_op[self.ops[i]] = per_sig_op.get(self.ops[i], 0) + a - b
+        for i, v in enumerate(saved):
+            if v:
+                busy[self.eng[i]] -= v
+                per_sig_op[self.ops[i]] -= v
         pad = [-1] * (len(self.words) - self.n)
         ibeats = max(1, WORD_BYTES // self.cfg.dma_bytes)
         return PerfResult(cycles=max(end) + RUN_OVERHEAD, start=start + pad, end=end + pad,
@@ -281,9 +292,10 @@ class ProgramPlan:
                           per_op_cycles=per_sig_op, beside_cycles=beside_cycles(self.runs_on, self.ops, start, end))
 
     def _replay(self, ex: list[int], rdb: list[int] | None, seen: list[int] | None, p, wc: int,
-                tails: list[float] | None = None):
+                tails: list[float] | None = None, saved: list[int] | None = None):
         """One pass of the schedule in the fixed order; with ``rdb`` and ``seen`` (the first pass's fetch
-        arrivals), the words fetched during a LOAD or GEMM_STREAM stretch it (``ex`` is updated in place)."""
+        arrivals), the words fetched during a LOAD or GEMM_STREAM stretch it (``ex`` is updated in place);
+        ``saved[i]``: the cycles GEMM_STREAM ``i`` gains from its weights read ahead (``ex`` keeps them)."""
         n = self.n
         disp = [0] * n
         take = [0] * n
@@ -291,6 +303,9 @@ class ProgramPlan:
         end = [-1] * n + [-(1 << 62)]  # end[n]: the "previous instruction" of an engine's first one
         ret = [-1] * n + [-(1 << 62)]  # retirement: end, or a GEMM_STREAM's that runs on (config.attn_beside)
         runs_on, gemm_prev = self.runs_on, self.gemm_prev
+        cfg, ahead = self.cfg, self.ahead
+        ahead_on = self._ahead_on if ahead is not None else None
+        saved = saved if saved is not None else [0] * n
         arrivals = [0] * n
         dec1, room_a, room_b = self.dec1, self.room_a, self.room_b
         prev, dep_end, dep_start = self.prev_or_n, self.dep_end, self.dep_start
@@ -350,9 +365,16 @@ class ProgramPlan:
                             s = v
                 start[i] = s
                 e = ex[i]
+                if ahead is not None and ahead_on[i]:  # its weights read ahead (config.wstream_ahead)
+                    ps, pb = ahead[0][i], ahead[1][i]
+                    if pb != i:
+                        v = ahead_saving(cfg, p, s, disp[i], end[ps] if ps >= 0 else 0, start[pb] if pb >= 0 else 0)
+                        saved[i] = v
+                        e -= v
                 if rdb[i]:  # port 0's own busy cycles of a LOAD or GEMM_STREAM
-                    e += fetch_stretch(seen, s, e, first_beat, wc, rdb[i], tails[i])
-                    ex[i] = e
+                    st = fetch_stretch(seen, s, e, first_beat, wc, rdb[i], tails[i])
+                    e += st
+                    ex[i] += st
                 end[i] = s + e + 1
                 ret[i] = s + RUNS_ON_EXEC + 1 if runs_on[i] else end[i]
         del end[n]

@@ -112,12 +112,22 @@ class AccelConfig:
     attn_head_lines: int = 0  # largest head_dim in lines (head_dim / cols) that ATTN / ATTN_OUT take (a larger
     # ``hd`` is ILLEGAL_FIELD): the attention unit's query and p * V memories are that deep; 0: the ISA's 63.  16
     # at 8 columns takes head_dim 128 (llama-family) in ECP5 LUT-RAM a lane one TRELLIS_DPR16X4 deep instead of 4
+    wstream_ahead: int = 0  # > 0: a GEMM_STREAM's weight ports start when it is dispatched, not when it executes (once
+    # the ports are done with the stream before and every compute instruction before it has popped its tokens), so
+    # the DRAM latency hides behind the line ops before it; each port's line FIFO is this deep (block RAM) and, until
+    # its stream executes, takes only the bursts it has room for (a LOAD behind them on the same port is never held
+    # up).  At least two bursts of lines; 0: the ports start with the instruction (a FIFO of 32 lines)
 
     # ----------------------------------------------------------------- sizes
     @property
     def lanes(self) -> int:
         """Elements per buffer line (one array row's worth)."""
         return self.cols
+
+    @property
+    def burst_lines(self) -> int:
+        """Scratchpad lines one weight-port burst carries (``max_burst`` beats, at most a 4 KiB page; at least one line)."""
+        return max(1, min(self.max_burst, 4096 // self.dma_bytes) * self.dma_bytes // self.cols)
 
     @property
     def line_width(self) -> int:
@@ -181,6 +191,9 @@ class AccelConfig:
         changes.setdefault("rowpass_lanes", share(self.rowpass_lanes, self.line_width, width))
         changes.setdefault("attn_rows", min(self.attn_rows, width, 8))  # each row needs a lane multiplier
         changes.setdefault("attn_pv_sets", min(self.attn_pv_sets, max(1, changes["attn_rows"])))
+        if self.wstream_ahead and "wstream_ahead" not in changes:  # still at least two bursts of the new lines
+            bursts = 2 * max(1, min(self.max_burst, 4096 // self.dma_bytes) * self.dma_bytes // cols)
+            changes["wstream_ahead"] = max(self.wstream_ahead, 1 << (bursts - 1).bit_length())
         return self.replace(rows=rows, cols=cols, line_lanes=lanes, nonlinear_lanes=nl, **changes)
 
     @property
@@ -267,6 +280,10 @@ class AccelConfig:
         if self.act_newton not in (0, 1):
             yield (f"act_newton={self.act_newton} must be 0 (the sigmoid's quotient by a restoring divider) or 1 (by a "
                    f"seeded Newton step pair on multipliers)")
+        if self.wstream_ahead and not (_pow2(self.wstream_ahead) and self.wstream_ahead >= 2 * self.burst_lines):
+            yield (f"wstream_ahead={self.wstream_ahead} must be 0 (the weight ports start with their GEMM_STREAM) or a "
+                   f"power of two of at least two bursts, {2 * self.burst_lines} lines (max_burst={self.max_burst} beats "
+                   f"of {self.dma_bytes} bytes, lines of cols={self.cols} bytes)")
         if not (isinstance(self.attn_head_lines, int) and 0 <= self.attn_head_lines <= ATTN_HD_MAX):
             yield (f"attn_head_lines={self.attn_head_lines} must be 0 (the ISA's {ATTN_HD_MAX}) or 1..{ATTN_HD_MAX} "
                    f"(the largest head_dim in lines of {self.cols} elements that ATTN takes)")
@@ -338,6 +355,8 @@ class AccelConfig:
             d.pop("load_ports")
         if d["act_newton"] == 0:  # the restoring divider: the hardware (and hash) of before the field
             d.pop("act_newton")
+        if d["wstream_ahead"] == 0:  # the weight ports start with their instruction: the hardware (and hash) of before
+            d.pop("wstream_ahead")
         if d["attn_head_lines"] in (0, ATTN_HD_MAX):  # the ISA's whole hd field: the hardware (and hash) of before it
             d.pop("attn_head_lines")
         d["clock_mhz"] = float(d["clock_mhz"])

@@ -211,3 +211,16 @@ def test_load_ports_validates_and_keeps_the_default_hash():
     for bad in (2, 0, 5):
         with pytest.raises(ConfigError, match=f"load_ports={bad} must be 1"):
             base.replace(load_ports=bad)
+
+
+def test_wstream_ahead_validates_keeps_the_default_hash_and_reshapes():
+    """wstream_ahead: the weight ports' line FIFO when they read ahead of their GEMM_STREAM, at least two bursts."""
+    base = AccelConfig(cols=16, dma_bits=128, max_burst=64)
+    assert base.burst_lines == 64 and base.replace(wstream_ahead=0).hash32() == base.hash32()
+    ahead = base.replace(wstream_ahead=128)
+    assert ahead.hash32() != base.hash32() and AccelConfig.from_toml(ahead.to_toml()) == ahead
+    for bad in (64, 96, -1):  # one burst; not a power of two; negative
+        with pytest.raises(ConfigError, match=f"wstream_ahead={bad} must be 0"):
+            base.replace(wstream_ahead=bad)
+    assert ahead.reshaped(32, 32).wstream_ahead == 128  # 32-byte lines: bursts of 32 lines
+    assert AccelConfig(cols=4, dma_bits=32, max_burst=16, wstream_ahead=32).reshaped(8, 8).wstream_ahead == 32

@@ -32,13 +32,15 @@ DATA_LO, DATA_HI = 0x1000, 0x9000  # room for GEMM_STREAM's pages on 4 weight po
 #: (config.array_lut_muls); and with 2-lane line units whose activation, norm and softmax units have one
 #: lane (4 beats a line: config.nonlinear_lanes), an array with two MACs per multiplier
 #: (config.macs_per_dsp) and an attention unit for heads of at most 2 lines (config.attn_head_lines: the random
-#: programs' largest); their programs must give the same bytes
+#: programs' largest); their programs must give the same bytes.  tiny_d4 also reads its weights ahead of each
+#: GEMM_STREAM (config.wstream_ahead)
 CONFIGS = {"tiny": (preset("tiny"), 500),
            "tiny_l2_d2": (preset("tiny").replace(name="tiny_l2_d2", line_lanes=2, dma_ports=2, attn_rows=2,
                                                  attn_pv_shared=1, array_lut_muls=1), 250),
            "tiny_d4": (preset("tiny").replace(name="tiny_d4", dma_ports=4, attn_rows=3, dsp_muls=1, attn_pv_shared=1,
                                               attn_pv_sets=2, softmax_unit=0, act_newton=1, attn_beside=1,
-                                              load_ports=4, nonlinear_lanes=1, rowpass_lanes=2), 250),
+                                              load_ports=4, nonlinear_lanes=1, rowpass_lanes=2,
+                                              wstream_ahead=32), 250),
            "tiny_l2_n1_p2": (preset("tiny").replace(name="tiny_l2_n1_p2", line_lanes=2, nonlinear_lanes=1,
                                                     macs_per_dsp=2, attn_head_lines=2), 250)}
 
@@ -362,3 +364,56 @@ def test_striped_load_error_on_any_port_stops_with_its_pc(build_dir):
         res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
                        max_cycles=20_000, stall_percent=stall, seed=stall)
         assert res.code == Fault.NONE and np.array_equal(dram, gold), stall
+
+
+@pytest.mark.parametrize("via", ["stream", "line op"])
+def test_weights_read_ahead_wait_for_the_store_that_wrote_them(build_dir, via):
+    """config.wstream_ahead (hw/weight_ahead.py): a GEMM_STREAM's weight ports start when it is dispatched, but
+    not before every compute instruction up to it has popped its tokens.  A STORE writes the stream's weights (four
+    ports' pages) and the stream waits for it through a token -- its own pop, or the pop of a line op before it --
+    so it must read what the STORE wrote, not what DRAM held before: the accumulator the STORE after it writes out
+    is the golden simulator's, with and without back-pressure."""
+    from systolica.isa import make
+    from systolica.sim.accel_programs import serialize
+
+    cfg = CONFIGS["tiny_d4"][0]
+    assert cfg.wstream_ahead and cfg.dma_ports == 4
+    fast = FastRtl(cfg, build_dir)
+    C, P, k, n = cfg.cols, cfg.dma_ports, 8, 4
+    per_port = n * k * (C // P)  # lines each port reads (layout.py, Weight streams)
+    w = DATA_LO + 0x4000  # the weights: per_port lines at w + p * 4 KiB
+    ops = [make("LOAD", buf=0, sram=0, dram=DATA_LO, rows=1, lines=k, stride=0),  # the activation row
+           make("LOAD", buf=0, sram=64, dram=DATA_LO + 0x1000, rows=P, lines=per_port, stride=C * per_port),
+           make("STORE", buf=0, sram=64, dram=w, rows=P, lines=per_port, stride=4096)]  # the new weights
+    if via == "line op":  # the pop is the ADD's; the stream has none of its own
+        ops.append(make("ADD", dst=0, a=0, b=8, rows=1, lines=8, bcast=0))
+    ops += [make("GEMM_STREAM", dst=0, a=0, w=w, m=1, k=k, n=n, acc=0),
+            make("STORE", buf=1, sram=0, dram=DATA_HI - 0x1000, rows=1, lines=n, stride=0)]
+    words = [int(x) for x in _encode_all(serialize(ops) + [make("FINISH")])]
+    pop = [x for x in serialize(ops) if x.op == "GEMM_STREAM"][0]
+    assert (pop.pop_next or pop.pop_prev) == (via == "stream")
+    rng = np.random.default_rng(5)
+    base = np.zeros(MEM, np.uint8)
+    base[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
+    code = b"".join(int(x).to_bytes(16, "little") for x in words)
+    base[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+    gold = base.copy()
+    assert GoldenSim(cfg, gold, window_base=WIN_BASE, window_size=WIN_SIZE).run(words).status == Fault.NONE
+    out = slice(WIN_BASE + DATA_HI - 0x1000, WIN_BASE + DATA_HI - 0x1000 + n * 4 * C)
+    stale = base.copy()  # what the stream would give reading the weights DRAM held before the STORE
+    GoldenSim(cfg, stale, window_base=WIN_BASE, window_size=WIN_SIZE).run(
+        [x for x, op in zip(words, serialize(ops) + [make("FINISH")], strict=True)
+         if not (op.op == "STORE" and op.fields["dram"] == w)], raise_on_fault=False)
+    assert not np.array_equal(stale[out], gold[out])  # the test can tell them apart
+    for stall in (0, 30):
+        dram = base.copy()
+        res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
+                       max_cycles=50_000, stall_percent=stall, seed=stall, dram_latency=60)
+        assert res.code == Fault.NONE and np.array_equal(dram[out], gold[out]), (via, stall)
+        assert np.array_equal(dram, gold), (via, stall)
+
+
+def _encode_all(instrs):
+    from systolica.isa import encode
+
+    return [encode(i) for i in instrs]

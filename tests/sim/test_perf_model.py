@@ -211,3 +211,32 @@ def test_gemm_stream_decode_runs_at_the_ports_rate():
     r = PerfModel(two).run(prog)
     assert r.counters()["DMA_BEATS"] == one_port.rd_beats + 2 * (16 // two.dma_bytes)
     assert r.cycles == PerfModel(two, cache=False).run(prog).cycles > two_ports.exec_cycles
+
+
+def test_weights_read_ahead_save_the_round_trip_unless_a_pop_holds_them():
+    """config.wstream_ahead (hw/weight_ahead.py): a GEMM_STREAM after a long line op starts its weight ports when
+    it is dispatched, so it gains its first weights' round trip (rd_round_trip + WSTREAM_STARTUP); one that pops
+    the token of the STORE before it gains nothing (its ports wait for that pop), nor does the first of two streams
+    back to back gain more than the cycles between the end of the first's weights and its own start."""
+    from systolica.sim.accel_programs import serialize
+    from systolica.sim.perf_costs import WSTREAM_STARTUP, rd_round_trip
+
+    base = preset("tiny").replace(dma_ports=2)
+    ahead = base.replace(wstream_ahead=128)  # lines enough for the round trip (32 would cap the gain at 32 cycles)
+    stream = make("GEMM_STREAM", dst=0, a=0, w=0x4000, m=1, k=4, n=2, acc=0)
+
+    p = PerfParams(rd_latency=100, wr_latency=100)  # a DRAM round trip worth hiding
+
+    def cycles(cfg, ops):
+        words = [encode(i) for i in serialize(ops) + [make("FINISH")]]
+        a, b = PerfModel(cfg, p).run(words), PerfModel(cfg, p, cache=False).run(words)
+        assert a.cycles == b.cycles and a.engine_busy == b.engine_busy
+        return a.cycles
+
+    silu = make("SILU", dst=0, src=0, rows=1, lines=256)
+    assert cycles(base, [silu, stream]) - cycles(ahead, [silu, stream]) == rd_round_trip(p) + WSTREAM_STARTUP
+    store = make("STORE", buf=1, sram=0, dram=0x2000, rows=1, lines=64, stride=0)
+    assert cycles(base, [store, stream]) == cycles(ahead, [store, stream])  # the stream pops the STORE's token
+    two = [silu, stream, stream]  # the second's ports start when the first's weights are read
+    gain = cycles(base, two) - cycles(ahead, two)
+    assert rd_round_trip(p) + WSTREAM_STARTUP < gain < 2 * (rd_round_trip(p) + WSTREAM_STARTUP)

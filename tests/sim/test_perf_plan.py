@@ -33,10 +33,12 @@ def check(cfg, words, params) -> None:
         assert same(ref, got), (p, ref.to_dict(), got.to_dict())
 
 
-@pytest.mark.parametrize("name", ["tiny", "default", "tiny-beside"])
+@pytest.mark.parametrize("name", ["tiny", "default", "tiny-beside", "tiny-ahead"])
 def test_validation_suite_and_random_programs_time_alike(name):
-    # tiny-beside: GEMM_STREAMs that run on behind the ATTNs after them (config.attn_beside)
-    cfg = preset(name.split("-")[0]).replace(attn_beside=int(name.endswith("beside")))
+    # tiny-beside: GEMM_STREAMs that run on behind the ATTNs after them (config.attn_beside); tiny-ahead: their
+    # weights read ahead as well (config.wstream_ahead)
+    cfg = preset(name.split("-")[0]).replace(attn_beside=int(name != "tiny" and name != "default"),
+                                             wstream_ahead=32 if name.endswith("ahead") else 0)
     clear_plans()
     for prog in suite(cfg, n_random=8, seed=11):
         check(cfg, prog["words"], PARAMS)
@@ -46,7 +48,9 @@ def test_validation_suite_and_random_programs_time_alike(name):
 # striped over both ports (config.attn_beside, config.load_ports)
 ARTS = [("tiny", "llama", {}, {}), ("default", "llama", {"dim": 64, "n_heads": 4, "n_kv_heads": 2}, {}),
         ("tiny", "gpt2", {"dim": 32, "n_heads": 2}, {}),
-        ("default", "beside", {"dim": 64, "n_heads": 4, "n_kv_heads": 2}, {"attn_beside": 1, "dma_ports": 2, "load_ports": 2})]
+        ("default", "beside", {"dim": 64, "n_heads": 4, "n_kv_heads": 2}, {"attn_beside": 1, "dma_ports": 2, "load_ports": 2}),
+        ("default", "ahead", {"dim": 64, "n_heads": 4, "n_kv_heads": 2},
+         {"attn_beside": 1, "dma_ports": 2, "load_ports": 2, "wstream_ahead": 32})]
 
 
 @pytest.fixture(scope="module", params=ARTS, ids=lambda a: f"{a[0]}-{a[1]}")
@@ -55,7 +59,7 @@ def art(request):
     shape = {"dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab": 96, "max_seq": 48, **kw}
     if arch == "gpt2":
         shape.pop("n_kv_heads")
-    model = random_model("gpt2" if arch == "gpt2" else "llama", seed=3, **shape)
+    model = random_model("gpt2" if arch == "gpt2" else "llama", seed=3, **shape)  # ("beside", "ahead": llama)
     return compile_model(model, preset(name).replace(**changes), page=16, max_seq=48, prefill_chunk=4)
 
 

@@ -20,17 +20,19 @@ pytestmark = [pytest.mark.rtl, pytest.mark.slow]
 # with a copy of the p * v lanes per row, with one set the rows take turns on (attn_pv_shared), with two
 # (attn_pv_sets = 2) and with three (a set a row, each a slot of its own, and the sigmoid's quotient by the seeded
 # Newton pipeline, config.act_newton, ATTN beside a GEMM_STREAM that runs on, config.attn_beside, and full-width
-# line units beside a one-lane activation unit and a two-lane norm unit, config.rowpass_lanes: as the kv260 preset)
+# line units beside a one-lane activation unit and a two-lane norm unit, config.rowpass_lanes, and the weights read
+# ahead of each GEMM_STREAM, config.wstream_ahead: as the kv260 preset)
 @pytest.mark.parametrize("lanes,nonlinear,pack,attn_rows,shared", [
     (0, 0, 1, 1, 0), (2, 0, 1, 1, 0), (2, 1, 1, 1, 0), (2, 1, 2, 1, 0), (0, 0, 1, 3, 0), (0, 0, 1, 3, 1),
     (0, 0, 1, 3, 2), (0, 1, 1, 3, 3)])
 def test_model_within_5_percent_of_rtl_cycles(build_dir, lanes, nonlinear, pack, attn_rows, shared):
     name = (f"tiny_l{lanes}_n{nonlinear}" + ("_p2" if pack == 2 else "") + (f"_r{attn_rows}" if attn_rows > 1 else "")
-            + ("_s" if shared else "") + (f"{shared}" if shared > 1 else "") + ("_rp2" if shared == 3 else ""))
+            + ("_s" if shared else "") + (f"{shared}" if shared > 1 else "") + ("_rp2_ah" if shared == 3 else ""))
     cfg = preset("tiny").replace(name=name, line_lanes=lanes, nonlinear_lanes=nonlinear, macs_per_dsp=pack,
                                  attn_rows=attn_rows, dsp_muls=int(attn_rows > 1), attn_pv_shared=int(shared > 0),
                                  attn_pv_sets=max(shared, 1), act_newton=int(shared == 3),
-                                 attn_beside=int(shared == 3), rowpass_lanes=2 if shared == 3 else 0)
+                                 attn_beside=int(shared == 3), rowpass_lanes=2 if shared == 3 else 0,
+                                 wstream_ahead=32 if shared == 3 else 0)
     progs = suite(cfg, n_random=8, seed=11)
     rows = compare(cfg, progs, run_rtl(cfg, progs, build_dir))
     for r in rows:
