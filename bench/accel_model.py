@@ -104,7 +104,10 @@ def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_toke
     roof = Roofline.for_config(cfg, dram_gbps=spec.dram_gbps, clock_mhz=spec.clock_mhz, name=spec.name)  # tps's clock
     work = model_work(_model_config(art), weight_bytes=int(art.manifest["stats"]["decode"]["weight_bytes"]))
     ctx = len(prompt) + len(steps) // 2
-    dec_bound = roof.decode_bound_tokens_per_s(work, ctx)
+    # decode reads its weights with GEMM_STREAM through every port (the roofline's LOAD path is one port), capped by
+    # the board's DRAM: the bound sim/roofline.py's board report calls min(board roof, design stream bound)
+    stream = roof.stream_bytes_per_s if spec.dram_gbps is None else min(roof.stream_bytes_per_s, spec.dram_gbps * 1e9)
+    dec_bound = stream / work.decode_bytes(ctx)
     pre_bound = roof.prefill_bound_tokens_per_s(work, len(prompt) // 2)
     res = BaselineResult(f"systolica {spec.name} (modelled)", spec.name, ttft_s=pre / f, decode_tokens_per_s=tps,
                          power_w=spec.power_w, power_source=f"stated board power ({spec.source})",

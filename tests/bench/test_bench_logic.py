@@ -97,8 +97,9 @@ def test_bench_rows_on_a_tiny_model(bench_run):
     assert roof["decode"]["modelled_tps"]["value"] == acc.decode_tokens_per_s
     assert roof["prefill"]["modelled_tps"]["value"] == pytest.approx(ex["prefill_tokens_per_s"])
     assert 0 < roof["decode"]["fraction"] <= 1.0 and 0 < roof["prefill"]["fraction"] <= 1.0
-    # the LOAD path (gmem0: 0.8 GB/s) is the tighter roof of today's programs: the old bound, same fraction
-    assert roof["decode"]["fraction_of_load_path"] == pytest.approx(ex["decode_fraction_of_bound"], rel=1e-6)
+    # the bench table's "% of bound" is the roofline report's: min(board roof, every port's stream), not the LOAD path
+    assert roof["decode"]["fraction"] == pytest.approx(ex["decode_fraction_of_bound"], rel=1e-6)
+    assert roof["decode"]["fraction_of_load_path"] > roof["decode"]["fraction"]
     assert len(ref_np.tokens) == 3 and ref_np.decode_tokens_per_s > 0
     torch_row = rows[2]
     if torch_row.skipped is None:  # the same float model in torch and numpy: the same greedy tokens
