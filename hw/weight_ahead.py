@@ -10,7 +10,7 @@ word as it enters the command FIFO) and starts the next one's ports as soon as
   a GEMM_STREAM's weights can depend on a STORE is through a token the compute engine pops, and the engine
   runs in program order, so once those pops are done the weights in DRAM are the ones the instruction would
   read.  (A counter of the words with pops that entered the command FIFO gives each stream its ``barrier``; a
-  counter of the pops done, compared modulo 256, says when it is reached.)
+  counter of the pops done, compared modulo 2**counter_bits, says when it is reached.)
 
 The ports then read ahead while the line ops before the stream run.  Until the stream begins executing
 (``ahead``) each port issues only the bursts its line FIFO has room for (hw/weight_stream.py), so its R
@@ -30,10 +30,18 @@ from systolica.isa import OP_BY_NAME, WORD_BITS
 
 from .decode import instr_layout
 
-__all__ = ["weights_ahead"]
+__all__ = ["weights_ahead", "counter_bits"]
 
-#: the queue's entry: the stream's weight address, output lines, lines a row per port, its pop barrier and its pc
-ENTRY = data.StructLayout({"w": 32, "n": 16, "row_lines": 24, "barrier": 8, "pc": 32})
+
+def counter_bits(cfg: AccelConfig) -> int:
+    """Bits of the pop and stream counters: two counters never differ by more than the queue's ``cmd_depth + 2``
+    entries, so they are compared modulo twice that (a sign bit), and at least 8 bits."""
+    return max(8, (cfg.cmd_depth + 2).bit_length() + 1)
+
+
+def entry_layout(cfg: AccelConfig) -> data.StructLayout:
+    """The queue's entry: the stream's weight address, output lines, lines a row per port, pop barrier and pc."""
+    return data.StructLayout({"w": 32, "n": 16, "row_lines": 24, "barrier": counter_bits(cfg), "pc": 32})
 
 
 def weights_ahead(m: Module, cfg: AccelConfig, eng, ws, seq, ins, exec_start, stream_begins, abort, row_lines):
@@ -49,26 +57,29 @@ def weights_ahead(m: Module, cfg: AccelConfig, eng, ws, seq, ins, exec_start, st
     pops = h.pop_prev | h.pop_next
     is_stream = h.opcode == OP_BY_NAME["GEMM_STREAM"].code
     reads = (gs.m != 0) & (gs.n != 0) & (gs.k != 0)  # no rows, K or outputs: it reads no weights
-    pops_in, pops_done = Signal(8, name="ahead_pops_in"), Signal(8, name="ahead_pops_done")
+    cb = counter_bits(cfg)
+    entry_l = entry_layout(cfg)
+    pops_in, pops_done = Signal(cb, name="ahead_pops_in"), Signal(cb, name="ahead_pops_done")
     with m.If(took & pops):
         m.d.sync += pops_in.eq(pops_in + 1)
     with m.If(exec_start & (ins.nop.h.pop_prev | ins.nop.h.pop_next)):
         m.d.sync += pops_done.eq(pops_done + 1)
     # at most cmd_depth streams wait: the command FIFO's and the engine's word (the one before has started)
-    m.submodules.ahead_q = q = fifo.SyncFIFOBuffered(width=ENTRY.size, depth=cfg.cmd_depth + 2)
-    entry = Signal(ENTRY, name="ahead_entry")
+    m.submodules.ahead_q = q = fifo.SyncFIFOBuffered(width=entry_l.size, depth=cfg.cmd_depth + 2)
+    entry = Signal(entry_l, name="ahead_entry")
     m.d.comb += [entry.w.eq(gs.w), entry.n.eq(gs.n), entry.row_lines.eq(row_lines(gs.k, gs.wfmt, cfg)),
-                 entry.barrier.eq((pops_in + pops)[:8]), entry.pc.eq(eng.cmd_data[WORD_BITS:]),
+                 entry.barrier.eq((pops_in + pops)[:cb]), entry.pc.eq(eng.cmd_data[WORD_BITS:]),
                  q.w_data.eq(entry), q.w_en.eq(took & is_stream & reads)]
-    head = data.View(ENTRY, q.r_data)
-    popped = ~(pops_done - head.barrier)[7]  # pops_done >= barrier, modulo 256
+    head = data.View(entry_l, q.r_data)
+    popped = ~(pops_done - head.barrier)[cb - 1]  # pops_done >= barrier, modulo 2**cb
     go = Signal(name="ahead_go")
     started = Signal(name="ahead_started")  # the cycle after a start: the ports' busy is not up yet
     m.d.comb += go.eq(q.r_rdy & popped & ~ws.fetching & ~started & ~abort)
     m.d.sync += started.eq(go)
     m.d.comb += [q.r_en.eq(go), ws.start.eq(go), ws.w.eq(head.w), ws.n.eq(head.n), ws.row_lines.eq(head.row_lines)]
-    # credit mode while the ports read a stream that has not begun: starts and begins counted, modulo 16
-    n_start, n_begin = Signal(4, name="ahead_starts"), Signal(4, name="ahead_begins")
+    # credit mode while the ports read a stream that has not begun: starts and begins counted, modulo 2**cb (streams
+    # short enough to sit whole in the FIFOs may be read several ahead, at most the queue's cmd_depth + 2)
+    n_start, n_begin = Signal(cb, name="ahead_starts"), Signal(cb, name="ahead_begins")
     with m.If(go):
         m.d.sync += n_start.eq(n_start + 1)
     with m.If(stream_begins):
