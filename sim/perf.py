@@ -209,7 +209,7 @@ def ahead_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pop
 
 
 #: wstream_ahead: cycles from a GEMM_STREAM's dispatch to the earliest start of its weight ports (the queue's write and
-#: its registered output), and from the end of the stream before to the end of its weight reads (the array's drain)
+#: its registered output)
 AHEAD_DISPATCH = 3
 
 

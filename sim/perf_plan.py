@@ -253,9 +253,10 @@ class ProgramPlan:
         rd_total = sum(cost_rd[s] * c for (s, _e), c in self.counts.items())
         wc = int(round(max(1, WORD_BYTES // self.cfg.dma_bytes) * p.beat_cycles))
         saved = [0] * self.n  # cycles each GEMM_STREAM gains from its weights read ahead (config.wstream_ahead)
-        if self.ahead is not None:  # the GEMM_STREAMs that read weights (as the uncached model's rd_beats says)
-            self._ahead_on = [op == "GEMM_STREAM" and cost_rd[s] > 0 for op, s in zip(self.ops, sig, strict=True)]
-        start, end, arrivals = self._replay(ex, None, None, p, wc, saved=saved)
+        # the GEMM_STREAMs that read weights (as the uncached model's rd_beats says): their ports may read ahead
+        ahead_on = None if self.ahead is None else [op == "GEMM_STREAM" and cost_rd[s] > 0
+                                                   for op, s in zip(self.ops, sig, strict=True)]
+        start, end, arrivals = self._replay(ex, None, None, p, wc, saved=saved, ahead_on=ahead_on)
         exl = ex
         if p.fetch_contention and rd_total:
             reps = _table(self.cfg).reps
@@ -264,7 +265,8 @@ class ProgramPlan:
             rdb = [busy0[s] for s in sig]
             exl = list(ex)
             saved = [0] * self.n
-            start, end, _ = self._replay(exl, rdb, arrivals, p, wc, [tail0[s] for s in sig], saved=saved)
+            start, end, _ = self._replay(exl, rdb, arrivals, p, wc, [tail0[s] for s in sig], saved=saved,
+                                         ahead_on=ahead_on)
         busy = [0, 0, 0]
         per_sig_op: dict[str, int] = dict.fromkeys(self.op_order, 0)
         ops_of = _table(self.cfg).reps
@@ -292,10 +294,12 @@ class ProgramPlan:
                           per_op_cycles=per_sig_op, beside_cycles=beside_cycles(self.runs_on, self.ops, start, end))
 
     def _replay(self, ex: list[int], rdb: list[int] | None, seen: list[int] | None, p, wc: int,
-                tails: list[float] | None = None, saved: list[int] | None = None):
+                tails: list[float] | None = None, saved: list[int] | None = None,
+                ahead_on: list[bool] | None = None):
         """One pass of the schedule in the fixed order; with ``rdb`` and ``seen`` (the first pass's fetch
         arrivals), the words fetched during a LOAD or GEMM_STREAM stretch it (``ex`` is updated in place);
-        ``saved[i]``: the cycles GEMM_STREAM ``i`` gains from its weights read ahead (``ex`` keeps them)."""
+        ``saved[i]``: the cycles GEMM_STREAM ``i`` gains from its weights read ahead (``ex`` keeps them), for the
+        streams ``ahead_on`` marks."""
         n = self.n
         disp = [0] * n
         take = [0] * n
@@ -304,7 +308,6 @@ class ProgramPlan:
         ret = [-1] * n + [-(1 << 62)]  # retirement: end, or a GEMM_STREAM's that runs on (config.attn_beside)
         runs_on, gemm_prev = self.runs_on, self.gemm_prev
         cfg, ahead = self.cfg, self.ahead
-        ahead_on = self._ahead_on if ahead is not None else None
         saved = saved if saved is not None else [0] * n
         arrivals = [0] * n
         dec1, room_a, room_b = self.dec1, self.room_a, self.room_b

@@ -36,6 +36,11 @@ def _pow2(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
 
 
+def _burst_lines(max_burst: int, dma_bytes: int, cols: int) -> int:
+    """Lines of ``cols`` bytes one burst of ``max_burst`` beats carries (at most a 4 KiB page; at least one line)."""
+    return max(1, min(max_burst, 4096 // dma_bytes) * dma_bytes // cols)
+
+
 @dataclass(frozen=True)
 class AccelConfig:
     """Shape of one accelerator instance.
@@ -127,7 +132,7 @@ class AccelConfig:
     @property
     def burst_lines(self) -> int:
         """Scratchpad lines one weight-port burst carries (``max_burst`` beats, at most a 4 KiB page; at least one line)."""
-        return max(1, min(self.max_burst, 4096 // self.dma_bytes) * self.dma_bytes // self.cols)
+        return _burst_lines(self.max_burst, self.dma_bytes, self.cols)
 
     @property
     def line_width(self) -> int:
@@ -192,7 +197,7 @@ class AccelConfig:
         changes.setdefault("attn_rows", min(self.attn_rows, width, 8))  # each row needs a lane multiplier
         changes.setdefault("attn_pv_sets", min(self.attn_pv_sets, max(1, changes["attn_rows"])))
         if self.wstream_ahead and "wstream_ahead" not in changes:  # still at least two bursts of the new lines
-            bursts = 2 * max(1, min(self.max_burst, 4096 // self.dma_bytes) * self.dma_bytes // cols)
+            bursts = 2 * _burst_lines(self.max_burst, self.dma_bytes, cols)
             changes["wstream_ahead"] = max(self.wstream_ahead, 1 << (bursts - 1).bit_length())
         return self.replace(rows=rows, cols=cols, line_lanes=lanes, nonlinear_lanes=nl, **changes)
 
