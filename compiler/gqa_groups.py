@@ -2,23 +2,27 @@
 
 On an accelerator whose ATTN and ATTN_OUT run beside a GEMM_STREAM that runs on (docs/hardware.md), a
 one-sequence program (a decode step, a prefill chunk) emits each layer's attention block -- the Q, K and V
-projections, RoPE, QUANT, the KV STOREs and the attention -- one KV head (GQA group) at a time, and the
-projections of group ``g + 1`` stream their weights while group ``g``'s ATTNs run::
+projections, RoPE, QUANT, the KV STOREs and the attention -- one KV head (GQA group) at a time, so that the
+projections stream their weights while ATTNs run.  A decode step's whole pages hold only earlier tokens, so a
+group's ATTNs over them need only its Q: they run beside its own K and V streams, then the next group's Q::
 
-    Q K V streams (group 0), their REQUANT / ROPE / QUANT / STOREs
-    Q stream (group 1)  | group 0's ATTNs of the first pages
-    REQUANT, K stream   | the next pages' ATTNs
-    REQUANT, V stream   | the rest, the tail's ATTN, ATTN_OUT
-    REQUANT, ROPE / QUANT / STOREs of group 1
-    ...                 (the last group's attention runs alone: the O projection needs every head)
+    Q stream (group 0), REQUANT / ROPE / QUANT
+    K stream            | group 0's ATTNs of the first pages
+    REQUANT, V stream   | the next pages' ATTNs
+    REQUANT, ROPE / QUANT / STOREs of group 0's K and V
+    Q stream (group 1)  | the rest, the relay NOP, the tail's ATTN (its LOADs wait for the STOREs), ATTN_OUT
+    REQUANT / ROPE / QUANT of group 1's Q, its K stream | group 1's first pages ...
+    ...                 (the last group's attention past its K and V runs alone: the O projection needs every head)
 
 The numerics are the same: the projections are split by output lines (a group's heads), and RoPE, QUANT (one
 exponent per head) and the STOREs work per head.  Inside the block Q, K and V are laid out group by group
 (:func:`group_at`), so a group's RoPE, QUANT and REQUANT are one instruction for all the chunk's rows; the STOREs
 go a row at a time.  Which ATTN each REQUANT follows is fixed at compile time (the context is not known then):
 
-- decode: a stream of ``c`` cycles gets as many of the group's first pages as a whole page's LOAD takes to cover
-  ``c``, and the group's last stream also the tail's ATTN and ATTN_OUT, which every context has;
+- decode: a stream of ``c`` cycles gets as many of the group's pages as a whole page's LOAD takes to cover ``c``;
+  K and V end before the tail (its LOADs wait for their STOREs, through a compute NOP a page after them, which
+  goes on beside the next Q stream), and the next group's Q stream gets the rest, the tail's ATTN and ATTN_OUT,
+  which every context has;
 - prefill: the next group's K and V stream first, beside the pages' ATTNs, each ended after as many rows' ATTNs
   of a whole page as it takes (:meth:`_Interleave.row`), and its K / V RoPE, QUANT and STOREs follow at once: a
   chunk's STOREs can complete a page, so its page LOADs wait for them (no early pages).  Its Q streams beside
@@ -169,46 +173,67 @@ def _post_kv(gen, nodes: list[Node], grp: int) -> None:
 def emit_grouped(gen, nodes: list[Node]) -> None:
     """Emit one attention block (the nodes of :data:`BLOCK`) by group, interleaved as the module docstring says."""
     att = nodes[-1]
-    (qq, qe), (o,) = att.inputs, att.outputs
     layer, heads, pages = att.attrs["layer"], gen.kv.heads, gen.max_pages
     # a whole page's LOAD, what ATTN waits for: one scratchpad line a cycle at most, gmem0's beats or all ports'
     cfg = gen.cfg
     page_cycles = gen.kv.tile_bytes / min(cfg.cols, cfg.dma_bytes * cfg.load_ports)
-    decode = gen.T == 1
-    groups = [_streams(gen, nodes, grp, kv_first=not decode) for grp in range(heads)]
-    last_stream, kv_posted = None, decode
+    if gen.T == 1:
+        _emit_decode(gen, nodes, layer, heads, pages, page_cycles)
+        return
+    (qq, qe), (o,) = att.inputs, att.outputs
+    groups = [_streams(gen, nodes, grp, kv_first=True) for grp in range(heads)]
+    kv_posted = False
     for st in groups[0]:
-        if st.proj == "q" and not kv_posted:  # prefill: group 0's STOREs beside its Q stream (its pages wait for them)
+        if st.proj == "q" and not kv_posted:  # group 0's STOREs beside its Q stream (its pages wait for them)
             _post_kv(gen, nodes, 0)
             kv_posted = True
-        ms = st.start()
-        last_stream = len(gen.s.instrs) - 1
-        st.finish(ms)
-    # group 0's first pages LOADed now, while its K and V rows are quantized and stored (as _Gen.kv_store); through
-    # gmem0 alone they wait for the last stream (they would take its port 0), striped they go beside the streams.
-    # A prefill chunk's STOREs may complete a page (its rows can cross a page boundary): no early pages there.
-    early = gen.early_pages(layer, None if cfg.load_ports > 1 else last_stream) if decode else []
-    if decode:
-        _post_kv(gen, nodes, 0)
+        st.finish(st.start())
     _rope_quant(gen, nodes, 0, "q")
     for grp in range(heads):
         todo = groups[grp + 1] if grp + 1 < heads else []
-        # prefill: the next group's K / V STOREs as soon as their streams end (its page LOADs wait for them)
-        post_kv = (lambda g=grp + 1: _post_kv(gen, nodes, g)) if todo and not decode else None
-        hook = _Interleave(gen, layer, grp, todo, pages, page_cycles, prefill=not decode, post_kv=post_kv)
-        gen.attn_group(qq, qe, o, layer, grp, early if grp == 0 else [], whole=decode, tail_at=-1, group_major=True,
-                       hook=hook, row_hook=None if decode else hook.row, kv_key=kv_key(layer, grp))
+        # the next group's K / V STOREs as soon as their streams end (its page LOADs wait for them)
+        post_kv = (lambda g=grp + 1: _post_kv(gen, nodes, g)) if todo else None
+        hook = _Interleave(gen, layer, grp, todo, pages, page_cycles, prefill=True, post_kv=post_kv)
+        gen.attn_group(qq, qe, o, layer, grp, [], whole=False, tail_at=-1, group_major=True, hook=hook,
+                       row_hook=hook.row, kv_key=kv_key(layer, grp))
         if todo:
-            if decode:
-                _post_kv(gen, nodes, grp + 1)
-            elif hook.post_kv is not None:  # the hook had no place for it: the streams ran back to back
+            if hook.post_kv is not None:  # the hook had no place for it: the streams ran back to back
                 hook.post_kv()
             _rope_quant(gen, nodes, grp + 1, "q")
 
 
+def _emit_decode(gen, nodes: list[Node], layer: int, heads: int, pages: int, page_cycles: float) -> None:
+    """A decode step's attention block: group g's pages hold only earlier tokens, so its ATTNs over them need
+    only its Q, and run beside its own K and V streams and then group g + 1's Q stream; its K / V RoPE, QUANT
+    and STOREs follow the V stream's REQUANT, and only the tail's LOADs wait for them."""
+    att = nodes[-1]
+    (qq, qe), (o,) = att.inputs, att.outputs
+    groups = [_streams(gen, nodes, grp) for grp in range(heads)]
+    qs = [[st for st in sts if st.proj == "q"] for sts in groups]
+    kvs = [[st for st in sts if st.proj != "q"] for sts in groups]
+    last_stream = None
+    for st in qs[0]:
+        ms = st.start()
+        last_stream = len(gen.s.instrs) - 1
+        st.finish(ms)
+    # group 0's first pages LOADed now, while its Q rows are roped and quantized (as _Gen.kv_store); through gmem0
+    # alone they wait for the last stream (they would take its port 0), striped they go beside the streams
+    early = gen.early_pages(layer, None if gen.cfg.load_ports > 1 else last_stream)
+    _rope_quant(gen, nodes, 0, "q")
+    for grp in range(heads):
+        todo = kvs[grp] + (qs[grp + 1] if grp + 1 < heads else [])
+        hook = _Interleave(gen, layer, grp, todo, pages, page_cycles,
+                           post_kv=lambda g=grp: _post_kv(gen, nodes, g), own_kv=True)
+        gen.attn_group(qq, qe, o, layer, grp, early if grp == 0 else [], whole=True, tail_at=-1, group_major=True,
+                       hook=hook, kv_key=kv_key(layer, grp))
+        if grp + 1 < heads:
+            _rope_quant(gen, nodes, grp + 1, "q")
+
+
 class _Interleave:
-    """The hook of one group's :meth:`~systolica.compiler.codegen._Gen.attn_group`: starts the next group's
-    streams and finishes them (REQUANT) between its ATTNs, and places the tail's LOADs.
+    """The hook of one group's :meth:`~systolica.compiler.codegen._Gen.attn_group`: starts the streams ``todo``
+    (a prefill chunk: the next group's; ``own_kv``, a decode step: the group's own K and V, then the next group's
+    Q) and finishes them (REQUANT) between its ATTNs, and places the tail's LOADs.
 
     Positions (``hook(pos)``): pages ``0 .. P - 1``, the tail's ATTN ``P``, ATTN_OUT ``P + 1``, after it ``P + 2``.
     A stream of ``c`` cycles started at ``pos`` finishes before ``pos + ceil(c / page_cycles)``, at the latest
@@ -216,12 +241,16 @@ class _Interleave:
     compute NOP, which a running stream would hold (and the ATTNs behind it): they go right after the first
     stream's REQUANT (before the tail's ATTN), or before page 0's ATTN when no stream follows.  ``prefill``: the
     Q streams (after K and V) start no earlier than the tail's ATTNs, which every chunk has, and ``post_kv`` (the
-    next group's K / V RoPE, QUANT and STOREs) goes right after the K and V streams' REQUANTs."""
+    next group's K / V RoPE, QUANT and STOREs) goes right after the K and V streams' REQUANTs.  ``own_kv``:
+    ``post_kv`` is the group's own, so K and V end before the tail's ATTN, and the relay goes a page after the
+    STOREs (a NOP goes on beside a running stream), where they have written, so it holds nothing up."""
 
     def __init__(self, gen, layer: int, grp: int, todo: list, pages: int, page_cycles: float, *,
-                 prefill: bool = False, post_kv=None):
+                 prefill: bool = False, post_kv=None, own_kv: bool = False):
         self.gen, self.layer, self.grp, self.todo = gen, layer, grp, list(todo)
         self.pages, self.page_cycles, self.prefill, self.post_kv = pages, page_cycles, prefill, post_kv
+        self.own_kv = own_kv  # decode: the streams are the group's own K and V, then the next group's Q
+        self.relay_at = pages  # own_kv: where the relay goes (a page after the STOREs, so that it finds them done)
         self.running = None  # (stream, mult slot, position it finishes before)
         self.relayed = False
         self.rows = 0  # prefill: rows' ATTNs of whole pages issued beside the running stream
@@ -237,10 +266,11 @@ class _Interleave:
             self.gen.s.emit("NOP", engine=Engine.COMPUTE, reads=[kv_key(self.layer, self.grp)])
             self.relayed = True
 
-    def _kv_done(self) -> None:
+    def _kv_done(self, pos: int) -> None:
         if self.post_kv is not None and not any(st.proj != "q" for st in self.todo):
             self.post_kv()
             self.post_kv = None
+            self.relay_at = min(self.relay_at, pos + 1)
 
     def __call__(self, pos: int) -> None:
         end = self.pages + 2
@@ -248,8 +278,21 @@ class _Interleave:
             st, ms, _ = self.running
             st.finish(ms)
             self.running = None
-            self._relay()
-            self._kv_done()
+            if not self.own_kv:
+                self._relay()
+            self._kv_done(pos)
+        if self.own_kv and pos == self.pages and self.post_kv is not None:
+            # the tail's ATTN is next and needs the group's STOREs: its K and V streams end here, back to back
+            if self.running:
+                st, ms, _ = self.running
+                st.finish(ms)
+                self.running = None
+            for st in [st for st in self.todo if st.proj != "q"]:
+                self.todo.remove(st)
+                st.finish(st.start())
+            self._kv_done(pos)
+        if self.own_kv and self.post_kv is None and pos >= self.relay_at:
+            self._relay()  # a NOP goes on beside a running stream (hw/compute_engine.py)
         if pos == 0 and not self.todo:  # no stream to wait for
             self._relay()
         if pos == self.pages:  # the tail's ATTN is next: its LOADs, behind the pages' in the load engine
@@ -262,7 +305,7 @@ class _Interleave:
             for st in self.todo:
                 st.finish(st.start())
             self.todo = []
-            self._kv_done()
+            self._kv_done(pos)
             return
         if self.prefill and self.todo[0].proj == "q" and pos < self.pages:
             return  # Q beside the tail's ATTNs (and ATTN_OUT), which every chunk has
@@ -271,7 +314,7 @@ class _Interleave:
     def _start(self, pos: int) -> None:
         end = self.pages + 2
         st = self.todo.pop(0)
-        if not self.todo:
+        if not self.todo and not (self.own_kv and st.proj != "q"):
             until = end
         elif pos >= self.pages:
             until = pos + 1
@@ -290,7 +333,7 @@ class _Interleave:
             st.finish(ms)
             self.running = None
             self._relay()
-            self._kv_done()
+            self._kv_done(pos)
             if self.todo and self.todo[0].proj != "q":
                 self._start(pos)
         self.rows += 1

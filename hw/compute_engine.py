@@ -34,8 +34,9 @@ from .word_regs import flag_copies, lane_mux, word_reg
 #: attn_beside: the vector unit's ops that go on beside a GEMM_STREAM that runs on -- all but REQUANT, which reads
 #: the accumulator the stream writes (the others touch only the vector buffer)
 VEC_BESIDE_OPS = tuple(op for op in VECTOR_OPS if op != "REQUANT")
-#: everything the compute engine issues beside such a stream (the performance model's sim/perf.py reads it)
-BESIDE_STREAM_OPS = ATTN_OPS + VEC_BESIDE_OPS
+#: everything the compute engine issues beside such a stream (the performance model's sim/perf.py reads it): with
+#: NOP, whose pops and pushes only order the engines (the compiler's relay of a store token to the load engine)
+BESIDE_STREAM_OPS = ATTN_OPS + VEC_BESIDE_OPS + ("NOP",)
 
 __all__ = ["ComputeEngine"]
 
@@ -81,6 +82,7 @@ class ComputeEngine(wiring.Component):
                  "row": ROWPASS_OPS, "attn": ATTN_OPS}
         if cfg.attn_beside:
             kinds["vec_beside"] = VEC_BESIDE_OPS
+            kinds["nop"] = ("NOP",)
         kind = {k: Signal(name=f"is_{k}") for k in kinds}
         # and three copies each of "attn" and "row" for the output line's multiplexer, a third of its lanes
         # each: one flag over the 256-bit line and the read multiplexers was the most congested net of the
@@ -97,11 +99,12 @@ class ComputeEngine(wiring.Component):
                     out_sel[k] = flag_copies(m, hit, 1, f"out_is_{k}", first=kind[k])
 
         # attn_beside: a GEMM_STREAM without pushes retires as it starts and runs on (weights, array,
-        # accumulator) while the engine goes on with ATTN / ATTN_OUT and the vector unit's ops but REQUANT behind
-        # it; any other instruction waits in POP until it has finished (`hold`).  They share no buffer one writes
-        # and the other reads (the stream reads the scratchpad's "a" port and writes the accumulator; ATTN reads
-        # the scratchpad through a copy of its own, the vector ops only the vector buffer), so no address needs
-        # comparing
+        # accumulator) while the engine goes on with ATTN / ATTN_OUT, the vector unit's ops but REQUANT, and NOP
+        # behind it; any other instruction waits in POP until it has finished (`hold`).  They share no buffer one
+        # writes and the other reads (the stream reads the scratchpad's "a" port and writes the accumulator; ATTN
+        # reads the scratchpad through a copy of its own, the vector ops only the vector buffer, NOP nothing), so
+        # no address needs comparing; a token a NOP or an ATTN pushes cannot release a LOAD over the stream's
+        # lines, which the compiler keeps live over the block
         beside = bool(cfg.attn_beside)
         gemm_busy, hold = Signal(name="gemm_busy"), Signal(name="hold_for_gemm")
         ins, exec_start, exec_done, _ = token_fsm(m, self, cfg, on_load, hold=hold if beside else None,
@@ -210,7 +213,7 @@ class ComputeEngine(wiring.Component):
         if beside:
             h = ins.nop.h
             runs_on = is_stream & ~h.push_prev & ~h.push_next  # a GEMM_STREAM that runs on behind the engine
-            free = is_attn | kind["vec_beside"]  # what may run beside it
+            free = is_attn | kind["vec_beside"] | kind["nop"]  # what may run beside it
             m.d.comb += [hold.eq(gemm_busy & ~free),
                          exec_done.eq(self.executing & ~begin & ~vs.busy & ~rs.busy & ~at.busy
                                       & (~gemm_busy | free | runs_on))]

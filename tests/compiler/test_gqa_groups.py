@@ -49,10 +49,12 @@ def test_grouped_decode_is_bit_exact_with_the_reference(model, cfg_name):
 
 
 @pytest.mark.parametrize("model", list(MODELS))
-def test_next_groups_projections_stream_between_a_groups_attns(model):
-    """In every layer, each group but the last has the next group's Q, K and V streams between its first ATTN and
-    its ATTN_OUT, none of them pushes a token, and each REQUANT taking one out comes after ATTNs that ran beside
-    it; KV STOREs store one head each."""
+def test_own_kv_and_next_q_stream_between_a_groups_attns(model):
+    """In every layer each group's pages' ATTNs run beside its own K and V streams and then (but the last group)
+    the next group's Q stream: those streams lie between its first ATTN and its ATTN_OUT, none of them pushes a
+    token, each REQUANT taking one out comes after ATTNs that ran beside it, and the group's four KV STOREs lie
+    there too, before a compute NOP (the relay to the tail's LOADs) that is itself beside a stream.  KV STOREs
+    store one head each."""
     art = _compile(model, _beside("tiny"))
     kv_heads = MODELS[model]["n_kv_heads"]
     ins = [decode(w) for w in art.patched_program("decode", StepState(40, [3], list(range(3))))]
@@ -60,16 +62,21 @@ def test_next_groups_projections_stream_between_a_groups_attns(model):
     assert len(attn_out) == kv_heads * MODELS[model]["n_layers"]
     beside = 0
     for g, end in enumerate(attn_out):
-        if g % kv_heads == kv_heads - 1:
-            continue  # the layer's last group: nothing left to stream beside it
+        last = g % kv_heads == kv_heads - 1  # the layer's last group: no next Q to stream
         begin = max(i for i in range(end) if ins[i].op == "ATTN" and ins[i].init)  # the group's first ATTN
         streams = [i for i in range(begin - 1, end) if ins[i].op == "GEMM_STREAM"]
-        assert len(streams) >= 3, f"group {g}: {len(streams)} streams beside its ATTNs"
+        assert len(streams) >= (2 if last else 3), f"group {g}: {len(streams)} streams beside its ATTNs"
+        assert [ins[i].n for i in streams[:2]] == [art.manifest["kv"]["hd_lines"]] * 2, "its own K and V first"
         for s in streams:
             x = ins[s]
             assert not (x.push_prev or x.push_next), f"stream {s} pushes a token: it would not run on"
             nxt = next(i for i in range(s + 1, len(ins)) if ins[i].engine == Engine.COMPUTE and ins[i].op != "ATTN")
             beside += sum(ins[i].op == "ATTN" for i in range(s + 1, nxt))
+        stores = [i for i in range(begin, end) if ins[i].op == "STORE" and ins[i].buf == 0]
+        relay = [i for i in range(begin, end) if ins[i].op == "NOP" and ins[i].engine == Engine.COMPUTE]
+        assert len(stores) == 4 and len(relay) == 1 and stores[-1] < relay[0], (g, stores, relay)
+        if not last:
+            assert streams[2] < relay[0], f"group {g}: the relay waits beside the next group's Q stream"
     assert beside > 0
     stores = [x for x in ins if x.op == "STORE" and x.buf == 0]
     assert stores and all(x.rows == 1 for x in stores)

@@ -217,9 +217,9 @@ def test_attn_head_longer_than_the_unit_is_illegal_field(build_dir):
 
 def _beside_programs(cfg, what: str):
     """(both, stream only, the other only, neither): a GEMM_STREAM with no pushes, then ``what``: "attention" (an
-    ATTN chain of three 64-token tiles for 3 query rows and its ATTN_OUT) or "line ops" (SILU, MUL, ADD and ROPE
+    ATTN chain of three 64-token tiles for 3 query rows after a NOP, and its ATTN_OUT) or "line ops" (SILU, MUL, ADD and ROPE
     over the vector buffer); each program LOADs first and STOREs of every buffer last."""
-    from systolica.isa import encode, make
+    from systolica.isa import Engine, encode, make
     from systolica.sim.accel_programs import dump_stores, serialize
 
     sp = 4096 if cfg.spad_lines >= 4096 else cfg.spad_lines
@@ -229,8 +229,9 @@ def _beside_programs(cfg, what: str):
     stream = make("GEMM_STREAM", dst=0, a=sp // 2, w=DATA_LO, m=1, k=8, n=48, acc=0, wfmt=0, gshift=0)
     if what == "attention":
         tile = dict(q=sp // 2, qexp=3 * sp // 4, kv=0, state=0, nq=3, hd=2, t=64, page_log2=6, offset=63, causal=0)
-        other = [make("ATTN", **tile, init=1), make("ATTN", **tile, init=0), make("ATTN", **tile, init=0),
-                 make("ATTN_OUT", dst=64, state=0, nq=3, hd=2)]
+        # a NOP first goes on beside the stream too (the compiler's relay of the KV STOREs' token to the LOADs)
+        other = [make("NOP", engine=int(Engine.COMPUTE)), make("ATTN", **tile, init=1), make("ATTN", **tile, init=0),
+                 make("ATTN", **tile, init=0), make("ATTN_OUT", dst=64, state=0, nq=3, hd=2)]
     else:
         other = [make("SILU", dst=2 * vl, src=0, rows=1, lines=vl),
                  make("MUL", dst=3 * vl, a=2 * vl, b=vl, rows=1, lines=vl, shift=16),
@@ -243,7 +244,7 @@ def _beside_programs(cfg, what: str):
 
 @pytest.mark.parametrize("what", ["attention", "line ops"])
 def test_attention_and_line_ops_run_beside_a_gemm_stream(fast, what):
-    """config.attn_beside: an ATTN chain, or the vector unit's line ops (but REQUANT), behind a GEMM_STREAM that
+    """config.attn_beside: an ATTN chain (a NOP first), or the vector unit's line ops (but REQUANT), behind a GEMM_STREAM that
     pushes no token run while the stream does (the pair takes well under the sum of their cycles alone); without
     it they take their turns.  Bit-exact either way."""
     fast, _ = fast
