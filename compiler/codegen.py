@@ -138,16 +138,24 @@ class _Gen:
                     reads=[self.key(src)], writes=[self.key(dq), self.key(de)],
                     patches=self.n_rows("rows", heads, rows=rows))
 
-    def _stream_block(self, aq: str, wname: str, m_rows: int, t: Tile) -> str:
-        """Load the mult row of output block ``t`` and stream its weights from DRAM into ``acc`` (``m_rows`` rows
-        of ``t.nt`` lines, all of K in one GEMM_STREAM); returns the mult slot.
-
-        The weights need no token: nothing writes them, and GEMM_STREAM reads them itself on the compute engine."""
-        m, cols, acc = self.mats[wname], self.cols, self.a("acc", "acc")
+    def mult_load(self, wname: str, t: Tile) -> str:
+        """LOAD the mult row of output block ``t`` of ``wname`` into the next mult slot; returns the slot."""
+        m, cols = self.mats[wname], self.cols
         ms = f"m{self.mslot}"
         self.mslot ^= 1
         self.s.emit("LOAD", buf=Buf.VBUF, sram=self.a(ms, "vbuf"), dram=m.mult_off + t.n0 * cols * 4, rows=1,
                     lines=t.nt, stride=0, writes=[f"vbuf:{ms}"])
+        return ms
+
+    def _stream_block(self, aq: str, wname: str, m_rows: int, t: Tile, ms: str | None = None) -> str:
+        """Load the mult row of output block ``t`` (unless ``ms``, a slot :meth:`mult_load` filled already) and
+        stream its weights from DRAM into ``acc`` (``m_rows`` rows of ``t.nt`` lines, all of K in one GEMM_STREAM);
+        returns the mult slot.
+
+        The weights need no token: nothing writes them, and GEMM_STREAM reads them itself on the compute engine."""
+        m, acc = self.mats[wname], self.a("acc", "acc")
+        if ms is None:
+            ms = self.mult_load(wname, t)
         fmt = {"wfmt": m.wfmt, "gshift": m.gshift} if m.wfmt else {}  # (fields older ISA tables lack)
         self.s.emit("GEMM_STREAM", dst=acc, a=self.a(aq), w=m.w_addr(t.n0, self.cfg), m=m_rows, k=m.Kl, n=t.nt,
                     acc=0, **fmt, reads=[self.key(aq)], writes=["acc:acc"],

@@ -96,9 +96,14 @@ class _Stream:
     grp: int
     heads: int  # the group's heads of this projection
     proj: str = "q"  # "q", "k" or "v"
+    ms: str | None = None  # its mult slot, when LOADed ahead (preload)
+
+    def preload(self) -> None:
+        """LOAD its mult row now, ahead of the LOADs the load engine takes before the stream starts."""
+        self.ms = self.gen.mult_load(self.w, self.t)
 
     def start(self) -> str:
-        return self.gen._stream_block(self.aq, self.w, self.gen.T, self.t)
+        return self.gen._stream_block(self.aq, self.w, self.gen.T, self.t, ms=self.ms)
 
     def finish(self, ms: str) -> None:
         g, t = self.gen, self.t
@@ -217,7 +222,10 @@ def _emit_decode(gen, nodes: list[Node], layer: int, heads: int, pages: int, pag
         last_stream = len(gen.s.instrs) - 1
         st.finish(ms)
     # group 0's first pages LOADed now, while its Q rows are roped and quantized (as _Gen.kv_store); through gmem0
-    # alone they wait for the last stream (they would take its port 0), striped they go beside the streams
+    # alone they wait for the last stream (they would take its port 0), striped they go beside the streams.  Its K
+    # stream's mult row first: the in-order load engine would hold K's REQUANT behind the pages (V's goes after
+    # them: its slot is Q's, free only after Q's REQUANT)
+    kvs[0][0].preload()
     early = gen.early_pages(layer, None if gen.cfg.load_ports > 1 else last_stream)
     _rope_quant(gen, nodes, 0, "q")
     for grp in range(heads):
@@ -257,6 +265,11 @@ class _Interleave:
         kv, cfg, G = gen.kv, gen.cfg, gen.g.config.group
         # one row's ATTN over a whole page (sim/perf_costs.py: K and V a line a cycle, the job's and rows' fixed part)
         self.row_cycles = -(-G // cfg.attn_rows) * (2 * kv.page * kv.hd_lines + 56) + G * 25
+        if cfg.attn_pv_shared and cfg.attn_rows > 1:  # a job's V line waits for its rows' turns on the p.V lanes
+            jobs = [min(cfg.attn_rows, G - j) for j in range(0, G, cfg.attn_rows)]
+            self.row_cycles += sum((-(-n // cfg.attn_pv_sets) - 1) * kv.page * kv.hd_lines for n in jobs)
+        # decode: a whole page's time, its LOAD's or its ATTN's
+        self.page_time = max(page_cycles, self.row_cycles)
 
     def _relay(self) -> None:
         """A compute NOP that waits for the group's KV STOREs (it reads what they write), so that the tail's LOADs
@@ -321,7 +334,8 @@ class _Interleave:
         elif self.prefill:  # K and V: finished by row() once enough rows ran beside, by the tail at the latest
             until = self.pages
         else:
-            until = max(pos + 1, min(self.pages, pos + ceil(st.cycles / self.page_cycles)))
+            span = max(1, round(st.cycles / self.page_time)) if self.own_kv else ceil(st.cycles / self.page_cycles)
+            until = max(pos + 1, min(self.pages, pos + span))
         self.running = (st, st.start(), until)
         self.rows = 0
 

@@ -80,6 +80,13 @@ def test_own_kv_and_next_q_stream_between_a_groups_attns(model):
     assert beside > 0
     stores = [x for x in ins if x.op == "STORE" and x.buf == 0]
     assert stores and all(x.rows == 1 for x in stores)
+    # in each layer the first LOAD after the Q stream of group 0 is its K stream's mult row (vector buffer), then
+    # group 0's first pages (scratchpad): the in-order load engine would hold K's REQUANT behind the pages
+    for end in attn_out[::kv_heads]:
+        first_attn = max(i for i in range(end) if ins[i].op == "ATTN" and ins[i].init)
+        q0 = [i for i in range(first_attn) if ins[i].op == "GEMM_STREAM"][-2]  # then K's, right before the ATTN
+        loads = [ins[i].buf for i in range(q0, first_attn) if ins[i].op == "LOAD"]
+        assert loads[0] == 2 and 0 in loads[1:], loads
 
 
 def test_batched_steps_keep_the_layer_order():
