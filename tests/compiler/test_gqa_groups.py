@@ -48,6 +48,17 @@ def test_grouped_decode_is_bit_exact_with_the_reference(model, cfg_name):
     assert gold.pos == 59
 
 
+@pytest.mark.parametrize("max_seq, page", [(16, 16), (24, 8)])
+def test_grouped_decode_of_few_pages_is_bit_exact(max_seq, page):
+    """One page (or three of 8 tokens): a group's K and V streams end at the tail, back to back (no page to run
+    beside), and the relay NOP follows their STOREs at once; golden = integer reference to the last position."""
+    m = random_model(max_seq=max_seq, **MODELS["gqa3"])
+    art = compile_model(m, _beside("tiny"), page=page, max_seq=max_seq, prefill_chunk=8)
+    gold, ref = GoldenRunner(art), QuantRunner(quantize_model(m), page=art.page)
+    assert_lockstep(gold, ref, [1, 2, 3], first=3, steps=max_seq - 4)
+    assert gold.pos == max_seq - 1
+
+
 @pytest.mark.parametrize("model", list(MODELS))
 def test_own_kv_and_next_q_stream_between_a_groups_attns(model):
     """In every layer each group's pages' ATTNs run beside its own K and V streams and then (but the last group)
