@@ -20,12 +20,12 @@ Beat sequence of one job of ``n <= R`` rows on ``i_stream`` (``kind``, see :clas
    line, ``last`` on the tile's last line; the unit accumulates each row's ``q . k_j`` one line
    per cycle, then ``u_j = sat32(rsr(dot * LOG2E_Q30, 10 - qexp - kexp_j))`` (log2 units, Q20);
    masked tokens (``causal and j > offset``) are skipped; each row's running maximum ``m1`` grows;
-4. (one internal cycle: ``a = exp2_fx(m - m1, 20, 30)``, the rescale of each row's old state);
-5. ``V`` x ``t * hd/C`` lines, framed like K: each row's ``p_j = exp2_fx(u_j - m1, 20, 28)`` and
+4. ``V`` x ``t * hd/C`` lines, framed like K: each row's ``p_j = exp2_fx(u_j - m1, 20, 28)`` and
    ``PV += (d_j * v_j) << max(min(vexp_j, 3), 0)`` lane by lane with ``d_j = exp2_fx(u_j - m1, 20, 28,
    down=max(-vexp_j, 0))`` (the weight with V's exponent applied, rounded once a token and row), ``sum p_j``
-   per token;
-6. per row, in order: (one internal cycle: ``L = rsr(l*a, 30) + rsr(sum p, 8)``,
+   per token; then (internal, while the last V lines drain: V needs only ``m1``) ``a = exp2_fx(m - m1, 20,
+   30)``, the rescale of each row's old state;
+5. per row, in order: (one internal cycle: ``L = rsr(l*a, 30) + rsr(sum p, 8)``,
    ``r = max(0, bitlen(L) - 21)``), a header line (``hdr``) on ``o_stream`` with ``data[0] =
    sat32(m1 + (r << 20))``, ``data[1] = sat32(rsr(L, r))``, then ``STATE_O`` x ``hd/C`` lines
    in: the row's old ``o`` (``last`` on its last line), each giving the new line
@@ -60,8 +60,8 @@ state L's ``l * a``); state A puts each row's ``m`` through the ``exp2`` pipelin
 V its scores (from block RAM) through the same pipeline, then ``p * v`` (P1 .. P3), the shift and the PV read
 (P4), its rounding and the PV write (P5).  The states are one-hot (hw/attn_fsm.py); after L, one state each
 for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding shift and the
-header (hw/attn_row_end.py).  Fixed latency beyond the lines (Amaranth simulator, the unit alone): 52 cycles a job (K drains, A, V
-drains) and 13 a row; the last output line leaves 9 cycles after its input line.
+header (hw/attn_row_end.py).  Fixed latency beyond the lines (RTL): 43 cycles a job (K drains, V drains with the
+rescales A behind the V lines; 52 when A came between them, before 2026-12-06) and 13 a row; the last output line leaves 9 cycles after its input line.
 """
 
 from __future__ import annotations
@@ -402,19 +402,14 @@ class AttentionUnit(wiring.Component):
                     fsm.goto("KDRAIN")
             with fsm.state("KDRAIN"), m.If(~k0.v & ~kp.v & ~Cat(*[t.v for t in k_tree]).any() & ~k2.v
                                                    & ~pipe_busy):  # the last scores
-                fsm.goto("A")
-            with fsm.state("A"):  # the rescales a = exp2(m - m1) into the exp2 pipelines (shared: a row a cycle)
-                m.d.comb += [e_in.v.eq(1), e_in.isv.eq(0), e_in.fo.eq(0)]  # (the V fields below: don't-cares)
+                fsm.goto("AW")
+            # one cycle: the score buffer's address is token 0 (its output is V's first score), the sums cleared.  V
+            # needs only m1, not a = exp2(m - m1): the rescales go into the exp2 pipelines after the V lines (state
+            # A), and leave them while the last V lines go through P1 .. P5
+            with fsm.state("AW"):
                 m.d.sync += [sum_p[q].eq(0) for q in range(R)]
                 if shared:
-                    m.d.sync += e_row.eq(e_row + 1)
-                    with m.If(e_row == nlp):
-                        m.d.sync += [e_row.eq(0), v_last.eq(nlp == 0)]
-                        fsm.goto("AW")
-                else:
-                    fsm.goto("AW")
-            # a is registered as it leaves E5 (shared: the last row's)
-            with fsm.state("AW"), m.If(etag[-1].v & ((etag[-1].row == nlp) if shared else 1)):
+                    m.d.sync += [e_row.eq(0), v_last.eq(nlp == 0)]
                 fsm.goto("V")
             # stage V1: p_j of each row from its score (the exp2 pipelines), with the V line; shared: the line once
             # a row into the one pipeline, taken with its last row
@@ -433,8 +428,19 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += li.eq(li + 1)
                 with m.If(p.last):
                     m.d.sync += li.eq(0)
+                    fsm.goto("A")
+            with fsm.state("A"):  # the rescales a = exp2(m - m1) into the exp2 pipelines (shared: a row a cycle)
+                m.d.comb += [e_in.v.eq(1), e_in.isv.eq(0), e_in.fo.eq(0)]  # (the V fields below: don't-cares)
+                if shared:
+                    m.d.sync += e_row.eq(e_row + 1)
+                    with m.If(e_row == nlp):
+                        m.d.sync += e_row.eq(0)
+                        fsm.goto("VDRAIN")
+                else:
                     fsm.goto("VDRAIN")
-            with fsm.state("VDRAIN"), m.If(~e_busy & ~v_busy):  # the last V lines are still in V1 / V2
+            # the last V lines are still in V1 / V2, the rescales in the exp2 pipelines (a is registered as each
+            # leaves E5)
+            with fsm.state("VDRAIN"), m.If(~e_busy & ~v_busy):
                 fsm.goto("L")
             with fsm.state("L"):  # row ri's new sum and shift (rows one after another, each before its O pass)
                 m.d.comb += in_l.eq(1)  # l * a on lane 0's multiplier, behind the previous row's lines

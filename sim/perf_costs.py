@@ -139,7 +139,7 @@ class PerfParams:
         Pipeline depth of the vector unit (fill + drain per instruction).
     attn_latency : int
         Fixed cycles per job of one ATTN tile (a job: up to ``attn_rows`` query rows through the tile together;
-        the pipeline drains between K and V and the rescale).
+        the pipeline drains between K and V; the rescales follow the V lines, inside their drain: 52 -> 43 cycles, 2026-12-06).
     attn_row_latency : int
         Fixed cycles per query row of one ATTN tile (its header, the new sum and shift, the header line out).
     fetch_latency : int
@@ -166,7 +166,7 @@ class PerfParams:
     gemm: str = "systolic"
     weight_cols_per_cycle: int = 1
     vector_latency: int = 2
-    attn_latency: int = 52
+    attn_latency: int = 43
     attn_row_latency: int = 13
     fetch_latency: int = 0
     token_latency: int = 1
