@@ -244,8 +244,9 @@ class _Interleave:
     Q) and finishes them (REQUANT) between its ATTNs, and places the tail's LOADs.
 
     Positions (``hook(pos)``): pages ``0 .. P - 1``, the tail's ATTN ``P``, ATTN_OUT ``P + 1``, after it ``P + 2``.
-    A stream of ``c`` cycles started at ``pos`` finishes before ``pos + ceil(c / page_cycles)``, at the latest
-    before the tail's ATTN; the last one after ATTN_OUT.  The tail's LOADs wait for the group's STOREs through a
+    A stream of ``c`` cycles started at ``pos`` finishes before ``pos + ceil(c / page_cycles)`` (``own_kv``: ``pos +
+    round(c / page_time)``, a page's LOAD or ATTN, whichever is longer), at the latest before the tail's ATTN; the
+    last one after ATTN_OUT.  The tail's LOADs wait for the group's STOREs through a
     compute NOP, which a running stream would hold (and the ATTNs behind it): they go right after the first
     stream's REQUANT (before the tail's ATTN), or before page 0's ATTN when no stream follows.  ``prefill``: the
     Q streams (after K and V) start no earlier than the tail's ATTNs, which every chunk has, and ``post_kv`` (the
@@ -273,11 +274,18 @@ class _Interleave:
 
     def _relay(self) -> None:
         """A compute NOP that waits for the group's KV STOREs (it reads what they write), so that the tail's LOADs
-        need only a compute token: emitted where no stream runs (a running stream holds every compute instruction
-        but ATTN), and early, so that the in-order load engine does not wait behind the tail for the STOREs."""
+        need only a compute token: emitted early, so that the in-order load engine does not wait behind the tail
+        for the STOREs, and (but with ``own_kv``) where no stream runs: a NOP goes on beside a running stream, but
+        while it waits in POP it holds the ATTNs behind it."""
         if not self.relayed:
             self.gen.s.emit("NOP", engine=Engine.COMPUTE, reads=[kv_key(self.layer, self.grp)])
             self.relayed = True
+
+    def _finish_running(self) -> None:
+        """The running stream's REQUANT (it takes the result out of the accumulator once the stream has ended)."""
+        st, ms, _ = self.running
+        st.finish(ms)
+        self.running = None
 
     def _kv_done(self, pos: int) -> None:
         if self.post_kv is not None and not any(st.proj != "q" for st in self.todo):
@@ -288,18 +296,14 @@ class _Interleave:
     def __call__(self, pos: int) -> None:
         end = self.pages + 2
         if self.running and self.running[2] <= pos:
-            st, ms, _ = self.running
-            st.finish(ms)
-            self.running = None
+            self._finish_running()
             if not self.own_kv:
                 self._relay()
             self._kv_done(pos)
         if self.own_kv and pos == self.pages and self.post_kv is not None:
             # the tail's ATTN is next and needs the group's STOREs: its K and V streams end here, back to back
             if self.running:
-                st, ms, _ = self.running
-                st.finish(ms)
-                self.running = None
+                self._finish_running()
             for st in [st for st in self.todo if st.proj != "q"]:
                 self.todo.remove(st)
                 st.finish(st.start())
@@ -343,9 +347,7 @@ class _Interleave:
         """Before row ``i``'s ATTN on page ``pos`` (prefill): a K or V stream that as many rows' ATTNs of a whole
         page cover ends here (its REQUANT), and the next K or V stream starts."""
         if self.running and self.running[0].proj != "q" and self.rows * self.row_cycles >= self.running[0].cycles:
-            st, ms, _ = self.running
-            st.finish(ms)
-            self.running = None
+            self._finish_running()
             self._relay()
             self._kv_done(pos)
             if self.todo and self.todo[0].proj != "q":
