@@ -265,7 +265,7 @@ class _Interleave:
         self.rows = 0  # prefill: rows' ATTNs of whole pages issued beside the running stream
         kv, cfg, G = gen.kv, gen.cfg, gen.g.config.group
         # one row's ATTN over a whole page (sim/perf_costs.py: K and V a line a cycle, the job's and rows' fixed part)
-        self.row_cycles = -(-G // cfg.attn_rows) * (2 * kv.page * kv.hd_lines + 47) + G * 25
+        self.row_cycles = -(-G // cfg.attn_rows) * (2 * kv.page * kv.hd_lines + 58) + G * 14
         if cfg.attn_pv_shared and cfg.attn_rows > 1:  # a job's V line waits for its rows' turns on the p.V lanes
             jobs = [min(cfg.attn_rows, G - j) for j in range(0, G, cfg.attn_rows)]
             self.row_cycles += sum((-(-n // cfg.attn_pv_sets) - 1) * kv.page * kv.hd_lines for n in jobs)

@@ -25,8 +25,8 @@ Beat sequence of one job of ``n <= R`` rows on ``i_stream`` (``kind``, see :clas
    down=max(-vexp_j, 0))`` (the weight with V's exponent applied, rounded once a token and row), ``sum p_j``
    per token; then (internal, while the last V lines drain: V needs only ``m1``) ``a = exp2_fx(m - m1, 20,
    30)``, the rescale of each row's old state;
-5. per row, in order: (one internal cycle: ``L = rsr(l*a, 30) + rsr(sum p, 8)``,
-   ``r = max(0, bitlen(L) - 21)``), a header line (``hdr``) on ``o_stream`` with ``data[0] =
+5. (internal: every row's ``L = rsr(l*a, 30) + rsr(sum p, 8)`` and ``r = max(0, bitlen(L) - 21)``, a row a
+   cycle through one pipeline) per row, in order: a header line (``hdr``) on ``o_stream`` with ``data[0] =
    sat32(m1 + (r << 20))``, ``data[1] = sat32(rsr(L, r))``, then ``STATE_O`` x ``hd/C`` lines
    in: the row's old ``o`` (``last`` on its last line), each giving the new line
    ``sat32(rsr(rsr(o*a, 30) + rsr(PV, 8), r))`` on ``o_stream``.
@@ -58,10 +58,15 @@ row), a tree of log2(C) adds and K2 (hw/attn_pipes.py), then the scores through 
 (hw/attn_state_lines.py: S0 .. S8, whose multipliers also scale the scores, so ``R <= line_width``, and give
 state L's ``l * a``); state A puts each row's ``m`` through the ``exp2`` pipeline (X1 .. E5, hw/attn_exp.py);
 V its scores (from block RAM) through the same pipeline, then ``p * v`` (P1 .. P3), the shift and the PV read
-(P4), its rounding and the PV write (P5).  The states are one-hot (hw/attn_fsm.py); after L, one state each
-for its two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding shift and the
-header (hw/attn_row_end.py).  Fixed latency beyond the lines (RTL): 43 cycles a job (K drains, V drains with the
-rescales A behind the V lines; 52 when A came between them, before 2026-12-06) and 13 a row; the last output line leaves 9 cycles after its input line.
+(P4), its rounding and the PV write (P5).  The states are one-hot (hw/attn_fsm.py).  State L puts the rows'
+``l * a`` into lane 0, a row a cycle; as each leaves S3 it enters the row-end pipeline (hw/attn_row_end.py:
+one stage each for the two roundings, ``L``, the bit lengths of L's bytes, ``bitlen(L)``, ``r``, the rounding
+shift and the header), so the rows' ends overlap; each row's header then enters the lanes (state OUTH) ahead of
+its output lines and leaves S8 in order with them, so the rows follow each other through the lanes with no
+gap (the header had gone straight to ``o_stream`` and waited for the row before to leave the lanes).  Fixed
+latency beyond the lines (RTL): 54 cycles a job (K drains, V drains with the rescales A behind the V lines, the
+first row's end) and 2 a row (its header in and out): 43 and 13 when each row's end waited for the row before
+(2026-12-06); the last output line leaves 9 cycles after its input line.
 """
 
 from __future__ import annotations
@@ -77,8 +82,8 @@ from systolica.config import AccelConfig
 from .attn_exp import exp2_pipelines
 from .attn_fsm import OneHotFSM
 from .attn_pipes import AddrCopies, k_pipeline, pv_pipeline
-from .attn_row_end import ROW_END_STATES, RowEnd
-from .attn_state_lines import PV_BITS, state_lines
+from .attn_row_end import RowEnd
+from .attn_state_lines import KIND_LA, PV_BITS, state_lines
 from .attn_state_lines import row_suffix as _s
 from .recip import Reciprocal
 
@@ -186,17 +191,15 @@ class AttentionUnit(wiring.Component):
         li = Signal(range(self.max_lines + 1))  # line within the current token / head
         tok = Signal(range(self.max_tokens + 1))
         anyv = Signal()  # some token of the tile was unmasked (the same for every row: one query position)
-        row_end = RowEnd()  # the row's new L, its shift r and header (states LW .. LN: hw/attn_row_end.py)
-        r, m_new, l_new = row_end.r, row_end.m_new, row_end.l_new
+        row_end = RowEnd(R)  # the rows' new L, shift r and header (a pipeline, a row a cycle: hw/attn_row_end.py)
         fire = i.valid & i.ready
         valid_tok = ~causal | (tok <= offset)
         tok_p1 = Signal(range(self.max_tokens + 2), init=1)  # tok + 1, kept beside tok (the score read address)
-        m_old_o, l_old_o, m1_o = Array(m_old)[ri], Array(l_old)[ri], Array(m1)[ri]
-        a_o, sum_p_o = Array(a)[ri], Array(sum_p)[ri]
+        l_old_o, a_o = Array(l_old)[ri], Array(a)[ri]  # state L's l * a and the O pass's a: row ri's
 
         # the unit's states, one flip-flop each (hw/attn_fsm.py)
         fsm = OneHotFSM(m, ["HDR", "FREQ", "FWAIT", "FOUT", "Q", "K", "KDRAIN", "A", "AW", "V", "VDRAIN", "L",
-                            *ROW_END_STATES, "OUTH", "O", "ODRAIN"], "attn")
+                            "OUTH", "O", "ODRAIN"], "attn")
 
         # one exp2 pipeline per row serves `a` (state A, frac 30) and p_j (V phase, frac 28): hw/attn_exp.py; with
         # the rows sharing the p.V lanes one pipeline serves them in turn, the row riding in the tag
@@ -283,8 +286,8 @@ class AttentionUnit(wiring.Component):
         m.d.comb += recip.i_stream.payload.eq(l_rc)
         m.d.comb += recip.o_stream.ready.eq(1)  # its one result (35 cycles after FREQ) is taken in FWAIT
 
-        r_s = Signal(signed(8))  # r as a signed shift amount
-        m.d.comb += r_s.eq(r)
+        r_s = Signal(signed(8))  # row ri's r as a signed shift amount (the O pass)
+        m.d.comb += r_s.eq(Array(row_end.r)[ri])
 
         # ---- K pipeline (hw/attn_pipes.py): K0, KP the products, the sum tree, K2 the dot-product accumulation
         k0, kp, k_tree, k2 = k_pipeline(m, p, tok, valid_tok, q_rs, qexp, dot, anyv, R, C, self.max_tokens, _s)
@@ -331,8 +334,13 @@ class AttentionUnit(wiring.Component):
 
         sl = state_lines(m, C=C, R=R, L=self.lanes, max_tokens=self.max_tokens, p=p, o=o, pv_rs=pv_rs, shared=shared,
                          S=S, NP=NP, ri=ri, li_w=li_w, row_w=row_w, fy=fy, fk=fk, anyv=anyv, a_o=a_o, r_s=r_s, k2=k2,
-                         l_old_o=l_old_o, u_ws=u_ws, m1=m1, tk=tk)
-        tags, adv, pipe_busy, o_busy, in_l, la = sl.tags, sl.adv, sl.pipe_busy, sl.o_busy, sl.in_l, sl.la
+                         l_old_o=l_old_o, u_ws=u_ws, m1=m1, tk=tk, m_hdr=row_end.m_new, l_hdr=row_end.l_new)
+        tags, adv, pipe_busy, in_l, in_h, la = sl.tags, sl.adv, sl.pipe_busy, sl.in_l, sl.in_h, sl.la
+        # the rows' ends, a row a cycle as their l * a leave S3 (issued a cycle apart in state L)
+        la_v = Signal(name="row_end_in")
+        m.d.comb += la_v.eq(tags[3].v & (tags[3].kind == KIND_LA) & adv)
+        row_end.build(m, la_v=la_v, la=la, la_row=tags[3].row, clear=fsm["VDRAIN"], sum_p=sum_p, m1=m1, m_old=m_old,
+                      l_old=l_old, anyv=anyv)
         last_group, pv_line_addr, state_line = sl.last_group, sl.pv_line_addr, sl.state_line
 
         # the unit takes every beat in HDR, Q, K and V (a wrong one to drop it), a state line's with its last
@@ -442,19 +450,21 @@ class AttentionUnit(wiring.Component):
             # leaves E5)
             with fsm.state("VDRAIN"), m.If(~e_busy & ~v_busy):
                 fsm.goto("L")
-            with fsm.state("L"):  # row ri's new sum and shift (rows one after another, each before its O pass)
-                m.d.comb += in_l.eq(1)  # l * a on lane 0's multiplier, behind the previous row's lines
+            with fsm.state("L"):  # each row's l * a on lane 0's multiplier, a row a cycle, into the row ends
+                m.d.comb += in_l.eq(1)
                 with m.If(adv):
-                    fsm.goto("LW")
-            row_end.states(m, fsm, tag=tags[3], la=la, sum_p=sum_p_o, m1=m1_o, m_old=m_old_o, l_old=l_old_o,
-                           anyv=anyv)
-            with fsm.state("OUTH"), m.If(~o_busy):  # once the previous row's output lines are out
+                    m.d.sync += ri.eq(ri + 1)
+                    with m.If(ri == nlast):
+                        m.d.sync += ri.eq(0)
+                        fsm.goto("OUTH")
+            # row ri's header into the lanes once its row end has it: it leaves S8 behind the previous row's
+            # output lines, so the rows' headers and lines follow each other through the lanes without a gap
+            with fsm.state("OUTH"):
                 m.d.sync += pv_raddr.eq(pv_line_addr(li))
-                m.d.comb += [o.valid.eq(1), o.payload.hdr.eq(1), o.payload.data[0].eq(m_new),
-                             o.payload.data[1].eq(l_new)]
-                m.d.comb += [o.payload.data[c].eq(0) for c in range(2, C)]
-                with m.If(o.ready):
-                    fsm.goto("O")
+                with m.If(Array(row_end.ready)[ri]):
+                    m.d.comb += in_h.eq(1)
+                    with m.If(adv):
+                        fsm.goto("O")
             with fsm.state("O"):
                 m.d.sync += pv_raddr.eq(pv_line_addr(li))
                 with m.If(tk["SL"] & last_group & adv):  # the state line is taken
@@ -469,7 +479,7 @@ class AttentionUnit(wiring.Component):
                         fsm.goto("ODRAIN")
                     with m.Else():
                         m.d.sync += ri.eq(ri + 1)
-                        fsm.goto("L")
+                        fsm.goto("OUTH")
             with fsm.state("ODRAIN"), m.If(~pipe_busy):  # the job's last output lines leave the lanes
                 fsm.goto("HDR")
         return m

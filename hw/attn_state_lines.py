@@ -17,11 +17,14 @@ from amaranth.lib import data
 
 from .attn_lane import state_lane
 
-__all__ = ["StateLines", "state_lines", "PV_BITS", "LANE_STAGES", "KIND_SCORE", "KIND_O", "KIND_LA", "row_suffix"]
+__all__ = ["StateLines", "state_lines", "PV_BITS", "LANE_STAGES", "KIND_SCORE", "KIND_O", "KIND_LA", "KIND_H",
+           "row_suffix"]
 
 #: stages of the state-line lanes (S0 operands .. S8 saturation; hw/attn_lane.py)
 LANE_STAGES = 9
-KIND_SCORE, KIND_O, KIND_LA = 0, 1, 2  # what a lane pipeline entry is (O: an O or FOUT lane group)
+# what a lane pipeline entry is (O: an O or FOUT lane group; H: a row's header line, which leaves S8 in order with
+# the rows' output lines: its lanes compute nothing, S8 puts the row's (m, l) in the line's first two words)
+KIND_SCORE, KIND_O, KIND_LA, KIND_H = 0, 1, 2, 3
 
 PV_BITS = 56  # |PV| < 2**50 for t <= 4095 and |v| < 1024 (numerics_attn); 6 bits of margin
 
@@ -34,15 +37,15 @@ def row_suffix(r: int) -> str:
 @dataclass
 class StateLines:
     """What the attention unit's states use of the lanes: the pipeline's tags, its advance, whether it holds
-    anything (or output lines), state L's issue flag and its product ``l * a``, the lane group's last flag,
+    anything, state L's issue flag and its product ``l * a``, state OUTH's issue flag, the lane group's last flag,
     the O pass's p.V address of a line, and ``state_line(fout)``, which feeds the held state line's groups and
     returns the condition on which the row's last one is taken."""
 
     tags: list
     adv: Signal
     pipe_busy: Signal
-    o_busy: Signal
     in_l: Signal
+    in_h: Signal
     la: Signal
     last_group: Signal
     pv_line_addr: Callable
@@ -50,11 +53,12 @@ class StateLines:
 
 
 def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shared: bool, S: int, NP: int, ri,
-                li_w: int, row_w: int, fy, fk, anyv, a_o, r_s, k2, l_old_o, u_ws, m1, tk) -> StateLines:
+                li_w: int, row_w: int, fy, fk, anyv, a_o, r_s, k2, l_old_o, u_ws, m1, tk, m_hdr, l_hdr) -> StateLines:
     """The state-line lanes of an :class:`~systolica.hw.attention_unit.AttentionUnit` (see the module docstring):
     built into ``m`` from the unit's beat payload ``p``, output stream ``o``, the rows' p.V read ports ``pv_rs``,
     the O pass's row ``ri``, ATTN_OUT's reciprocal ``fy`` / ``fk``, the K pipeline's last stage ``k2`` (its
-    scores go through the lanes' multipliers) and the rows' score buffers ``u_ws`` and running maxima ``m1``."""
+    scores go through the lanes' multipliers), the rows' score buffers ``u_ws`` and running maxima ``m1``, and
+    their new headers ``m_hdr`` / ``l_hdr`` (lists: a header entry leaving S8 puts its row's in the line)."""
     from systolica.numerics import LOG2E_Q30
 
     # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
@@ -89,22 +93,23 @@ def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shar
     fsh = Signal(signed(10))
     m.d.comb += fsh.eq(fk - 16)
     tag_l = data.StructLayout({"v": 1, "kind": 2, "raw": 1, "last": 1, "grp": range(G),
-                               "tok": range(max_tokens + 1), "ok": 1})
+                               "tok": range(max_tokens + 1), "ok": 1, "row": range(R)})
     tags = [Signal(tag_l, name=f"lane_s{s}") for s in range(NS)]
     iss = Signal(tag_l, name="lane_issue")  # what enters S0 this cycle (iss.v = 0: nothing)
     adv = Signal(name="lane_adv")
     pipe_busy = Signal(name="lane_busy")
     m.d.comb += pipe_busy.eq(Cat(*[t.v for t in tags]).any())
-    o_busy = Signal(name="lane_o_busy")  # output lines in the lanes (a cycle ago: OUTH and LN issue none)
-    m.d.sync += o_busy.eq(Cat(*[t.v & (t.kind == KIND_O) for t in tags]).any())
     t_out = tags[NS - 1]
-    out_line = Signal(name="lane_out_line")  # S8 holds the last lane group of an output line
-    m.d.comb += [out_line.eq(t_out.v & (t_out.kind == KIND_O) & (t_out.grp == G - 1)),
+    out_line = Signal(name="lane_out_line")  # S8 holds the last lane group of an output line, or a header
+    out_h = Signal(name="lane_out_hdr")
+    m.d.comb += [out_h.eq(t_out.v & (t_out.kind == KIND_H)),
+                 out_line.eq((t_out.v & (t_out.kind == KIND_O) & (t_out.grp == G - 1)) | out_h),
                  adv.eq(~out_line | o.ready)]
     with m.If(adv):
         m.d.sync += tags[0].eq(iss)
         m.d.sync += [tags[s + 1].eq(tags[s]) for s in range(NS - 1)]
-    in_l = Signal()  # state L issues l * a on lane 0
+    in_l = Signal()  # state L issues l * a on lane 0 (row ri's)
+    in_h = Signal()  # state OUTH issues row ri's header
     la = Signal(signed(66))  # l * a: lane 0's product in S3
     lanes_out = []
     for j in range(L):
@@ -148,11 +153,16 @@ def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shar
     with m.If(k2.v):  # the scores of every row, one lane each
         m.d.comb += [iss.v.eq(1), iss.kind.eq(KIND_SCORE), iss.raw.eq(1), iss.tok.eq(k2.tok), iss.ok.eq(k2.ok)]
     with m.If(in_l & adv):
-        m.d.comb += [iss.v.eq(1), iss.kind.eq(KIND_LA)]
+        m.d.comb += [iss.v.eq(1), iss.kind.eq(KIND_LA), iss.row.eq(ri)]
+    with m.If(in_h & adv):
+        m.d.comb += [iss.v.eq(1), iss.kind.eq(KIND_H), iss.row.eq(ri)]
     with m.If(adv & t_out.v & (t_out.kind == KIND_O) & (t_out.grp != G - 1)):
         if G > 1:
             m.d.sync += done_groups.word_select(t_out.grp, 32 * L).eq(Cat(*lanes_out))
-    m.d.comb += [o.payload.last.eq(t_out.last), o.payload.data.eq(Cat(done_groups, *lanes_out))]
+    # a header line: the row's (m, l), zeros after them
+    hdr_line = Cat(Array(m_hdr)[t_out.row], Array(l_hdr)[t_out.row], *([Const(0, 32 * (C - 2))] if C > 2 else []))
+    m.d.comb += [o.payload.last.eq(t_out.last), o.payload.hdr.eq(out_h),
+                 o.payload.data.eq(Mux(out_h, hdr_line, Cat(done_groups, *lanes_out)))]
     with m.If(out_line):
         m.d.comb += o.valid.eq(1)
     last_group = Signal(name="o_last_group", init=int(G == 1))  # g == G - 1, a register beside g
@@ -168,4 +178,4 @@ def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shar
             m.d.comb += iss.v.eq(1)
             m.d.sync += [g.eq(Mux(last_group, 0, g + 1)), last_group.eq(Mux(last_group, G == 1, g == G - 2))]
         return tk["SL"] & last_group & adv & p.last
-    return StateLines(tags, adv, pipe_busy, o_busy, in_l, la, last_group, pv_line_addr, state_line)
+    return StateLines(tags, adv, pipe_busy, in_l, in_h, la, last_group, pv_line_addr, state_line)

@@ -139,9 +139,12 @@ class PerfParams:
         Pipeline depth of the vector unit (fill + drain per instruction).
     attn_latency : int
         Fixed cycles per job of one ATTN tile (a job: up to ``attn_rows`` query rows through the tile together;
-        the pipeline drains between K and V; the rescales follow the V lines, inside their drain: 52 -> 43 cycles, 2026-12-06).
+        the pipeline drains between K and V; the rescales follow the V lines, inside their drain: 52 -> 43 cycles,
+        2026-12-06; and the first row's end, its new sum, shift and header: 43 + 11 = 54 since the rows' ends are
+        one pipeline, 2026-12-06).
     attn_row_latency : int
-        Fixed cycles per query row of one ATTN tile (its header, the new sum and shift, the header line out).
+        Fixed cycles per query row of one ATTN tile beyond the first row's end: its header beat in and its header
+        line out (13 when each row's end waited for the row before: 2 since they are one pipeline).
     fetch_latency : int
         Extra cycles of instruction fetch beyond the read latency (prefetch FIFO, registers).
     token_latency : int
@@ -166,8 +169,8 @@ class PerfParams:
     gemm: str = "systolic"
     weight_cols_per_cycle: int = 1
     vector_latency: int = 2
-    attn_latency: int = 43
-    attn_row_latency: int = 13
+    attn_latency: int = 54
+    attn_row_latency: int = 2
     fetch_latency: int = 0
     token_latency: int = 1
     fetch_contention: bool = True
@@ -415,9 +418,9 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         return OpCost(1)
     # (hw/attn_sequencer.py, hw/attention_unit.py) per job of up to attn_rows query rows: K and V at one line a
     # cycle (2 * t * hd) and the pipeline drains (attn_latency); per row: the header and the hd query lines, the
-    # hd state lines in and out (line_beats cycles each: the state-line datapath has line_width lanes), the new
-    # sum and its shift (attn_row_latency: 13 cycles, longer than the row before takes to leave the unit's
-    # 9-stage state-line lanes, so a job's later rows wait no more).  A tile with t = 0 bypasses the unit: each row's state line and hd output lines
+    # hd state lines in and out (line_beats cycles each: the state-line datapath has line_width lanes) and its
+    # header line out (attn_row_latency); the rows' new sums and shifts are one pipeline, a row a cycle, whose
+    # first row's end is in the job's attn_latency (hw/attn_row_end.py).  A tile with t = 0 bypasses the unit: each row's state line and hd output lines
     # are copied through at a line a cycle (calibrated on the RTL)
     if t == 0:
         return OpCost(nq * (1 + hd) + ATTN_BYPASS_LATENCY, array_busy=0, macs=0)
