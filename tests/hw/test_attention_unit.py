@@ -115,6 +115,28 @@ def test_attention_bit_exact(cols, lanes, hd, causal, tiles, R, nq, pv_dsp, shar
         assert [g.data[c] for c in range(cols)] == w, f"output line {k}"
 
 
+@pytest.mark.parametrize("R,lanes", [(3, 0), (2, 2)])
+def test_a_jobs_rows_leave_back_to_back(R, lanes):
+    """The rows' ends are one pipeline and their headers go through the lanes with the output lines
+    (hw/attn_row_end.py): with no idle cycles, a job's rows leave the unit as one run of lines, a header and its
+    row's lines a cycle each (a state line of fewer lanes than the line: cols / lanes cycles).  Before, each row's
+    header waited for the row before to leave the lanes and its lines came ~10 cycles after it."""
+    C, hd = 4, 8
+    cfg = AccelConfig(rows=4, cols=C, line_lanes=lanes, attn_rows=R, attn_pv_shared=1, attn_pv_sets=R)
+    dut = AttentionUnit(cfg, max_tokens=16, max_lines=8)
+    beats, want = attention_cases(C, seed=5, hd=hd, nq=R, tiles=(8,), R=R)
+    n = R * (1 + hd // C)  # the job's output lines (then ATTN_OUT's)
+    got, cycles = [], []
+    run(dut, [lambda ctx: send(ctx, dut.i_stream, beats, random.Random(1), 0.0),
+              lambda ctx: collect(ctx, dut.o_stream, len(want), random.Random(2), 0.0, out=got, cycles=cycles)])
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert [g.data[c] for c in range(C)] == w, f"output line {k}"
+    assert [int(g.hdr) for g in got[:n]] == ([1] + [0] * (hd // C)) * R
+    per_line = C // lanes if lanes else 1  # cycles a state line takes through the lanes
+    span = cycles[n - 1] - cycles[0] + 1
+    assert span <= R * (1 + (hd // C) * per_line), f"the job's {n} lines took {span} cycles: {cycles[:n]}"
+
+
 def test_fully_masked_tile_keeps_state():
     cfg = AccelConfig(rows=4, cols=4)
     dut = AttentionUnit(cfg, max_tokens=8, max_lines=4)
