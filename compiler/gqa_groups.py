@@ -41,7 +41,7 @@ from systolica.compiler.ir import Graph, Node
 from systolica.compiler.tiling import Tile
 from systolica.isa import Buf, Engine
 
-__all__ = ["BLOCK", "grouped_blocks", "group_at", "widen_live", "emit_grouped"]
+__all__ = ["BLOCK", "grouped_blocks", "group_at", "widen_live", "emit_grouped", "page_attn_cycles"]
 
 #: the nodes of one llama layer's attention block, as :func:`systolica.compiler.ir.build_graph` adds them
 BLOCK = ("linear", "linear", "linear", "rope", "rope", "quant", "quant", "quant", "kv_store", "attention")
@@ -238,6 +238,29 @@ def _emit_decode(gen, nodes: list[Node], layer: int, heads: int, pages: int, pag
             _rope_quant(gen, nodes, grp + 1, "q")
 
 
+#: cycles the compiler adds to the performance model's fixed cycles of an ATTN job and of a query row (a margin:
+#: a page's ATTN that runs a little long should not end a stream's page span early)
+ATTN_JOB_MARGIN = ATTN_ROW_MARGIN = 4
+#: the performance model's fixed cycles of an ATTN job and of a query row (systolica.sim.perf_costs.PerfParams
+#: attn_latency / attn_row_latency; the compiler may not import sim: tests/compiler/test_gqa_groups.py checks them)
+ATTN_JOB_CYCLES, ATTN_ROW_CYCLES = 54, 2
+
+
+def page_attn_cycles(cfg, page: int, hd_lines: int, group: int) -> int:
+    """Cycles of one ATTN of a GQA group of ``group`` query rows over a whole page of ``page`` tokens and heads of
+    ``hd_lines`` lines: the performance model's ATTN cost (systolica.sim.perf_costs: K and V a line a cycle a
+    job, the job's fixed cycles; per row its header, query and state lines, ``line_beats`` cycles each on the
+    state-line lanes; rows sharing the p.V lanes take turns on V) with :data:`ATTN_JOB_MARGIN` a job and
+    :data:`ATTN_ROW_MARGIN` a row."""
+    R = cfg.attn_rows
+    jobs = [min(R, group - j) for j in range(0, group, R)]
+    cyc = len(jobs) * (2 * page * hd_lines + ATTN_JOB_CYCLES + ATTN_JOB_MARGIN)
+    cyc += group * (hd_lines + hd_lines * cfg.line_beats + ATTN_ROW_CYCLES + ATTN_ROW_MARGIN)
+    if cfg.attn_pv_shared and R > 1:  # a job's V line waits for its rows' turns on the p.V lanes
+        cyc += sum((-(-n // cfg.attn_pv_sets) - 1) * (page * hd_lines + 1) + 2 for n in jobs)
+    return cyc + 3  # the sequencer's start, its beat FIFO's output register and its output register
+
+
 class _Interleave:
     """The hook of one group's :meth:`~systolica.compiler.codegen._Gen.attn_group`: starts the streams ``todo``
     (a prefill chunk: the next group's; ``own_kv``, a decode step: the group's own K and V, then the next group's
@@ -264,11 +287,8 @@ class _Interleave:
         self.relayed = False
         self.rows = 0  # prefill: rows' ATTNs of whole pages issued beside the running stream
         kv, cfg, G = gen.kv, gen.cfg, gen.g.config.group
-        # one row's ATTN over a whole page (sim/perf_costs.py: K and V a line a cycle, the job's and rows' fixed part)
-        self.row_cycles = -(-G // cfg.attn_rows) * (2 * kv.page * kv.hd_lines + 58) + G * 14
-        if cfg.attn_pv_shared and cfg.attn_rows > 1:  # a job's V line waits for its rows' turns on the p.V lanes
-            jobs = [min(cfg.attn_rows, G - j) for j in range(0, G, cfg.attn_rows)]
-            self.row_cycles += sum((-(-n // cfg.attn_pv_sets) - 1) * kv.page * kv.hd_lines for n in jobs)
+        # the group's ATTN over a whole page (the name from when a page's rows were one job each)
+        self.row_cycles = page_attn_cycles(cfg, kv.page, kv.hd_lines, G)
         # decode: a whole page's time, its LOAD's or its ATTN's
         self.page_time = max(page_cycles, self.row_cycles)
 

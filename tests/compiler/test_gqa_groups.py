@@ -151,3 +151,23 @@ def test_without_attn_beside_decode_is_not_grouped():
     for end in (i for i, x in enumerate(ins) if x.op == "ATTN_OUT"):
         begin = max(i for i in range(end) if ins[i].op == "ATTN" and ins[i].init)
         assert not any(ins[i].op == "GEMM_STREAM" for i in range(begin, end))
+
+
+@pytest.mark.parametrize("name", ["kv260", "pynq-z2", "tiny", "default"])
+def test_page_estimate_is_the_models_attn_cost_with_its_margins(name):
+    """The compiler's estimate of a group's ATTN over a whole page (which sets how many pages a stream spans) is the
+    performance model's ATTN cost plus the documented margins, on board presets and plain ones: the compiler cannot
+    import the model, so its copy of the model's fixed cycles is checked here (it had drifted when the hardware's
+    latency changed, and its per-row term had been kv260's on every config)."""
+    from systolica.boards.board import board_config
+    from systolica.compiler.gqa_groups import ATTN_JOB_MARGIN, ATTN_ROW_MARGIN, page_attn_cycles
+    from systolica.isa import make
+    from systolica.sim.perf_costs import PerfParams, _attn
+
+    cfg = board_config(name) if name in ("kv260", "pynq-z2") else preset(name)
+    for page, hd_lines, group in ((64, 64 // cfg.cols, 3), (16, 2, 4), (32, 1, 1)):
+        ins = make("ATTN", q=0, qexp=0, kv=0, state=0, nq=group, hd=hd_lines, t=page, page_log2=6, offset=page,
+                   causal=1, init=0)
+        jobs = -(-group // cfg.attn_rows)
+        want = _attn(cfg, PerfParams(), ins).exec_cycles + jobs * ATTN_JOB_MARGIN + group * ATTN_ROW_MARGIN
+        assert page_attn_cycles(cfg, page, hd_lines, group) == want, (page, hd_lines, group)
