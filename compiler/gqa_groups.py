@@ -287,7 +287,7 @@ class _Interleave:
         self.relayed = False
         self.rows = 0  # prefill: rows' ATTNs of whole pages issued beside the running stream
         kv, cfg, G = gen.kv, gen.cfg, gen.g.config.group
-        # the group's ATTN over a whole page (the name from when a page's rows were one job each)
+        # one chunk row's ATTN over a whole page: its group's query rows (a decode step has one chunk row)
         self.row_cycles = page_attn_cycles(cfg, kv.page, kv.hd_lines, G)
         # decode: a whole page's time, its LOAD's or its ATTN's
         self.page_time = max(page_cycles, self.row_cycles)

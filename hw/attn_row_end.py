@@ -58,9 +58,9 @@ class RowEnd:
 
         def row(name):
             return Signal(range(R), name=f"re_{name}_row", reset_less=True)
-        vs = {s: valid(s.lower()) for s in ROW_END_STAGES}
-        rows = {s: row(s.lower()) for s in ROW_END_STAGES}
-        order = list(ROW_END_STAGES)
+        order = list(ROW_END_STAGES[:-1])  # LN writes the row's own registers: no valid bit or row of its own
+        vs = {s: valid(s.lower()) for s in order}
+        rows = {s: row(s.lower()) for s in order}
         m.d.sync += [vs["LW"].eq(la_v), rows["LW"].eq(la_row)]
         for a, b in zip(order, order[1:], strict=False):
             m.d.sync += [vs[b].eq(vs[a]), rows[b].eq(rows[a])]
