@@ -68,6 +68,8 @@ class GemmSequencer(wiring.Component):
         # and an int8 stream's beats pair up; without it, P
         self.q4 = config_problem(cfg) is None
         self.Wc = 2 * self.P if self.q4 else self.P
+        self.pairs = bool(cfg.wstream_pairs)  # the ports' two beats a cycle (needs Wc = 2P: the config checks)
+        assert not self.pairs or self.Wc == 2 * self.P, cfg.name
         self.tag = q4_tag_layout()
         self.array = SystolicArray(cfg, w_cols=self.Wc, tag_bits=self.tag.size, out_fifo=0)  # accumulator: every line
         acc_layout = data.StructLayout({"data": self.array.o_layout["data"].shape, "last": 1, "tag": 17})
@@ -79,6 +81,8 @@ class GemmSequencer(wiring.Component):
             "start": In(1), "a": In(16), "w": In(16), "dst": In(16), "m": In(16), "k": In(16), "n": In(16),
             "acc": In(1), "stream": In(1), "wfmt": In(2), "gshift": In(4), "busy": Out(1), "fire": Out(1),
             "ws_valid": In(1), "ws_ready": Out(1), "ws_data": In(self.P * cfg.cols * 8),
+            **({"ws2_valid": In(1), "ws2_ready": Out(1), "ws2_data": In(2 * self.P * cfg.cols * 8)}
+               if self.pairs else {}),
             "a_addr": Out(sbits), "a_en": Out(1), "a_rdata": In(cfg.cols * 8),
             "w_addr": Out(sbits), "w_en": Out(1), "w_rdata": In(cfg.cols * 8),
             "acc_rd": In(memory.ReadPort.Signature(addr_width=abits, shape=self.accum.line)),
@@ -175,6 +179,10 @@ class GemmSequencer(wiring.Component):
         if Wc == P:
             s8, s8_valid = self.ws_data, self.ws_valid
             m.d.comb += self.ws_ready.eq(streaming & aw.ready)
+        elif self.pairs:  # the weight ports offer the two beats together (config.wstream_pairs): no pairing here
+            s8, s8_valid = self.ws2_data, self.ws2_valid
+            m.d.comb += self.ws2_ready.eq(streaming & ~q4 & aw.ready)
+            s8_ready = 0  # an int8 stream takes no single beats
         else:
             s8, s8_valid = Signal(Wc * C * 8), Signal()
             s8_held = Signal(P * C * 8)

@@ -6,23 +6,27 @@ queue of the GEMM_STREAMs dispatched to it (their weight address, output lines a
 word as it enters the command FIFO) and starts the next one's ports as soon as
 
 - the ports are done with the stream before (their FIFOs may still hold its last lines), and
-- every compute instruction before it in program order -- and itself -- has popped its tokens: the only way
-  a GEMM_STREAM's weights can depend on a STORE is through a token the compute engine pops, and the engine
-  runs in program order, so once those pops are done the weights in DRAM are the ones the instruction would
-  read.  (A counter of the words with pops that entered the command FIFO gives each stream its ``barrier``; a
-  counter of the pops done, compared modulo 2**counter_bits, says when it is reached.)
+- every compute instruction before it in program order -- and itself -- has popped its tokens from the store
+  engine (``pop_next``): a GEMM_STREAM's weights can depend on a STORE only through such a token (the store
+  engine pushes it after its B responses; the load engine's tokens say a scratchpad was written, never DRAM),
+  and the engine runs in program order, so once those pops are done the weights in DRAM are the ones the
+  instruction would read.  (A counter of the words with ``pop_next`` that entered the command FIFO gives each
+  stream its ``barrier``; a counter of those pops done, compared modulo 2**counter_bits, says when it is
+  reached.)  The LOADs' tokens before a stream -- a norm's gammas, the KV pages of the ATTNs before an output
+  projection -- therefore do not hold its ports back.
 
 The ports then read ahead while the line ops before the stream run.  Until the stream begins executing
 (``ahead``) each port issues only the bursts its line FIFO has room for (hw/weight_stream.py), so its R
 channel never waits for the array: a LOAD burst behind those on the same port (the KV pages an ATTN before
 the stream waits for) is never held up by them.  Once the stream executes, the ports keep their usual bursts
 in flight.  What is gained is the round trip of each stream that has that many cycles of other work before
-it; the ports cannot run faster than the array takes the lines, so a deeper FIFO gains nothing more.
+it, and with ``config.wstream_pairs``, where the array takes the lines read ahead two beats a cycle, every
+line the FIFOs hold when the stream begins, up to half the stream's lines.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, fifo
 
 from systolica.config import AccelConfig
@@ -54,7 +58,7 @@ def weights_ahead(m: Module, cfg: AccelConfig, eng, ws, seq, ins, exec_start, st
     word = data.View(instr_layout(), eng.cmd_data[:WORD_BITS])
     took = eng.cmd_valid & eng.cmd_ready
     h, gs = word.nop.h, word.gemm_stream
-    pops = h.pop_prev | h.pop_next
+    pops = h.pop_next  # a token from the store engine (see the module docstring)
     is_stream = h.opcode == OP_BY_NAME["GEMM_STREAM"].code
     reads = (gs.m != 0) & (gs.n != 0) & (gs.k != 0)  # no rows, K or outputs: it reads no weights
     cb = counter_bits(cfg)
@@ -62,7 +66,7 @@ def weights_ahead(m: Module, cfg: AccelConfig, eng, ws, seq, ins, exec_start, st
     pops_in, pops_done = Signal(cb, name="ahead_pops_in"), Signal(cb, name="ahead_pops_done")
     with m.If(took & pops):
         m.d.sync += pops_in.eq(pops_in + 1)
-    with m.If(exec_start & (ins.nop.h.pop_prev | ins.nop.h.pop_next)):
+    with m.If(exec_start & ins.nop.h.pop_next):
         m.d.sync += pops_done.eq(pops_done + 1)
     # at most cmd_depth streams wait: the command FIFO's and the engine's word (the one before has started)
     m.submodules.ahead_q = q = fifo.SyncFIFOBuffered(width=entry_l.size, depth=cfg.cmd_depth + 2)
@@ -97,12 +101,19 @@ def weights_ahead(m: Module, cfg: AccelConfig, eng, ws, seq, ins, exec_start, st
     c_row, c_n = Signal(24, name="ahead_c_row"), Signal(16, name="ahead_c_n")
     taken = ws.beat_valid & seq.ws_ready & open_
     m.d.comb += [seq.ws_valid.eq(ws.beat_valid & open_), ws.beat_ready.eq(seq.ws_ready & open_)]
+    row_end = c_row == row_last
+    if cfg.wstream_pairs:  # two beats at once (an int8 stream: its rows are an even number of lines)
+        taken2 = ws.pair_valid & seq.ws2_ready & open_
+        m.d.comb += [seq.ws2_valid.eq(ws.pair_valid & open_), ws.pair_ready.eq(seq.ws2_ready & open_),
+                     seq.ws2_data.eq(ws.pair_data), ws.restart.eq(stream_begins)]
+        row_end = Mux(taken2, c_row + 1 == row_last, row_end)
+        taken = taken | taken2
     with m.If(stream_begins):
         m.d.sync += [open_.eq(1), c_row.eq(0), c_n.eq(0), row_last.eq(row_lines(gs.k, gs.wfmt, cfg) - 1),
                      n_last.eq(gs.n - 1)]
     with m.Elif(taken):
-        m.d.sync += c_row.eq(c_row + 1)
-        with m.If(c_row == row_last):
+        m.d.sync += c_row.eq(c_row + (Mux(taken2, 2, 1) if cfg.wstream_pairs else 1))
+        with m.If(row_end):
             m.d.sync += [c_row.eq(0), c_n.eq(c_n + 1)]
             with m.If(c_n == n_last):
                 m.d.sync += open_.eq(0)

@@ -9,6 +9,13 @@ assembles its beats into lines in a FIFO of its own; a beat leaves when every po
 routes the 4-bit sections).  So the ports deliver ``P`` lines (``P * cols`` bytes) a cycle, and the R channels
 wait (``rready`` low) when the sequencer does not take them.
 
+With ``config.wstream_pairs`` each port's FIFO is two, its stream's even and odd lines (a toggle a port, back to
+the even FIFO at each ``start``: a stream's line 0 is always even), read through a toggle of their own (back to
+even at each ``restart``, when a stream begins executing: the one before has taken all its lines).  ``pair_*``
+then offers beats ``2i`` and ``2i + 1`` together whenever every port has both: an int8 stream's tile takes its
+``2P`` columns in one cycle, so lines the ports read ahead are taken at twice the rate they arrive.  ``beat_*``
+stays the single beat (a 4-bit stream's scale and code sections take those).
+
 ``abort`` stops issuing bursts and drains those in flight (data dropped); ``quiet`` says nothing is in flight.
 """
 
@@ -100,6 +107,9 @@ class WeightStream(wiring.Component):
         }
         if cfg.wstream_ahead:  # ``ahead``: the stream being read has not begun (credit mode); ``fetching``: ports busy
             members |= {"ahead": In(1), "fetching": Out(1)}
+        if cfg.wstream_pairs:  # two beats at once; ``restart``: a stream begins executing (the read toggle to even)
+            members |= {"pair_valid": Out(1), "pair_ready": In(1), "pair_data": Out(2 * self.ports * cfg.cols * 8),
+                        "restart": In(1)}
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -109,10 +119,9 @@ class WeightStream(wiring.Component):
         bpl = C // cfg.dma_bytes  # DMA beats per scratchpad line
         beats = Signal(32)
         m.d.comb += beats.eq(self.row_lines * bpl)  # a constant multiple: shifts and adds
-        all_ready = 1
         quiet, busy, err = 1, 0, 0
         heads = []
-        ahead = bool(cfg.wstream_ahead)
+        ahead, pairs = bool(cfg.wstream_ahead), bool(cfg.wstream_pairs)
         fetching = 0
         for p in range(P):
             rd = DmaReader(cfg, outstanding=stream_outstanding(cfg), skip=(P - 1) * WPAGE, holdable=ahead)
@@ -121,9 +130,16 @@ class WeightStream(wiring.Component):
             m.d.comb += [rd.start.eq(self.start), rd.base.eq(self.base), rd.addr.eq(self.w + p * WPAGE),
                          rd.stride.eq(self.row_lines * C), rd.rows.eq(self.n), rd.beats.eq(beats),
                          rd.abort.eq(self.abort)]
-            q = BlockFIFO(width=C * 8, depth=cfg.wstream_ahead) if ahead else \
-                fifo.SyncFIFOBuffered(width=C * 8, depth=STREAM_FIFO_LINES)
-            m.submodules[f"q{p}"] = q
+            if pairs:  # even and odd lines in FIFOs of their own, the write toggle back to even at each start
+                fifos = (BlockFIFO(width=C * 8, depth=cfg.wstream_ahead // 2),
+                         BlockFIFO(width=C * 8, depth=cfg.wstream_ahead // 2))
+                m.submodules[f"q{p}e"], m.submodules[f"q{p}o"] = fifos
+                q = _pair_sink(m, fifos, self.start, f"{p}")
+            else:
+                q = BlockFIFO(width=C * 8, depth=cfg.wstream_ahead) if ahead else \
+                    fifo.SyncFIFOBuffered(width=C * 8, depth=STREAM_FIFO_LINES)
+                m.submodules[f"q{p}"] = q
+                fifos = (q,)
             if ahead:
                 m.d.comb += rd.hold.eq(self.ahead & _no_room(m, cfg, rd.axi, q.level, f"p{p}"))
                 fetching = fetching | rd.busy
@@ -141,15 +157,67 @@ class WeightStream(wiring.Component):
                         m.d.sync += asm.eq(Cat(asm[db:], rd.beat_data) if C * 8 - db > db else rd.beat_data)
                 with m.If(self.start):
                     m.d.sync += cnt.eq(0)
-            heads.append(q)
-            all_ready = all_ready & q.r_rdy
+            heads.append(fifos)
             quiet = quiet & rd.quiet
-            busy = busy | rd.busy | q.r_rdy
+            busy = busy | rd.busy
+            for f in fifos:
+                busy = busy | f.r_rdy
             err = err | rd.bus_error
-        m.d.comb += [self.beat_valid.eq(all_ready), self.beat_data.eq(Cat(*(q.r_data for q in heads))),
-                     self.quiet.eq(quiet), self.busy.eq(busy), self.bus_error.eq(err)]
+        m.d.comb += [self.quiet.eq(quiet), self.busy.eq(busy), self.bus_error.eq(err)]
         if ahead:
             m.d.comb += self.fetching.eq(fetching)
-        for q in heads:
+        if pairs:
+            self._pair_reads(m, heads)
+            return m
+        all_ready = 1
+        for (q,) in heads:
+            all_ready = all_ready & q.r_rdy
+        m.d.comb += [self.beat_valid.eq(all_ready), self.beat_data.eq(Cat(*(q.r_data for (q,) in heads)))]
+        for (q,) in heads:
             m.d.comb += q.r_en.eq(all_ready & self.beat_ready)
         return m
+
+    def _pair_reads(self, m, heads):
+        """The read side of the even and odd FIFOs: a toggle (every port in step) says which holds each port's next
+        line; a pair is beats ``2i`` and ``2i + 1`` (read toggle even, every FIFO with a line); a single beat takes
+        precedence (a 4-bit stream's sections)."""
+        rsel = Signal(name="rsel")
+        even_rdy, odd_rdy = 1, 1
+        for qe, qo in heads:
+            even_rdy, odd_rdy = even_rdy & qe.r_rdy, odd_rdy & qo.r_rdy
+        one = Mux(rsel, odd_rdy, even_rdy)
+        two = ~rsel & even_rdy & odd_rdy
+        took_one = one & self.beat_ready
+        took_two = two & self.pair_ready & ~self.beat_ready
+        m.d.comb += [self.beat_valid.eq(one), self.pair_valid.eq(two),
+                     self.beat_data.eq(Cat(*(Mux(rsel, qo.r_data, qe.r_data) for qe, qo in heads))),
+                     self.pair_data.eq(Cat(*(qe.r_data for qe, _ in heads), *(qo.r_data for _, qo in heads)))]
+        for qe, qo in heads:
+            m.d.comb += [qe.r_en.eq((took_one & ~rsel) | took_two), qo.r_en.eq((took_one & rsel) | took_two)]
+        with m.If(self.restart):
+            m.d.sync += rsel.eq(0)
+        with m.Elif(took_one):
+            m.d.sync += rsel.eq(~rsel)
+
+
+class _PairSink:
+    """A port's even and odd FIFOs seen from its writer as one FIFO: ``w_data``, ``w_en`` in, ``w_rdy``, ``level``."""
+
+    def __init__(self, width: int, w_rdy, level, name: str):
+        self.w_data, self.w_en = Signal(width, name=f"pw_data{name}"), Signal(name=f"pw_en{name}")
+        self.w_rdy, self.level = w_rdy, level
+
+
+def _pair_sink(m, fifos, start, name: str) -> _PairSink:
+    """The write side of a port's even and odd FIFOs: a toggle a line, back to even at ``start`` (the ports begin a
+    stream only once they have written every line of the one before, so a stream's line 0 is always even)."""
+    qe, qo = fifos
+    wsel = Signal(name=f"wsel{name}")
+    sink = _PairSink(len(qe.w_data), Mux(wsel, qo.w_rdy, qe.w_rdy), qe.level + qo.level, name)
+    with m.If(start):
+        m.d.sync += wsel.eq(0)
+    with m.Elif(sink.w_en & sink.w_rdy):
+        m.d.sync += wsel.eq(~wsel)
+    m.d.comb += [qe.w_data.eq(sink.w_data), qo.w_data.eq(sink.w_data),
+                 qe.w_en.eq(sink.w_en & ~wsel), qo.w_en.eq(sink.w_en & wsel)]
+    return sink

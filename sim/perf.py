@@ -41,6 +41,7 @@ __all__ = ["PerfModel", "PerfResult", "PerfError", "PerfParams", "cycle_model", 
 
 # token queues as in the golden simulator: load->compute, compute->load, compute->store, store->compute
 _POP = {(Engine.COMPUTE, "prev"): 0, (Engine.LOAD, "next"): 1, (Engine.STORE, "prev"): 2, (Engine.COMPUTE, "next"): 3}
+_STORE_TO_COMPUTE = _POP[(Engine.COMPUTE, "next")]
 _PUSH = {(Engine.LOAD, "next"): 0, (Engine.COMPUTE, "prev"): 1, (Engine.COMPUTE, "next"): 2, (Engine.STORE, "prev"): 3}
 
 #: Cycles of a run outside the engines: START -> RUN, and the last retire -> DONE (drain check).
@@ -190,8 +191,8 @@ def beside_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pu
 def ahead_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pops: Sequence[tuple]
                ) -> tuple[list[int], list[int]] | None:
     """``config.wstream_ahead`` (hw/weight_ahead.py): for each GEMM_STREAM the GEMM_STREAM before it (whose weight
-    reads its ports wait for) and the last compute instruction up to it, itself included, that pops a token (whose
-    pop they wait for); -1: none.  None without the field."""
+    reads its ports wait for) and the last compute instruction up to it, itself included, that pops a token from
+    the store engine (whose pop they wait for); -1: none.  None without the field."""
     if not cfg.wstream_ahead:
         return None
     n = len(ops)
@@ -200,7 +201,7 @@ def ahead_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pop
     for i in range(n):
         if engines[i] != Engine.COMPUTE:
             continue
-        if pops[i]:
+        if _STORE_TO_COMPUTE in pops[i]:  # only a store token says DRAM was written (hw/weight_ahead.py)
             last_pop = i
         if ops[i] == "GEMM_STREAM":
             prev[i], barrier[i] = last_stream, last_pop
@@ -213,16 +214,29 @@ def ahead_plan(cfg: AccelConfig, engines: Sequence[int], ops: Sequence[str], pop
 AHEAD_DISPATCH = 3
 
 
-def ahead_saving(cfg: AccelConfig, p: PerfParams, s: int, disp: int, prev_end: int, pop_start: int) -> int:
-    """Cycles a GEMM_STREAM that starts (POP) at ``s`` gains from weight ports started ahead of it
+def ahead_saving(cfg: AccelConfig, p: PerfParams, s: int, disp: int, prev_done: int, pop_start: int,
+                 pair_gain: int = 0) -> tuple[int, int]:
+    """``(saved, early)`` of a GEMM_STREAM that starts (POP) at ``s`` with weight ports started ahead of it
     (``config.wstream_ahead``): they start once it is dispatched (``disp``), the stream before has read its weights
-    (it ends at ``prev_end``, the array's drain after its last weights) and the last pop before it happened
-    (``pop_start``); what they read before ``s`` saves the round trip of its first weights, at most
-    ``rd_round_trip + WSTREAM_STARTUP`` and the lines the FIFO holds (a line a port a cycle at full rate)."""
-    pf = max(disp + AHEAD_DISPATCH, prev_end - array_latency(cfg), pop_start + 1)
+    (its ports are done at ``prev_done``, the array's drain after its last weights) and the last pop of a store
+    token before it happened (``pop_start``); what they read before ``s`` saves the round trip of its first weights,
+    at most ``rd_round_trip + WSTREAM_STARTUP`` and the lines the FIFO holds (a line a port a cycle at full rate).
+
+    With ``config.wstream_pairs`` the lines that arrived before ``s`` are taken two beats a cycle, each saving a
+    cycle up to the stream's ``pair_gain`` (:class:`~systolica.sim.perf_costs.OpCost`).  At most the FIFO's lines
+    less a round trip: until ``s`` a port asks for no more than its FIFO holds, so once it is full nothing is in
+    flight, and the first lines asked for at ``s`` arrive a round trip later, while the array drains two a cycle.  Lines
+    read ahead beyond that gain are lines the ports are ahead by at the stream's end: ``early``, the cycles its
+    ports finish before its array does beyond the usual (the next stream's ports may start that much sooner)."""
+    pf = max(disp + AHEAD_DISPATCH, prev_done - array_latency(cfg), pop_start + 1)
     room = rd_round_trip(p) + WSTREAM_STARTUP
     credit = cfg.wstream_ahead * max(1, cfg.cols // cfg.dma_bytes)
-    return max(0, min(s - pf, room, credit))
+    saved = max(0, min(s - pf, room, credit))
+    if not pair_gain:
+        return saved, 0
+    held = max(0, min(s - pf - room, credit - room))
+    extra = min(held, pair_gain)
+    return saved + extra, held - extra
 
 
 def beside_cycles(runs_on: Sequence[bool], ops: Sequence[str], start: Sequence[int], end: Sequence[int]
@@ -333,6 +347,7 @@ class PerfModel:
         exec_l = [x[3].exec_cycles for x in infos]
         rdb_l = [x[3].rd_beats for x in infos]
         exl = list(exec_l)  # EXEC cycles with the read-port contention added
+        early = [0] * n  # config.wstream_pairs: cycles a stream's ports finish before its array beyond the usual
         runs_on, gemm_prev = beside_plan(cfg, eng_l, [x[4] for x in infos], qpush_l)
         ahead = ahead_plan(cfg, eng_l, [x[4] for x in infos], qpop_l)
         ret = [-1] * n  # retire cycle (PUSH): end, or for a GEMM_STREAM that runs on, a cycle after it began
@@ -421,8 +436,9 @@ class PerfModel:
                     if ahead is not None and rdb_l[i] and infos[i][4] == "GEMM_STREAM":  # its weights read ahead
                         ps, pb = ahead[0][i], ahead[1][i]
                         if pb != i:
-                            ex -= ahead_saving(cfg, p, s, disp[i], end[ps] if ps >= 0 else 0,
-                                               start[pb] if pb >= 0 else 0)
+                            v, early[i] = ahead_saving(cfg, p, s, disp[i], end[ps] - early[ps] if ps >= 0 else 0,
+                                                       start[pb] if pb >= 0 else 0, infos[i][3].pair_gain)
+                            ex -= v
                             exl[i] = ex
                     if load_port and rdb_l[i]:  # a LOAD, or a GEMM_STREAM (weight port 0 shares gmem0)
                         b0 = port0_busy(cfg, infos[i][4], rdb_l[i], p.beat_cycles)

@@ -208,6 +208,7 @@ class OpCost:
     rd_beats: int = 0  # DMA read beats (DMA_BEATS, without fetch)
     wr_beats: int = 0
     macs: int = 0
+    pair_gain: int = 0  # config.wstream_pairs: cycles a GEMM_STREAM saves at most from lines read ahead
 
 
 def rd_round_trip(p: PerfParams) -> int:
@@ -372,7 +373,13 @@ def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: i
     # at a DRAM rate that is not a whole number of cycles a tile: rounded once for the whole stream, not per tile
     cycles = rd_round_trip(p) + WSTREAM_STARTUP + math.ceil(load + (tiles - 1) * max(m, load)) + m + array_latency(cfg)
     cycles += GROUP_SCALER_CYCLES if share != 1.0 else 0
-    return OpCost(cycles, array_busy=tiles * m, rd_beats=math.ceil(share * n * k * cols * bpl), macs=macs)
+    # config.wstream_pairs: a tile whose lines wait in the FIFOs takes the array's 2P columns a cycle (an int8
+    # stream), max(m, cols * bpl / 2P) cycles instead of max(m, load); the lines read ahead decide how many do
+    gain = 0
+    if cfg.wstream_pairs and share == 1.0:
+        gain = max(0, math.floor(tiles * (max(m, load) - max(m, cols * bpl / (2 * P)))))
+    return OpCost(cycles, array_busy=tiles * m, rd_beats=math.ceil(share * n * k * cols * bpl), macs=macs,
+                  pair_gain=gain)
 
 
 def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:

@@ -87,12 +87,12 @@ class _Table:
         if c is None:
             if len(self.priced) >= 256:  # a long sweep of params: keep memory bounded
                 self.priced.clear()
-            c = self.priced[p] = ([], [], [], [], [])
+            c = self.priced[p] = ([], [], [], [], [], [])
         if len(c[0]) < len(self.reps):
             for ins in self.reps[len(c[0]):]:
                 oc = op_cost(self.cfg, p, ins)
-                for lst, v in zip(c, (oc.exec_cycles, oc.array_busy, oc.rd_beats, oc.wr_beats, oc.macs),
-                                  strict=True):
+                for lst, v in zip(c, (oc.exec_cycles, oc.array_busy, oc.rd_beats, oc.wr_beats, oc.macs,
+                                      oc.pair_gain), strict=True):
                     lst.append(v)
         return c
 
@@ -247,7 +247,7 @@ class ProgramPlan:
 
     def time(self, p):
         """The :class:`~systolica.sim.perf.PerfResult` of this program under timing parameters ``p``."""
-        cost_ex, cost_arr, cost_rd, cost_wr, cost_macs = _table(self.cfg).costs(p)
+        cost_ex, cost_arr, cost_rd, cost_wr, cost_macs, cost_gain = _table(self.cfg).costs(p)
         sig = self.sig
         ex = [cost_ex[s] for s in sig]
         rd_total = sum(cost_rd[s] * c for (s, _e), c in self.counts.items())
@@ -256,7 +256,8 @@ class ProgramPlan:
         # the GEMM_STREAMs that read weights (as the uncached model's rd_beats says): their ports may read ahead
         ahead_on = None if self.ahead is None else [op == "GEMM_STREAM" and cost_rd[s] > 0
                                                    for op, s in zip(self.ops, sig, strict=True)]
-        start, end, arrivals = self._replay(ex, None, None, p, wc, saved=saved, ahead_on=ahead_on)
+        gains = [cost_gain[s] for s in sig] if self.cfg.wstream_pairs else None
+        start, end, arrivals = self._replay(ex, None, None, p, wc, saved=saved, ahead_on=ahead_on, gains=gains)
         exl = ex
         if p.fetch_contention and rd_total:
             reps = _table(self.cfg).reps
@@ -266,7 +267,7 @@ class ProgramPlan:
             exl = list(ex)
             saved = [0] * self.n
             start, end, _ = self._replay(exl, rdb, arrivals, p, wc, [tail0[s] for s in sig], saved=saved,
-                                         ahead_on=ahead_on)
+                                         ahead_on=ahead_on, gains=gains)
         busy = [0, 0, 0]
         per_sig_op: dict[str, int] = dict.fromkeys(self.op_order, 0)
         ops_of = _table(self.cfg).reps
@@ -295,11 +296,11 @@ class ProgramPlan:
 
     def _replay(self, ex: list[int], rdb: list[int] | None, seen: list[int] | None, p, wc: int,
                 tails: list[float] | None = None, saved: list[int] | None = None,
-                ahead_on: list[bool] | None = None):
+                ahead_on: list[bool] | None = None, gains: list[int] | None = None):
         """One pass of the schedule in the fixed order; with ``rdb`` and ``seen`` (the first pass's fetch
         arrivals), the words fetched during a LOAD or GEMM_STREAM stretch it (``ex`` is updated in place);
         ``saved[i]``: the cycles GEMM_STREAM ``i`` gains from its weights read ahead (``ex`` keeps them), for the
-        streams ``ahead_on`` marks."""
+        streams ``ahead_on`` marks, with ``gains[i]`` its ``OpCost.pair_gain``."""
         n = self.n
         disp = [0] * n
         take = [0] * n
@@ -309,6 +310,8 @@ class ProgramPlan:
         runs_on, gemm_prev = self.runs_on, self.gemm_prev
         cfg, ahead = self.cfg, self.ahead
         saved = saved if saved is not None else [0] * n
+        gains = gains if gains is not None else self.zeros
+        early = [0] * n  # config.wstream_pairs: cycles a stream's ports finish before its array beyond the usual
         arrivals = [0] * n
         dec1, room_a, room_b = self.dec1, self.room_a, self.room_b
         prev, dep_end, dep_start = self.prev_or_n, self.dep_end, self.dep_start
@@ -371,7 +374,8 @@ class ProgramPlan:
                 if ahead is not None and ahead_on[i]:  # its weights read ahead (config.wstream_ahead)
                     ps, pb = ahead[0][i], ahead[1][i]
                     if pb != i:
-                        v = ahead_saving(cfg, p, s, disp[i], end[ps] if ps >= 0 else 0, start[pb] if pb >= 0 else 0)
+                        v, early[i] = ahead_saving(cfg, p, s, disp[i], end[ps] - early[ps] if ps >= 0 else 0,
+                                                   start[pb] if pb >= 0 else 0, gains[i])
                         saved[i] = v
                         e -= v
                 if rdb[i]:  # port 0's own busy cycles of a LOAD or GEMM_STREAM

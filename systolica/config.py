@@ -122,6 +122,10 @@ class AccelConfig:
     # the DRAM latency hides behind the line ops before it; each port's line FIFO is this deep (block RAM) and, until
     # its stream executes, takes only the bursts it has room for (a LOAD behind them on the same port is never held
     # up).  At least two bursts of lines; 0: the ports start with the instruction (a FIFO of 32 lines)
+    wstream_pairs: int = 0  # 1: each port's FIFO is two (even and odd lines) and the array takes an int8 stream's
+    # two beats a cycle when both are there, twice the ports' rate: lines the ports read ahead while the line ops
+    # before a stream run are made up as it executes, so the ports stay busy through those (needs wstream_ahead,
+    # whose depth is then what they can read ahead, and the 4-bit datapath's 2P-column array); 0: a beat a cycle
 
     # ----------------------------------------------------------------- sizes
     @property
@@ -199,6 +203,8 @@ class AccelConfig:
         if self.wstream_ahead and "wstream_ahead" not in changes:  # still at least two bursts of the new lines
             bursts = 2 * _burst_lines(self.max_burst, self.dma_bytes, cols)
             changes["wstream_ahead"] = max(self.wstream_ahead, 1 << (bursts - 1).bit_length())
+        if self.wstream_pairs and "wstream_pairs" not in changes:  # only where the array still takes 2P columns
+            changes["wstream_pairs"] = int(cols % (2 * self.dma_ports) == 0 and cols <= 32)
         return self.replace(rows=rows, cols=cols, line_lanes=lanes, nonlinear_lanes=nl, **changes)
 
     @property
@@ -289,6 +295,14 @@ class AccelConfig:
             yield (f"wstream_ahead={self.wstream_ahead} must be 0 (the weight ports start with their GEMM_STREAM) or a "
                    f"power of two of at least two bursts, {2 * self.burst_lines} lines (max_burst={self.max_burst} beats "
                    f"of {self.dma_bytes} bytes, lines of cols={self.cols} bytes)")
+        if self.wstream_pairs not in (0, 1):
+            yield f"wstream_pairs={self.wstream_pairs} must be 0 (a weight beat a cycle) or 1 (two when the FIFOs have them)"
+        elif self.wstream_pairs and not self.wstream_ahead:
+            yield ("wstream_pairs=1 needs wstream_ahead > 0: the ports read ahead only with it, and only lines read "
+                   "ahead can be taken two a cycle")
+        elif self.wstream_pairs and (not self.q4_groups or self.cols % (2 * self.dma_ports) or self.cols > 32):
+            yield (f"wstream_pairs=1 needs the 4-bit datapath's array of 2 x dma_ports = {2 * self.dma_ports} weight "
+                   f"columns a beat: q4_groups > 0 and cols={self.cols} a multiple of {2 * self.dma_ports}, at most 32")
         if not (isinstance(self.attn_head_lines, int) and 0 <= self.attn_head_lines <= ATTN_HD_MAX):
             yield (f"attn_head_lines={self.attn_head_lines} must be 0 (the ISA's {ATTN_HD_MAX}) or 1..{ATTN_HD_MAX} "
                    f"(the largest head_dim in lines of {self.cols} elements that ATTN takes)")
@@ -362,6 +376,8 @@ class AccelConfig:
             d.pop("act_newton")
         if d["wstream_ahead"] == 0:  # the weight ports start with their instruction: the hardware (and hash) of before
             d.pop("wstream_ahead")
+        if d["wstream_pairs"] == 0:  # a weight beat a cycle: the hardware (and hash) of before the field
+            d.pop("wstream_pairs")
         if d["attn_head_lines"] in (0, ATTN_HD_MAX):  # the ISA's whole hd field: the hardware (and hash) of before it
             d.pop("attn_head_lines")
         d["clock_mhz"] = float(d["clock_mhz"])

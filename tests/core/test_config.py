@@ -224,3 +224,20 @@ def test_wstream_ahead_validates_keeps_the_default_hash_and_reshapes():
             base.replace(wstream_ahead=bad)
     assert ahead.reshaped(32, 32).wstream_ahead == 128  # 32-byte lines: bursts of 32 lines
     assert AccelConfig(cols=4, dma_bits=32, max_burst=16, wstream_ahead=32).reshaped(8, 8).wstream_ahead == 32
+
+
+def test_wstream_pairs_validates_keeps_the_default_hash_and_reshapes():
+    """wstream_pairs: the array takes two weight beats a cycle from the ports' even and odd FIFOs; it needs the
+    ports to read ahead (wstream_ahead) and the 4-bit datapath's array of 2 x dma_ports columns."""
+    base = AccelConfig(cols=16, dma_bits=128, max_burst=64, dma_ports=4, wstream_ahead=1024)
+    assert base.replace(wstream_pairs=0).hash32() == base.hash32()
+    pairs = base.replace(wstream_pairs=1)
+    assert pairs.hash32() != base.hash32() and AccelConfig.from_toml(pairs.to_toml()) == pairs
+    with pytest.raises(ConfigError, match="wstream_pairs=2 must be 0"):
+        base.replace(wstream_pairs=2)
+    with pytest.raises(ConfigError, match="wstream_pairs=1 needs wstream_ahead > 0"):
+        base.replace(wstream_ahead=0, wstream_pairs=1)
+    for bad in ({"q4_groups": 0}, {"cols": 4, "rows": 4}):  # no 4-bit datapath; 4 columns, 2 x 4 ports
+        with pytest.raises(ConfigError, match="wstream_pairs=1 needs the 4-bit datapath"):
+            pairs.replace(**bad)
+    assert pairs.reshaped(32, 32).wstream_pairs == 1 and pairs.reshaped(4, 4).wstream_pairs == 0

@@ -69,7 +69,8 @@ def test_uram_marks_only_large_buffers():
     # the seeded Newton quotient's seed ROM, one a lane of the activation unit (config.act_newton: kv260)
     seeds = [n for n in marked if re.fullmatch(r".*\.act\.recip_seed_\d+", n)]
     assert len(seeds) == cfg.nonlinear_width * cfg.act_newton
-    # the weight ports' line FIFOs when they read ahead (config.wstream_ahead: kv260), one a port
-    ahead = [n for n in marked if re.fullmatch(r".*\.wstream\.q\d+\.storage", n)]
-    assert len(ahead) == cfg.dma_ports * bool(cfg.wstream_ahead)
+    # the weight ports' line FIFOs when they read ahead (config.wstream_ahead), one a port, or two, even and odd
+    # lines, where the array takes two beats a cycle (config.wstream_pairs: kv260, pynq-z2)
+    ahead = [n for n in marked if re.fullmatch(r".*\.wstream\.q\d+[eo]?\.storage", n)]
+    assert len(ahead) == cfg.dma_ports * bool(cfg.wstream_ahead) * (1 + cfg.wstream_pairs)
     assert len(scores) + len(tables) + len(attn_tables) + len(seeds) + len(ahead) == len(marked), marked

@@ -240,3 +240,38 @@ def test_weights_read_ahead_save_the_round_trip_unless_a_pop_holds_them():
     two = [silu, stream, stream]  # the second's ports start when the first's weights are read
     gain = cycles(base, two) - cycles(ahead, two)
     assert rd_round_trip(p) + WSTREAM_STARTUP < gain < 2 * (rd_round_trip(p) + WSTREAM_STARTUP)
+
+
+def test_paired_weights_gain_the_lines_read_ahead_up_to_the_fifo_and_half_the_stream():
+    """config.wstream_pairs: a GEMM_STREAM after a long line op takes the lines its ports read ahead two beats a
+    cycle.  Its gain over the same design taking a beat a cycle is what the FIFOs held less a round trip (their
+    lines, if the line op is longer than they take to fill), at most half its own lines (m = 1: a tile of C / P
+    lines a port in C / 2P cycles); a 4-bit stream gains nothing (its sections take single beats); and a pop of a
+    LOAD's token before the stream does not hold its ports back (only a STORE's can say DRAM changed)."""
+    from systolica.sim.accel_programs import serialize
+    from systolica.sim.perf_costs import WSTREAM_STARTUP, rd_round_trip
+
+    single = preset("tiny").replace(dma_ports=2, wstream_ahead=128)
+    pairs = single.replace(wstream_pairs=1)
+    p = PerfParams(rd_latency=60, wr_latency=60)
+    room = rd_round_trip(p) + WSTREAM_STARTUP
+
+    def gain(ops):
+        words = [encode(i) for i in serialize(ops) + [make("FINISH")]]
+        runs = [PerfModel(c, p, cache=cache).run(words) for c in (single, pairs) for cache in (True, False)]
+        assert runs[0].cycles == runs[1].cycles and runs[2].cycles == runs[3].cycles
+        return runs[0].cycles - runs[2].cycles
+
+    silu = make("SILU", dst=0, src=0, rows=1, lines=512)  # ~2k cycles: the FIFOs fill
+    lines = 16 * 8 * 4 // 2  # n x k x (C / P) lines a port
+    assert gain([silu, make("GEMM_STREAM", dst=0, a=0, w=0x4000, m=1, k=8, n=16, acc=0)]) == 128 - room
+    short = make("GEMM_STREAM", dst=0, a=0, w=0x4000, m=1, k=2, n=4, acc=0)  # 16 lines a port
+    assert gain([silu, short]) == 16 // 2 < 128 - room
+    assert lines // 2 > 128 - room
+    q4 = make("GEMM_STREAM", dst=0, a=0, w=0x4000, m=1, k=8, n=16, acc=0, wfmt=1)
+    assert gain([silu, q4]) == 0
+    load = make("LOAD", buf=0, sram=0, dram=0x1000, rows=1, lines=8, stride=0)
+    stream = make("GEMM_STREAM", dst=0, a=0, w=0x4000, m=1, k=8, n=16, acc=0)
+    ops = [silu, load, stream]  # the stream pops the token of the LOAD of its activations
+    assert serialize(ops)[-1].op == "GEMM_STREAM" and serialize(ops)[-1].pop_prev
+    assert gain(ops) == 128 - room
