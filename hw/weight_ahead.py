@@ -44,8 +44,10 @@ def counter_bits(cfg: AccelConfig) -> int:
 
 
 def entry_layout(cfg: AccelConfig) -> data.StructLayout:
-    """The queue's entry: the stream's weight address, output lines, lines a row per port, pop barrier and pc."""
-    return data.StructLayout({"w": 32, "n": 16, "row_lines": 24, "barrier": counter_bits(cfg), "pc": 32})
+    """The queue's entry: the stream's weight address, output lines, lines a row per port, pop barrier, pc and
+    whether it is a 4-bit one (``wstream_pairs``: its lines are read a beat at a time)."""
+    return data.StructLayout({"w": 32, "n": 16, "row_lines": 24, "barrier": counter_bits(cfg), "pc": 32,
+                              "q4": 1})
 
 
 def weights_ahead(m: Module, cfg: AccelConfig, eng, ws, seq, ins, exec_start, stream_begins, abort, row_lines):
@@ -73,6 +75,7 @@ def weights_ahead(m: Module, cfg: AccelConfig, eng, ws, seq, ins, exec_start, st
     entry = Signal(entry_l, name="ahead_entry")
     m.d.comb += [entry.w.eq(gs.w), entry.n.eq(gs.n), entry.row_lines.eq(row_lines(gs.k, gs.wfmt, cfg)),
                  entry.barrier.eq((pops_in + pops)[:cb]), entry.pc.eq(eng.cmd_data[WORD_BITS:]),
+                 entry.q4.eq(gs.wfmt != 0),
                  q.w_data.eq(entry), q.w_en.eq(took & is_stream & reads)]
     head = data.View(entry_l, q.r_data)
     popped = ~(pops_done - head.barrier)[cb - 1]  # pops_done >= barrier, modulo 2**cb
@@ -81,6 +84,8 @@ def weights_ahead(m: Module, cfg: AccelConfig, eng, ws, seq, ins, exec_start, st
     m.d.comb += go.eq(q.r_rdy & popped & ~ws.fetching & ~started & ~abort)
     m.d.sync += started.eq(go)
     m.d.comb += [q.r_en.eq(go), ws.start.eq(go), ws.w.eq(head.w), ws.n.eq(head.n), ws.row_lines.eq(head.row_lines)]
+    if cfg.wstream_pairs:
+        m.d.comb += ws.single.eq(head.q4)
     # credit mode while the ports read a stream that has not begun: starts and begins counted, modulo 2**cb (streams
     # short enough to sit whole in the FIFOs may be read several ahead, at most the queue's cmd_depth + 2)
     n_start, n_begin = Signal(cb, name="ahead_starts"), Signal(cb, name="ahead_begins")
@@ -105,7 +110,7 @@ def weights_ahead(m: Module, cfg: AccelConfig, eng, ws, seq, ins, exec_start, st
     if cfg.wstream_pairs:  # two beats at once (an int8 stream: its rows are an even number of lines)
         taken2 = ws.pair_valid & seq.ws2_ready & open_
         m.d.comb += [seq.ws2_valid.eq(ws.pair_valid & open_), ws.pair_ready.eq(seq.ws2_ready & open_),
-                     seq.ws2_data.eq(ws.pair_data), ws.restart.eq(stream_begins)]
+                     seq.ws2_data.eq(ws.pair_data)]
         row_end = Mux(taken2, c_row + 1 == row_last, row_end)
         taken = taken | taken2
     with m.If(stream_begins):

@@ -9,12 +9,13 @@ assembles its beats into lines in a FIFO of its own; a beat leaves when every po
 routes the 4-bit sections).  So the ports deliver ``P`` lines (``P * cols`` bytes) a cycle, and the R channels
 wait (``rready`` low) when the sequencer does not take them.
 
-With ``config.wstream_pairs`` each port's FIFO is two, its stream's even and odd lines (a toggle a port, back to
-the even FIFO at each ``start``: a stream's line 0 is always even), read through a toggle of their own (back to
-even at each ``restart``, when a stream begins executing: the one before has taken all its lines).  ``pair_*``
-then offers beats ``2i`` and ``2i + 1`` together whenever every port has both: an int8 stream's tile takes its
-``2P`` columns in one cycle, so lines the ports read ahead are taken at twice the rate they arrive.  ``beat_*``
-stays the single beat (a 4-bit stream's scale and code sections take those).
+With ``config.wstream_pairs`` each port's FIFO is two: an int8 stream's even and odd lines (a toggle a port, back
+to the even FIFO at each ``start``: a stream's line 0 is always even, and an int8 stream has an even number of lines
+a port, ``k * cols / P``), and ``pair_*`` offers beats ``2i`` and ``2i + 1`` together whenever every port has both:
+its tile takes its ``2P`` columns in one cycle, so lines the ports read ahead are taken at twice the rate they
+arrive.  A 4-bit stream (``single`` at ``start``) puts every line in the even FIFO, half the lines ahead, and its
+scale and code sections take them a beat at a time on ``beat_*``.  So the even FIFO's head is always the next single
+beat and the next pair's first: the reads keep no state.
 
 ``abort`` stops issuing bursts and drains those in flight (data dropped); ``quiet`` says nothing is in flight.
 """
@@ -76,13 +77,13 @@ class BlockFIFO(fifo.SyncFIFOBuffered):
         return m
 
 
-def _no_room(m, cfg: AccelConfig, axi, level, name: str):
+def _no_room(m, cfg: AccelConfig, axi, level, name: str, cap=None):
     """High when one more burst could overfill a port's line FIFO (``level`` lines) together with the beats in flight
     on ``axi``: in credit mode (``wstream_ahead``) a port then issues nothing, so its R channel never waits for a
     stream that has not begun (a LOAD behind those bursts on the same port would wait with it)."""
     bpl = cfg.cols // cfg.dma_bytes
     burst = min(cfg.max_burst, WPAGE // cfg.dma_bytes)
-    cap = cfg.wstream_ahead * bpl  # beats the FIFO holds
+    cap = cfg.wstream_ahead * bpl if cap is None else cap  # beats the FIFO holds
     most = stream_outstanding(cfg) * burst  # (outside credit mode the port keeps that many beats in flight)
     flight = Signal(range(most + 1), name=f"{name}_flight")  # beats asked for and not yet received
     ar = axi.arvalid & axi.arready
@@ -107,9 +108,9 @@ class WeightStream(wiring.Component):
         }
         if cfg.wstream_ahead:  # ``ahead``: the stream being read has not begun (credit mode); ``fetching``: ports busy
             members |= {"ahead": In(1), "fetching": Out(1)}
-        if cfg.wstream_pairs:  # two beats at once; ``restart``: a stream begins executing (the read toggle to even)
+        if cfg.wstream_pairs:  # two beats at once; ``single``: the stream started is read a beat at a time (4-bit)
             members |= {"pair_valid": Out(1), "pair_ready": In(1), "pair_data": Out(2 * self.ports * cfg.cols * 8),
-                        "restart": In(1)}
+                        "single": In(1)}
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -123,6 +124,10 @@ class WeightStream(wiring.Component):
         heads = []
         ahead, pairs = bool(cfg.wstream_ahead), bool(cfg.wstream_pairs)
         fetching = 0
+        single = Signal(name="ws_single")  # wstream_pairs: the stream the ports read is a 4-bit one (set at start)
+        if pairs:
+            with m.If(self.start):
+                m.d.sync += single.eq(self.single)
         for p in range(P):
             rd = DmaReader(cfg, outstanding=stream_outstanding(cfg), skip=(P - 1) * WPAGE, holdable=ahead)
             m.submodules[f"rd{p}"] = rd
@@ -134,14 +139,15 @@ class WeightStream(wiring.Component):
                 fifos = (BlockFIFO(width=C * 8, depth=cfg.wstream_ahead // 2),
                          BlockFIFO(width=C * 8, depth=cfg.wstream_ahead // 2))
                 m.submodules[f"q{p}e"], m.submodules[f"q{p}o"] = fifos
-                q = _pair_sink(m, fifos, self.start, f"{p}")
+                q = _pair_sink(m, fifos, self.start, single, f"{p}")
             else:
                 q = BlockFIFO(width=C * 8, depth=cfg.wstream_ahead) if ahead else \
                     fifo.SyncFIFOBuffered(width=C * 8, depth=STREAM_FIFO_LINES)
                 m.submodules[f"q{p}"] = q
                 fifos = (q,)
-            if ahead:
-                m.d.comb += rd.hold.eq(self.ahead & _no_room(m, cfg, rd.axi, q.level, f"p{p}"))
+            if ahead:  # (a 4-bit stream's lines all go to the even FIFO: half the room)
+                cap = Mux(single, cfg.wstream_ahead // 2 * bpl, cfg.wstream_ahead * bpl) if pairs else None
+                m.d.comb += rd.hold.eq(self.ahead & _no_room(m, cfg, rd.axi, q.level, f"p{p}", cap))
                 fetching = fetching | rd.busy
             if bpl == 1:
                 m.d.comb += [q.w_data.eq(rd.beat_data), q.w_en.eq(rd.beat_valid), rd.beat_ready.eq(q.w_rdy)]
@@ -178,27 +184,18 @@ class WeightStream(wiring.Component):
         return m
 
     def _pair_reads(self, m, heads):
-        """The read side of the even and odd FIFOs: a toggle (every port in step) says which holds each port's next
-        line; a pair is beats ``2i`` and ``2i + 1`` (read toggle even, every FIFO with a line); a single beat takes
-        precedence (a 4-bit stream's sections)."""
-        rsel = Signal(name="rsel")
+        """The read side of the even and odd FIFOs: the even FIFOs' heads are the next single beat (a 4-bit stream's,
+        all of whose lines they hold) and the first of the next pair (an int8 stream's, read only in pairs)."""
         even_rdy, odd_rdy = 1, 1
         for qe, qo in heads:
             even_rdy, odd_rdy = even_rdy & qe.r_rdy, odd_rdy & qo.r_rdy
-        one = Mux(rsel, odd_rdy, even_rdy)
-        two = ~rsel & even_rdy & odd_rdy
-        took_one = one & self.beat_ready
-        took_two = two & self.pair_ready & ~self.beat_ready
-        m.d.comb += [self.beat_valid.eq(one), self.pair_valid.eq(two),
-                     self.beat_data.eq(Cat(*(Mux(rsel, qo.r_data, qe.r_data) for qe, qo in heads))),
+        took_one = even_rdy & self.beat_ready
+        took_two = even_rdy & odd_rdy & self.pair_ready & ~self.beat_ready
+        m.d.comb += [self.beat_valid.eq(even_rdy), self.pair_valid.eq(even_rdy & odd_rdy),
+                     self.beat_data.eq(Cat(*(qe.r_data for qe, _ in heads))),
                      self.pair_data.eq(Cat(*(qe.r_data for qe, _ in heads), *(qo.r_data for _, qo in heads)))]
         for qe, qo in heads:
-            m.d.comb += [qe.r_en.eq((took_one & ~rsel) | took_two), qo.r_en.eq((took_one & rsel) | took_two)]
-        with m.If(self.restart):
-            m.d.sync += rsel.eq(0)
-        with m.Elif(took_one):
-            m.d.sync += rsel.eq(~rsel)
-
+            m.d.comb += [qe.r_en.eq(took_one | took_two), qo.r_en.eq(took_two)]
 
 class _PairSink:
     """A port's even and odd FIFOs seen from its writer as one FIFO: ``w_data``, ``w_en`` in, ``w_rdy``, ``level``."""
@@ -208,15 +205,16 @@ class _PairSink:
         self.w_rdy, self.level = w_rdy, level
 
 
-def _pair_sink(m, fifos, start, name: str) -> _PairSink:
+def _pair_sink(m, fifos, start, single, name: str) -> _PairSink:
     """The write side of a port's even and odd FIFOs: a toggle a line, back to even at ``start`` (the ports begin a
-    stream only once they have written every line of the one before, so a stream's line 0 is always even)."""
+    stream only once they have written every line of the one before, so a stream's line 0 is always even); held at
+    even while ``single`` (a 4-bit stream: every line to the even FIFO)."""
     qe, qo = fifos
     wsel = Signal(name=f"wsel{name}")
     sink = _PairSink(len(qe.w_data), Mux(wsel, qo.w_rdy, qe.w_rdy), qe.level + qo.level, name)
     with m.If(start):
         m.d.sync += wsel.eq(0)
-    with m.Elif(sink.w_en & sink.w_rdy):
+    with m.Elif(sink.w_en & sink.w_rdy & ~single):
         m.d.sync += wsel.eq(~wsel)
     m.d.comb += [qe.w_data.eq(sink.w_data), qo.w_data.eq(sink.w_data),
                  qe.w_en.eq(sink.w_en & ~wsel), qo.w_en.eq(sink.w_en & wsel)]
