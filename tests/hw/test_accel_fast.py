@@ -394,11 +394,7 @@ def test_weights_read_ahead_wait_for_the_store_that_wrote_them(build_dir, via):
     words = [int(x) for x in _encode_all(serialize(ops) + [make("FINISH")])]
     pop = [x for x in serialize(ops) if x.op == "GEMM_STREAM"][0]
     assert (pop.pop_next or pop.pop_prev) == (via == "stream")
-    rng = np.random.default_rng(5)
-    base = np.zeros(MEM, np.uint8)
-    base[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
-    code = b"".join(int(x).to_bytes(16, "little") for x in words)
-    base[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+    base = _image(words, seed=5)
     gold = base.copy()
     assert GoldenSim(cfg, gold, window_base=WIN_BASE, window_size=WIN_SIZE).run(words).status == Fault.NONE
     out = slice(WIN_BASE + DATA_HI - 0x1000, WIN_BASE + DATA_HI - 0x1000 + n * 4 * C)
@@ -413,6 +409,16 @@ def test_weights_read_ahead_wait_for_the_store_that_wrote_them(build_dir, via):
                        max_cycles=50_000, stall_percent=stall, seed=stall, dram_latency=60)
         assert res.code == Fault.NONE and np.array_equal(dram[out], gold[out]), (via, stall)
         assert np.array_equal(dram, gold), (via, stall)
+
+
+def _image(words, seed: int) -> np.ndarray:
+    """A DRAM image: random bytes between DATA_LO and DATA_HI of the window, the program at its start."""
+    dram = np.zeros(MEM, np.uint8)
+    dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = np.random.default_rng(seed).integers(
+        0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
+    code = b"".join(int(x).to_bytes(16, "little") for x in words)
+    dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+    return dram
 
 
 def _encode_all(instrs):
@@ -443,11 +449,7 @@ def test_paired_weights_make_up_the_lines_read_ahead(build_dir):
            make("STORE", buf=1, sram=0, dram=DATA_HI - 0x1000, rows=1, lines=n, stride=0)]
     sops = serialize(ops)
     words = [int(x) for x in _encode_all(sops + [make("FINISH")])]
-    rng = np.random.default_rng(11)
-    dram = np.zeros(MEM, np.uint8)
-    dram[WIN_BASE + DATA_LO:WIN_BASE + DATA_HI] = rng.integers(0, 256, DATA_HI - DATA_LO, dtype=np.uint8)
-    code = b"".join(int(x).to_bytes(16, "little") for x in words)
-    dram[WIN_BASE:WIN_BASE + len(code)] = np.frombuffer(code, np.uint8)
+    dram = _image(words, seed=11)
     gold = dram.copy()
     assert GoldenSim(cfg, gold, window_base=WIN_BASE, window_size=WIN_SIZE).run(words).status == Fault.NONE
     res = fast.run(dram, window_base=WIN_BASE, window_size=WIN_SIZE, prog_base=0, prog_len=len(words),
