@@ -39,12 +39,15 @@ __all__ = ["WeightStream", "stream_outstanding", "row_lines", "q4_sections", "ST
 STREAM_FIFO_LINES = 32
 
 
-def stream_outstanding(cfg: AccelConfig, latency: int = 256) -> int:
-    """Bursts each weight port keeps in flight: enough that ``latency`` cycles of DRAM hide behind the data
-    of the bursts before (``ceil(latency / burst) + 2``: one more for the address register's turnaround),
-    at least 6, at most 16 (weight port 0's share of gmem0's read arbiter, ``ARB_DEPTH``)."""
+def stream_outstanding(cfg: AccelConfig) -> int:
+    """Bursts each weight port keeps in flight: enough that ``config.wstream_latency`` cycles of DRAM hide behind the
+    data of the bursts before (``ceil(latency / burst) + 2``: one more for the address register's turnaround), at
+    least 3, at most 16 (weight port 0's share of gmem0's read arbiter, ``ARB_DEPTH``).  No more than that: a port
+    answers in order, so a LOAD's burst behind them on the same port waits for every beat in flight (measured: the
+    kv260 layer at DRAM latency 100, 4 bursts 63.8 k cycles, 5 64.3 k, 6 64.5 k, 10 66.1 k; 3 no longer hides the latency,
+    69.9 k; docs/performance.md)."""
     beats = min(cfg.max_burst, WPAGE // cfg.dma_bytes)
-    return max(6, min(16, -(-latency // beats) + 2))
+    return max(3, min(16, -(-cfg.wstream_latency // beats) + 2))
 
 
 def q4_sections(k, wfmt, cfg: AccelConfig):

@@ -126,6 +126,11 @@ class AccelConfig:
     # two beats a cycle when both are there, twice the ports' rate: lines the ports read ahead while the line ops
     # before a stream run are made up as it executes, so the ports stay busy through those (needs wstream_ahead,
     # whose depth is then what they can read ahead, and the 4-bit datapath's 2P-column array); 0: a beat a cycle
+    wstream_latency: int = 256  # cycles of DRAM read latency each weight port keeps enough bursts in flight to hide
+    # (hw/weight_stream.py stream_outstanding: ceil(latency / burst) + 2, 3..16).  More is not free: a port answers in
+    # order, so a LOAD's burst on it (a KV page beside the stream, striped over the same ports) waits behind every
+    # weight beat in flight there.  Size it for the board's DRAM, not beyond (docs/hardware.md); below the latency a
+    # run sees, the ports fall behind, which the performance model does not know
 
     # ----------------------------------------------------------------- sizes
     @property
@@ -303,6 +308,9 @@ class AccelConfig:
         elif self.wstream_pairs and (not self.q4_groups or self.cols % (2 * self.dma_ports) or self.cols > 32):
             yield (f"wstream_pairs=1 needs the 4-bit datapath's array of 2 x dma_ports = {2 * self.dma_ports} weight "
                    f"columns a beat: q4_groups > 0 and cols={self.cols} a multiple of {2 * self.dma_ports}, at most 32")
+        if not (isinstance(self.wstream_latency, int) and 16 <= self.wstream_latency <= 4096):
+            yield (f"wstream_latency={self.wstream_latency} must be a whole number of cycles in 16..4096 (the DRAM read "
+                   f"latency the weight ports keep bursts in flight for; default 256)")
         if not (isinstance(self.attn_head_lines, int) and 0 <= self.attn_head_lines <= ATTN_HD_MAX):
             yield (f"attn_head_lines={self.attn_head_lines} must be 0 (the ISA's {ATTN_HD_MAX}) or 1..{ATTN_HD_MAX} "
                    f"(the largest head_dim in lines of {self.cols} elements that ATTN takes)")
@@ -378,6 +386,8 @@ class AccelConfig:
             d.pop("wstream_ahead")
         if d["wstream_pairs"] == 0:  # a weight beat a cycle: the hardware (and hash) of before the field
             d.pop("wstream_pairs")
+        if d["wstream_latency"] == 256:  # the weight ports' bursts in flight of before the field (and hash)
+            d.pop("wstream_latency")
         if d["attn_head_lines"] in (0, ATTN_HD_MAX):  # the ISA's whole hd field: the hardware (and hash) of before it
             d.pop("attn_head_lines")
         d["clock_mhz"] = float(d["clock_mhz"])

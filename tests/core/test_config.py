@@ -241,3 +241,20 @@ def test_wstream_pairs_validates_keeps_the_default_hash_and_reshapes():
         with pytest.raises(ConfigError, match="wstream_pairs=1 needs the 4-bit datapath"):
             pairs.replace(**bad)
     assert pairs.reshaped(32, 32).wstream_pairs == 1 and pairs.reshaped(4, 4).wstream_pairs == 0
+
+
+def test_wstream_latency_sizes_the_weight_ports_bursts_in_flight_and_keeps_the_default_hash():
+    """wstream_latency: the DRAM latency each weight port keeps bursts in flight for (ceil(latency / burst) + 2, 3..16);
+    the default is the hardware (and hash) of before the field."""
+    from systolica.hw.weight_stream import stream_outstanding
+
+    base = AccelConfig(cols=16, dma_bits=128, max_burst=64, dma_ports=4, wstream_ahead=1024)
+    assert base.replace(wstream_latency=256).hash32() == base.hash32() and stream_outstanding(base) == 6
+    short = base.replace(wstream_latency=128)
+    assert short.hash32() != base.hash32() and AccelConfig.from_toml(short.to_toml()) == short
+    assert stream_outstanding(short) == 4 and stream_outstanding(base.replace(wstream_latency=16)) == 3
+    assert stream_outstanding(base.replace(max_burst=16, wstream_latency=4096)) == 16  # gmem0's arbiter holds 16
+    assert stream_outstanding(base.replace(max_burst=16, wstream_latency=100)) == 9
+    for bad, why in ((8, "must be a whole number of cycles in 16..4096"), (5000, "16..4096"), (100.5, "must be int")):
+        with pytest.raises(ConfigError, match=f"wstream_latency={bad} .*{why}"):
+            base.replace(wstream_latency=bad)
