@@ -86,6 +86,21 @@ class AccelTimer:
     def decode_cycles(self, pos: int, token: int = 0) -> int:
         return self._cycles("decode", pos, [token])
 
+    def attention_added(self, pos: int, token: int = 0) -> float:
+        """The share of the decode step at ``pos`` that attention adds: its cycles less those of the same step with
+        every ATTN, ATTN_OUT and LOAD / STORE of the KV cache taking one cycle (:meth:`PerfModel.run_without`), over
+        its cycles.  Attention beside a weight stream or the ports' read-ahead costs nothing here; on the critical
+        path it counts, whichever of the attention unit and the pages' LOADs holds it."""
+        kv = self.art.region("kv")
+        lo, hi = kv["offset"], kv["offset"] + kv["size"]
+
+        def free(ins) -> bool:
+            return ins.op in ("ATTN", "ATTN_OUT") or (ins.op in ("LOAD", "STORE") and lo <= ins.fields["dram"] < hi)
+
+        words = self.art.patched_program("decode", StepState(pos, [token], list(range(self.art.pages_needed(pos, 1)))))
+        whole = self.model.run(words).cycles
+        return (whole - self.model.run_without(words, free).cycles) / whole
+
 
 def model_on_board(art: Artifact, spec: BoardSpec, prompt: Sequence[int], n_tokens: int, *,
                    gemm: str = "systolic", costs: CostInputs | None = None) -> BaselineResult:
@@ -153,7 +168,7 @@ def sweep_breakdowns(timer: AccelTimer, prompt: Sequence[int]) -> dict[str, dict
     work = model_work(_model_config(art), weight_bytes=int(art.manifest["stats"]["decode"]["weight_bytes"]))
     return {f"prefill@{n}": prefill_breakdown(timer.prefill_results(prompt), timer.cfg, work, n),
             f"decode@{n}": breakdown([timer.run("decode", n, [0])], peak_macs=timer.cfg.rows * timer.cfg.cols,
-                                     what=f"decode at context {n}")}
+                                     what=f"decode at context {n}") | {"attention_adds": timer.attention_added(n)}}
 
 
 def _model_config(art: Artifact):

@@ -123,7 +123,8 @@ def run_bench(model, *, boards: list[str], prompt: list[int], n_tokens: int, bas
                         "decode_tokens_per_s": f / parts[f"decode@{n}"]["cycles"],
                         "array_utilization": parts[f"prefill@{n}"]["array_utilization"],
                         "x_compute_bound": parts[f"prefill@{n}"]["x_compute_bound"],
-                        "decode_attention_share": parts[f"decode@{n}"]["shares"]["attention"]})
+                        "decode_attention_share": parts[f"decode@{n}"]["shares"]["attention"],
+                        "decode_attention_adds": parts[f"decode@{n}"]["attention_adds"]})
         if pts:
             sweeps["prompt"][row.name] = pts
         if batches:  # the batched decode step of B sequences, timed by the performance model

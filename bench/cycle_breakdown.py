@@ -6,7 +6,11 @@ array, attention, the line ops) are parts of its busy time and add up to at most
 STORE run on their own engines beside it, so their shares overlap the compute classes.  With
 ``config.attn_beside`` ATTN / ATTN_OUT and the vector unit's line ops but REQUANT also run beside a GEMM_STREAM
 that runs on: ``attention`` and ``line ops`` count only their cycles beside no stream (the time they add),
-``attention_beside`` and ``line_ops_beside`` the others.  ``array`` is
+``attention_beside`` and ``line_ops_beside`` the others.  Neither says what attention costs a decode step: a
+cycle beside no stream may still be one the weight ports spend reading ahead, and the KV pages' LOADs may hold
+the ATTNs; ``attention_adds`` (the decode points of a prompt sweep, :meth:`AccelTimer.attention_added
+<systolica.bench.accel_model.AccelTimer.attention_added>`) is that what-if: the step's cycles less those with
+every ATTN, ATTN_OUT and KV-cache LOAD / STORE taking a cycle, over its cycles.  ``array`` is
 ``ARRAY_BUSY / CYCLES``: the fraction of cycles the systolic array computes.  ``bound`` compares the run
 with the array's peak: cycles ÷ (MACs ÷ (rows x cols)), the same MACs the roofline's compute bound counts.
 """
@@ -81,9 +85,12 @@ def render_breakdown(rows: list[tuple[str, dict[str, dict]]], title: str = "wher
                                    "LOAD and STORE run beside them; attention, line ops: their cycles beside no weight stream "
                                    "(config.attn_beside); x compute bound: cycles over the model's MACs per token (its LM head "
                                    "included) x prompt tokens / (rows x cols), as the roofline counts them, though a prefill "
-                                   "computes the head for its last token only; performance model")
+                                   "computes the head for its last token only; attention adds: the decode step's cycles less "
+                                   "those with ATTN, ATTN_OUT and the KV cache's LOADs and STOREs free, over its cycles (a "
+                                   "what-if); performance model")
     for col, just in (("board", "left"), ("phase", "left"), ("cycles", "right"), ("x compute bound", "right"),
                       ("array util %", "right"), ("GEMM %", "right"), ("attention %", "right"),
+                      ("attention adds %", "right"),
                       ("line ops %", "right"), ("LOAD %", "right"), ("STORE %", "right")):
         t.add_column(col, justify=just)
     for board, phases in rows:
@@ -91,6 +98,7 @@ def render_breakdown(rows: list[tuple[str, dict[str, dict]]], title: str = "wher
             s = b["shares"]
             xb = b["x_compute_bound"]
             t.add_row(board if i == 0 else "", b["what"], f"{b['cycles']:,}", "-" if xb is None else f"{xb:.2f}",
-                      _pct(b["array_utilization"]), _pct(s["array"]), _pct(s["attention"]), _pct(s["line ops"]),
+                      _pct(b["array_utilization"]), _pct(s["array"]), _pct(s["attention"]),
+                      _pct(b.get("attention_adds")), _pct(s["line ops"]),
                       _pct(s["load"]), _pct(s["store"]))
     return t

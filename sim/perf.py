@@ -35,7 +35,7 @@ from systolica.hw.compute_engine import BESIDE_STREAM_OPS
 from systolica.hw.decode import decode_cycles
 from systolica.isa import WORD_BYTES, Engine, IllegalInstruction, Instr, decode
 from systolica.program import Program
-from systolica.sim.perf_costs import WSTREAM_STARTUP, PerfParams, array_latency, op_cost, rd_round_trip
+from systolica.sim.perf_costs import WSTREAM_STARTUP, OpCost, PerfParams, array_latency, op_cost, rd_round_trip
 
 __all__ = ["PerfModel", "PerfResult", "PerfError", "PerfParams", "cycle_model", "RUN_OVERHEAD"]
 
@@ -303,9 +303,23 @@ class PerfModel:
             from systolica.sim.perf_plan import plan_for
 
             return plan_for(self.cfg, words, copy=isinstance(program, Program)).time(self.p)
+        return self._run_uncached(words)
+
+    def run_without(self, program: Program | Sequence[int], free: Callable[[Instr], bool]) -> PerfResult:
+        """A what-if: ``program`` timed with every instruction ``free`` picks taking one cycle (its tokens, and so
+        every dependence, kept).  ``run(p).cycles - run_without(p, free).cycles`` is what those instructions add to
+        the run -- time beside other work costs nothing, time on the critical path counts (``systolica bench``:
+        what attention and its KV pages add to a decode step).  Always the one-pass work list (``cache`` is not
+        used)."""
+        words = program.words if isinstance(program, Program) else [int(w) for w in program]
+        return self._run_uncached(words, free)
+
+    def _run_uncached(self, words: list[int], free: Callable[[Instr], bool] | None = None) -> PerfResult:
         infos = []
         for _pc, w in enumerate(words):
             info = self._info(w)
+            if free is not None and free(decode_timed(w)):
+                info = info[:3] + (OpCost(1),) + info[4:]
             infos.append(info)
             if info[4] == "FINISH":
                 break

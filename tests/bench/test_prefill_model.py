@@ -71,6 +71,31 @@ def test_attention_share_grows_with_the_context(timer):
     assert 0 < short < long
 
 
+def test_attention_added_is_the_step_less_the_step_with_attention_free(timer):
+    """What attention adds to a decode step: the step's cycles less those with every ATTN, ATTN_OUT and KV-cache
+    LOAD / STORE taking a cycle; more than the ATTNs alone add, at most their cycles with the LOADs' and STOREs', and
+    growing with the context."""
+    from systolica.artifact import StepState
+    from systolica.bench.accel_model import sweep_breakdowns
+    from systolica.isa import decode
+    from systolica.sim.perf import PerfModel
+
+    art, model = timer.art, PerfModel(timer.cfg, timer.model.p, cache=False)
+    words = art.patched_program("decode", StepState(60, [0], list(range(art.pages_needed(60, 1)))))
+    whole = model.run(words)
+    kv = art.region("kv")
+    kv_ops = [i for i in map(decode, words) if i.op in ("LOAD", "STORE") and
+              kv["offset"] <= i.fields["dram"] < kv["offset"] + kv["size"]]
+    assert {i.op for i in kv_ops} == {"LOAD", "STORE"}  # the pages read, the new token's K and V written
+    attn_only = model.run_without(words, lambda ins: ins.op in ("ATTN", "ATTN_OUT"))
+    assert attn_only.cycles < whole.cycles and attn_only.per_op_cycles["ATTN"] < whole.per_op_cycles["ATTN"]
+    added = timer.attention_added(60)
+    own = sum(whole.per_op_cycles[op] for op in ("ATTN", "ATTN_OUT", "LOAD", "STORE"))
+    assert 0 < (whole.cycles - attn_only.cycles) / whole.cycles < added <= own / whole.cycles
+    short = sweep_breakdowns(timer, [3] * 4)["decode@4"]["attention_adds"]
+    assert 0 < short < sweep_breakdowns(timer, [3] * 60)["decode@60"]["attention_adds"] == added
+
+
 def test_breakdown_table_has_a_line_per_phase(timer):
     from rich.console import Console
 
