@@ -172,16 +172,18 @@ class _Gen:
             sink(t.n0, t.nt, ms)
 
     def _requant(self, ae: str, wname: str, rows: int, dst: int, dst_key: str, dst_lines: int, n0: int, nt: int,
-                 ms: str) -> None:
+                 ms: str, moff: int = 0) -> None:
+        """REQUANT of an output block from ``acc``, its mult rows at line ``moff`` of vector-buffer slot ``ms``."""
         m, acc = self.mats[wname], self.a("acc", "acc")
+        mult = self.a(ms, "vbuf") + moff
         reads = ["acc:acc", f"vbuf:{ms}", self.key(ae)]
         per = self.k  # result rows per token row
         if nt == dst_lines:
-            self.s.emit("REQUANT", dst=dst, src=acc, mult=self.a(ms, "vbuf"), exps=self.a(ae), rows=rows, lines=nt,
+            self.s.emit("REQUANT", dst=dst, src=acc, mult=mult, exps=self.a(ae), rows=rows, lines=nt,
                         shift=m.shift, reads=reads, writes=[dst_key], patches=self.n_rows("rows", per, rows=rows // per))
             return
         for r in range(rows):
-            self.s.emit("REQUANT", dst=dst + r * dst_lines + n0, src=acc + r * nt, mult=self.a(ms, "vbuf"),
+            self.s.emit("REQUANT", dst=dst + r * dst_lines + n0, src=acc + r * nt, mult=mult,
                         exps=self.a(ae) + r, rows=1, lines=nt, shift=m.shift, reads=reads, writes=[dst_key],
                         patches=self.row_on("rows", r, 1, per) if rows > per else [])
 

@@ -41,7 +41,7 @@ from systolica.compiler.ir import Graph, Node
 from systolica.compiler.tiling import Tile
 from systolica.isa import Buf, Engine
 
-__all__ = ["BLOCK", "grouped_blocks", "group_at", "widen_live", "emit_grouped", "page_attn_cycles"]
+__all__ = ["BLOCK", "grouped_blocks", "group_at", "widen_live", "emit_grouped", "page_attn_cycles", "qkv_mult_span"]
 
 #: the nodes of one llama layer's attention block, as :func:`systolica.compiler.ir.build_graph` adds them
 BLOCK = ("linear", "linear", "linear", "rope", "rope", "quant", "quant", "quant", "kv_store", "attention")
@@ -96,7 +96,8 @@ class _Stream:
     grp: int
     heads: int  # the group's heads of this projection
     proj: str = "q"  # "q", "k" or "v"
-    ms: str | None = None  # its mult slot, when LOADed ahead (preload)
+    ms: str | None = None  # its mult slot, when LOADed ahead (preload, or the block's: _block_mult)
+    moff: int = 0  # its mult rows' first line in that slot
 
     def preload(self) -> None:
         """LOAD its mult row now, ahead of the LOADs the load engine takes before the stream starts."""
@@ -110,7 +111,7 @@ class _Stream:
         width = self.heads * g.kv.hd_lines  # a row of the group; the block is lines t.n0 .. of the whole row
         g0 = (self.grp * self.heads) * g.kv.hd_lines
         g._requant(self.ae, self.w, g.T, g.a(self.dst) + group_at(g, self.grp, 0, self.heads), g.key(self.dst),
-                   width, t.n0 - g0, t.nt, ms)
+                   width, t.n0 - g0, t.nt, ms, self.moff)
 
 
 def _streams(gen, nodes: list[Node], grp: int, kv_first: bool = False) -> list[_Stream]:
@@ -175,6 +176,35 @@ def _post_kv(gen, nodes: list[Node], grp: int) -> None:
                                 *gen.row_on("rows", r, 1)])
 
 
+def qkv_mult_span(mats: list, cols: int) -> tuple[int, dict[str, int]] | None:
+    """Where one LOAD finds a block's Q, K and V mult rows (``mats``: their matrices, in that order): the lines
+    from Q's first row to V's last (a line is ``cols`` int32 multipliers) and each one's first line in them, or
+    None where they are not in that order at whole lines of each other in the image."""
+    line, base = cols * 4, mats[0].mult_off
+    off, end = {}, 0
+    for proj, m in zip("qkv", mats, strict=True):
+        d = m.mult_off - base
+        if d % line or d // line < end:  # between lines, or over the rows before
+            return None
+        off[proj], end = d // line, d // line + m.Nl
+    return end, off
+
+
+def _block_mult(gen, nodes: list[Node], groups: list[list[_Stream]]) -> None:
+    """One LOAD of the block's Q, K and V mult rows into the plan's ``mqkv`` slot (:func:`qkv_mult_span`), each
+    stream's REQUANT reading its rows there: the in-order load engine then takes one LOAD before the block instead
+    of one a stream between the KV pages' (on kv260 those nine LOADs held the pages back ~250 cycles a layer).
+    Where the plan has no slot, the streams LOAD their own rows as before."""
+    span = qkv_mult_span([gen.mats[n.attrs["weight"]] for n in nodes[:3]], gen.cols)
+    if "vbuf:mqkv" not in gen.p.addr or span is None:
+        return
+    lines, off = span
+    gen.s.emit("LOAD", buf=Buf.VBUF, sram=gen.a("mqkv", "vbuf"), dram=gen.mats[nodes[0].attrs["weight"]].mult_off,
+               rows=1, lines=lines, stride=0, writes=["vbuf:mqkv"])
+    for st in (st for sts in groups for st in sts):
+        st.ms, st.moff = "mqkv", off[st.proj] + st.t.n0
+
+
 def emit_grouped(gen, nodes: list[Node]) -> None:
     """Emit one attention block (the nodes of :data:`BLOCK`) by group, interleaved as the module docstring says."""
     att = nodes[-1]
@@ -187,6 +217,7 @@ def emit_grouped(gen, nodes: list[Node]) -> None:
         return
     (qq, qe), (o,) = att.inputs, att.outputs
     groups = [_streams(gen, nodes, grp, kv_first=True) for grp in range(heads)]
+    _block_mult(gen, nodes, groups)
     kv_posted = False
     for st in groups[0]:
         if st.proj == "q" and not kv_posted:  # group 0's STOREs beside its Q stream (its pages wait for them)
@@ -214,6 +245,7 @@ def _emit_decode(gen, nodes: list[Node], layer: int, heads: int, pages: int, pag
     att = nodes[-1]
     (qq, qe), (o,) = att.inputs, att.outputs
     groups = [_streams(gen, nodes, grp) for grp in range(heads)]
+    _block_mult(gen, nodes, groups)
     qs = [[st for st in sts if st.proj == "q"] for sts in groups]
     kvs = [[st for st in sts if st.proj != "q"] for sts in groups]
     last_stream = None
@@ -225,7 +257,8 @@ def _emit_decode(gen, nodes: list[Node], layer: int, heads: int, pages: int, pag
     # alone they wait for the last stream (they would take its port 0), striped they go beside the streams.  Its K
     # stream's mult row first: the in-order load engine would hold K's REQUANT behind the pages (V's goes after
     # them: its slot is Q's, free only after Q's REQUANT)
-    kvs[0][0].preload()
+    if kvs[0][0].ms is None:
+        kvs[0][0].preload()
     early = gen.early_pages(layer, None if gen.cfg.load_ports > 1 else last_stream)
     _rope_quant(gen, nodes, 0, "q")
     for grp in range(heads):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from systolica.compiler.gqa_groups import grouped_blocks, widen_live
+from systolica.compiler.gqa_groups import grouped_blocks, qkv_mult_span, widen_live
 from systolica.compiler.image import KvGeometry, MatrixInfo
 from systolica.compiler.ir import Graph
 from systolica.compiler.kv_page import KV_SPAD_SHARE
@@ -116,6 +116,8 @@ def _plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, ro
     for name, t in g.tensors.items():
         if t.space == "vbuf" and t.buffer is None and alias.get(name, name) == name:
             chip.vbuf.alloc(name, _tensor_lines(t, rows, cols), *span.get(name, live[name]))
+    spans = [qkv_mult_span([mats[nd.attrs["weight"]] for nd in g.nodes[i:i + 3]], cols) for i in grouped]
+    qkv_mult = max((sp[0] for sp in spans if sp is not None), default=0)
     gates = [nd.attrs["gate"] for nd in g.nodes if nd.op == "glu"]
     glu_mats = set(gates) | {nd.attrs["up"] for nd in g.nodes if nd.op == "glu"}
 
@@ -128,6 +130,8 @@ def _plan_program(g: Graph, mats: dict[str, MatrixInfo], cfg, kv: KvGeometry, ro
         buffered, one gate and one up block."""
         mslot, lg = max(t.nt for t in tl.values()), k * head_rows * tl["output"].nt if "output" in tl else 0
         out = {"m0": mslot, "lg0": lg, "m1": mslot, "lg1": lg} if lg else {"m0": mslot, "m1": mslot}
+        if qkv_mult:  # a grouped block's Q, K and V mult rows, one LOAD before it (gqa_groups._block_mult)
+            out["mqkv"] = qkv_mult
         if gates:
             out["gbuf"] = out["ubuf"] = k * rows * max(tl[w].nt for w in gates)
         return out

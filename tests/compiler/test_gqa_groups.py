@@ -91,13 +91,19 @@ def test_own_kv_and_next_q_stream_between_a_groups_attns(model):
     assert beside > 0
     stores = [x for x in ins if x.op == "STORE" and x.buf == 0]
     assert stores and all(x.rows == 1 for x in stores)
-    # in each layer the first LOAD after the Q stream of group 0 is its K stream's mult row (vector buffer), then
-    # group 0's first pages (scratchpad): the in-order load engine would hold K's REQUANT behind the pages
-    for end in attn_out[::kv_heads]:
-        first_attn = max(i for i in range(end) if ins[i].op == "ATTN" and ins[i].init)
-        q0 = [i for i in range(first_attn) if ins[i].op == "GEMM_STREAM"][-2]  # then K's, right before the ATTN
-        loads = [ins[i].buf for i in range(q0, first_attn) if ins[i].op == "LOAD"]
-        assert loads[0] == 2 and 0 in loads[1:], loads
+    # the layer's Q, K and V mult rows are one LOAD (vector buffer) before its first stream, and every REQUANT of
+    # the block reads its rows there: the in-order load engine takes no mult row between the pages
+    mats = art.manifest["weights"]["matrices"]
+    for layer in range(MODELS[model]["n_layers"]):
+        q, v = (mats[f"blk.{layer}.attn_{p}"] for p in ("q", "v"))  # (their rows at whole lines of each other)
+        lines = (v["mult"] - q["mult"]) // (4 * art.config.cols) + v["Nl"]
+        end = attn_out[(layer + 1) * kv_heads - 1]
+        mult, = (i for i, x in enumerate(ins) if x.op == "LOAD" and x.buf == 2 and x.dram == q["mult"])
+        x = ins[mult]
+        assert (x.rows, x.lines) == (1, lines) and mult < min(i for i in range(mult, end) if ins[i].op == "GEMM_STREAM")
+        assert not any(ins[i].op == "LOAD" and ins[i].buf == 2 for i in range(mult + 1, end))
+        requants = [ins[i] for i in range(mult, end) if ins[i].op == "REQUANT"]
+        assert len(requants) >= 3 * kv_heads and all(x.sram <= r.mult < x.sram + lines for r in requants)
 
 
 def test_batched_steps_keep_the_layer_order():
@@ -171,3 +177,18 @@ def test_page_estimate_is_the_models_attn_cost_with_its_margins(name):
         jobs = -(-group // cfg.attn_rows)
         want = _attn(cfg, PerfParams(), ins).exec_cycles + jobs * ATTN_JOB_MARGIN + group * ATTN_ROW_MARGIN
         assert page_attn_cycles(cfg, page, hd_lines, group) == want, (page, hd_lines, group)
+
+
+def test_qkv_mult_span_takes_rows_at_whole_lines_in_order():
+    """One LOAD reads a block's Q, K and V mult rows where they follow each other at whole lines (a line: cols
+    int32); rows between lines, out of order or over each other keep one LOAD a stream."""
+    from types import SimpleNamespace as M
+
+    from systolica.compiler.gqa_groups import qkv_mult_span
+
+    line = 16 * 4
+    q, k, v = M(mult_off=1024, Nl=6), M(mult_off=1024 + 8 * line, Nl=2), M(mult_off=1024 + 10 * line, Nl=2)
+    assert qkv_mult_span([q, k, v], 16) == (12, {"q": 0, "k": 8, "v": 10})  # a two-line gap after Q is read too
+    assert qkv_mult_span([q, M(mult_off=1024 + 8 * line + 4, Nl=2), v], 16) is None  # K between lines
+    assert qkv_mult_span([q, M(mult_off=1024 + 5 * line, Nl=2), v], 16) is None  # K over Q's last row
+    assert qkv_mult_span([q, v, k], 16) is None  # out of order
