@@ -28,8 +28,6 @@ from systolica.config import AccelConfig
 from systolica.hw.decode import decode_cycles
 from systolica.isa import WORD_BYTES
 from systolica.sim.perf import (
-    FETCH_REFILL,
-    FETCH_START,
     GEMM_HOLD_GAP,
     RUN_OVERHEAD,
     RUNS_ON_EXEC,
@@ -42,15 +40,12 @@ from systolica.sim.perf import (
     beside_plan,
     deadlock_error,
     decode_timed,
-    fetch_stretch,
-    port0_busy,
-    port0_tail,
 )
 from systolica.sim.perf_costs import cost_signature, op_cost, rd_round_trip
+from systolica.sim.perf_fetch import FETCH_FIFO, FETCH_REFILL, FETCH_START, fetch_stretch, port0_busy, port0_tail
 
 __all__ = ["ProgramPlan", "plan_for", "clear_plans"]
 
-_FETCH_FIFO = 8  # words of the prefetch FIFO (hw/fetch.py default); as in systolica.sim.perf
 _MAX_WORDS = 1 << 18  # decoded-word cache entries
 _PLANS_PER_CONFIG = 32  # recently timed programs kept per configuration (a DSE point times 14)
 
@@ -320,7 +315,7 @@ class ProgramPlan:
         arrival = RUN_OVERHEAD + FETCH_START + p.fetch_latency + rd_round_trip(p)  # fetch starts with the run
         refill = 1 + FETCH_REFILL + rd_round_trip(p) + p.fetch_latency + wc
         first_beat = 3 + rd_round_trip(p)  # the DMA's first address two cycles after start (hw/dma.py)
-        fifo = _FETCH_FIFO
+        fifo = FETCH_FIFO
         dec_free = 0
         for x in self.seq:
             if x >= 0:  # the decoder takes word x and dispatches it
