@@ -104,7 +104,7 @@ def _rowpass_seq(cfg):
 
 
 def _load(cfg):
-    from systolica.hw.engines import LoadEngine
+    from systolica.hw.load_engine import LoadEngine
     return LoadEngine(cfg)
 
 

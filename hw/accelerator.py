@@ -47,8 +47,9 @@ from .compute_engine import ComputeEngine
 from .csr_file import CSR_ADDR_BITS, CsrFile
 from .decode import InstructionDecoder
 from .dma import ADDR_BITS, ReadArbiter
-from .engines import LoadEngine, StoreEngine, buffer_ports
+from .engines import StoreEngine, buffer_ports
 from .fetch import InstructionFetch
+from .load_engine import LoadEngine
 from .striped_reader import FIFO_BURSTS
 from .token_queue import TokenQueue
 
@@ -83,7 +84,7 @@ def config_problems(cfg: AccelConfig) -> list[str]:
     The rules are the ones the units enforce when they are built; they are collected here so that a
     board sweep or ``systolica build`` can ask before elaborating anything.
     """
-    from .engines import _beats_per_line
+    from .engines import beats_per_line
     from .fetch import WORD_BITS
 
     problems = []
@@ -93,7 +94,7 @@ def config_problems(cfg: AccelConfig) -> list[str]:
     if cfg.dma_bits > WORD_BITS:
         problems.append(f"instruction fetch needs dma_bits <= {WORD_BITS}, config has {cfg.dma_bits}")
     try:
-        _beats_per_line(cfg)
+        beats_per_line(cfg)
     except ValueError as e:
         problems.append(str(e))
     if cfg.cols % 2:
@@ -200,6 +201,7 @@ class Accelerator(wiring.Component):
             m.d.comb += [tq.push.eq(getattr(src, f"push_{src_side}")), getattr(src, f"{src_side}_space").eq(tq.space),
                          tq.pop.eq(getattr(dst, f"pop_{dst_side}")), getattr(dst, f"{dst_side}_avail").eq(tq.available)]
 
+        m.d.comb += load.next_count.eq(q["l2c"].count)  # the load engine reserves its pushes (hw/load_engine.py)
         build_buffers(m, cfg, load, comp, store, uram=self.uram)  # block-RAM buffers: one write and one read port each
 
         # ---- run control
@@ -249,8 +251,9 @@ class Accelerator(wiring.Component):
         bus_pc = Signal(32)
         es = [Signal(32, name=f"bus_pc{i}") for i in range(3)]
         m.d.sync += [bus_seen.eq(load.bus_error | store.bus_error | comp.bus_error)]
-        # (the compute engine's is its GEMM_STREAM's, which may run on behind later instructions: config.attn_beside)
-        m.d.sync += [r.eq(Mux(e.bus_error, e.bus_pc if e is comp else e.pc, 0xFFFF_FFFF))
+        # (the compute engine's is its GEMM_STREAM's, which may run on behind later instructions: config.attn_beside;
+        # the load engine's that of the LOAD the beat belongs to, which may have a later LOAD issuing behind it)
+        m.d.sync += [r.eq(Mux(e.bus_error, e.pc if e is store else e.bus_pc, 0xFFFF_FFFF))
                      for r, e in zip(es, engines, strict=True)]
         e01 = Mux(es[0] < es[1], es[0], es[1])
         m.d.sync += [bus_err.eq(bus_seen), bus_pc.eq(Mux(e01 < es[2], e01, es[2]))]

@@ -128,6 +128,10 @@ class _Walker:
 class DmaReader(wiring.Component):
     """Reads ``rows`` x ``beats`` beats from DRAM and streams them out in order; ``beat_ready`` holds the R channel.
 
+    ``issuing`` is high while the transfer still has bursts to ask for: once it falls, the next transfer may
+    ``start`` while this one's beats are still arriving (they come first: one AXI ID, answered in order).
+    A beat with an error response raises ``bus_error`` in the cycle it is taken.
+
     ``skip > 0`` makes it a *paged* reader (a weight port of GEMM_STREAM): the ``rows * beats`` beats are one
     run from ``addr`` that jumps ``skip`` bytes (the other ports' pages) every time it reaches a 4 KiB page
     boundary of the window (``base`` is page aligned); ``stride`` is unused.
@@ -140,7 +144,7 @@ class DmaReader(wiring.Component):
             "start": In(1), "base": In(ADDR_BITS), "addr": In(32), "stride": In(32), "rows": In(16), "beats": In(32),
             "abort": In(1),
             "beat_valid": Out(1), "beat_ready": In(1), "beat_data": Out(cfg.dma_bits),
-            "busy": Out(1), "quiet": Out(1), "bus_error": Out(1),
+            "busy": Out(1), "quiet": Out(1), "bus_error": Out(1), "issuing": Out(1),
         }
         if holdable:  # ``hold``: issue no new burst while high (the bursts in flight go on)
             members["hold"] = In(1)
@@ -168,7 +172,7 @@ class DmaReader(wiring.Component):
             m.d.sync += w.more.eq(0)
         m.d.comb += [self.beat_valid.eq(axi.rvalid & ~self.abort), self.beat_data.eq(axi.rdata),
                      self.quiet.eq(~axi.arvalid & (inflight == 0)),
-                     self.busy.eq(w.more | ~self.quiet)]
+                     self.busy.eq(w.more | ~self.quiet), self.issuing.eq(w.more)]
         return m
 
 

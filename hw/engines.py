@@ -14,7 +14,7 @@ refused the flags an engine does not have.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib import enum as aenum
 from amaranth.lib.wiring import In, Out
@@ -22,14 +22,13 @@ from amaranth.lib.wiring import In, Out
 from systolica.config import AccelConfig
 from systolica.isa import WORD_BITS
 
-from .axi import axi4_read_signature, axi4_write_signature
+from .axi import axi4_write_signature
 from .buffers import buffer_ports
 from .decode import CMD_BITS, instr_layout
-from .dma import ADDR_BITS, DmaReader, DmaWriter
-from .striped_reader import StripedReader
+from .dma import ADDR_BITS, DmaWriter
 from .word_regs import flag_copies, lane_mux
 
-__all__ = ["EngineState", "engine_members", "token_fsm", "LoadEngine", "StoreEngine", "buffer_ports"]
+__all__ = ["EngineState", "engine_members", "token_fsm", "StoreEngine", "buffer_ports", "beats_per_line"]
 
 
 class EngineState(aenum.Enum, shape=2):
@@ -49,7 +48,7 @@ def engine_members(cfg: AccelConfig) -> dict:
     }
 
 
-def token_fsm(m, eng, cfg: AccelConfig, on_load=None, hold=None, busy=None):
+def token_fsm(m, eng, cfg: AccelConfig, on_load=None, hold=None, busy=None, push_room=None, behind=None):
     """Command FIFO + pop/exec/push handshake of one engine.
 
     Returns ``(ins, exec_start, exec_done, state)``: the view of the current word, a
@@ -60,6 +59,12 @@ def token_fsm(m, eng, cfg: AccelConfig, on_load=None, hold=None, busy=None):
     ``hold`` (a signal, optional): while high the word waits in POP, its tokens there or not (the compute
     engine's instruction behind a GEMM_STREAM that still runs); ``busy``: work that outlives its instruction,
     which keeps ``idle`` low.
+
+    An engine that pushes its own tokens (the load engine: a LOAD's push goes out when its last line is in its
+    buffer, after the next LOAD has started; hw/load_engine.py) passes ``push_room``, the signal that says its
+    pushes will fit (it replaces the queues' ``space``), and ``behind``: earlier instructions' work still under
+    way, which counts as executing, keeps ``idle`` low, and is never *blocked* (it will push the tokens the
+    word waiting in POP may need).  Its PUSH state then only retires.
     """
     # cmd_depth - 1 queued plus the one being handled: the queue holds cmd_depth instructions like the
     # golden simulator's (which the token-deadlock rule depends on)
@@ -72,13 +77,17 @@ def token_fsm(m, eng, cfg: AccelConfig, on_load=None, hold=None, busy=None):
     exec_done = Signal()
     m.d.comb += [cmds.w_en.eq(eng.cmd_valid), cmds.w_data.eq(eng.cmd_data), eng.cmd_ready.eq(cmds.w_rdy)]
     can_pop = (~h.pop_prev | eng.prev_avail) & (~h.pop_next | eng.next_avail)
-    can_push = (~h.push_prev | eng.prev_space) & (~h.push_next | eng.next_space)
+    can_push = (~h.push_prev | eng.prev_space) & (~h.push_next | eng.next_space) if push_room is None else push_room
     # start only when the pops are there AND the pushes will fit: every queue has a single producer and a
     # single consumer, so the room checked now is still there when the instruction ends (golden's rule)
     idle = (state == EngineState.IDLE) & ~cmds.r_rdy
-    m.d.comb += [eng.idle.eq(idle if busy is None else idle & ~busy),
-                 eng.executing.eq(state == EngineState.EXEC),
-                 eng.blocked.eq((state == EngineState.POP) & ~(can_pop & can_push))]
+    blocked = (state == EngineState.POP) & ~(can_pop & can_push)
+    executing = state == EngineState.EXEC
+    if busy is not None:
+        idle = idle & ~busy
+    if behind is not None:
+        idle, blocked, executing = idle & ~behind, blocked & ~behind, executing | behind
+    m.d.comb += [eng.idle.eq(idle), eng.executing.eq(executing), eng.blocked.eq(blocked)]
     go = can_pop & can_push if hold is None else can_pop & can_push & ~hold
     with m.Switch(state):
         with m.Case(EngineState.IDLE):
@@ -93,90 +102,24 @@ def token_fsm(m, eng, cfg: AccelConfig, on_load=None, hold=None, busy=None):
             m.d.sync += state.eq(EngineState.EXEC)
         with m.Case(EngineState.EXEC), m.If(exec_done):
             m.d.sync += state.eq(EngineState.PUSH)
-        with m.Case(EngineState.PUSH), m.If(can_push):
-            m.d.comb += [eng.push_prev.eq(h.push_prev), eng.push_next.eq(h.push_next), eng.retire.eq(1)]
-            m.d.sync += state.eq(EngineState.IDLE)
+        with m.Case(EngineState.PUSH):
+            if push_room is None:
+                with m.If(can_push):
+                    m.d.comb += [eng.push_prev.eq(h.push_prev), eng.push_next.eq(h.push_next), eng.retire.eq(1)]
+                    m.d.sync += state.eq(EngineState.IDLE)
+            else:  # the engine pushes when the instruction's work is done (room was reserved at its start)
+                m.d.comb += eng.retire.eq(1)
+                m.d.sync += state.eq(EngineState.IDLE)
     return ins, exec_start, exec_done, state
 
 
-def _beats_per_line(cfg: AccelConfig) -> tuple[int, int]:
+def beats_per_line(cfg: AccelConfig) -> tuple[int, int]:
     """DMA beats of a scratchpad line and of an accumulator / vector-buffer line."""
     spad, wide = cfg.cols, 4 * cfg.cols
     if spad % cfg.dma_bytes:
         raise ValueError(f"a scratchpad line ({spad} bytes, cols={cfg.cols}) must be a whole number of DMA beats "
                          f"({cfg.dma_bytes} bytes, dma_bits={cfg.dma_bits}); use cols >= {cfg.dma_bytes}")
     return spad // cfg.dma_bytes, wide // cfg.dma_bytes
-
-
-class LoadEngine(wiring.Component):
-    """LOAD: DRAM rows -> packed buffer lines, through a :class:`DmaReader`."""
-
-    def __init__(self, cfg: AccelConfig):
-        self.cfg = cfg
-        members = engine_members(cfg)
-        members |= {"win_base": In(ADDR_BITS), "abort": In(1), "dma_busy": Out(1), "dma_quiet": Out(1),
-                    "bus_error": Out(1)}
-        for name, (ab, db) in buffer_ports(cfg).items():
-            members |= {f"{name}_addr": Out(ab), f"{name}_data": Out(db), f"{name}_en": Out(1),
-                        f"{name}_ready": In(1)}
-        members["rd"] = Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits))
-        # config.load_ports > 1: the transfer's bursts striped over that many read ports (hw/striped_reader.py)
-        members |= {f"rd{p}": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)) for p in range(1, cfg.load_ports)}
-        super().__init__(members)
-
-    def elaborate(self, platform):
-        m = Module()
-        cfg = self.cfg
-        ins, exec_start, exec_done, _ = token_fsm(m, self, cfg)
-        v = ins.load
-        if cfg.load_ports > 1:
-            m.submodules.dma = dma = StripedReader(cfg, cfg.load_ports)
-            for p in range(1, cfg.load_ports):
-                wiring.connect(m, wiring.flipped(getattr(self, f"rd{p}")), getattr(dma, f"axi{p}"))
-        else:
-            m.submodules.dma = dma = DmaReader(cfg)
-        wiring.connect(m, wiring.flipped(self.rd), dma.axi)
-        bpl_s, bpl_w = _beats_per_line(cfg)
-        bpl = Mux(v.buf == 0, bpl_s, bpl_w)
-        m.d.comb += [dma.start.eq(exec_start), dma.base.eq(self.win_base), dma.addr.eq(v.dram), dma.stride.eq(v.stride),
-                     dma.rows.eq(v.rows), dma.beats.eq(Mux(v.buf == 0, v.lines * bpl_s, v.lines * bpl_w)),
-                     dma.abort.eq(self.abort),
-                     self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet),
-                     self.bus_error.eq(dma.bus_error & ~self.abort)]  # reported with self.pc, the transfer's owner
-        started = Signal()
-        m.d.sync += started.eq(exec_start)
-
-        # assemble lines from beats: the newest beat enters at the top of a shift register
-        wide = cfg.cols * 32
-        db = cfg.dma_bits
-        asm = Signal(wide)
-        nxt = Signal(wide)
-        m.d.comb += nxt.eq(Cat(asm[db:], dma.beat_data)) if wide > db else nxt.eq(dma.beat_data)
-        count = Signal(8)
-        line = Signal(32)
-        # whole lines wait in a two-entry queue until their buffer's write port is free (compute writes
-        # first); a beat is taken only while the queue has room, so the R channel is held (rready low)
-        # instead of dropping data, and the port's ready (the buffer's arbitration) only pops the queue:
-        # no path from it into the line assembly
-        m.submodules.lines = lq = fifo.SyncFIFO(width=32 + wide, depth=2)
-        ready = Mux(v.buf == 0, self.spad_ready, Mux(v.buf == 1, self.acc_ready, self.vbuf_ready))
-        take = dma.beat_valid & lq.w_rdy
-        m.d.comb += dma.beat_ready.eq(lq.w_rdy)
-        last = take & (count == bpl - 1)
-        m.d.comb += [lq.w_en.eq(last), lq.w_data.eq(Cat((v.sram + line)[:32], nxt)), lq.r_en.eq(ready)]
-        with m.If(exec_start):
-            m.d.sync += [count.eq(0), line.eq(0)]
-        with m.Elif(take):
-            m.d.sync += [asm.eq(nxt), count.eq(Mux(last, 0, count + 1))]
-            with m.If(last):
-                m.d.sync += line.eq(line + 1)
-        pend = lq.r_rdy
-        for i, (name, (_, dbits)) in enumerate(buffer_ports(cfg).items()):
-            m.d.comb += [getattr(self, f"{name}_addr").eq(lq.r_data[:32]),
-                         getattr(self, f"{name}_data").eq(lq.r_data[32 + wide - dbits:]),
-                         getattr(self, f"{name}_en").eq(pend & (v.buf == i))]
-        m.d.comb += exec_done.eq(self.executing & ~started & ~dma.busy & ~pend)
-        return m
 
 
 class StoreEngine(wiring.Component):
@@ -210,7 +153,7 @@ class StoreEngine(wiring.Component):
         v = ins.store
         m.submodules.dma = dma = DmaWriter(cfg)
         wiring.connect(m, wiring.flipped(self.wr), dma.axi)
-        bpl_s, bpl_w = _beats_per_line(cfg)
+        bpl_s, bpl_w = beats_per_line(cfg)
         bpl = Mux(v.buf == 0, bpl_s, bpl_w)
         m.d.comb += [dma.start.eq(exec_start), dma.base.eq(self.win_base), dma.addr.eq(v.dram), dma.stride.eq(v.stride),
                      dma.rows.eq(v.rows), dma.beats.eq(Mux(v.buf == 0, v.lines * bpl_s, v.lines * bpl_w)),

@@ -13,6 +13,8 @@ leave in the transfer's order: a FIFO of the ports the bursts went to says which
 
 The interface is :class:`~systolica.hw.dma.DmaReader`'s, with ``axi`` the first port and ``axi1`` ...
 the others; ``abort`` stops issuing and drains what is in flight and the FIFOs (the beats are dropped).
+``issuing`` falls once the last burst is asked for: the next transfer may start then, its beats behind these.
+An error response travels with its beat through the FIFO and raises ``bus_error`` as the beat is taken.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class StripedReader(wiring.Component):
         members |= {"start": In(1), "base": In(ADDR_BITS), "addr": In(32), "stride": In(32), "rows": In(16),
                     "beats": In(32), "abort": In(1),
                     "beat_valid": Out(1), "beat_ready": In(1), "beat_data": Out(cfg.dma_bits),
-                    "busy": Out(1), "quiet": Out(1), "bus_error": Out(1)}
+                    "busy": Out(1), "quiet": Out(1), "bus_error": Out(1), "issuing": Out(1)}
         super().__init__(members)
 
     def port(self, p: int):
@@ -57,7 +59,7 @@ class StripedReader(wiring.Component):
         axis = [self.port(p) for p in range(P)]
         w = _Walker(m, cfg, self.start, self.base, self.addr, self.stride, self.rows, self.beats, "rd")
         depth = FIFO_BURSTS * min(cfg.max_burst, 4096 // cfg.dma_bytes)
-        data = [fifo.SyncFIFOBuffered(width=cfg.dma_bits + 1, depth=depth) for _ in range(P)]  # beat and rlast
+        data = [fifo.SyncFIFOBuffered(width=cfg.dma_bits + 2, depth=depth) for _ in range(P)]  # beat, rlast, error
         for p, f in enumerate(data):
             m.submodules[f"data{p}"] = f
         m.submodules.order = order = fifo.SyncFIFOBuffered(width=max(1, (P - 1).bit_length()), depth=FIFO_BURSTS * P)
@@ -70,7 +72,6 @@ class StripedReader(wiring.Component):
         issue = Signal()
         m.d.comb += issue.eq(~Array(a.arvalid for a in axis)[nxt] & w.more & w.ready & ~self.abort & room &
                              ~self.start)
-        errs = []
         for p, (a, f) in enumerate(zip(axis, data, strict=True)):
             m.d.comb += [a.arsize.eq(Const(cfg.dma_bytes.bit_length() - 1, 3)), a.arburst.eq(BURST_INCR)]
             with m.If(a.arvalid & a.arready):  # AR is a register: once valid it stays until accepted
@@ -80,10 +81,8 @@ class StripedReader(wiring.Component):
             r_hs = a.rvalid & a.rready
             # the credit makes room for every beat in flight: R is taken at once (and drained after an abort)
             m.d.comb += [a.rready.eq(f.w_rdy | self.abort), f.w_en.eq(a.rvalid),
-                         f.w_data.eq(a.rdata | (a.rlast << cfg.dma_bits))]
+                         f.w_data.eq(a.rdata | (a.rlast << cfg.dma_bits) | ((a.rresp != 0) << (cfg.dma_bits + 1)))]
             m.d.sync += inflight[p].eq(inflight[p] + (issue & (nxt == p)) - (r_hs & a.rlast))
-            errs.append(r_hs & (a.rresp != 0))
-        m.d.comb += self.bus_error.eq(_any(errs))
         with m.If(issue):
             m.d.sync += nxt.eq(0 if P == 1 else (nxt + 1) % P)
             w.advance(m)
@@ -93,13 +92,15 @@ class StripedReader(wiring.Component):
         head = order.r_data
         heads = Array(f.r_rdy for f in data)
         words = Array(f.r_data for f in data)
-        word = Signal(cfg.dma_bits + 1)
+        word = Signal(cfg.dma_bits + 2)
         m.d.comb += word.eq(words[head])
         valid = order.r_rdy & heads[head]
         take = Signal()
         m.d.comb += [take.eq(valid & (self.beat_ready | self.abort)), self.beat_valid.eq(valid & ~self.abort),
                      self.beat_data.eq(word[:cfg.dma_bits])]
         last = take & word[cfg.dma_bits]
+        # an error response travels with its beat: reported as the beat is taken, by the transfer it belongs to
+        m.d.comb += self.bus_error.eq(take & word[cfg.dma_bits + 1])
         m.d.comb += order.r_en.eq(last)
         for p, f in enumerate(data):
             m.d.comb += f.r_en.eq(take & (head == p))
@@ -109,7 +110,7 @@ class StripedReader(wiring.Component):
         any_ar = _any([a.arvalid for a in axis])
         any_in = _any([i != 0 for i in inflight])
         m.d.comb += [self.quiet.eq(~any_ar & ~any_in),
-                     self.busy.eq(w.more | ~self.quiet | (order.r_rdy & ~self.abort))]
+                     self.busy.eq(w.more | ~self.quiet | (order.r_rdy & ~self.abort)), self.issuing.eq(w.more)]
         return m
 
 

@@ -36,6 +36,7 @@ from systolica.isa import WORD_BYTES, Engine, IllegalInstruction, Instr, decode
 from systolica.program import Program
 from systolica.sim.perf_costs import WSTREAM_STARTUP, OpCost, PerfParams, array_latency, op_cost, rd_round_trip
 from systolica.sim.perf_fetch import FETCH_FIFO, FETCH_REFILL, FETCH_START, fetch_stretch, port0_busy, port0_tail
+from systolica.sim.perf_load import load_busy, load_end
 
 __all__ = ["PerfModel", "PerfResult", "PerfError", "PerfParams", "cycle_model", "RUN_OVERHEAD"]
 
@@ -310,6 +311,8 @@ class PerfModel:
         qpush_l = [x[2] for x in infos]
         exec_l = [x[3].exec_cycles for x in infos]
         rdb_l = [x[3].rd_beats for x in infos]
+        issue_l = [x[3].issue_cycles for x in infos]
+        tail_l = [x[3].tail for x in infos]
         exl = list(exec_l)  # EXEC cycles with the read-port contention added
         early = [0] * n  # config.wstream_pairs: cycles a stream's ports finish before its array beyond the usual
         runs_on, gemm_prev = beside_plan(cfg, eng_l, [x[4] for x in infos], qpush_l)
@@ -410,8 +413,11 @@ class PerfModel:
                                             port0_tail(cfg, infos[i][4], b0, p))
                         exl[i] = ex
                     r = s + ex + 1
+                    if e == 0:  # the load engine: two words in flight, their data and pushes in order
+                        r, ret[i] = load_end(s, r, issue_l[i], tail_l[i], end[lst[h - 1]] if h else -1)
+                    else:
+                        ret[i] = s + RUNS_ON_EXEC + 1 if runs_on[i] else r
                     end[i] = r
-                    ret[i] = s + RUNS_ON_EXEC + 1 if runs_on[i] else r
                     for q in qpush_l[i]:
                         pushes[q].append(r)
                     engine_free[e] = ret[i] + 1
@@ -430,6 +436,7 @@ class PerfModel:
         for i, info in enumerate(infos):
             busy[info[0]] += exl[i]
             per_op[info[4]] = per_op.get(info[4], 0) + exl[i]
+        busy[0] = load_busy(order[0], start, end)
         array_busy = sum(x[3].array_busy for x in infos)
         rd = sum(rdb_l)
         wr = sum(x[3].wr_beats for x in infos)

@@ -42,7 +42,7 @@ from systolica.config import AccelConfig
 from systolica.hw.axi_slice import SLICE_READ_CYCLES, SLICE_WRITE_CYCLES
 from systolica.isa import Buf, Instr
 
-__all__ = ["PerfParams", "OpCost", "rd_round_trip", "wr_round_trip", "op_cost", "cost_signature", "COST_FIELDS", "array_latency", "dma_read_cycles", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
+__all__ = ["PerfParams", "OpCost", "rd_round_trip", "wr_round_trip", "op_cost", "cost_signature", "COST_FIELDS", "array_latency", "dma_read_cycles", "dma_read_timing", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
            "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY", "vector_extra_latency", "WSTREAM_STARTUP"]
 
 GEMM_DATAPATHS = ("line_dot", "systolic")
@@ -209,6 +209,11 @@ class OpCost:
     wr_beats: int = 0
     macs: int = 0
     pair_gain: int = 0  # config.wstream_pairs: cycles a GEMM_STREAM saves at most from lines read ahead
+    # a LOAD (hw/load_engine.py: two in flight): its EXEC ends ``issue_cycles`` after its start, once its last burst
+    # is asked for (0: at ``exec_cycles``), and the next word on the load engine may start then; its beats come
+    # after the previous LOAD's, so it ends no sooner than ``tail`` cycles after that one's end
+    issue_cycles: int = 0
+    tail: int = 0
 
 
 def rd_round_trip(p: PerfParams) -> int:
@@ -244,10 +249,23 @@ def _bursts(cfg: AccelConfig, dram: int, stride: int, rows: int, beats: int) -> 
     return out
 
 
+#: a LOAD's EXEC ends this many cycles after its last burst's address (hw/load_engine.py; calibrated on the RTL)
+LOAD_ISSUE_CYCLES = 1
+#: cycles between the previous LOAD's last line and a LOAD's first beat when its bursts were asked for in time
+LOAD_TAIL_CYCLES = 1
+
+
 def dma_read_cycles(bursts: list[int], p: PerfParams) -> int:
-    """EXEC cycles of a LOAD with these bursts (0 bursts: the 2-cycle minimum)."""
+    """EXEC cycles of a LOAD with these bursts alone, from its start to its last line (0 bursts: the 2-cycle
+    minimum)."""
+    return dma_read_timing(bursts, p)[0]
+
+
+def dma_read_timing(bursts: list[int], p: PerfParams) -> tuple[int, int, int]:
+    """``(cycles, issue, lead)`` of a LOAD with these bursts: its cycles alone (:func:`dma_read_cycles`), the
+    cycles until its last burst is asked for (its EXEC state: hw/load_engine.py), and those until its first beat."""
     if not bursts:
-        return 2
+        return 2, 2, 2
     ends: list[float] = []
     a = 3.0 + p.ar_wait  # the first burst length is registered a cycle after start (hw/dma.py), then arvalid rises
     for b, n in enumerate(bursts):
@@ -256,8 +274,10 @@ def dma_read_cycles(bursts: list[int], p: PerfParams) -> int:
         if b >= p.outstanding:
             a = max(a, ends[b - p.outstanding] + 2)  # inflight drops the cycle after that burst's rlast
         first = a + rd_round_trip(p) if not ends else max(a + rd_round_trip(p), ends[-1] + 1)
+        if not ends:
+            lead = first
         ends.append(first + max(n * p.beat_cycles, p.burst_min) - 1)
-    return int(round(ends[-1])) + 1
+    return int(round(ends[-1])) + 1, int(round(a)) + LOAD_ISSUE_CYCLES, int(round(lead))
 
 
 def dma_write_cycles(bursts: list[int], p: PerfParams) -> int:
@@ -287,7 +307,10 @@ def _dma_cost(cfg: AccelConfig, p: PerfParams, op: str, buf: int, dram4k: int, s
         if cfg.load_ports > 1:  # striped (hw/striped_reader.py): a port takes a burst while its FIFO has room for it
             from systolica.hw.striped_reader import FIFO_BURSTS
             p = replace(p, outstanding=cfg.load_ports * FIFO_BURSTS)
-        return OpCost(dma_read_cycles(bursts, p), rd_beats=total)
+        cycles, issue, lead = dma_read_timing(bursts, p)
+        if not bursts:
+            return OpCost(cycles)
+        return OpCost(cycles, rd_beats=total, issue_cycles=min(cycles, issue), tail=cycles - lead + LOAD_TAIL_CYCLES)
     return OpCost(dma_write_cycles(bursts, p), wr_beats=total)
 
 

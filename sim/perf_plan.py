@@ -43,6 +43,7 @@ from systolica.sim.perf import (
 )
 from systolica.sim.perf_costs import cost_signature, op_cost, rd_round_trip
 from systolica.sim.perf_fetch import FETCH_FIFO, FETCH_REFILL, FETCH_START, fetch_stretch, port0_busy, port0_tail
+from systolica.sim.perf_load import load_busy, load_end
 
 __all__ = ["ProgramPlan", "plan_for", "clear_plans"]
 
@@ -59,7 +60,8 @@ class _Table:
         self.words: dict[int, tuple] = {}  # word -> (engine, pops, pushes, op, decode cycles, signature id)
         self.sig_ids: dict[tuple, int] = {}
         self.reps: list = []  # one Instr per signature
-        self.priced: dict = {}  # PerfParams -> ([exec], [array_busy], [rd_beats], [wr_beats], [macs]) per signature
+        self.priced: dict = {}  # PerfParams -> ([exec], [array_busy], [rd_beats], [wr_beats], [macs], [pair_gain],
+        #                        [issue_cycles], [tail]) per signature
 
     def info(self, word: int) -> tuple:
         got = self.words.get(word)
@@ -82,12 +84,12 @@ class _Table:
         if c is None:
             if len(self.priced) >= 256:  # a long sweep of params: keep memory bounded
                 self.priced.clear()
-            c = self.priced[p] = ([], [], [], [], [], [])
+            c = self.priced[p] = ([], [], [], [], [], [], [], [])
         if len(c[0]) < len(self.reps):
             for ins in self.reps[len(c[0]):]:
                 oc = op_cost(self.cfg, p, ins)
                 for lst, v in zip(c, (oc.exec_cycles, oc.array_busy, oc.rd_beats, oc.wr_beats, oc.macs,
-                                      oc.pair_gain), strict=True):
+                                      oc.pair_gain, oc.issue_cycles, oc.tail), strict=True):
                     lst.append(v)
         return c
 
@@ -242,9 +244,11 @@ class ProgramPlan:
 
     def time(self, p):
         """The :class:`~systolica.sim.perf.PerfResult` of this program under timing parameters ``p``."""
-        cost_ex, cost_arr, cost_rd, cost_wr, cost_macs, cost_gain = _table(self.cfg).costs(p)
+        cost_ex, cost_arr, cost_rd, cost_wr, cost_macs, cost_gain, cost_issue, cost_tail = _table(self.cfg).costs(p)
         sig = self.sig
         ex = [cost_ex[s] for s in sig]
+        self._issue = [cost_issue[s] for s in sig]  # the load engine's words (sim/perf_load.py)
+        self._tail = [cost_tail[s] for s in sig]
         rd_total = sum(cost_rd[s] * c for (s, _e), c in self.counts.items())
         wc = int(round(max(1, WORD_BYTES // self.cfg.dma_bytes) * p.beat_cycles))
         saved = [0] * self.n  # cycles each GEMM_STREAM gains from its weights read ahead (config.wstream_ahead)
@@ -265,6 +269,7 @@ class ProgramPlan:
                                          ahead_on=ahead_on, gains=gains)
         busy = [0, 0, 0]
         per_sig_op: dict[str, int] = dict.fromkeys(self.op_order, 0)
+        load_words = [i for i, e in enumerate(self.eng) if e == 0]
         ops_of = _table(self.cfg).reps
         array_busy = wr = macs = 0
         for (s, e), c in self.counts.items():
@@ -282,6 +287,7 @@ class ProgramPlan:
             if v:
                 busy[self.eng[i]] -= v
                 per_sig_op[self.ops[i]] -= v
+        busy[0] = load_busy(load_words, start, end)
         pad = [-1] * (len(self.words) - self.n)
         ibeats = max(1, WORD_BYTES // self.cfg.dma_bytes)
         return PerfResult(cycles=max(end) + RUN_OVERHEAD, start=start + pad, end=end + pad,
@@ -310,6 +316,7 @@ class ProgramPlan:
         arrivals = [0] * n
         dec1, room_a, room_b = self.dec1, self.room_a, self.room_b
         prev, dep_end, dep_start = self.prev_or_n, self.dep_end, self.dep_start
+        eng, issue, tail = self.eng, self._issue, self._tail
         rdb = rdb if rdb is not None else self.zeros
         lat = p.token_latency
         arrival = RUN_OVERHEAD + FETCH_START + p.fetch_latency + rd_round_trip(p)  # fetch starts with the run
@@ -377,8 +384,11 @@ class ProgramPlan:
                     st = fetch_stretch(seen, s, e, first_beat, wc, rdb[i], tails[i])
                     e += st
                     ex[i] += st
-                end[i] = s + e + 1
-                ret[i] = s + RUNS_ON_EXEC + 1 if runs_on[i] else end[i]
+                if eng[i] == 0:  # the load engine: two words in flight, their data and pushes in order
+                    end[i], ret[i] = load_end(s, s + e + 1, issue[i], tail[i], end[prev[i]])
+                else:
+                    end[i] = s + e + 1
+                    ret[i] = s + RUNS_ON_EXEC + 1 if runs_on[i] else end[i]
         del end[n]
         return start, end, arrivals
 

@@ -1,0 +1,155 @@
+"""The load engine: LOAD (DRAM rows -> packed buffer lines), two LOADs in flight.
+
+A LOAD has two halves: asking for its bursts (the reader's walker, a few cycles a burst) and taking its beats,
+a DRAM round trip later.  Run one after the other, every LOAD pays its round trip with nothing else in flight:
+~30 cycles of a KV page's ~670 at 200 MHz, and the pages' LOADs are what bounds a decode step's attention at
+long context (docs/performance.md).  So the engine runs in two stages:
+
+- **issue**: the token handshake (hw/engines.py: ``token_fsm``) pops the LOAD's tokens and starts the reader;
+  the instruction leaves EXEC once its last burst is asked for (the reader's ``issuing`` falls), and the next
+  word may start then, while this one's beats still arrive.  The reader answers in order (one AXI ID), so the
+  next LOAD's beats come after these.
+- **data**: a FIFO of *descriptors* (buffer, line address, rows, lines, push flag, PC), one per started word,
+  says where the arriving beats go.  Lines are assembled from beats and queued for their buffer's write port;
+  the line queue's entries carry their own address and buffer, and the LOAD's last line carries its push.  A
+  word's ``push_next`` token goes out when that last line is written, so a consumer never sees a LOAD's token
+  before its data, and tokens leave in program order.
+
+A word that moves no beats (a NOP on the load engine, or a LOAD of zero rows or lines) still goes through the
+descriptor FIFO: it queues an entry that writes nothing and carries its push, so its token too waits for the
+LOADs before it.  Room for the pushes is reserved at the start: a word that pushes starts only while the
+queue's tokens plus the pushes still owed fit its depth.  While data is owed the engine is neither idle nor
+blocked (the token-deadlock check: what it owes will move the queues).  A bus error is reported with the PC of
+the LOAD whose beat it came with (its descriptor's), not of the word issuing behind it.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from systolica.config import AccelConfig
+from systolica.isa import OP_BY_NAME
+
+from .axi import axi4_read_signature
+from .dma import ADDR_BITS, DmaReader
+from .engines import EngineState, beats_per_line, buffer_ports, engine_members, token_fsm
+from .striped_reader import StripedReader
+
+__all__ = ["LoadEngine", "DESC_DEPTH"]
+
+#: started words whose data is still owed: the one taking beats and those asking for bursts or waiting behind it
+DESC_DEPTH = 4
+
+
+def _desc_layout() -> data.StructLayout:
+    return data.StructLayout({"sram": 16, "buf": 2, "lines_m1": 16, "rows_m1": 16, "empty": 1, "push": 1,
+                              "pc": 32})
+
+
+class LoadEngine(wiring.Component):
+    """LOAD: DRAM rows -> packed buffer lines, through a :class:`DmaReader` (or a :class:`StripedReader` over
+    ``config.load_ports`` ports); two LOADs in flight (see the module docstring)."""
+
+    def __init__(self, cfg: AccelConfig):
+        self.cfg = cfg
+        members = engine_members(cfg)
+        members |= {"win_base": In(ADDR_BITS), "abort": In(1), "dma_busy": Out(1), "dma_quiet": Out(1),
+                    "bus_error": Out(1), "bus_pc": Out(32), "next_count": In(range(cfg.queue_depth + 1))}
+        for name, (ab, db) in buffer_ports(cfg).items():
+            members |= {f"{name}_addr": Out(ab), f"{name}_data": Out(db), f"{name}_en": Out(1),
+                        f"{name}_ready": In(1)}
+        members["rd"] = Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits))
+        # config.load_ports > 1: the transfer's bursts striped over that many read ports (hw/striped_reader.py)
+        members |= {f"rd{p}": Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits)) for p in range(1, cfg.load_ports)}
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.desc = desc = fifo.SyncFIFOBuffered(width=_desc_layout().size, depth=DESC_DEPTH)
+        wide = cfg.cols * 32
+        # lines (and the empty words' markers) wait here for their buffer's write port: address, buffer, write,
+        # end of the word, its push, the line.  A beat is taken only while there is room, so the R channel is held
+        # (rready low) instead of dropping data, and the port's ready (the buffer's arbitration) only pops the
+        # queue: no path from it into the line assembly
+        entry = data.StructLayout({"addr": 32, "buf": 2, "write": 1, "end": 1, "push": 1, "line": wide})
+        m.submodules.lines = lq = fifo.SyncFIFO(width=entry.size, depth=2)
+        owed = Signal()  # started words whose data or push is still to come
+        m.d.comb += owed.eq((desc.level != 0) | lq.r_rdy)
+        room = Signal()
+        ins, exec_start, exec_done, state = token_fsm(m, self, cfg, hold=~desc.w_rdy, push_room=room, behind=owed)
+        v, h = ins.load, ins.nop.h
+
+        # ---- pushes: reserved at the start, sent when the word's last line is written
+        owed_push = Signal(range(cfg.queue_depth + 2))
+        m.d.comb += room.eq(~h.push_next | (self.next_count + owed_push < cfg.queue_depth))
+        head = data.View(entry, lq.r_data)
+        ready = Mux(head.buf == 0, self.spad_ready, Mux(head.buf == 1, self.acc_ready, self.vbuf_ready))
+        popped = lq.r_rdy & (~head.write | ready)
+        pushed = popped & head.end & head.push
+        m.d.comb += [lq.r_en.eq(popped), self.push_next.eq(pushed)]
+        m.d.sync += owed_push.eq(owed_push + (exec_start & h.push_next) - pushed)
+        for i, (name, (_, dbits)) in enumerate(buffer_ports(cfg).items()):
+            m.d.comb += [getattr(self, f"{name}_addr").eq(head.addr),
+                         getattr(self, f"{name}_data").eq(head.line[wide - dbits:]),
+                         getattr(self, f"{name}_en").eq(lq.r_rdy & head.write & (head.buf == i))]
+
+        is_load = h.opcode == OP_BY_NAME["LOAD"].code
+        new = Signal(_desc_layout())
+        m.d.comb += [new.sram.eq(v.sram), new.buf.eq(v.buf), new.lines_m1.eq(v.lines - 1), new.rows_m1.eq(v.rows - 1),
+                     new.empty.eq(~is_load | (v.rows == 0) | (v.lines == 0)), new.push.eq(h.push_next),
+                     new.pc.eq(self.pc)]
+        m.d.comb += [desc.w_en.eq(exec_start), desc.w_data.eq(new.as_value())]
+
+        # ---- issue: the reader walks this word's bursts; the word leaves EXEC once it has asked for them all
+        if cfg.load_ports > 1:
+            m.submodules.dma = dma = StripedReader(cfg, cfg.load_ports)
+            for p in range(1, cfg.load_ports):
+                wiring.connect(m, wiring.flipped(getattr(self, f"rd{p}")), getattr(dma, f"axi{p}"))
+        else:
+            m.submodules.dma = dma = DmaReader(cfg)
+        wiring.connect(m, wiring.flipped(self.rd), dma.axi)
+        bpl_s, bpl_w = beats_per_line(cfg)
+        m.d.comb += [dma.start.eq(exec_start & ~new.empty), dma.base.eq(self.win_base), dma.addr.eq(v.dram), dma.stride.eq(v.stride),
+                     dma.rows.eq(v.rows), dma.beats.eq(Mux(v.buf == 0, v.lines * bpl_s, v.lines * bpl_w)),
+                     dma.abort.eq(self.abort), self.dma_busy.eq(dma.busy), self.dma_quiet.eq(dma.quiet)]
+        started = Signal()
+        m.d.sync += started.eq(exec_start)
+        m.d.comb += exec_done.eq((state == EngineState.EXEC) & ~started & ~dma.issuing)
+
+        # ---- data: beats -> lines of the word at the head of the descriptor FIFO
+        d = data.View(_desc_layout(), desc.r_data)
+        db = cfg.dma_bits
+        asm = Signal(wide)  # the newest beat enters at the top of a shift register
+        nxt = Signal(wide)
+        m.d.comb += nxt.eq(Cat(asm[db:], dma.beat_data)) if wide > db else nxt.eq(dma.beat_data)
+        bpl = Mux(d.buf == 0, bpl_s, bpl_w)
+        count = Signal(8)  # beats of the line so far
+        line = Signal(32)  # lines of the word so far
+        in_row = Signal(16)  # lines of the row so far
+        row = Signal(16)
+        takes = desc.r_rdy & ~d.empty & lq.w_rdy
+        take = dma.beat_valid & takes
+        m.d.comb += dma.beat_ready.eq(takes)
+        line_end = take & (count == bpl - 1)
+        row_end = line_end & (in_row == d.lines_m1)
+        word_end = row_end & (row == d.rows_m1)
+        marker = desc.r_rdy & d.empty & lq.w_rdy  # a word without beats: its entry writes nothing
+        out = Signal(entry)
+        m.d.comb += [out.addr.eq((d.sram + line)[:32]), out.buf.eq(d.buf), out.write.eq(~d.empty),
+                     out.end.eq(word_end | marker), out.push.eq(d.push), out.line.eq(nxt),
+                     lq.w_en.eq(line_end | marker), lq.w_data.eq(out.as_value()),
+                     desc.r_en.eq(word_end | marker)]
+        with m.If(take):
+            m.d.sync += [asm.eq(nxt), count.eq(Mux(line_end, 0, count + 1))]
+        with m.If(line_end):
+            m.d.sync += [line.eq(line + 1), in_row.eq(Mux(row_end, 0, in_row + 1))]
+        with m.If(row_end):
+            m.d.sync += row.eq(row + 1)
+        with m.If(word_end):
+            m.d.sync += [line.eq(0), row.eq(0)]
+        # a beat's error response: reported with the PC of the LOAD it belongs to
+        m.d.comb += [self.bus_error.eq(dma.bus_error & ~self.abort), self.bus_pc.eq(Mux(desc.r_rdy, d.pc, self.pc))]
+        return m
