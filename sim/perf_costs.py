@@ -39,8 +39,16 @@ from dataclasses import asdict, dataclass, replace
 from functools import cache, lru_cache
 
 from systolica.config import AccelConfig
-from systolica.hw.axi_slice import SLICE_READ_CYCLES, SLICE_WRITE_CYCLES
 from systolica.isa import Buf, Instr
+from systolica.sim.perf_dma import (
+    LOAD_TAIL_CYCLES,
+    dma_read_cycles,
+    dma_read_timing,
+    dma_write_cycles,
+    rd_round_trip,
+    transfer_bursts,
+    wr_round_trip,
+)
 
 __all__ = ["PerfParams", "OpCost", "rd_round_trip", "wr_round_trip", "op_cost", "cost_signature", "COST_FIELDS", "array_latency", "dma_read_cycles", "dma_read_timing", "dma_write_cycles", "line_bytes", "GEMM_DATAPATHS",
            "VECTOR_PASSES", "VECTOR_EXTRA_LATENCY", "vector_extra_latency", "WSTREAM_STARTUP"]
@@ -216,84 +224,9 @@ class OpCost:
     tail: int = 0
 
 
-def rd_round_trip(p: PerfParams) -> int:
-    """Cycles from a read address leaving an engine to its first beat reaching it: the DRAM's
-    ``rd_latency`` plus the top level's AXI register slices (AR out, R back: hw/axi_slice.py)."""
-    return p.rd_latency + SLICE_READ_CYCLES
-
-
-def wr_round_trip(p: PerfParams) -> int:
-    """Cycles from a write's last W beat leaving the store engine to its B response reaching it:
-    ``wr_latency`` plus the slices (W out, B back)."""
-    return p.wr_latency + SLICE_WRITE_CYCLES
-
-
 def line_bytes(cfg: AccelConfig, buf: int) -> int:
     """Bytes of one line of buffer ``buf`` (int8 scratchpad, int32 accumulator / vector buffer)."""
     return cfg.cols * (1 if buf == Buf.SPAD else 4)
-
-
-def _bursts(cfg: AccelConfig, dram: int, stride: int, rows: int, beats: int) -> list[int]:
-    """Burst lengths (beats) of a 2-D transfer, split as ``hw/dma.py`` splits it (max_burst, 4 KiB)."""
-    bb = cfg.dma_bytes
-    cap = min(cfg.max_burst, 4096 // bb)
-    out: list[int] = []
-    for r in range(rows):
-        addr, rem = dram + r * stride, beats
-        while rem:
-            to_4k = (4096 - (addr & 4095)) // bb
-            n = min(rem, cap, to_4k)
-            out.append(n)
-            addr += n * bb
-            rem -= n
-    return out
-
-
-#: a LOAD's EXEC ends this many cycles after its last burst's address (hw/load_engine.py; calibrated on the RTL)
-LOAD_ISSUE_CYCLES = 1
-#: cycles between the previous LOAD's last line and a LOAD's first beat when its bursts were asked for in time
-LOAD_TAIL_CYCLES = 1
-
-
-def dma_read_cycles(bursts: list[int], p: PerfParams) -> int:
-    """EXEC cycles of a LOAD with these bursts alone, from its start to its last line (0 bursts: the 2-cycle
-    minimum)."""
-    return dma_read_timing(bursts, p)[0]
-
-
-def dma_read_timing(bursts: list[int], p: PerfParams) -> tuple[int, int, int]:
-    """``(cycles, issue, lead)`` of a LOAD with these bursts: its cycles alone (:func:`dma_read_cycles`), the
-    cycles until its last burst is asked for (its EXEC state: hw/load_engine.py), and those until its first beat."""
-    if not bursts:
-        return 2, 2, 2
-    ends: list[float] = []
-    a = 3.0 + p.ar_wait  # the first burst length is registered a cycle after start (hw/dma.py), then arvalid rises
-    for b, n in enumerate(bursts):
-        if b:
-            a += p.ar_gap + p.ar_wait  # arvalid is a register: it drops for a cycle after each handshake
-        if b >= p.outstanding:
-            a = max(a, ends[b - p.outstanding] + 2)  # inflight drops the cycle after that burst's rlast
-        first = a + rd_round_trip(p) if not ends else max(a + rd_round_trip(p), ends[-1] + 1)
-        if not ends:
-            lead = first
-        ends.append(first + max(n * p.beat_cycles, p.burst_min) - 1)
-    return int(round(ends[-1])) + 1, int(round(a)) + LOAD_ISSUE_CYCLES, int(round(lead))
-
-
-def dma_write_cycles(bursts: list[int], p: PerfParams) -> int:
-    """EXEC cycles of a STORE: line reads (2 cycles ahead of the first beat), W bursts after their AW, B."""
-    if not bursts:
-        return 2
-    a, w_end, b_times = 2.0, 3.0, []
-    for b, n in enumerate(bursts):
-        if b:
-            a += p.ar_gap + p.aw_wait
-        if b >= p.outstanding:
-            a = max(a, b_times[b - p.outstanding] + 2)
-        first = max(a + p.aw_wait + 1, w_end + 1)  # the burst's length reaches the W side a cycle after AW
-        w_end = first + max(n * p.beat_cycles, p.burst_min) - 1
-        b_times.append(w_end + wr_round_trip(p))
-    return int(round(max(b_times))) + p.store_tail
 
 
 @lru_cache(maxsize=1 << 16)
@@ -301,7 +234,7 @@ def _dma_cost(cfg: AccelConfig, p: PerfParams, op: str, buf: int, dram4k: int, s
               lines: int) -> OpCost:
     lb = line_bytes(cfg, buf)
     beats = lines * lb // cfg.dma_bytes if rows and lines else 0
-    bursts = _bursts(cfg, dram4k, stride, rows, beats) if beats else []
+    bursts = transfer_bursts(cfg, dram4k, stride, rows, beats) if beats else []
     total = sum(bursts)
     if op == "LOAD":
         if cfg.load_ports > 1:  # striped (hw/striped_reader.py): a port takes a burst while its FIFO has room for it
