@@ -130,13 +130,27 @@ class LoadEngine(wiring.Component):
         line = Signal(32)  # lines of the word so far
         in_row = Signal(16)  # lines of the row so far
         row = Signal(16)
-        takes = desc.r_rdy & ~d.empty & lq.w_rdy
+        # "the beat ends its line, the line its row, the row its word" are flip-flops (c_last, r_last, w_last),
+        # loaded from a candidate for each way the counters may move and the head's fields, the select late: no path
+        # from the head's fields through 16-bit compares into the FIFO's read enable (ECP5: desc.r_rdy -> r_data
+        # had been the LOAD engine's slowest path, 7 stages).  So a new head (after a pop, or into an empty FIFO)
+        # waits a cycle (``seen``) before its first beat or marker, while the flags take its fields
+        seen = Signal()  # the head was there last cycle and was not popped
+        m.d.sync += seen.eq(desc.r_rdy & ~desc.r_en)
+        steady = desc.r_rdy & seen
+        takes = steady & ~d.empty & lq.w_rdy
         take = dma.beat_valid & takes
         m.d.comb += dma.beat_ready.eq(takes)
-        line_end = take & (count == bpl - 1)
-        row_end = line_end & (in_row == d.lines_m1)
-        word_end = row_end & (row == d.rows_m1)
-        marker = desc.r_rdy & d.empty & lq.w_rdy  # a word without beats: its entry writes nothing
+        c_last, r_last, w_last = Signal(), Signal(), Signal()
+        line_end = take & c_last
+        row_end = line_end & r_last
+        word_end = row_end & w_last
+        marker = steady & d.empty & lq.w_rdy  # a word without beats: its entry writes nothing
+        m.d.sync += [
+            c_last.eq(Mux(take, Mux(line_end, bpl == 1, count + 2 == bpl), count + 1 == bpl)),
+            r_last.eq(Mux(line_end, Mux(row_end, d.lines_m1 == 0, in_row + 1 == d.lines_m1), in_row == d.lines_m1)),
+            w_last.eq(Mux(row_end, Mux(word_end, d.rows_m1 == 0, row + 1 == d.rows_m1), row == d.rows_m1)),
+        ]
         out = Signal(entry)
         m.d.comb += [out.addr.eq((d.sram + line)[:32]), out.buf.eq(d.buf), out.write.eq(~d.empty),
                      out.end.eq(word_end | marker), out.push.eq(d.push), out.line.eq(nxt),
