@@ -1,4 +1,4 @@
-"""The load engine: LOAD (DRAM rows -> packed buffer lines), two LOADs in flight.
+"""The load engine: LOAD (DRAM rows -> packed buffer lines), the next LOAD asking while this one's beats arrive.
 
 A LOAD has two halves: asking for its bursts (the reader's walker, a few cycles a burst) and taking its beats,
 a DRAM round trip later.  Run one after the other, every LOAD pays its round trip with nothing else in flight:
@@ -9,7 +9,8 @@ long context (docs/performance.md).  So the engine runs in two stages:
   the instruction leaves EXEC once its last burst is asked for (the reader's ``issuing`` falls), and the next
   word may start then, while this one's beats still arrive.  The reader answers in order (one AXI ID), so the
   next LOAD's beats come after these.
-- **data**: a FIFO of *descriptors* (buffer, line address, rows, lines, push flag, PC), one per started word,
+- **data**: a FIFO of *descriptors* (buffer, line address, rows, lines, push flag, PC; :data:`DESC_DEPTH` words
+  owed at most), one per started word,
   says where the arriving beats go.  Lines are assembled from beats and queued for their buffer's write port;
   the line queue's entries carry their own address and buffer, and the LOAD's last line carries its push.  A
   word's ``push_next`` token goes out when that last line is written, so a consumer never sees a LOAD's token
@@ -50,7 +51,7 @@ def _desc_layout() -> data.StructLayout:
 
 class LoadEngine(wiring.Component):
     """LOAD: DRAM rows -> packed buffer lines, through a :class:`DmaReader` (or a :class:`StripedReader` over
-    ``config.load_ports`` ports); two LOADs in flight (see the module docstring)."""
+    ``config.load_ports`` ports); up to :data:`DESC_DEPTH` started words owe their data (see the module docstring)."""
 
     def __init__(self, cfg: AccelConfig):
         self.cfg = cfg

@@ -413,7 +413,7 @@ class PerfModel:
                                             port0_tail(cfg, infos[i][4], b0, p))
                         exl[i] = ex
                     r = s + ex + 1
-                    if e == 0:  # the load engine: two words in flight, their data and pushes in order
+                    if e == 0:  # the load engine: its words overlap, their data and pushes in order
                         r, ret[i] = load_end(s, r, issue_l[i], tail_l[i], end[lst[h - 1]] if h else -1)
                     else:
                         ret[i] = s + RUNS_ON_EXEC + 1 if runs_on[i] else r

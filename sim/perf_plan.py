@@ -135,6 +135,7 @@ class ProgramPlan:
         for i, e in enumerate(self.eng):
             slot[i] = len(order[e])
             order[e].append(i)
+        self.load_words = order[0]  # the load engine's words in order (its busy cycles: sim/perf_load.py)
         # the engine's previous instruction, and what frees instruction i's command-FIFO slot (-1: nothing)
         self.prev = [order[e][slot[i] - 1] if slot[i] else -1 for i, e in enumerate(self.eng)]
         self.room_a = [-1] * n  # the instruction k - fifo of the same engine: its dispatch
@@ -247,8 +248,7 @@ class ProgramPlan:
         cost_ex, cost_arr, cost_rd, cost_wr, cost_macs, cost_gain, cost_issue, cost_tail = _table(self.cfg).costs(p)
         sig = self.sig
         ex = [cost_ex[s] for s in sig]
-        self._issue = [cost_issue[s] for s in sig]  # the load engine's words (sim/perf_load.py)
-        self._tail = [cost_tail[s] for s in sig]
+        load = ([cost_issue[s] for s in sig], [cost_tail[s] for s in sig])  # the load engine's words (sim/perf_load.py)
         rd_total = sum(cost_rd[s] * c for (s, _e), c in self.counts.items())
         wc = int(round(max(1, WORD_BYTES // self.cfg.dma_bytes) * p.beat_cycles))
         saved = [0] * self.n  # cycles each GEMM_STREAM gains from its weights read ahead (config.wstream_ahead)
@@ -256,7 +256,8 @@ class ProgramPlan:
         ahead_on = None if self.ahead is None else [op == "GEMM_STREAM" and cost_rd[s] > 0
                                                    for op, s in zip(self.ops, sig, strict=True)]
         gains = [cost_gain[s] for s in sig] if self.cfg.wstream_pairs else None
-        start, end, arrivals = self._replay(ex, None, None, p, wc, saved=saved, ahead_on=ahead_on, gains=gains)
+        start, end, arrivals = self._replay(ex, None, None, p, wc, load, saved=saved, ahead_on=ahead_on,
+                                             gains=gains)
         exl = ex
         if p.fetch_contention and rd_total:
             reps = _table(self.cfg).reps
@@ -265,11 +266,10 @@ class ProgramPlan:
             rdb = [busy0[s] for s in sig]
             exl = list(ex)
             saved = [0] * self.n
-            start, end, _ = self._replay(exl, rdb, arrivals, p, wc, [tail0[s] for s in sig], saved=saved,
+            start, end, _ = self._replay(exl, rdb, arrivals, p, wc, load, [tail0[s] for s in sig], saved=saved,
                                          ahead_on=ahead_on, gains=gains)
         busy = [0, 0, 0]
         per_sig_op: dict[str, int] = dict.fromkeys(self.op_order, 0)
-        load_words = [i for i, e in enumerate(self.eng) if e == 0]
         ops_of = _table(self.cfg).reps
         array_busy = wr = macs = 0
         for (s, e), c in self.counts.items():
@@ -287,7 +287,7 @@ class ProgramPlan:
             if v:
                 busy[self.eng[i]] -= v
                 per_sig_op[self.ops[i]] -= v
-        busy[0] = load_busy(load_words, start, end)
+        busy[0] = load_busy(self.load_words, start, end)
         pad = [-1] * (len(self.words) - self.n)
         ibeats = max(1, WORD_BYTES // self.cfg.dma_bytes)
         return PerfResult(cycles=max(end) + RUN_OVERHEAD, start=start + pad, end=end + pad,
@@ -296,7 +296,7 @@ class ProgramPlan:
                           per_op_cycles=per_sig_op, beside_cycles=beside_cycles(self.runs_on, self.ops, start, end))
 
     def _replay(self, ex: list[int], rdb: list[int] | None, seen: list[int] | None, p, wc: int,
-                tails: list[float] | None = None, saved: list[int] | None = None,
+                load: tuple[list[int], list[int]], tails: list[float] | None = None, saved: list[int] | None = None,
                 ahead_on: list[bool] | None = None, gains: list[int] | None = None):
         """One pass of the schedule in the fixed order; with ``rdb`` and ``seen`` (the first pass's fetch
         arrivals), the words fetched during a LOAD or GEMM_STREAM stretch it (``ex`` is updated in place);
@@ -316,7 +316,7 @@ class ProgramPlan:
         arrivals = [0] * n
         dec1, room_a, room_b = self.dec1, self.room_a, self.room_b
         prev, dep_end, dep_start = self.prev_or_n, self.dep_end, self.dep_start
-        eng, issue, tail = self.eng, self._issue, self._tail
+        eng, (issue, tail) = self.eng, load
         rdb = rdb if rdb is not None else self.zeros
         lat = p.token_latency
         arrival = RUN_OVERHEAD + FETCH_START + p.fetch_latency + rd_round_trip(p)  # fetch starts with the run
@@ -384,7 +384,7 @@ class ProgramPlan:
                     st = fetch_stretch(seen, s, e, first_beat, wc, rdb[i], tails[i])
                     e += st
                     ex[i] += st
-                if eng[i] == 0:  # the load engine: two words in flight, their data and pushes in order
+                if eng[i] == 0:  # the load engine: its words overlap, their data and pushes in order
                     end[i], ret[i] = load_end(s, s + e + 1, issue[i], tail[i], end[prev[i]])
                 else:
                     end[i] = s + e + 1
