@@ -283,8 +283,8 @@ def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: f
     names = stage_sources([synthesis_source(src)], out)
 
     def script(abc9: bool) -> str:
-        return "\n".join([read_commands(names), "read_verilog -sv wrapper.v",
-                          f"synth_ecp5 -top {WRAPPER} -json top.json{'' if abc9 else ' -noabc9'}",
+        synth = [f"synth_ecp5 -top {WRAPPER} -json top.json"] if abc9 else classic_abc_synth(WRAPPER, "top.json")
+        return "\n".join([read_commands(names), "read_verilog -sv wrapper.v", *synth,
                           "tee -q -o stat.json stat -json", ""])
 
     mapper = "abc9"
@@ -301,6 +301,14 @@ def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: f
         except YosysError as e2:
             raise Ecp5Error(str(e2)) from None
     return out, target, mapper, t0
+
+
+def classic_abc_synth(top: str, json_out: str) -> list[str]:
+    """``synth_ecp5`` with its LUT mapping by classic ABC instead of ABC9: the script up to ``map_luts``, ABC into
+    LUT4 (up to LUT7 through the PFU multiplexers, as ``synth_ecp5`` did before ABC9), then the rest.  Yosys 0.70's
+    ``synth_ecp5`` has no ``-noabc9`` any more (it ignores the option and runs ABC9 anyway)."""
+    return [f"synth_ecp5 -top {top} -run :map_luts", "techmap -map +/lattice/latches_map.v", "abc -dress -lut 4:7",
+            "clean", f"synth_ecp5 -top {top} -run map_cells: -json {json_out}"]
 
 
 def _nextpnr(board: Board, out: Path, target: float, seed: int, timeout: float, progress, extra: list[str]) -> None:
