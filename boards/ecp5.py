@@ -145,9 +145,12 @@ def critical_path(report: dict) -> str:
     return f"{segs[0]['from']['cell']} -> {segs[-1]['to']['cell']} ({logic} logic stages)"
 
 
-#: router2 iterations without a new fewest overused wires after which a route is stopped as not converging (the
-#: ulx3s top level: the fewest at iteration 8-12, then rising for as long as it ran, 20+ iterations; docs/boards.md)
-ROUTER_PATIENCE = 8
+#: router2 iterations without a new fewest overused wires after which a route is stopped as not converging.  With
+#: router2's default weights the ulx3s top level had its fewest at iteration 8-12 and then rose for as long as it ran
+#: (20+ iterations); with the alternate weights (:data:`ROUTER2_TOP`) it falls slowly and unevenly: on 2026-12-06 it
+#: had 2,968 at iteration 34, then 3,119 .. 3,027 to iteration 42 (still falling ~100 an iteration) where a patience
+#: of 8 stopped it (docs/boards.md)
+ROUTER_PATIENCE = 16
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float, what: str, progress: Callable[[str], None] | None = None,

@@ -8,6 +8,10 @@ one cycle per line: the read is issued as the line arrives, the sum is written t
 next cycle, and the buffer's read port is transparent to its write port, so the same
 line may arrive in back-to-back cycles (decode: one line per K tile).  It never
 stalls, so ``i_stream.ready`` is always 1.
+
+A GEMM with ``k = 0`` writes zero lines (``zero_en``, ``zero_addr``: no array lines arrive then): they take the
+same stage, a line register cleared by its flip-flops' own reset and ``acc`` low, so the buffer's write port
+has one compute-side writer, not a second one whose enable selects all of its 256..2048 data bits there.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
+
+from .word_regs import flag_copies
 
 __all__ = ["Accumulator", "acc_tag_layout"]
 
@@ -50,6 +56,7 @@ class Accumulator(wiring.Component):
             "i_stream": In(stream.Signature(o_layout)),
             "rd": In(memory.ReadPort.Signature(addr_width=abits, shape=self.line)),
             "wr": In(memory.WritePort.Signature(addr_width=abits, shape=self.line)),
+            "zero_en": In(1), "zero_addr": In(abits),
             "lines": Out(32),
         })
 
@@ -59,16 +66,24 @@ class Accumulator(wiring.Component):
         tag = Signal(acc_tag_layout(self.cfg))
         m.d.comb += [i.ready.eq(1), tag.eq(i.payload.tag)]
         m.d.comb += [self.rd.addr.eq(tag.addr), self.rd.en.eq(i.valid)]
-        # stage 1: the line, its address and whether to add, one cycle later with the read data
-        valid = Signal()
+        # stage 1: the line, its address and whether to add, one cycle later with the read data (a zero line:
+        # the line register cleared, no add, the zero fill's address)
+        valid, zfill = Signal(), Signal()
         acc = Signal()
         addr = Signal(self.abits)
         line = Signal(self.line)
-        m.d.sync += [valid.eq(i.valid), acc.eq(tag.acc), addr.eq(tag.addr), line.eq(i.payload.data)]
+        add = tag.acc & ~self.zero_en
+        m.d.sync += [valid.eq(i.valid | self.zero_en), zfill.eq(self.zero_en), acc.eq(add),
+                     addr.eq(Mux(self.zero_en, self.zero_addr, tag.addr)), line.eq(i.payload.data)]
+        with m.If(self.zero_en):
+            m.d.sync += line.eq(0)
         m.d.comb += [self.wr.addr.eq(addr), self.wr.en.eq(valid)]
+        # the add's operand select as three flag copies, a third of the lanes each (one flag over 256 bits at
+        # the block RAMs' read data)
+        acc_c = flag_copies(m, add, 1, "acc_add", first=acc)
         for c in range(self.cfg.cols):
             # int32 wrap on assignment, like the hardware adder and numerics.matmul
-            m.d.comb += self.wr.data[c].eq(line[c] + Mux(acc, self.rd.data[c], 0))
-        with m.If(valid):
+            m.d.comb += self.wr.data[c].eq(line[c] + Mux(acc_c[c % len(acc_c)], self.rd.data[c], 0))
+        with m.If(valid & ~zfill):
             m.d.sync += self.lines.eq(self.lines + 1)
         return m

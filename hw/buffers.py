@@ -101,8 +101,7 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
     # compute-side writers of each buffer (mutually exclusive: one instruction at a time)
     cw = {
         "spad": [(comp.spad_waddr, comp.spad_wdata, comp.spad_wen)],  # QUANT
-        "acc": [(comp.accum_wr.addr, comp.accum_wr.data.as_value(), comp.accum_wr.en),
-                (comp.zero_addr, 0, comp.zero_en)],  # GEMM's adder, k = 0 zero fill
+        "acc": [(comp.accum_wr.addr, comp.accum_wr.data.as_value(), comp.accum_wr.en)],  # GEMM's adder (and zero fill)
         "vbuf": [(comp.out_addr, comp.out_data, comp.out_en)],  # line-op results
     }
     # compute-side readers of each copy: (addr, en, rdata targets); STORE shares the first copy

@@ -58,7 +58,6 @@ class ComputeEngine(wiring.Component):
             "w_addr": Out(p["spad"][0]), "w_en": Out(1), "w_rdata": In(p["spad"][1]),
             "accum_rd": In(memory.ReadPort.Signature(addr_width=abits, shape=line)),
             "accum_wr": In(memory.WritePort.Signature(addr_width=abits, shape=line)),
-            "zero_addr": Out(abits), "zero_en": Out(1),
             "va_addr": Out(p["vbuf"][0]), "va_en": Out(1), "va_rdata": In(p["vbuf"][1]),
             "vb_addr": Out(p["vbuf"][0]), "vb_en": Out(1), "vb_rdata": In(p["vbuf"][1]),
             "acc_addr": Out(p["acc"][0]), "acc_en": Out(1), "acc_rdata": In(p["acc"][1]),
@@ -201,7 +200,7 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [self.a_addr.eq(seq.a_addr), self.a_en.eq(seq.a_en)]
         m.d.comb += [self.w_addr.eq(Mux(is_attn, at.sb_addr, seq.w_addr)), self.w_en.eq(seq.w_en | at.sb_en)]
         m.d.comb += [seq.a_rdata.eq(self.a_rdata), seq.w_rdata.eq(self.w_rdata),
-                     self.zero_addr.eq(seq.zero_addr), self.zero_en.eq(seq.zero_en), self.mac_active.eq(seq.fire)]
+                     self.mac_active.eq(seq.fire)]
         wiring.connect(m, wiring.flipped(self.accum_rd), seq.acc_rd)
         wiring.connect(m, wiring.flipped(self.accum_wr), seq.acc_wr)
         # NOP and FINISH finish a cycle after they start; GEMM when the sequencer has written its last line

@@ -87,7 +87,6 @@ class GemmSequencer(wiring.Component):
             "w_addr": Out(sbits), "w_en": Out(1), "w_rdata": In(cfg.cols * 8),
             "acc_rd": In(memory.ReadPort.Signature(addr_width=abits, shape=self.accum.line)),
             "acc_wr": In(memory.WritePort.Signature(addr_width=abits, shape=self.accum.line)),
-            "zero_addr": Out(abits), "zero_en": Out(1),
         })
 
     def elaborate(self, platform):
@@ -136,7 +135,9 @@ class GemmSequencer(wiring.Component):
                 w_base.eq(self.w), w_ptr.eq(self.w), w_c.eq(0), w_kk.eq(0), w_j.eq(0),
                 a_ptr.eq(self.a), t_ptr.eq(self.dst), a_i.eq(0), a_kk.eq(0), a_j.eq(0),
             ]
-        m.d.comb += self.busy.eq((inflight != 0) | zeros | w_more | a_more)
+        ztail = Signal()  # the last zero line is written a cycle after it leaves here (the accumulator's stage)
+        m.d.sync += ztail.eq(zeros)
+        m.d.comb += self.busy.eq((inflight != 0) | zeros | ztail | w_more | a_more)
 
         # ---- weights from the scratchpad
         # the walkers' flags are low at start (busy is), so start needs no term in their read requests
@@ -292,7 +293,7 @@ class GemmSequencer(wiring.Component):
         # a write with none in flight is not counted)
         written = acc.wr.en & (inflight != 0)
         m.d.sync += inflight.eq(inflight + (a_issue & (~q4 | glast_now)) - written)
-        m.d.comb += [self.zero_addr.eq(zptr), self.zero_en.eq(zeros)]
+        m.d.comb += [acc.zero_addr.eq(zptr), acc.zero_en.eq(zeros)]
         with m.If(zeros):
             m.d.sync += zptr.eq(zptr + 1)
             with m.If(z_j == n1):

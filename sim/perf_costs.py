@@ -269,7 +269,8 @@ def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0)
     # activation rows of the previous tile; the last tile needs no next weights.  Then the array's pipeline and
     # the accumulator's read-add-write (calibrated on the RTL: 5 more cycles).
     if k == 0:
-        return OpCost((0 if acc else m * n) + 1)  # acc=0 writes a zero line a cycle; acc=1 leaves them
+        # acc=0 writes a zero line a cycle through the accumulator's stage (the last a cycle later); acc=1 leaves them
+        return OpCost((0 if acc else m * n + 1) + 1)
     tiles = n * -(-k * cols // rows)
     load = -(-cols // p.weight_cols_per_cycle)
     cycles = load + (tiles - 1) * max(m, load) + m + array_latency(cfg) + 5
@@ -320,7 +321,7 @@ def _gemm_stream(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: i
     if m == 0 or n == 0:
         return OpCost(1)
     if k == 0:
-        return OpCost((0 if acc else m * n) + 1)  # no weights to read: as GEMM
+        return OpCost((0 if acc else m * n + 1) + 1)  # no weights to read: as GEMM
     bpl = max(1, cols // cfg.dma_bytes)  # beats of one weight line (a narrower line still takes a beat)
     share = _stream_share(cfg, k, wfmt)  # int4: fewer bytes (and beats) per tile, same bytes a cycle (a model)
     per_tile = share * (cols * bpl * p.beat_cycles if p.beat_cycles > 1 else cols * bpl / P)
