@@ -60,6 +60,7 @@ class HotRegion:
     x: tuple[int, int]  # the central 80% of the overuse along x (10th to 90th percentile, inclusive)
     y: tuple[int, int]  # and along y
     units: list[tuple[str, int, float]]  # (unit, its cells in the region, that share of the unit's cells), most first
+    kinds: list[tuple[str, int, float]] = ()  # (cell kind, its cells in the region, that share of all of that kind)
 
     def describe(self, n: int = 6) -> str:
         box = (self.x[1] - self.x[0] + 1) * (self.y[1] - self.y[0] + 1)
@@ -70,13 +71,16 @@ class HotRegion:
             return head
         total = sum(c for _, c, _ in self.units) or 1
         body = ", ".join(f"{u} {100 * c / total:.0f}% ({f:.0%} of its cells)" for u, c, f in self.units[:n])
-        return f"{head}; placed there: {body}"
+        kinds = ", ".join(f"{k} {f:.0%}" for k, _, f in sorted(self.kinds, key=lambda x: -x[2])[:n])
+        return f"{head}; placed there: {body}" + (f"; share of each kind of cell there: {kinds}" if kinds else "")
 
 
-def hot_region(grid: np.ndarray, share: float = 0.5, locations: dict[str, tuple[int, int]] | None = None
-               ) -> HotRegion:
+def hot_region(grid: np.ndarray, share: float = 0.5, locations: dict[str, tuple[int, int]] | None = None,
+               kinds: dict[str, str] | None = None) -> HotRegion:
     """The region of the hottest tiles holding ``share`` of the overuse; with ``locations`` (cell -> tile, from
-    :func:`systolica.boards.ecp5_paths.bel_locations` of the placed netlist) the units of the cells in it."""
+    :func:`systolica.boards.ecp5_paths.bel_locations` of the placed netlist) the units of the cells in it, and with
+    ``kinds`` (cell -> kind, :func:`~systolica.boards.ecp5_paths.cell_kinds`) what share of each kind of cell is
+    there (block RAMs over-represented there against logic: the overuse is at the block-RAM rows)."""
     if not 0 < share <= 1:
         raise ValueError(f"share={share} must be in (0, 1]")
     flat = grid.ravel()
@@ -92,16 +96,22 @@ def hot_region(grid: np.ndarray, share: float = 0.5, locations: dict[str, tuple[
         c = np.cumsum(weights) / total
         return int(np.searchsorted(c, 0.1)), int(np.searchsorted(c, 0.9))
     units: list[tuple[str, int, float]] = []
+    by_kind: list[tuple[str, int, float]] = []
     if locations:
         inside: collections.Counter = collections.Counter()
         every: collections.Counter = collections.Counter()
+        k_in: collections.Counter = collections.Counter()
+        k_all: collections.Counter = collections.Counter()
         for cell, (x, y) in locations.items():
-            u = _unit(cell, 3)
+            u, k = _unit(cell, 3), (kinds or {}).get(cell)
             every[u] += 1
+            k_all[k] += 1
             if x < grid.shape[0] and y < grid.shape[1] and hot[x, y]:
                 inside[u] += 1
+                k_in[k] += 1
         units = [(u, c, c / every[u]) for u, c in inside.most_common()]
-    return HotRegion(share, need, grid.size, central(grid.sum(axis=1)), central(grid.sum(axis=0)), units)
+        by_kind = [(k, c, c / k_all[k]) for k, c in k_in.most_common() if k is not None]
+    return HotRegion(share, need, grid.size, central(grid.sum(axis=1)), central(grid.sum(axis=0)), units, by_kind)
 
 
 def plot_congestion(grid: np.ndarray, out: str | Path, title: str = "", region: HotRegion | None = None) -> Path:

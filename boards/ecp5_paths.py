@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CELL_NS", "Path_", "bel_locations", "longest_paths", "placed_wire_ns", "unit_route", "main"]
+__all__ = ["cell_kinds", "CELL_NS", "Path_", "bel_locations", "longest_paths", "placed_wire_ns", "unit_route", "main"]
 
 #: logic delay of a cell from an input to an output, ns (speed grade 6, rounded: LUT4 and the muxes
 #: after it, a carry cell from A/B, LUT RAM read, an unregistered MULT18X18D)
@@ -63,6 +63,25 @@ def bel_locations(placed: dict) -> dict[str, tuple[int, int]]:
             m = re.match(r"X(\d+)/Y(\d+)/", str(c.get("attributes", {}).get("NEXTPNR_BEL", "")))
             if m:
                 out[name] = (int(m.group(1)), int(m.group(2)))
+    return out
+
+
+#: nextpnr-ecp5's packed cells by what they are (``TRELLIS_COMB`` by its ``MODE``: no mode is a LUT pair)
+_KIND = {"TRELLIS_FF": "FF", "DP16KD": "block RAM", "MULT18X18D": "multiplier", "TRELLIS_RAMW": "LUT-RAM write",
+         "TRELLIS_COMB:CCU2": "carry", "TRELLIS_COMB:DPRAM": "LUT-RAM", "TRELLIS_COMB:RAMW_BLOCK": "LUT-RAM write",
+         "TRELLIS_COMB:LOGIC": "LUT"}
+
+
+def cell_kinds(placed: dict) -> dict[str, str]:
+    """Cell name -> what it is (``LUT``, ``carry``, ``LUT-RAM``, ``FF``, ``block RAM``, ...) in nextpnr's placed
+    netlist, for :func:`~systolica.boards.congestion_map.hot_region`: which kinds of cell crowd a congested region."""
+    out = {}
+    for mod in placed["modules"].values():
+        for name, c in mod.get("cells", {}).items():
+            t = c.get("type", "?")
+            if t == "TRELLIS_COMB":
+                t += ":" + str(c.get("parameters", {}).get("MODE", "LOGIC"))
+            out[name] = _KIND.get(t, t)
     return out
 
 

@@ -90,14 +90,14 @@ def _where(ap, net_csv: Path, plot: Path | None, placed: Path | None) -> None:
     import json
 
     from systolica.boards.congestion_map import congestion_grid, coordinate_heatmap_of, hot_region, plot_congestion
-    from systolica.boards.ecp5_paths import bel_locations
+    from systolica.boards.ecp5_paths import bel_locations, cell_kinds
 
     coord = coordinate_heatmap_of(net_csv)
     if not coord.exists():
         ap.error(f"no {coord.name} beside {net_csv.name} (router2 writes both with --router2-heatmap)")
     grid = congestion_grid(coord)
-    locations = bel_locations(json.loads(placed.read_text())) if placed else None
-    region = hot_region(grid, 0.5, locations)
+    doc = json.loads(placed.read_text()) if placed else None
+    region = hot_region(grid, 0.5, bel_locations(doc) if doc else None, cell_kinds(doc) if doc else None)
     print(f"where ({coord.name}): {region.describe()}")
     if plot:
         plot_congestion(grid, plot, f"{coord.name}: {int(grid.sum()):,} overuse", region)

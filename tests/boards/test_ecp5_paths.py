@@ -101,3 +101,13 @@ def test_placed_distances_rank_a_long_wire_over_deeper_logic():
     by_end = {p.end: p for p in after}
     far = placed_wire_ns((10, 10), (70, 60))
     assert by_end["rd.DI"].ns == pytest.approx(START_NS["TRELLIS_FF"] + far + CELL_NS["LUT4"] + 0.72, abs=0.01)
+
+
+def test_cell_kinds_name_what_each_placed_cell_is():
+    from systolica.boards.ecp5_paths import cell_kinds
+
+    cells = {"a": {"type": "TRELLIS_COMB", "parameters": {}}, "b": {"type": "TRELLIS_COMB", "parameters": {"MODE": "CCU2"}},
+             "c": {"type": "TRELLIS_COMB", "parameters": {"MODE": "DPRAM"}}, "d": {"type": "TRELLIS_FF"},
+             "e": {"type": "DP16KD"}, "f": {"type": "TRELLIS_IO"}}
+    kinds = cell_kinds({"modules": {"top": {"cells": cells}}})
+    assert kinds == {"a": "LUT", "b": "carry", "c": "LUT-RAM", "d": "FF", "e": "block RAM", "f": "TRELLIS_IO"}

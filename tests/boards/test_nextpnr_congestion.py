@@ -90,6 +90,11 @@ def test_the_map_is_read_by_x_then_y_and_the_hot_region_holds_the_share(tmp_path
     assert r.units == [("dut.load", 2, 1.0), ("dut.compute.vseq", 1, 0.5)]
     assert r.x == (0, 5) and r.y == (0, 5)  # 10th..90th percentile of the overuse along each axis (10% at y = 0)
     assert "in 2 of 48 tiles" in r.describe() and "dut.load 67% (100% of its cells)" in r.describe()
+    kinds = {"dut.compute.vseq.a_TRELLIS_FF_Q": "FF", "dut.compute.vseq.b": "FF", "dut.load.lines.x": "LUT-RAM",
+             "dut.load.y": "block RAM", "dut.store.z": "block RAM"}
+    r = hot_region(g, 0.5, cells, kinds)  # of each kind, the share in the region: 1 of 2 FFs, 1 of 2 block RAMs
+    assert sorted(r.kinds) == [("FF", 1, 0.5), ("LUT-RAM", 1, 1.0), ("block RAM", 1, 0.5)]
+    assert "share of each kind of cell there: LUT-RAM 100%" in r.describe()
     assert hot_region(g * 0).tiles == 0
     with pytest.raises(ValueError, match="share"):
         hot_region(g, 0)
