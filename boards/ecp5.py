@@ -214,7 +214,8 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     board
         A board with ``flow = "ecp5"`` (its nextpnr device, package, speed and clock pin).
     out_dir
-        Work folder; ends up holding ``<board>.bit``, ``report.json`` and the tool logs.
+        Work folder; ends up holding ``<board>.bit``, ``report.json``, the placement (``placed.json``, kept even
+        when the route fails), router2's heatmaps (``heat/``) and the tool logs.
     target_mhz
         Clock target nextpnr optimizes for (default: the board's accelerator clock).
     timeout
