@@ -117,8 +117,15 @@ def private_synth_cache(tmp_path_factory):
     tests run must not make a record stored a moment ago look stale.  The bench and boards tests use it
     (autouse in their conftests)."""
     from systolica.boards import synth_cache
+    from systolica.compiler.model_zoo import DEFAULT_MODEL, locate_default_model
 
+    # the fixture stays on for the rest of its xdist worker's session: the tests that run there after it
+    # (the compiler's, which skip without the default model) must still find the model in the new cache
+    model = locate_default_model()
+    cache = tmp_path_factory.mktemp("cache")
+    if model is not None:
+        (cache / DEFAULT_MODEL.filename).symlink_to(model)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SYSTOLICA_CACHE", str(tmp_path_factory.mktemp("cache")))
+        mp.setenv("SYSTOLICA_CACHE", str(cache))
         mp.setattr(synth_cache, "hw_digest", lambda: "test-hw-sources")
         yield
