@@ -206,7 +206,10 @@ class Accelerator(wiring.Component):
 
         # ---- run control
         run = Signal(_Run)
-        abort = Signal()
+        # abort: run is ABORT or BUS_FAULT, as a flip-flop set and cleared beside run's moves into and out of
+        # them (decoded from run, it and the engines' logic behind it were the slowest placed paths of the ulx3s
+        # top level)
+        abort = Signal(name="abort")
         start = Signal()
         quiet = fetch.quiet & load.dma_quiet & store.dma_quiet & comp.dma_quiet
         # The engines' reset is a register (one flip-flop drives the whole fan-out, which place and route
@@ -269,7 +272,7 @@ class Accelerator(wiring.Component):
                 m.d.sync += run.eq(_Run.RUN)
             with m.Case(_Run.RUN):
                 with m.If(bus_err):
-                    m.d.sync += [run.eq(_Run.BUS_FAULT), code.eq(Fault.BUS_ERROR), pc.eq(bus_pc)]
+                    m.d.sync += [run.eq(_Run.BUS_FAULT), abort.eq(1), code.eq(Fault.BUS_ERROR), pc.eq(bus_pc)]
                 with m.Elif(drained):
                     m.d.sync += [run.eq(_Run.FINISH), code.eq(Mux(dec.fault, dec.fault_code, 0)),
                                  pc.eq(Mux(dec.fault, dec.fault_pc, 0))]
@@ -281,21 +284,19 @@ class Accelerator(wiring.Component):
                 with m.If(quiet):
                     m.d.sync += [run.eq(_Run.IDLE), busy.eq(0), done.eq(1), error.eq(code != 0)]
                     m.d.comb += csr.irq_status_set.eq(IRQ_DONE)
-            with m.Case(_Run.BUS_FAULT):  # as ABORT, then DONE with the error instead of a silent reset
-                m.d.comb += abort.eq(1)
-                with m.If(quiet):
-                    m.d.sync += [run.eq(_Run.IDLE), busy.eq(0), done.eq(1), error.eq(1)]
-                    m.d.comb += [csr.irq_status_set.eq(IRQ_DONE), rst_next.eq(1)]
-            with m.Case(_Run.ABORT):
-                m.d.comb += abort.eq(1)
-                with m.If(quiet):
-                    m.d.comb += rst_next.eq(1)
-                    m.d.sync += [run.eq(_Run.RESET), busy.eq(0), done.eq(0), error.eq(0), code.eq(0), pc.eq(0)]
+            # BUS_FAULT: as ABORT, then DONE with the error instead of a silent reset
+            with m.Case(_Run.BUS_FAULT), m.If(quiet):
+                m.d.sync += [run.eq(_Run.IDLE), abort.eq(0), busy.eq(0), done.eq(1), error.eq(1)]
+                m.d.comb += [csr.irq_status_set.eq(IRQ_DONE), rst_next.eq(1)]
+            with m.Case(_Run.ABORT), m.If(quiet):
+                m.d.comb += rst_next.eq(1)
+                m.d.sync += [run.eq(_Run.RESET), abort.eq(0), busy.eq(0), done.eq(0), error.eq(0), code.eq(0),
+                             pc.eq(0)]
         with m.If(csr.ctrl_stb & ((ctrl & CTRL_SOFT_RESET) != 0)):
-            m.d.sync += run.eq(_Run.ABORT)
+            m.d.sync += [run.eq(_Run.ABORT), abort.eq(1)]
             m.d.comb += rst_next.eq(0)  # the abort drains first; its end resets the engines
         with m.If((run == _Run.RESET) & ~busy):  # the reset that ends a soft reset starts nothing
-            m.d.sync += run.eq(_Run.IDLE)
+            m.d.sync += [run.eq(_Run.IDLE), abort.eq(0)]
 
         self._counters(m, csr, run, engines, comp)
         return m

@@ -296,7 +296,9 @@ class AttentionUnit(wiring.Component):
         # (shared lanes: one row a V1 entry, its PV address the row and the line)
         # p: p_j (for sum p); d: d_j = p_j * 2**min(vexp, 0), rounded once (<= p_j <= 2**28), the lanes' operand
         v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), PVG),
-                                       "d": data.ArrayLayout(unsigned(29), PVG), "exp": signed(8),
+                                       "d": data.ArrayLayout(unsigned(29), PVG),
+                                       "d3": data.ArrayLayout(unsigned(31), PVG),
+                                       "dn": data.ArrayLayout(signed(30), PVG), "exp": signed(8),
                                        "li": unsigned(li_w + row_w) if shared else range(self.max_lines + 1),
                                        "first": 1, "eot": 1, "row": range(NP if shared else R),
                                        "data": data.ArrayLayout(signed(8), C)}))
@@ -305,6 +307,9 @@ class AttentionUnit(wiring.Component):
                      v1.data.eq(e4.data)]
         m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(PVG)]
         m.d.sync += [v1.d[q].eq(Mux(e4.ok, e_dn[q][:29], 0)) for q in range(PVG)]
+        # 3 d_j and -d_j for the p.v lanes' radix-4 products (hw/lut_mul.py a3, na), registered beside d_j
+        m.d.sync += [v1.d3[q].eq(Mux(e4.ok, e_dn[q][:29] + (e_dn[q][:29] << 1), 0)) for q in range(PVG)]
+        m.d.sync += [v1.dn[q].eq(Mux(e4.ok, -e_dn[q][:29], 0)) for q in range(PVG)]
         if shared:
             m.d.sync += [v1.li.eq(Cat(e4.li[:li_w], e4.row[:row_w])), v1.row.eq(e4.row)]
             with m.If(e4.v & ~e4.isv):  # state A's rescales, one slot an entry (its row on each set)

@@ -90,11 +90,15 @@ def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix, down_field: str
         results.append(fin)
         if fd2 is not None:  # the second shift: its amount beside the first's, its rounding add beside E5's
             shd1, shd1b = reg("e1_shd", signed(16)), reg("e1b_shd", signed(16))
-            shd2, shd3, shd4, shd5 = (reg(f"e{k}_shd", range(41)) for k in (2, 3, 4, 5))
+            shd2, shd3, shd4 = (reg(f"e{k}_shd", range(41)) for k in (2, 3, 4))
             halfd4, prd5 = reg("e4_halfd", unsigned(41)), reg("e5_pd", unsigned(42))
+            # the shift by multiples of 8 in E5 behind the rounding add, the rest (0..7) after it: the whole
+            # shift after E5 and 3 d_j's add behind it (V1, hw/attention_unit.py) were the attention
+            # sequencer's slowest path on ECP5 ((x >> a) >> b = x >> (a + b))
+            shd5 = reg("e5_shd_lo", range(8))
             m.d.sync += [shd1.eq(fd2 - (u0 >> 20)), shd1b.eq(shd1), shd2.eq(Mux(shd1b > 40, 40, shd1b)),
                          shd3.eq(shd2), halfd4.eq((Const(1, 1) << shd3) >> 1), shd4.eq(shd3),
-                         prd5.eq(p4 + halfd4), shd5.eq(shd4)]
+                         prd5.eq((p4 + halfd4) >> Cat(Const(0, 3), shd4[3:])), shd5.eq(shd4[:3])]
             fin_d = Signal(unsigned(33), name=f"exp_e6_find{suffix(r)}")
             m.d.comb += fin_d.eq(prd5 >> shd5)
             downs.append(fin_d)

@@ -185,7 +185,8 @@ def pv_pipeline(m: Module, v1, pv_ws, pv_rs, R: int, C: int, li_shape, pv_bits: 
             if dsp:
                 prod = pv_dsp_mul(m, v1.d[q], v1.data[c], f"pv_mul{suffix(q)}_{c}")
             else:
-                prod, lat = lut_mul(m, Const(1, 1), v1.d[q], v1.data[c], f"pv_mul{suffix(q)}_{c}")
+                prod, lat = lut_mul(m, Const(1, 1), v1.d[q], v1.data[c], f"pv_mul{suffix(q)}_{c}", a3=v1.d3[q],
+                                    na=v1.dn[q])
                 assert lat == PV_MUL_STAGES, lat
             left4 = vreg("pv_p4_left", signed(40))
             term5, acc5 = vreg("pv_p5_term", signed(pv_bits)), vreg("pv_p5_acc", signed(pv_bits))

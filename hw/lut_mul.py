@@ -11,7 +11,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 __all__ = ["lut_mul"]
 
 
-def lut_mul(m: Module, en, a, b, name: str):
+def lut_mul(m: Module, en, a, b, name: str, a3=None, na=None):
     """``a * b`` in radix 4: ``b``'s 2-bit digits each select a multiple of ``a``, summed by a tree of one add a stage.
 
     ``a`` and ``b`` should be registers (the operands); ``b`` is the narrow one (its width sets the
@@ -21,12 +21,24 @@ def lut_mul(m: Module, en, a, b, name: str):
     every product of the same ``a`` shares (Yosys merges identical cells).  Stage 1 registers the selected terms,
     half as many as ``b``'s bits; each later stage adds them in pairs.  Every stage loads while ``en`` is high.
     Returns ``(product, latency)``: the product is ``len(a) + len(b)`` bits, signed when either is.
+
+    ``a3``: ``3 * a`` from a register of its own, loaded with ``a`` (of the signedness of ``a``), instead of the
+    shared adder: products of one ``a`` spread over a wide line then fan out from a register, not from an adder
+    behind ``a``'s register (the attention unit's p.v lanes: that adder and its routing to eight lanes were the
+    attention sequencer's slowest path on ECP5).  ``na``: ``-a`` the same way (signed), for a signed ``b``'s top
+    digit (``-a``, ``-2a``).
     """
     sa, sb = a.shape().signed, b.shape().signed
     wa, wb = len(a), len(b)
     width = wa + wb + 1  # every partial sum fits (signed, one bit of margin)
     a_s = a.as_signed() if sa else Cat(a, Const(0, 1)).as_signed()  # all arithmetic below is signed
-    a3 = a_s + (a_s << 1)
+    if a3 is None:
+        a3_s = a_s + (a_s << 1)
+    elif sa:
+        a3_s = a3.as_signed()
+    else:
+        a3_s = Cat(a3, Const(0, 1)).as_signed()
+    na_s = -a_s if na is None else na.as_signed()
 
     def reg(val, tag):
         s = Signal(signed(width), name=f"{name}_{tag}", reset_less=True)
@@ -40,11 +52,11 @@ def lut_mul(m: Module, en, a, b, name: str):
         if j + 1 < wb:
             d1, d0 = b[j + 1], b[j]
             if top and sb:
-                val = Mux(d1, Mux(d0, -a_s, -(a_s << 1)), Mux(d0, a_s, 0))
+                val = Mux(d1, Mux(d0, na_s, na_s << 1), Mux(d0, a_s, 0))
             else:
-                val = Mux(d1, Mux(d0, a3, a_s << 1), Mux(d0, a_s, 0))
+                val = Mux(d1, Mux(d0, a3_s, a_s << 1), Mux(d0, a_s, 0))
         else:  # the lone top bit of an odd-width b
-            val = Mux(b[j], -a_s if sb else a_s, 0)
+            val = Mux(b[j], na_s if sb else a_s, 0)
         terms.append((reg(val, f"d{j // 2}"), j))
     lat = 1
     while len(terms) > 1:

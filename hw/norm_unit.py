@@ -28,9 +28,9 @@ row's sum of squares, or the output's shift by ``k + 4 - s``; 8 its rounding; 9.
 rounding of a shifted value), and a state reading the shared product comes four after the one that
 multiplied.  Pass 3 waits for its last beat to reach ``maxd`` (3 cycles), pass 4 for its last
 square to reach the sum (7); the output pass's last beats drain under the next row's reciprocal.
-Fixed cycles per row beyond the passes' beats: 86 (RMSNorm), 94 (LayerNorm): header 1,
-reciprocal 35, the two drains 10, scale 1, the rsqrt argument and rsqrt 15, the two Newton steps
-24 [, the mean 8].
+Fixed cycles per row beyond the passes' beats: 87 (RMSNorm), 98 (LayerNorm): header 1,
+reciprocal 35, the two drains 10, scale 1, the rsqrt argument and rsqrt 16, the two Newton steps
+24 [, the mean 11].
 
 Every pass ends with ``last``; lanes past ``n`` (in the row's last beats) are ignored (rows are
 padded to whole lines).  ``rsr`` is ``numerics.rshift_round``.
@@ -45,7 +45,7 @@ from systolica.config import AccelConfig
 
 from .attn_fsm import OneHotFSM
 from .fixed import bitlen_tree, delay_line, mul_pipe, sat32
-from .line_unit import HDR, ROW, LineUnit, lane_mask, registered_output, tree
+from .line_unit import HDR, ROW, LineUnit, registered_output, tree
 from .recip import Reciprocal
 
 __all__ = ["NormUnit"]
@@ -54,8 +54,8 @@ GUARD = 8  # numerics.NORM_GUARD
 
 
 #: the norm unit's states, in a one-hot machine (hw/attn_fsm.py): the first is the reset state
-_STATES = ("HDR", "RECIP", "RECIP_WAIT", "SUM", "MEAN0", "MEAN1", "MEAN2", "MEAN_W0", "MEAN_W1", "MEAN_W2", "MEAN3",
-           "MEAN4", "MAXD", "MAXD_DRAIN", "SCALE", "SSQ", "SSQ_DRAIN", *(f"RSQ{j}" for j in range(6)),
+_STATES = ("HDR", "RECIP", "RECIP_WAIT", "SUM", "SUM_DRAIN", "MEAN0", "MEAN1", "MEAN1B", "MEAN2",
+           *(f"MEAN_W{j}" for j in range(4)), "MEAN3", "MEAN4", "MAXD", "MAXD_DRAIN", "SCALE", "SSQ", "SSQ_DRAIN", *(f"RSQ{j}" for j in range(5)), "RSQ4B", "RSQ5",
            "RSQ_W0", "RSQ_W1", "RSQ_W2", "RSQ6", "RSQ7", "RSQ7B", "RSQ8", "RSQ9", "RSQ10",
            *(f"NEWTON_{x}{w}" for x in "ABC" for w in ("", "W0", "W1", "W2")), "OUT")
 
@@ -151,7 +151,11 @@ class NormUnit(LineUnit):
             m.d.comb += out.eq(Mux(zero, 0, Mux(right, (t + 1) >> 1, t)))
             return load, out
 
-        lane_ok = lane_mask(m, li, n, C)
+        # lane_ok[c] = (li * C + c < n), as flip-flops: it gates the SUM pass's add into the 64-bit acc, and as a
+        # compare of li and n in front of that add it was the unit's slowest path (ECP5); `left` = n - li * C
+        # follows li, and each flag is set from a compare of a register with a constant where li moves (below)
+        left = Signal(signed(18), name="norm_left")
+        lane_ok = [Signal(name=f"norm_lane_ok_{c}") for c in range(C)]
         # ---- the beat pipeline of passes 3..5, one operation a stage (every stage moves when the output
         # register may load, `adv`):
         #   1 d = (x << 8) - mean;  2 (d << 1) >> s, and |d| (pass 3);  3 ds = (. + 1) >> 1 = rsr(d, s) and the
@@ -252,12 +256,24 @@ class NormUnit(LineUnit):
                      wrong.eq(Mux(st_hdr, p.kind != HDR, p.kind != ROW)), take.eq(fire & ~wrong & row_st)]
         with m.If(fire & ~wrong & ~st_hdr):  # the line counter of every pass
             m.d.sync += li.eq(Mux(p.last, 0, li + 1))
+            m.d.sync += left.eq(Mux(p.last, n, left - C))
+            m.d.sync += [lane_ok[c].eq(Mux(p.last, n > c, left > C + c)) for c in range(C)]
         with m.If(st_hdr):  # nothing reads these in HDR (the last row's beats have left stage 1)
             m.d.sync += [li.eq(0), acc.eq(0), mean.eq(0), maxd.eq(0), eps_sel.eq(0)]
+            m.d.sync += [left.eq(n)] + [lane_ok[c].eq(n > c) for c in range(C)]
             with m.If(fire & ~wrong):
                 m.d.sync += [n.eq(p.n), eps.eq(p.eps), center.eq(p.center)]
+                m.d.sync += [left.eq(p.n)] + [lane_ok[c].eq(p.n > c) for c in range(C)]
+        # the SUM pass's beat sum is registered before it is added to acc (the beat comes straight from the row-pass
+        # sequencer's slot multiplexer, and that with a 64-bit add behind it was its slowest path on ECP5):
+        # the last beat's sum is added in SUM_DRAIN
+        sum_in = Signal(signed(32 + C.bit_length()), name="sum_in", reset_less=True)
+        sum_v = Signal(name="sum_v")
+        m.d.sync += sum_v.eq(fire & ~wrong & st_sum)
         with m.If(fire & ~wrong & st_sum):
-            m.d.sync += acc.eq(acc + sum(Mux(lane_ok[c], p.a[c], 0) for c in range(C)))
+            m.d.sync += sum_in.eq(sum(Mux(lane_ok[c], p.a[c], 0) for c in range(C)))
+        with m.If(sum_v):
+            m.d.sync += acc.eq(acc + sum_in)
 
         def goto(state):
             fsm.goto(state)
@@ -288,24 +304,30 @@ class NormUnit(LineUnit):
                 with m.Else():
                     goto("MAXD")
         with fsm.state("SUM"):
-            row_pass("MEAN0")
+            row_pass("SUM_DRAIN")
+        with fsm.state("SUM_DRAIN"):  # the last beat's sum goes into acc
+            goto("MEAN0")
         with fsm.state("MEAN0"):
             m.d.sync += mag_r.eq(Mux(acc < 0, -acc, acc))
             goto("MEAN1")
         # _trunc31 of the sum (MEAN1, MEAN2) and of the sum of squares (RSQ4, RSQ5): c = max(0, bitlen(|v|) -
         # 31) = bitlen(|v| >> 31) (a 33-bit encoder, no subtraction behind it), then v >> c; the two take turns
-        # on one encoder and one shifter (eps_sel: 0 for the sum, 1 for the sum of squares)
+        # on one encoder and one shifter (eps_sel: 0 for the sum, 1 for the sum of squares).  The shift is
+        # registered (every cycle; a state after cc_r's, MEAN1B / RSQ4B) before it becomes the multiplier's
+        # operand: the 64-bit shifter and the operand select in one cycle were the unit's slowest path on ECP5
         t31_bl = bitlen_tree(m, Mux(eps_sel, ssp_r, mag_r) >> 31, 33, "t31_bitlen")
-        t31_sh = Signal(signed(32))
-        m.d.comb += t31_sh.eq(Mux(eps_sel, ssp_r, acc) >> cc_r)
+        t31_sh = Signal(signed(32), name="t31_sh", reset_less=True)
+        m.d.sync += t31_sh.eq(Mux(eps_sel, ssp_r, acc) >> cc_r)
         with fsm.state("MEAN1"):
             m.d.sync += cc_r.eq(t31_bl)
+            goto("MEAN1B")
+        with fsm.state("MEAN1B"):
             goto("MEAN2")
         with fsm.state("MEAN2"):
             multiply(t31_sh, ry)
             m.d.sync += e.eq(rk - cc_r - GUARD)  # the mean's shift, held in e until MEAN3
             goto("MEAN_W0")
-        wait("MEAN_W", "MEAN3")
+        wait("MEAN_W", "MEAN3", 4)  # and a state for term_x's register (below)
         # the mean's rsr(prod, e) (left shifts of at most 8) and, a pass later, the eps term's rsr(n * eps,
         # 2s - 16) (at most 16) take turns on one shifter: `eps_sel` (set in SCALE, cleared in HDR) picks
         # the operands, which hold still from the state that sets them to the one that loads
@@ -313,8 +335,12 @@ class NormUnit(LineUnit):
         m.d.comb += ne.eq(prod[:40])
         esh = Signal(signed(8))
         m.d.comb += esh.eq((s << 1) - 2 * GUARD)
-        term_x, term_sh = Signal(signed(65)), Signal(signed(10))
-        m.d.comb += [term_x.eq(Mux(eps_sel, ne, prod)), term_sh.eq(Mux(eps_sel, esh, e))]
+        # the shifter's operand is registered every cycle (eps_sel's select and the 64-bit shifter in one cycle were
+        # the row-pass sequencer's slowest path on ECP5): prod is final a state before MEAN3 (MEAN_W3), n * eps
+        # since SCALE
+        term_x, term_sh = Signal(signed(65), name="term_x", reset_less=True), Signal(signed(10))
+        m.d.sync += term_x.eq(Mux(eps_sel, ne, prod))
+        m.d.comb += term_sh.eq(Mux(eps_sel, esh, e))
         term_ld, term = rsr_split(term_x, term_sh, 64, 16, "row_term")
         with fsm.state("MEAN3"):
             m.d.sync += term_ld
@@ -345,10 +371,13 @@ class NormUnit(LineUnit):
             m.d.sync += ss_r.eq(acc + eterm_r)
             goto("RSQ3")
         with fsm.state("RSQ3"):
-            m.d.sync += ssp_r.eq(Mux(ss_r < 1, 1, ss_r))
+            # max(ss, 1): ss < 1 as its sign or all-zero (logic, no 64-bit compare chain in front of the select)
+            m.d.sync += ssp_r.eq(Mux(ss_r[-1] | (ss_r == 0), 1, ss_r))
             goto("RSQ4")
         with fsm.state("RSQ4"):
             m.d.sync += cc_r.eq(t31_bl)
+            goto("RSQ4B")
+        with fsm.state("RSQ4B"):
             goto("RSQ5")
         with fsm.state("RSQ5"):
             multiply(t31_sh[:31], ry)  # ssp >> cc < 2**31 by the choice of cc

@@ -22,12 +22,12 @@ vector buffer, one beat of ``L`` int32 lanes per cycle (:mod:`~systolica.hw.line
 
 Every pass's beats go through a pipeline of three stages and the output register (q and the
 residual's low bits; r; the beat's max / min over its lanes and the residual's q), so a pass's
-statistics are complete 3 cycles after its last beat; the scale then takes 4 states (``max(hi, -lo)``,
-its bit length, the carry test, the exponent line).
+statistics are complete 3 cycles after its last beat; the scale then takes 5 states (``max(hi, -lo)``,
+its bit length, a wait for the carry test's decode, the carry test, the exponent line).
 
 Input passes per row: 2 (``split = 0``) or 3 (``split = 1``); each ends with ``last``.
 ``rsr`` is ``numerics.rshift_round``.  Cycles per row of ``L`` lines at full rate:
-``2L + 8`` (``split = 0``), ``3L + 15`` (``split = 1``); the output register overlaps the next row.
+``2L + 9`` (``split = 0``), ``3L + 17`` (``split = 1``); the output register overlaps the next row.
 
 Sequencer contract (QUANT ``dst``, ``src``, ``exps``, ``rows``, ``lines``, ``split``), per row
 ``r`` in order: one header beat, then the ``L = lines`` lines of ``src + r*L`` (the max pass), the
@@ -209,6 +209,10 @@ class QuantUnit(LineUnit):
                      s0p[4].eq(s0 == 24), s0p[5].eq(s0 == 25), s0p[6].eq(s0 == 26),
                      s0p[7].eq(Mux(s0 >= 0, s0, 0)), s0p[8].eq(Mux(s0 > 0, s0 - 1, 0))]
 
+        over_t = Signal(34, name="over_t", reset_less=True)  # T of EXP0B (below), a decode of s0sh
+        over_8 = Signal(name="over_8", reset_less=True)
+        m.d.sync += [over_t.eq(Cat(*[(s0sh >= k + 1) & (s0sh <= k + 8) for k in range(34)])), over_8.eq(s0sh >= 8)]
+
         with m.FSM(name="quant"):
             with m.State("HDR"):
                 m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != HDR)]
@@ -228,15 +232,16 @@ class QuantUnit(LineUnit):
                 bl = bitlen_tree(m, a_r, 33, "a_bitlen")
                 m.d.sync += [s0.eq(bl - 7), s0sh.eq(bl)]
                 m.next = "EXP0"
-            with m.State("EXP0"):
+            with m.State("EXP0"):  # over_t and over_8 follow the s0sh of SCALE1 (registered every cycle)
+                m.next = "EXP0B"
+            with m.State("EXP0B"):
                 # rounding at s0 may carry the maximum to 128 (or the minimum to -128): one more bit.
                 # With bl = s0sh = bitlen(max(hi, -lo)) and s0 = bl - 7 >= 1, rsr(hi, s0) == 128 exactly when
                 # hi >= T = 2**bl - 2**(bl - 8) (the eight bits below bl), and rsr(lo, s0) == -128 exactly when
                 # -lo > T; for bl <= 7 the shift is an exact left shift and stays within -127..127.  T is a
-                # decode of the register bl, so this is two compares, not a variable shifter and an add
-                t = Signal(34, name="over_t")
-                m.d.comb += t.eq(Cat(*[(s0sh >= k + 1) & (s0sh <= k + 8) for k in range(34)]))
-                m.d.sync += over.eq((s0sh >= 8) & ((hi >= t) | (nlo > t)))
+                # decode of the register bl, registered a state before the two compares (the decode and a
+                # compare in one cycle were the row-pass sequencer's slowest path on ECP5)
+                m.d.sync += over.eq(over_8 & ((hi >= over_t) | (nlo > over_t)))
                 m.next = "EXP1"
             with m.State("EXP1"):
                 s = Signal(signed(7))

@@ -49,8 +49,10 @@ class Reciprocal(wiring.Component):
         i, o = self.i_stream, self.o_stream
         W = self.d_bits
         # one step a cycle: the operand is registered (IDLE), its bit length found (LEN), the mantissa
-        # normalized (NORM), then 31 compare-and-subtract steps against a divisor that shifts right by
-        # one place a step (a fixed shift, no barrel shifter in front of the 62-bit subtractor)
+        # normalized (NORM), then 31 compare-and-subtract steps of long division, the partial remainder
+        # shifted left a place a step against the fixed divisor m: 2**60's bits 60..31 only shift it up to
+        # 2**29 (< m), so it starts there, and stays below m < 2**31, a 33-bit subtractor (the divisor
+        # shifted right against a 61-bit remainder was the row-pass sequencer's slowest path on ECP5)
         R = self.registered
         dreq = Signal(unsigned(W))
         m.d.comb += dreq.eq(Mux(i.payload <= 0, 1, i.payload))
@@ -64,13 +66,13 @@ class Reciprocal(wiring.Component):
         mant = Signal(unsigned(31))
         m.d.comb += mant.eq(Mux(n <= 31, dpos << left, dpos >> right))
 
-        dsh = Signal(unsigned(61), reset_less=True)  # m << bit
-        rem = Signal(unsigned(61), reset_less=True)  # < 2 * (m << bit) <= 2**61 after the first step
+        dm = Signal(unsigned(31), reset_less=True)  # m
+        rem = Signal(unsigned(31), reset_less=True)  # the partial remainder, < m
         quo = Signal(unsigned(31), reset_less=True)
         bit = Signal(range(32))
         k = Signal(unsigned(7), reset_less=True)
         with m.FSM(name="recip"):
-            start = [dsh.eq(mant << 30), rem.eq(1 << 60), quo.eq(0), bit.eq(30), k.eq(n + 29)]
+            start = [dm.eq(mant), rem.eq(1 << 29), quo.eq(0), bit.eq(30), k.eq(n + 29)]
             with m.State("IDLE"):
                 m.d.comb += i.ready.eq(1)
                 with m.If(i.valid):
@@ -88,11 +90,10 @@ class Reciprocal(wiring.Component):
                     m.d.sync += start
                     m.next = "DIV"
             with m.State("DIV"):
-                trial = Signal(unsigned(62))
-                m.d.comb += trial.eq(rem - dsh)
-                with m.If(~trial[61]):  # no borrow: rem >= m << bit
-                    m.d.sync += rem.eq(trial)
-                m.d.sync += [quo.eq(Cat(~trial[61], quo)), dsh.eq(dsh >> 1), bit.eq(bit - 1)]
+                trial = Signal(unsigned(33))
+                m.d.comb += trial.eq((rem << 1) - dm)
+                # no borrow: 2 rem >= m, the quotient bit is 1; the remainder stays below m either way
+                m.d.sync += [rem.eq(Mux(trial[32], rem << 1, trial)), quo.eq(Cat(~trial[32], quo)), bit.eq(bit - 1)]
                 with m.If(bit == 0):
                     m.next = "DONE"
             with m.State("DONE"):

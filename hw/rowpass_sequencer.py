@@ -159,7 +159,8 @@ class RowPassSequencer(wiring.Component):
         if feed_beats:
             nb = Mux(is_q, B, NB)
             left = Signal(range(NB + 1))  # beats of the serializer's line still to go into the FIFO
-            emit = left != 0
+            emit = Signal(name="emit")  # left != 0, a flip-flop kept with left (_beat_feed): the shift registers'
+            # enable, over 3 x 256 bits, was the sequencer's slowest path as a compare of left
             # the line a read brings is complete in the serializer at the end of its pending / pend2 cycle; the
             # line before must have its last beat out by then (one beat a cycle)
             ser_ok = Mux(pending | pend2, nb <= 1, left <= 2)
@@ -171,9 +172,24 @@ class RowPassSequencer(wiring.Component):
         push_hdr = Signal()
         m.d.comb += [push_hdr.eq(want & hdr & ~pending & ~pend2 & ser_empty), read.eq(want & ~hdr)]
         if feed_beats:
-            owed = Signal(range(2 * depth + 1))
-            owed_next = owed + Mux(read, nb, 0) - emit
-            m.d.sync += [owed.eq(owed_next), room.eq(level_next + owed_next + nb <= depth)]
+            # `claimed` = level + owed: a read claims nb beats, a header one, a beat read out of the FIFO frees one
+            # (a beat moving from the serializer into the FIFO leaves it as it is).  room = claimed_next + nb <=
+            # depth, as compares of the register with constants beside the walk's decision, which only selects
+            # one of them at the end (the level's adder, the claim's and the compare in series were the
+            # sequencer's slowest path on ECP5)
+            claimed = Signal(range(depth + 1), name="claimed")
+            pop = q.r_en & q.r_rdy
+            m.d.sync += claimed.eq(claimed + Mux(read, nb, 0) + push_hdr - pop)
+
+            # depth - nb and depth - 2 nb, flip-flops (is_q holds still through an instruction; at its start the
+            # FIFO is empty and every compare below holds for either nb: depth >= 2 NB >= 2 B)
+            cap = [Signal(range(depth + 1), name=f"cap{j}") for j in (1, 2)]
+            m.d.sync += [cap[0].eq(Mux(is_q, depth - B, depth - NB)), cap[1].eq(Mux(is_q, depth - 2 * B, depth - 2 * NB))]
+
+            def fits(k, per_read=0):  # claimed + k (+ nb if per_read) + nb <= depth
+                return claimed + k <= cap[per_read]
+            m.d.sync += room.eq(Mux(read, Mux(pop, fits(-1, 1), fits(0, 1)),
+                                    Mux(push_hdr, Mux(pop, fits(0), fits(1)), Mux(pop, fits(-1), fits(0)))))
         else:
             m.d.sync += room.eq(level_next + (read | beta_rd) < _DEPTH)
         # the walk's three comparisons are flip-flops kept with their counters (each set from the counter's next
@@ -366,12 +382,12 @@ class RowPassSequencer(wiring.Component):
         sx, sg, sb = (Signal(C * 32, name=f"feed_{n}", reset_less=True) for n in ("x", "gamma", "beta"))
         last = Signal(name="feed_last")
         with m.If(emit):
-            m.d.sync += [left.eq(left - 1), sx.eq(Mux(is_q, sx >> (W * 32), sx >> (NW * 32))),
+            m.d.sync += [left.eq(left - 1), emit.eq(left != 1), sx.eq(Mux(is_q, sx >> (W * 32), sx >> (NW * 32))),
                          sg.eq(sg >> (NW * 32)), sb.eq(sb >> (NW * 32))]
         with m.If(pending | beta_rd):
             m.d.sync += [sx.eq(self.va_rdata), sg.eq(self.vb_rdata)]
         with m.If(pending | pend2):
-            m.d.sync += [left.eq(nb), last.eq(pend_last), sb.eq(Mux(pend2, self.vb_rdata, 0))]
+            m.d.sync += [left.eq(nb), emit.eq(1), last.eq(pend_last), sb.eq(Mux(pend2, self.vb_rdata, 0))]
         beat = Cat(_ROW, last & (left == 1), sx[:W * 32], sg[:NW * 32], sb[:NW * 32])
         m.d.comb += [q.w_en.eq(emit | push_hdr), q.w_data.eq(Mux(emit, beat, Cat(_HDR, 0)))]
         qa = q.r_data[2:2 + W * 32]
