@@ -104,11 +104,21 @@ def _act_latency(newton: bool) -> int:
     return activation_latency(AccelConfig(act_newton=int(newton)))
 
 
+#: Cycles more of QUANT and SOFTMAX where the row-pass sequencer cuts lines into beats on their way into its FIFO
+#: (``cfg.rowpass_beats > 1``, hw/rowpass_sequencer.py ``_beat_feed``): measured on the fast harness (tiny, 2 lanes,
+#: with and without one-lane units: 610 / 296 RTL cycles where the model had 609 / 295; the norms are exact
+#: without it), not derived
+ROWPASS_FEED_LATENCY = 1
+
+
 def vector_extra_latency(cfg: AccelConfig, key: str) -> int:
-    """:data:`VECTOR_EXTRA_LATENCY` of ``key`` on ``cfg``: SILU / GELU follow its activation unit's depth."""
+    """:data:`VECTOR_EXTRA_LATENCY` of ``key`` on ``cfg``: SILU / GELU follow its activation unit's depth; QUANT and
+    SOFTMAX pay :data:`ROWPASS_FEED_LATENCY` where the row-pass sequencer feeds beats."""
     extra = VECTOR_EXTRA_LATENCY.get(key, 0)
     if key in ("SILU", "GELU"):
         extra += _act_latency(bool(cfg.act_newton)) - ACT_LATENCY_CALIBRATED
+    if key in ("QUANT", "QUANT_SPLIT", "SOFTMAX") and cfg.rowpass_beats > 1:
+        extra += ROWPASS_FEED_LATENCY
     return extra
 
 
