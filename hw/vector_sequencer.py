@@ -45,7 +45,7 @@ from .activation import ActivationUnit, ActOp
 from .decode import instr_layout
 from .line_serial import gather, hold, serialize, serialize_two_rates
 from .vector_unit import VecOp, VectorUnit
-from .word_regs import flag_copies, lane_mux
+from .word_regs import flag_copies, lane_mux, word_reg
 
 __all__ = ["VectorSequencer", "VECTOR_OPS"]
 
@@ -135,8 +135,12 @@ class VectorSequencer(wiring.Component):
         zeros = Signal(16)  # ARGMAX n = 0: zero lines still to write
         zeros_nz = Signal()  # zeros != 0, a register (it selects the whole output line)
         optr = Signal(32)
+        # whether the walk has lines at all, a flip-flop a cycle ahead of start (the compute engine sets the word a
+        # cycle before it starts a sequencer and holds it while busy): the op decode, ARGMAX's lines from n and the
+        # compares in front of `walking` were the sequencer's slowest path on ECP5
+        walk_any = word_reg(m, (w_rows != 0) & (w_lines != 0) & (w_heads != 0), "walk_any_w")
         with m.If(self.start):
-            m.d.sync += [walking.eq((w_rows != 0) & (w_lines != 0) & (w_heads != 0)),
+            m.d.sync += [walking.eq(walk_any),
                          idx.eq(0), r.eq(0), ln.eq(0), hh.eq(0), trow.eq(ins.rope.table),
                          n_left.eq(n_am), optr.eq(w_dst),
                          zeros.eq(Mux(w_is["ARGMAX"] & (n_am == 0), w_rows, 0)),

@@ -105,7 +105,8 @@ def _seq_run(cfg, ins, vbuf: dict, acc: dict | None = None, exps: dict | None = 
     written = {}
 
     async def tb(ctx):
-        ctx.set(dut.word, encode(ins))
+        ctx.set(dut.word, encode(ins))  # a cycle before start, as the compute engine sets it
+        await ctx.tick()
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
