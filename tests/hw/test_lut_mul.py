@@ -22,12 +22,16 @@ def _values(width: int, sgn: bool):
 @pytest.mark.parametrize("wa,sa,wb,sb", [
     (5, False, 4, True), (5, True, 4, True), (5, True, 4, False), (5, False, 4, False),
     (6, False, 3, True), (4, True, 1, True), (4, False, 1, False), (3, True, 5, True), (7, False, 8, True)])
-def test_lut_mul_exhaustive(wa, sa, wb, sb):
+@pytest.mark.parametrize("own", [False, True], ids=["shared", "own-multiples"])
+def test_lut_mul_exhaustive(wa, sa, wb, sb, own):
+    """``own``: 3a and -a come from registers loaded beside a (the attention unit's p.v lanes), not from adders."""
     m = Module()
     a = Signal((signed if sa else unsigned)(wa), reset_less=True)
     b = Signal((signed if sb else unsigned)(wb), reset_less=True)
+    a3 = Signal((signed if sa else unsigned)(wa + 2), reset_less=True)
+    na = Signal(signed(wa + 1), reset_less=True)
     en = Signal()
-    prod, lat = lut_mul(m, en, a, b, "t")
+    prod, lat = lut_mul(m, en, a, b, "t", **({"a3": a3, "na": na} if own else {}))
     assert len(prod) == wa + wb and prod.shape().signed == (sa or sb)
     assert lat == max(1, (wb - 1).bit_length())
     pairs = list(itertools.product(_values(wa, sa), _values(wb, sb)))
@@ -45,6 +49,8 @@ def test_lut_mul_exhaustive(wa, sa, wb, sb):
             if step and k < len(pairs):
                 ctx.set(a, pairs[k][0])
                 ctx.set(b, pairs[k][1])
+                ctx.set(a3, 3 * pairs[k][0])
+                ctx.set(na, -pairs[k][0])
             ctx.set(en, step)
             await ctx.tick()
             if step:
