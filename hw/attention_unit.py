@@ -306,10 +306,11 @@ class AttentionUnit(wiring.Component):
         m.d.sync += [v1.v.eq(e4.v & e4.isv), v1.exp.eq(e4.exp), v1.first.eq(e4.first), v1.eot.eq(e4.eot),
                      v1.data.eq(e4.data)]
         m.d.sync += [v1.p[q].eq(Mux(e4.ok, e_fin[q], 0)) for q in range(PVG)]
-        m.d.sync += [v1.d[q].eq(Mux(e4.ok, e_dn[q][:29], 0)) for q in range(PVG)]
-        # 3 d_j and -d_j for the p.v lanes' radix-4 products (hw/lut_mul.py a3, na), registered beside d_j
-        m.d.sync += [v1.d3[q].eq(Mux(e4.ok, e_dn[q][:29] + (e_dn[q][:29] << 1), 0)) for q in range(PVG)]
-        m.d.sync += [v1.dn[q].eq(Mux(e4.ok, -e_dn[q][:29], 0)) for q in range(PVG)]
+        # d_j, and 3 d_j and -d_j for the p.v lanes' radix-4 products (hw/lut_mul.py a3, na), registered beside it
+        d = [e_dn[q][:29] for q in range(PVG)]
+        m.d.sync += [v1.d[q].eq(Mux(e4.ok, d[q], 0)) for q in range(PVG)]
+        m.d.sync += [v1.d3[q].eq(Mux(e4.ok, d[q] + (d[q] << 1), 0)) for q in range(PVG)]
+        m.d.sync += [v1.dn[q].eq(Mux(e4.ok, -d[q], 0)) for q in range(PVG)]
         if shared:
             m.d.sync += [v1.li.eq(Cat(e4.li[:li_w], e4.row[:row_w])), v1.row.eq(e4.row)]
             with m.If(e4.v & ~e4.isv):  # state A's rescales, one slot an entry (its row on each set)

@@ -55,8 +55,8 @@ GUARD = 8  # numerics.NORM_GUARD
 
 #: the norm unit's states, in a one-hot machine (hw/attn_fsm.py): the first is the reset state
 _STATES = ("HDR", "RECIP", "RECIP_WAIT", "SUM", "SUM_DRAIN", "MEAN0", "MEAN1", "MEAN1B", "MEAN2",
-           *(f"MEAN_W{j}" for j in range(4)), "MEAN3", "MEAN4", "MAXD", "MAXD_DRAIN", "SCALE", "SSQ", "SSQ_DRAIN", *(f"RSQ{j}" for j in range(5)), "RSQ4B", "RSQ5",
-           "RSQ_W0", "RSQ_W1", "RSQ_W2", "RSQ6", "RSQ7", "RSQ7B", "RSQ8", "RSQ9", "RSQ10",
+           *(f"MEAN_W{j}" for j in range(4)), "MEAN3", "MEAN4", "MAXD", "MAXD_DRAIN", "SCALE", "SSQ", "SSQ_DRAIN",
+           *(f"RSQ{j}" for j in range(5)), "RSQ4B", "RSQ5", "RSQ_W0", "RSQ_W1", "RSQ_W2", "RSQ6", "RSQ7", "RSQ7B", "RSQ8", "RSQ9", "RSQ10",
            *(f"NEWTON_{x}{w}" for x in "ABC" for w in ("", "W0", "W1", "W2")), "OUT")
 
 
