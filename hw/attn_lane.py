@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from amaranth import Module, Mux, Signal, signed, unsigned
 
-from .fixed import INT32_MAX, INT32_MIN, bitlen_tree, sat32
+from .fixed import INT32_MAX, INT32_MIN, bitlen_exceeds, bitlen_parts, sat32
 
 __all__ = ["state_lane"]
 
@@ -43,13 +43,15 @@ def state_lane(m: Module, adv, ox, oy, opv, osh, raw, j: int, pv_bits: int):
     # wide value: the right shift fits 33 bits iff bitlen(val ^ sign) <= s - 1 + 32, the left shift int32 iff
     # val = 0 or bitlen(val ^ sign) <= 31 + s); S7: the rounding and the overflow flag; S8: sat32
     t6, left6 = reg("ls6_t", signed(33)), reg("ls6_left", signed(32))
-    bl6, rthr6, lthr6 = reg("ls6_bl", range(64)), reg("ls6_rthr", range(96)), reg("ls6_lthr", signed(7))
+    # the bit length as its tree's (any bit, top index) pair (hw/fixed.py bitlen_parts): S7 compares the index
+    blv6, blp6 = reg("ls6_blv", 1), reg("ls6_blp", unsigned(6))
+    rthr6, lthr6 = reg("ls6_rthr", range(96)), reg("ls6_lthr", signed(7))
     zero6, pos6, neg6, nz6 = reg("ls6_zero", 1), reg("ls6_pos", 1), reg("ls6_neg", 1), reg("ls6_nz", 1)
     w7, ovf7, neg7 = reg("ls7_w", signed(33)), reg("ls7_ovf", 1), reg("ls7_neg", 1)
     out8 = reg("ls8_out", signed(32))
     mag5 = Signal(63, name=f"ls6_mag_{j}")
     m.d.comb += mag5.eq(val5[:63] ^ val5[63].replicate(63))
-    bl = bitlen_tree(m, mag5, 63, f"ls6_bitlen_{j}")
+    blv, blp = bitlen_parts(m, mag5, 63, f"ls6_bitlen_{j}")
     sr1 = Signal(range(63), name=f"ls5_sr1c_{j}")
     sl = Signal(range(34), name=f"ls5_slc_{j}")
     m.d.comb += [sr1.eq(Mux(sh4 > 63, 62, Mux(sh4 < 1, 0, sh4 - 1))),
@@ -66,9 +68,10 @@ def state_lane(m: Module, adv, ox, oy, opv, osh, raw, j: int, pv_bits: int):
                      pvr4.eq((pv3 >> 8) + ((pv3 >> 7) & 1)), sh4.eq(sh3),
                      val5.eq(Mux(raw, raw4, pr4 + pvr4)), sr1_5.eq(sr1), sl_5.eq(sl),
                      zero5.eq(sh4 > 63), pos5.eq(sh4 > 0),
-                     t6.eq(val5 >> sr1_5), left6.eq(val5[:32] << sl_5), bl6.eq(bl), rthr6.eq(sr1_5 + 32),
+                     t6.eq(val5 >> sr1_5), left6.eq(val5[:32] << sl_5), blv6.eq(blv), blp6.eq(blp), rthr6.eq(sr1_5 + 32),
                      lthr6.eq(31 - sl_5), zero6.eq(zero5), pos6.eq(pos5), neg6.eq(val5[63]), nz6.eq(val5 != 0),
                      w7.eq(Mux(zero6, 0, Mux(pos6, (t6 + 1) >> 1, left6))),
-                     ovf7.eq(~zero6 & Mux(pos6, bl6 > rthr6, nz6 & (bl6 > lthr6))), neg7.eq(neg6),
+                     ovf7.eq(~zero6 & Mux(pos6, bitlen_exceeds(blv6, blp6, rthr6),
+                                                    nz6 & bitlen_exceeds(blv6, blp6, lthr6))), neg7.eq(neg6),
                      out8.eq(Mux(ovf7, Mux(neg7, INT32_MIN, INT32_MAX), sat32(m, w7, f"ls8_sat_{j}")))]
     return out8, prod3

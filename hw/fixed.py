@@ -9,7 +9,7 @@ from __future__ import annotations
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 
 __all__ = ["INT32_MIN", "INT32_MAX", "sat32", "rshift_round_var", "rshift_round_sat32", "bitlen_u", "exp2_lookup",
-           "bitlen_tree", "mul_pipe", "delay_line"]
+           "bitlen_tree", "bitlen_parts", "bitlen_exceeds", "mul_pipe", "delay_line"]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -93,6 +93,17 @@ def bitlen_tree(m: Module, x, width: int, name: str):
     Halves are combined pairwise (``log2(width)`` 2:1 multiplexers deep) instead of one priority chain
     of ``width`` multiplexers.
     """
+    v, pos = bitlen_parts(m, x, width, name)
+    out = Signal(range(width + 1), name=name)
+    m.d.comb += out.eq(Mux(v, pos + 1, 0))
+    return out
+
+
+def bitlen_parts(m: Module, x, width: int, name: str):
+    """:func:`bitlen_tree` without its last step: ``(v, pos)`` with ``bitlen(x) = v ? pos + 1 : 0`` (``v``: any
+    bit set, ``pos``: the highest set bit's index).  A consumer that only compares the bit length with a
+    threshold compares ``pos`` with the threshold less one instead, so that no incrementer and select follow
+    the tree in its cycle (:func:`bitlen_exceeds`)."""
     k = max(1, (width - 1).bit_length())
     xs = Signal(1 << k, name=f"{name}_x")
     m.d.comb += xs.eq(x[:width])
@@ -107,10 +118,13 @@ def bitlen_tree(m: Module, x, width: int, name: str):
             m.d.comb += [v.eq(vl | vh), pos.eq(Mux(vh, ph, pl) | (vh << len(pl)) if len(pl) else vh)]
             nxt.append((v, pos))
         nodes = nxt
-    v, pos = nodes[0]
-    out = Signal(range(width + 1), name=name)
-    m.d.comb += out.eq(Mux(v, pos + 1, 0))
-    return out
+    return nodes[0]
+
+
+def bitlen_exceeds(v, pos, thr):
+    """``bitlen > thr`` for the bit length ``(v, pos)`` of :func:`bitlen_parts` (``thr`` may be negative):
+    ``pos + 1 > thr`` where any bit is set, else ``0 > thr``."""
+    return Mux(v, pos >= thr, thr < 0)
 
 
 def _chunks(x, signed_: bool):

@@ -43,7 +43,7 @@ from amaranth.lib import data
 from systolica.config import AccelConfig
 from systolica.numerics import TRIG_FRAC
 
-from .fixed import INT32_MAX, INT32_MIN, bitlen_tree
+from .fixed import INT32_MAX, INT32_MIN, bitlen_exceeds, bitlen_parts
 from .line_unit import LineUnit, Stages
 
 __all__ = ["VectorUnit", "VecOp"]
@@ -136,6 +136,9 @@ class VectorUnit(LineUnit):
         # what the fine step reads) beside bitlen; B: the remaining 0..7 places and the fit test; C: y = (T +
         # 1) >> 1 and whether it saturates; then the output
         ka = st.reg(k, "ka")
+        # k - 1 (signed: k = 0 where the shift is 64 or more), so that the fit test compares the bit length's
+        # top index with it and no incrementer follows the bit-length tree (hw/fixed.py bitlen_parts)
+        kam1 = st.reg(Cat(k, Const(0, 1)).as_signed() - 1, "ka_m1", signed(8))
         outs = []
         for c in range(C):
             x = xs[c]
@@ -143,10 +146,11 @@ class VectorUnit(LineUnit):
             tc = st.reg((wide >> Cat(Const(0, 3), k[3:]))[:41], f"tc_{c}", unsigned(41))
             mag = Signal(63, name=f"vu_mag_{c}")
             m.d.comb += mag.eq(x[:63] ^ x[63].replicate(63))
-            bl = st.reg(bitlen_tree(m, mag, 63, f"vu_bitlen_{c}"), f"bl_{c}", range(64))
+            blv, blp = bitlen_parts(m, mag, 63, f"vu_bitlen_{c}")
+            bl_v, bl_p = st.reg(blv, f"bl_v_{c}"), st.reg(blp, f"bl_p_{c}", unsigned(6))
             neg_a = st.reg(x[63], f"neg_a_{c}")
             t = st.reg((tc >> ka[:3])[:34], f"t_{c}", unsigned(34))
-            fits = st.reg(bl < ka, f"fits_{c}")
+            fits = st.reg(~bitlen_exceeds(bl_v, bl_p, kam1), f"fits_{c}")  # bitlen < k
             neg = st.reg(neg_a, f"neg_{c}")
             # y = (T + 1) >> 1 saturates high when T >= 2**32 - 1, low when T <= -2**32 - 2: flags from T's two
             # top bits and whether its low 32 are all ones (no compare on y's carry chain)

@@ -10,7 +10,7 @@ from amaranth import Elaboratable, Module, Signal, signed
 from amaranth.sim import Simulator
 
 from systolica import numerics
-from systolica.hw.fixed import rshift_round_sat32, rshift_round_var
+from systolica.hw.fixed import bitlen_exceeds, bitlen_parts, bitlen_tree, rshift_round_sat32, rshift_round_var
 
 pytestmark = [pytest.mark.amaranth, pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")]
 
@@ -55,3 +55,41 @@ def test_rshift_round_matches_numerics_on_edges():
             assert wide == int(numerics.rshift_round(np.int64(x), s)), (x, s)
         want = int(numerics.sat32(numerics.rshift_round(np.int64(x), s)))
         assert sat == want, (x, s)
+
+
+class _Bitlen(Elaboratable):
+    def __init__(self, width: int):
+        self.width = width
+        self.x, self.thr = Signal(width), Signal(signed(8))
+        self.bl, self.exceeds = Signal(range(width + 1)), Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        v, pos = bitlen_parts(m, self.x, self.width, "p")
+        m.d.comb += [self.bl.eq(bitlen_tree(m, self.x, self.width, "t")),
+                     self.exceeds.eq(bitlen_exceeds(v, pos, self.thr))]
+        return m
+
+
+@pytest.mark.parametrize("width", [6, 7])
+def test_bitlen_parts_compare_as_the_bit_length(width):
+    """Every value of a 6- and 7-bit word (7: the tree pads to 8) against thresholds below, inside and above the
+    bit length's range: bitlen_tree is numerics.bitlen, and bitlen_exceeds(parts, thr) is bitlen > thr, negative
+    thresholds included (the attention lane's left-shift threshold 31 - s goes down to -2)."""
+    dut = _Bitlen(width)
+    got = []
+    thrs = range(-3, width + 3)
+
+    async def bench(ctx):
+        for x in range(1 << width):
+            ctx.set(dut.x, x)
+            for t in thrs:
+                ctx.set(dut.thr, t)
+                got.append((x, t, ctx.get(dut.bl), ctx.get(dut.exceeds)))
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    for x, t, bl, ex in got:
+        assert bl == x.bit_length(), (x, bl)
+        assert ex == (x.bit_length() > t), (x, t, ex)
