@@ -118,8 +118,8 @@ class InstructionDecoder(wiring.Component):
         sym = sym_fields(names)
         checks = []
         if op.name in ("LOAD", "STORE"):  # the golden order: window, then buffer range
-            end = self._hold(low(dma_end(sym, cfg)), f"{op.name.lower()}_dma_end")
-            n = self._hold(low(dma_lines(sym, cfg)), f"{op.name.lower()}_sram_lines")
+            end = self._held_sum(low, dma_end(sym, cfg), f"{op.name.lower()}_dma_end")
+            n = self._held_sum(low, dma_lines(sym, cfg), f"{op.name.lower()}_sram_lines")
             self.extent_lines[op.name, "dma_end"] = end
             self.extent_lines[op.name, "sram"] = n
             past = Mux(v.buf == 0, _past_end(v.sram, n, lines["spad"]),
@@ -130,19 +130,26 @@ class InstructionDecoder(wiring.Component):
             # any format's pages (without the 4-bit datapath the decoder refuses wfmt != 0: ILLEGAL_FIELD, which
             # the window check never overrides, so the int8 formula suffices)
             fmt = {} if config_problem(cfg) is None else {"wfmt": 0}
-            end = self._hold(low(wstream_end(sym | fmt, cfg)), "wstream_end")
+            end = self._held_sum(low, wstream_end(sym | fmt, cfg), "wstream_end")
             self.extent_lines[op.name, "wstream_end"] = end
             checks.append(((v.n != 0) & (v.k != 0) & (end > self.win_size), Fault.DMA_WINDOW))
         for ext in EXTENTS.get(op.name, ()):
-            n = self._hold(low(ext.lines(sym, cfg)), f"{op.name.lower()}_{ext.field}_lines")
+            n = self._held_sum(low, ext.lines(sym, cfg), f"{op.name.lower()}_{ext.field}_lines")
             self.extent_lines[op.name, ext.field] = n
             checks.append((_past_end(getattr(v, ext.field), n, lines[ext.buf]), Fault.SRAM_RANGE))
         return low, checks
 
+    def _held_sum(self, low, formula, name: str):
+        """:meth:`_hold` of ``formula``, lowered with its terms of the fields alone summed a cycle ahead in a
+        register of their own (:meth:`~.range_check.Lowering.split_sum`): the word is there from TAKE, the
+        slots only later, so the extent's register takes one adder after the slots (STORE's DMA end had
+        three in series after the word's fields: the decoder's slowest path on ECP5)."""
+        return self._hold(low.split_sum(formula, lambda v: self._hold(v, f"{name}_fields")), name)
+
     def _hold(self, value, name: str):
         """``value`` (an extent or a DMA end, from the slots and the fields) in a register of its own, so
         the comparison that reads it is a cycle after the adders that form it."""
-        reg = Signal(Value.cast(value).shape(), name=f"ext_{name}")
+        reg = Signal(Value.cast(value).shape(), name=f"ext_{name}", reset_less=True)  # data: read after a load
         self._held.append((reg, value))
         return reg
 
@@ -234,14 +241,15 @@ class InstructionDecoder(wiring.Component):
         # chosen in steps 3j .. 3j + 2 (``prod_j = j``; the register keeps those of step 3j + 1, the same) and
         # its product written to its slot in step 3j + 2, so a product whose operand is the one before it
         # (ROPE, GEMM) reads the slot already written
-        a_r, b_r = Signal.like(mul_a, name="mul_a_r"), Signal.like(mul_b, name="mul_b_r")
+        a_r, b_r = Signal.like(mul_a, name="mul_a_r", reset_less=True), Signal.like(mul_b, name="mul_b_r", reset_less=True)
         m.d.sync += [a_r.eq(mul_a), b_r.eq(mul_b)]
         if len(b_r) <= 18:
-            p_r = Signal.like(a_r * b_r, name="mul_p_r")
+            p_r = Signal.like(a_r * b_r, name="mul_p_r", reset_less=True)
             m.d.sync += p_r.eq(a_r * b_r)
             return p_r
         lo, hi = b_r[:16], (b_r[16:].as_signed() if b_r.shape().signed else b_r[16:])
-        lo_r, hi_r = Signal.like(a_r * lo, name="mul_lo_r"), Signal.like(a_r * hi, name="mul_hi_r")
+        lo_r, hi_r = (Signal.like(a_r * lo, name="mul_lo_r", reset_less=True),
+                      Signal.like(a_r * hi, name="mul_hi_r", reset_less=True))
         m.d.sync += [lo_r.eq(a_r * lo), hi_r.eq(a_r * hi)]
         return lo_r + (hi_r << 16)
 
@@ -323,7 +331,8 @@ def decode_cycles(cfg: AccelConfig) -> dict[str, int]:
 
     Traced from the same formulas the decoder lowers (no elaboration), for the performance model.
     """
-    probe = types.SimpleNamespace(cfg=cfg, win_size=Signal(32), extent_lines={}, _hold=lambda v, name: v)
+    probe = types.SimpleNamespace(cfg=cfg, win_size=Signal(32), extent_lines={}, _hold=lambda v, name: v,
+                                  _held_sum=lambda low, formula, name: low(formula))
     ins = data.View(instr_layout(), Signal(WORD_BITS))
     out, slots = {}, []
     for op in OPS:

@@ -7,7 +7,10 @@ values.  Every product of two non-constant operands wider than two bits becomes 
 register that the decoder fills, one product per cycle, from a single shared multiplier (a few DSP
 slices instead of one multiplier per product).  Everything else stays combinational around those
 registers: sums, constant multiples (shifts for powers of two), shifts by a field, selects, and
-products by a 1- or 2-bit value (a few adders).
+products by a 1- or 2-bit value (a few adders).  A sum that adds product slots to terms of the fields alone
+(LOAD / STORE's DMA end: ``dram + rows * stride - stride + lines * bytes``) is re-associated by
+:meth:`Lowering.split_sum`: the field terms are summed a cycle ahead in a register of their own (the word holds
+still from TAKE on, the slots are written later), so one adder follows the slots, not a chain of them.
 """
 
 from __future__ import annotations
@@ -99,6 +102,25 @@ class Lowering:
         self.name = name
         self.products: list[tuple[Value, Value]] = []
         self._memo: dict[tuple, Any] = {}
+        self._slotted: set[tuple] = set()  # keys of the formulas whose value reads a product slot
+
+    def split_sum(self, x, early: Callable[[Value], Value]):
+        """The value of ``x`` with its terms re-associated: where ``x`` is a sum (``+`` / ``-`` at its top) of
+        terms that read product slots and terms that do not, the latter are summed by themselves and handed to
+        ``early`` (which registers them: they are ready before the slots are) and the result is that register
+        plus the slot terms.  The same number as ``self(x)``: Amaranth's sums are exact (they widen), so the
+        order of the additions does not change the value."""
+        terms = _terms(x)
+        vals = [(sign, self(t)) for sign, t in terms]
+        slotted = [isinstance(t, Sym) and t.key in self._slotted for _, t in terms]
+        late = [sv for sv, sl in zip(vals, slotted, strict=True) if sl]
+        free = [sv for sv, sl in zip(vals, slotted, strict=True) if not sl]
+        if not late or len(free) < 2:  # nothing to move ahead, or one field term: no adder to save
+            return self(x)
+        out = early(_signed_sum(free))
+        for sign, v in late:
+            out = out + v if sign > 0 else out - v
+        return out
 
     def __call__(self, x):
         """The Amaranth value (or int) of a traced formula ``x``."""
@@ -106,7 +128,10 @@ class Lowering:
             return x
         hit = self._memo.get(x.key)
         if hit is None:
+            n = len(self.products)
             hit = self._memo[x.key] = self._lower(x)
+            if len(self.products) > n or any(isinstance(a, Sym) and a.key in self._slotted for a in x.args):
+                self._slotted.add(x.key)
         return hit
 
     def _lower(self, x: Sym):
@@ -155,6 +180,23 @@ class Lowering:
         if j == len(self.slots):
             self.slots.append(Signal(SLOT_BITS, name=f"product{j}", reset_less=True))
         return self.slots[j][:width]
+
+
+def _terms(x) -> list[tuple[int, Any]]:
+    """``x`` as signed terms of its top-level ``+`` / ``-`` nodes: ``[(+1 or -1, term), ...]``."""
+    if isinstance(x, Sym) and x.kind in ("add", "sub"):
+        a, b = x.args
+        tb = _terms(b)
+        return _terms(a) + (tb if x.kind == "add" else [(-sign, t) for sign, t in tb])
+    return [(1, x)]
+
+
+def _signed_sum(terms):
+    """The sum of ``[(sign, value), ...]`` (values or ints), in order."""
+    out = Const(0, 1)
+    for sign, v in terms:
+        out = out + v if sign > 0 else out - v
+    return out
 
 
 _FOLD: dict[str, Callable] = {
