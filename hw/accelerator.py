@@ -52,6 +52,7 @@ from .fetch import InstructionFetch
 from .load_engine import LoadEngine
 from .striped_reader import FIFO_BURSTS
 from .token_queue import TokenQueue
+from .word_regs import flag_copies
 
 __all__ = ["Accelerator", "top_port_names", "ARB_DEPTH"]
 
@@ -135,16 +136,22 @@ class Accelerator(wiring.Component):
         connect_flat(m, self, "s_axi_control", csr.bus, csr.bus.signature.flip(), manager=False)
 
         core_rst = Signal()
+        rst_next = Signal()
+        # two more copies of the engines' reset, distinct flip-flops (hw/word_regs.py flag_copies): STORE and the
+        # row-pass sequencer take one, LOAD and the attention sequencer the other, beside core_rst, so that the
+        # reset reaches the engines' flip-flops through four nets, not one (6,800 loads on the ulx3s top level)
+        rst_copy = flag_copies(m, rst_next, 1, "core_rst", first=core_rst)[1:]
 
-        def core(name, elab):  # engines and queues restart on START and after SOFT_RESET; CSRs do not
-            m.submodules[name] = ResetInserter(core_rst)(elab)
+        def core(name, elab, extra=None):  # engines and queues restart on START and after SOFT_RESET; CSRs do not
+            inner = ResetInserter(extra)(elab) if extra is not None else elab
+            m.submodules[name] = ResetInserter(core_rst)(inner)
             return elab
 
         fetch = core("fetch", InstructionFetch(cfg))
         dec = core("decode", InstructionDecoder(cfg))
-        load = core("load", LoadEngine(cfg))
+        load = core("load", LoadEngine(cfg), rst_copy[1])
         comp = core("compute", ComputeEngine(cfg))
-        store = core("store", StoreEngine(cfg))
+        store = core("store", StoreEngine(cfg), rst_copy[0])
         arb = core("rd_arb", ReadArbiter(cfg, 3, depth=ARB_DEPTH))  # as many bursts as weight port 0 keeps
         q = {n: core(f"tq_{n}", TokenQueue(cfg.queue_depth)) for n in ("l2c", "c2l", "c2s", "s2c")}
         engines = (load, comp, store)
@@ -215,8 +222,8 @@ class Accelerator(wiring.Component):
         # The engines' reset is a register (one flip-flop drives the whole fan-out, which place and route
         # can put on a global net): it is 1 in the RESET cycle, and the cycle after a bus fault has drained
         # (nothing queued runs on; abort holds the DMA still in that cycle).
-        rst_next = Signal()
         m.d.sync += core_rst.eq(rst_next)
+        m.d.comb += [comp.rst_rows.eq(rst_copy[0]), comp.rst_attn.eq(rst_copy[1])]
         m.d.comb += [start.eq(run == _Run.START),
                      fetch.start.eq(start), dec.start.eq(start),
                      fetch.abort.eq(abort | core_rst), load.abort.eq(abort | core_rst), store.abort.eq(abort | core_rst),

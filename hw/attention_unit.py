@@ -86,6 +86,7 @@ from .attn_row_end import RowEnd
 from .attn_state_lines import KIND_LA, PV_BITS, state_lines
 from .attn_state_lines import row_suffix as _s
 from .recip import Reciprocal
+from .word_regs import stage_reg
 
 __all__ = ["AttentionUnit", "AttnBeat"]
 
@@ -295,13 +296,13 @@ class AttentionUnit(wiring.Component):
         # ---- V pipeline: V1 p_j and d_j (in state V), V2 PV += (d_j * v) << max(vexp, 0), each row at once ----
         # (shared lanes: one row a V1 entry, its PV address the row and the line)
         # p: p_j (for sum p); d: d_j = p_j * 2**min(vexp, 0), rounded once (<= p_j <= 2**28), the lanes' operand
-        v1 = Signal(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), PVG),
+        v1 = stage_reg(data.StructLayout({"v": 1, "p": data.ArrayLayout(unsigned(33), PVG),
                                        "d": data.ArrayLayout(unsigned(29), PVG),
                                        "d3": data.ArrayLayout(unsigned(31), PVG),
                                        "dn": data.ArrayLayout(signed(30), PVG), "exp": signed(8),
                                        "li": unsigned(li_w + row_w) if shared else range(self.max_lines + 1),
                                        "first": 1, "eot": 1, "row": range(NP if shared else R),
-                                       "data": data.ArrayLayout(signed(8), C)}))
+                                       "data": data.ArrayLayout(signed(8), C)}), "v1")  # only v resets
         e4 = etag[-1]
         m.d.sync += [v1.v.eq(e4.v & e4.isv), v1.exp.eq(e4.exp), v1.first.eq(e4.first), v1.eot.eq(e4.eot),
                      v1.data.eq(e4.data)]

@@ -21,6 +21,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory
 
 from .fixed import mul_pipe
+from .word_regs import stage_reg
 
 __all__ = ["EXP_STAGES", "exp2_pipelines"]
 
@@ -40,7 +41,7 @@ def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix, down_field: str
     """
     from systolica.numerics import EXP_BASE, EXP_DELTA
 
-    tags = [Signal(tag_layout, name=f"exp_s{s}") for s in range(EXP_STAGES)]
+    tags = [stage_reg(tag_layout, f"exp_s{s}") for s in range(EXP_STAGES)]  # only the valid bits reset
     m.d.sync += [tags[0].eq(e_in)] + [tags[s + 1].eq(tags[s]) for s in range(EXP_STAGES - 1)]
     fo2 = tags[2].fo  # E0's tag: the row's frac offset as the value enters E1
     fd2 = tags[2][down_field] if down_field else None

@@ -8,6 +8,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data
 
 from .lut_mul import lut_mul
+from .word_regs import stage_reg
 
 __all__ = ["PV_MUL_STAGES", "AddrCopies", "Copies", "k_pipeline", "k_sum_tree", "pv_pipeline"]
 
@@ -62,7 +63,7 @@ def k_sum_tree(m: Module, kp, R: int, C: int, tok_shape, suffix):
     k_tree = []
     while len(ksum[0]) > 1:
         lvl = len(k_tree)
-        t = Signal(ktag_l, name=f"ksum_t{lvl}")
+        t = stage_reg(ktag_l, f"ksum_t{lvl}")
         m.d.sync += [t.v.eq(k1.v), t.eot.eq(k1.eot), t.exp.eq(k1.exp), t.tok.eq(k1.tok), t.ok.eq(k1.ok)]
         nxt = []
         for q in range(R):
@@ -84,14 +85,14 @@ def k_pipeline(m: Module, p, tok, valid_tok, q_rs, qexp, dot, anyv, R: int, C: i
     with its shift ``k2.sh``); ``anyv`` is set by a token the mask lets through.  K0 loads every cycle; the
     caller sets ``k0.v`` on a K line.  Returns ``(k0, kp, stages, k2)`` (``stages``: KB and the tree's;
     their valid bits tell when they are empty)."""
-    k2 = Signal(data.StructLayout({"v": 1, "tok": range(max_tokens + 1), "ok": 1,
-                                   "dot": data.ArrayLayout(signed(32), R), "sh": data.ArrayLayout(signed(10), R)}))
+    k2 = stage_reg(data.StructLayout({"v": 1, "tok": range(max_tokens + 1), "ok": 1,
+                                   "dot": data.ArrayLayout(signed(32), R), "sh": data.ArrayLayout(signed(10), R)}), "k2")
     # K0: the line and each row's query line, registered; KP: their C products (one MULT18X18D each)
-    k0 = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(max_tokens + 1), "ok": 1,
+    k0 = stage_reg(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(max_tokens + 1), "ok": 1,
                                    "q": data.ArrayLayout(data.ArrayLayout(signed(8), C), R),
-                                   "k": data.ArrayLayout(signed(8), C)}))
-    kp = Signal(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(max_tokens + 1), "ok": 1,
-                                   "prod": data.ArrayLayout(data.ArrayLayout(signed(16), C), R)}))
+                                   "k": data.ArrayLayout(signed(8), C)}), "k0")
+    kp = stage_reg(data.StructLayout({"v": 1, "eot": 1, "exp": signed(8), "tok": range(max_tokens + 1), "ok": 1,
+                                   "prod": data.ArrayLayout(data.ArrayLayout(signed(16), C), R)}), "kp")
     m.d.sync += [k0.v.eq(0), k2.v.eq(0)]  # the stages below set them when they hold a line
     # K0's data registers load every cycle (no enable: only k0.v depends on the handshake)
     m.d.sync += [k0.eot.eq(p.eot), k0.exp.eq(p.exp), k0.tok.eq(tok), k0.ok.eq(valid_tok)]
@@ -99,7 +100,7 @@ def k_pipeline(m: Module, p, tok, valid_tok, q_rs, qexp, dot, anyv, R: int, C: i
     m.d.sync += [k0.k[c].eq(p.data[c][0:8]) for c in range(C)]
     # KB: K0 again, the multipliers' operand registers (Yosys puts the query lines in block RAM with K0 as its
     # output register, whose output is slower than a flip-flop's)
-    kb = Signal(k0.shape(), name="kb")
+    kb = stage_reg(k0.shape(), "kb")
     m.d.sync += kb.eq(k0)
     m.d.sync += [kp.v.eq(kb.v), kp.eot.eq(kb.eot), kp.exp.eq(kb.exp), kp.tok.eq(kb.tok), kp.ok.eq(kb.ok)]
     m.d.sync += [kp.prod[q][c].eq(kb.q[q][c] * kb.k[c]) for q in range(R) for c in range(C)]

@@ -16,6 +16,7 @@ from amaranth import Array, Cat, Const, Mux, Signal, signed, unsigned
 from amaranth.lib import data
 
 from .attn_lane import state_lane
+from .word_regs import stage_reg
 
 __all__ = ["StateLines", "state_lines", "PV_BITS", "LANE_STAGES", "KIND_SCORE", "KIND_O", "KIND_LA", "KIND_H",
            "row_suffix"]
@@ -94,7 +95,7 @@ def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shar
     m.d.comb += fsh.eq(fk - 16)
     tag_l = data.StructLayout({"v": 1, "kind": 2, "raw": 1, "last": 1, "grp": range(G),
                                "tok": range(max_tokens + 1), "ok": 1, "row": range(R)})
-    tags = [Signal(tag_l, name=f"lane_s{s}") for s in range(NS)]
+    tags = [stage_reg(tag_l, f"lane_s{s}") for s in range(NS)]  # only the valid bits reset
     iss = Signal(tag_l, name="lane_issue")  # what enters S0 this cycle (iss.v = 0: nothing)
     adv = Signal(name="lane_adv")
     pipe_busy = Signal(name="lane_busy")

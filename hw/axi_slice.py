@@ -43,14 +43,16 @@ class SkidBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        spare = Signal.like(self.i_data)
+        # the payload registers have no reset (only the valid bits decide anything after one)
+        spare = Signal.like(self.i_data, reset_less=True)
+        o_data = Signal.like(self.o_data, name="o_data_r", reset_less=True)
         spare_valid = Signal()
-        m.d.comb += self.i_ready.eq(~spare_valid)
+        m.d.comb += [self.i_ready.eq(~spare_valid), self.o_data.eq(o_data)]
         with m.If(self.o_ready | ~self.o_valid):  # the output register is free (or frees now)
             with m.If(spare_valid):
-                m.d.sync += [self.o_data.eq(spare), self.o_valid.eq(1), spare_valid.eq(0)]
+                m.d.sync += [o_data.eq(spare), self.o_valid.eq(1), spare_valid.eq(0)]
             with m.Else():
-                m.d.sync += [self.o_data.eq(self.i_data), self.o_valid.eq(self.i_valid)]
+                m.d.sync += [o_data.eq(self.i_data), self.o_valid.eq(self.i_valid)]
         with m.Elif(self.i_valid & ~spare_valid):  # the output waits: the beat on its way goes to the spare
             m.d.sync += [spare.eq(self.i_data), spare_valid.eq(1)]
         return m

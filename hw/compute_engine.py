@@ -13,7 +13,7 @@ The engine retires an instruction once its last result line is written.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -65,6 +65,10 @@ class ComputeEngine(wiring.Component):
             "spad_waddr": Out(p["spad"][0]), "spad_wen": Out(1), "spad_wdata": Out(p["spad"][1]),
             "mac_active": Out(1),
             "win_base": In(ADDR_BITS), "abort": In(1), "dma_quiet": Out(1), "bus_error": Out(1), "bus_pc": Out(32),
+            # copies of the engines' reset (flip-flops of their own, hw/accelerator.py) for the row-pass and the
+            # attention sequencer: each resets its sequencer beside the one the engine is reset by, so that their
+            # flip-flops are loads of a net of their own, not of one net across the engines (0: no extra reset)
+            "rst_rows": In(1), "rst_attn": In(1),
         }
         if cfg.attn_beside:  # the attention unit's own scratchpad copy (its data lines)
             members |= {"t_addr": Out(p["spad"][0]), "t_en": Out(1), "t_rdata": In(p["spad"][1])}
@@ -160,14 +164,16 @@ class ComputeEngine(wiring.Component):
                      self.dma_quiet.eq(ws.quiet), self.bus_error.eq(ws.bus_error & ~self.abort)]
         m.submodules.vseq = vs = self.vseq
         is_vec = kind["vec"]
-        m.submodules.rseq = rs = self.rseq
+        rs = self.rseq
+        m.submodules.rseq = ResetInserter(self.rst_rows)(rs)
         is_row = kind["row"]
         m.d.comb += [vs.start.eq(begin & is_vec), vs.word.eq(ins.as_value()),
                      rs.start.eq(begin & is_row), rs.word.eq(ins.as_value()),
                      self.acc_addr.eq(vs.acc_addr), self.acc_en.eq(vs.acc_en), vs.acc_rdata.eq(self.acc_rdata),
                      vs.exp_rdata.eq(self.a_rdata),
                      self.spad_waddr.eq(rs.spad_addr), self.spad_wen.eq(rs.spad_en), self.spad_wdata.eq(rs.spad_data)]
-        m.submodules.aseq = at = self.aseq
+        at = self.aseq
+        m.submodules.aseq = ResetInserter(self.rst_attn)(at)
         is_attn = kind["attn"]
         m.d.comb += [at.start.eq(begin & is_attn), at.word.eq(ins.as_value()), at.sb_rdata.eq(self.w_rdata)]
         if beside:  # its data lines through its own copy

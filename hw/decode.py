@@ -256,8 +256,8 @@ class InstructionDecoder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         layout = instr_layout()
-        word = Signal(WORD_BITS)
-        pc = Signal(32)
+        word = Signal(WORD_BITS, reset_less=True)  # loaded in TAKE before CHECK reads it
+        pc = Signal(32, reset_less=True)
         end = Signal()
         end_code = Signal(4)
         engine = Signal(2)

@@ -75,18 +75,18 @@ class _Walker:
     def __init__(self, m, cfg: AccelConfig, start, base, addr, stride, rows, beats, name, skip: int = 0):
         bb = cfg.dma_bytes
         self.skip = skip  # > 0: a paged stream (see DmaReader), rows continue where the last one ended
-        self.row_left = Signal(16, name=f"{name}_rows_left")
-        self.row_base = Signal(32, name=f"{name}_row_base")
-        self.off = Signal(32, name=f"{name}_off")
-        self.base = Signal(ADDR_BITS, name=f"{name}_base")
-        self.rem = Signal(32, name=f"{name}_rem")
-        self.beats = Signal(32, name=f"{name}_beats")
-        self.stride = Signal(32, name=f"{name}_stride")
+        # the walk's values have no reset: they load every cycle while no rows are left (``more`` low, as it is
+        # after a reset), so only ``more`` and ``ready`` decide anything after one
+        def reg(shape, tag):
+            return Signal(shape, name=f"{name}_{tag}", reset_less=True)
+        self.row_left, self.row_base, self.off = reg(16, "rows_left"), reg(32, "row_base"), reg(32, "off")
+        self.base, self.rem, self.beats, self.stride = reg(ADDR_BITS, "base"), reg(32, "rem"), reg(32, "beats"), \
+            reg(32, "stride")
         self.more = Signal(name=f"{name}_more")  # rows left (a register: the issue condition's first term)
-        self.len = Signal(range(max(cfg.max_burst, 4096 // bb) + 1), name=f"{name}_len_r")
+        self.len = reg(range(max(cfg.max_burst, 4096 // bb) + 1), "len_r")  # loaded every cycle
         self.ready = Signal(name=f"{name}_len_ok")
         self.addr = Signal(ADDR_BITS, name=f"{name}_phys")  # base + off, for the AR/AW register
-        self.lo12 = Signal(12, name=f"{name}_lo12")  # (base + off) mod 4096, kept beside off
+        self.lo12 = reg(12, "lo12")  # (base + off) mod 4096, kept beside off
         m.d.comb += self.addr.eq(self.base + self.off)
         nxt = _burst_len(m, self.lo12, self.rem, bb, cfg.max_burst, name)
         lo12_0 = (base[:12] + addr[:12])[:12]

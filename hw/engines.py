@@ -69,7 +69,8 @@ def token_fsm(m, eng, cfg: AccelConfig, on_load=None, hold=None, busy=None, push
     # cmd_depth - 1 queued plus the one being handled: the queue holds cmd_depth instructions like the
     # golden simulator's (which the token-deadlock rule depends on)
     m.submodules.cmds = cmds = fifo.SyncFIFO(width=CMD_BITS, depth=cfg.cmd_depth - 1)
-    word = Signal(WORD_BITS)
+    word = Signal(WORD_BITS, reset_less=True)  # loaded in IDLE before any state reads it: no reset (its ~100 bits
+    # in every engine were loads of the engines' reset net)
     ins = data.View(instr_layout(), word)
     h = ins.nop.h
     state = Signal(EngineState)

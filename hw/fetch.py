@@ -140,7 +140,7 @@ class InstructionFetch(wiring.Component):
         if ibeats == 1:
             m.d.comb += [word_done.eq(r_hs), q.w_data.eq(axi.rdata)]
         else:
-            parts = Signal(WORD_BITS - beat_bytes * 8)
+            parts = Signal(WORD_BITS - beat_bytes * 8, reset_less=True)  # a word's first beats (count resets)
             count = Signal(range(ibeats))
             with m.If(r_hs):
                 m.d.sync += [count.eq(Mux(count == ibeats - 1, 0, count + 1)),

@@ -123,7 +123,7 @@ class LoadEngine(wiring.Component):
         # ---- data: beats -> lines of the word at the head of the descriptor FIFO
         d = data.View(_desc_layout(), desc.r_data)
         db = cfg.dma_bits
-        asm = Signal(wide)  # the newest beat enters at the top of a shift register
+        asm = Signal(wide, reset_less=True)  # the newest beat enters at the top of a shift register
         nxt = Signal(wide)
         m.d.comb += nxt.eq(Cat(asm[db:], dma.beat_data)) if wide > db else nxt.eq(dma.beat_data)
         bpl = Mux(d.buf == 0, bpl_s, bpl_w)

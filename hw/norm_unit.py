@@ -99,10 +99,12 @@ class NormUnit(LineUnit):
         n, eps, center = Signal(unsigned(16)), Signal(unsigned(24)), Signal()
         ry, rk = Signal(unsigned(31)), Signal(unsigned(7))
         li = Signal(16)  # beat within the row
-        acc = Signal(signed(64))  # sum(x), then sum(ds**2)
+        # the row's scalar datapath: no reset (the header clears acc, mean and maxd; each state loads the others
+        # before the next reads them), so the engines' reset reaches only the control flip-flops
+        acc = Signal(signed(64), reset_less=True)  # sum(x), then sum(ds**2)
         # Q24 mean of int32 values: |mean| <= (2**31 + 2**c / n) * 2**8 + 1 < 2**40 (2**c <= 2n)
-        mean = Signal(signed(42))
-        maxd = Signal(unsigned(42))
+        mean = Signal(signed(42), reset_less=True)
+        maxd = Signal(unsigned(42), reset_less=True)
         s = Signal(range(24))
         e = Signal(signed(10))  # rsqrt_fx's exponent e
         eps_sel = Signal()  # the row's shared rounding shifter serves the eps term (not the mean): below
@@ -110,8 +112,9 @@ class NormUnit(LineUnit):
         mant = Signal(unsigned(31))  # rsqrt_fx's m: 2**29 <= m < 2**31
         # the scalar states' intermediate values, one operation a state
         cc_r = Signal(range(64))
-        mag_r = Signal(unsigned(64))
-        eterm_r, ss_r, ssp_r = Signal(signed(64)), Signal(signed(64)), Signal(unsigned(64))
+        mag_r = Signal(unsigned(64), reset_less=True)
+        eterm_r, ss_r, ssp_r = (Signal(signed(64), reset_less=True), Signal(signed(64), reset_less=True),
+                                Signal(unsigned(64), reset_less=True))
         sh_r = Signal(signed(10))
         vb_r = Signal(range(62))
         tsh_r = Signal(signed(10))  # the output's first shift, k + 4 - s

@@ -95,7 +95,7 @@ class VectorUnit(LineUnit):
         # ---- stage 0: the beat registered, so that the lane operands (muxed by the sequencer from the
         # instruction and the buffer line) and the multipliers are stages of their own ----
         v0 = Signal()
-        p = Signal(i.payload.shape())
+        p = Signal(i.payload.shape(), reset_less=True)  # data: read in the stage after v0
         with m.If(en):
             m.d.sync += [v0.eq(fire), p.eq(i.payload)]
 

@@ -155,7 +155,7 @@ class WeightStream(wiring.Component):
             if bpl == 1:
                 m.d.comb += [q.w_data.eq(rd.beat_data), q.w_en.eq(rd.beat_valid), rd.beat_ready.eq(q.w_rdy)]
             else:  # assemble a line from its beats, the first beat in the low bits
-                asm = Signal(C * 8 - db, name=f"asm{p}")
+                asm = Signal(C * 8 - db, name=f"asm{p}", reset_less=True)  # a line's first beats
                 cnt = Signal(range(bpl), name=f"cnt{p}")
                 last = cnt == bpl - 1
                 m.d.comb += [rd.beat_ready.eq(q.w_rdy | ~last), q.w_data.eq(Cat(asm, rd.beat_data)),

@@ -7,14 +7,18 @@ holds the word's value, and the sequencer's registers load from registers, not f
 (docs/hardware.md, the top level's timing).  A FIFO whose read enable must start at registers keeps its
 room as a flip-flop computed from :func:`fifo_level_next`.  A flag that selects across a wide line is kept
 as :func:`flag_copies` (registers Yosys cannot merge back into one), each copy selecting a part of the line
-(:func:`lane_mux`), so that no single net reaches every bit of the line.
+(:func:`lane_mux`), so that no single net reaches every bit of the line.  A pipeline stage's register of a
+struct layout resets only its valid bit (:func:`stage_reg`): the data fields have no reset, so the engines'
+reset reaches the flip-flops that decide something, not every bit of every stage (the issue of the top level's
+timing: the soft reset had ~6,800 loads on ECP5).
 """
 
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data
 
-__all__ = ["word_reg", "fifo_level_next", "flag_copies", "lane_mux"]
+__all__ = ["word_reg", "fifo_level_next", "flag_copies", "lane_mux", "stage_reg"]
 
 
 def word_reg(m: Module, value, name: str, shape=None, *, init: int = 0, reset_less: bool = False) -> Signal:
@@ -61,3 +65,16 @@ def lane_mux(sels: list, a, b, lane_bits: int) -> Value:
     n = width // lane_bits
     return Cat(*[Mux(sels[i % len(sels)], a[i * lane_bits:(i + 1) * lane_bits], b[i * lane_bits:(i + 1) * lane_bits])
                  for i in range(n)])
+
+
+def stage_reg(layout: data.StructLayout, name: str, keep: tuple[str, ...] = ("v",)) -> data.View:
+    """A register of ``layout`` (a view, used as a ``Signal(layout)`` would be) whose fields other than ``keep``
+    are reset-less: one flip-flop group per field, named ``{name}_{field}``.  For pipeline stages whose data
+    fields mean nothing while the stage's valid bit is low (every reader tests it): after a reset the valid bit
+    is 0 and the data keep whatever they held."""
+    fields = sorted(((f.offset, fname, f) for fname, f in layout), key=lambda t: t[0])
+    parts = [Signal(f.shape, name=f"{name}_{fname}", reset_less=fname not in keep) for _, fname, f in fields]
+    missing = set(keep) - {fname for _, fname, _ in fields}
+    if missing:
+        raise ValueError(f"{name}: no field {sorted(missing)} in the layout")
+    return data.View(layout, Cat(*parts))

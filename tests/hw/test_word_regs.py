@@ -85,3 +85,40 @@ def test_flag_copies_survive_yosys_where_plain_copies_merge(tmp_path):
     assert flops[False] == 1, flops  # Yosys's opt_merge makes three identical registers one (why copies need care)
     assert flops[True] == 3, flops
     assert flops["first"] == 3, flops  # the caller's register is the first copy: no fourth to merge into it
+
+
+def test_stage_reg_resets_only_its_valid_bit():
+    """A stage register of a struct layout: a reset (here a soft reset through ResetInserter, as the engines'
+    core reset) clears its valid bit and leaves its data fields as they were; assignments by field and as a whole
+    work as on a Signal of the layout; a ``keep`` naming no field is refused."""
+    from amaranth.hdl import ResetInserter, signed
+    from amaranth.lib import data
+
+    from systolica.hw.word_regs import stage_reg
+
+    layout = data.StructLayout({"v": 1, "x": signed(8), "tag": 3})
+    rst = Signal()
+    src = Signal(layout)
+    m = Module()
+    r = stage_reg(layout, "st")
+    r2 = stage_reg(layout, "st2", keep=("v", "tag"))
+    m.d.sync += [r.eq(src), r2.x.eq(src.x), r2.v.eq(src.v), r2.tag.eq(src.tag)]
+    top = ResetInserter(rst)(m)
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(src, {"v": 1, "x": -5, "tag": 6})
+        await ctx.tick()
+        seen.append((ctx.get(r.v), ctx.get(r.x), ctx.get(r.tag), ctx.get(r2.tag)))
+        ctx.set(rst, 1)
+        await ctx.tick()
+        seen.append((ctx.get(r.v), ctx.get(r.x), ctx.get(r.tag), ctx.get(r2.tag)))
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen[0] == (1, -5, 6, 6)
+    assert seen[1] == (0, -5, 6, 0)  # v (and r2's kept tag) reset; the data held
+    with pytest.raises(ValueError, match="no field"):
+        stage_reg(layout, "bad", keep=("valid",))
