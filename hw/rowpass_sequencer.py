@@ -126,13 +126,20 @@ class RowPassSequencer(wiring.Component):
         ln = Signal(17)
         hdr = Signal()  # next beat is the row's header
         active = Signal()
+        # the walk decides its next read a cycle ahead: `read` and `push_hdr` are flip-flops loaded from the next
+        # values of what they depend on (the `*_n` signals below, each its register's D input), so the buffer
+        # ports' enables and the walk's counters start at flip-flops, not at the decision's logic (the row-pass
+        # sequencer's walk -> the vector buffer's read port was the slowest placed path of the ulx3s top level)
+        active_n, hdr_n = Signal(name="active_n"), Signal(name="hdr_n")
+        m.d.comb += [active_n.eq(active), hdr_n.eq(hdr)]
+        m.d.sync += [active.eq(active_n), hdr.eq(hdr_n)]
         row_base = Signal.like(self.va_addr)  # src + r*L
         va_ptr = Signal.like(self.va_addr)  # row_base + ln
         g_ptr = Signal.like(self.vb_addr)  # gamma + ln
         gamma = nrm.gamma
         with m.If(self.start):
-            m.d.sync += [r.eq(0), p.eq(0), ln.eq(0), hdr.eq(1), row_base.eq(src), va_ptr.eq(src), g_ptr.eq(gamma),
-                         active.eq(send_rows != 0)]
+            m.d.sync += [r.eq(0), p.eq(0), ln.eq(0), row_base.eq(src), va_ptr.eq(src), g_ptr.eq(gamma)]
+            m.d.comb += [hdr_n.eq(1), active_n.eq(send_rows != 0)]
         # the FIFO's head goes to the unit in B beats of W lanes (QUANT) or NB beats of NW lanes (the softmax and
         # norm units, NB >= B); a header is one beat.  With NB = 1 the FIFO holds whole lines (x, gamma, beta);
         # else the lines are cut into beats on their way in (`feed_beats`, the module docstring) and it holds beats
@@ -153,24 +160,20 @@ class RowPassSequencer(wiring.Component):
         # enable) starts at registers.  Line FIFO: (level + lines in flight) < _DEPTH (pending | beta_rd | pend2
         # then = read | beta_rd now).  Beat FIFO: level + owed + nb <= depth, `owed` the beats read but not yet
         # in the FIFO (in flight or in the serializer), `nb` a line's beats
-        room = Signal(init=1)
+        room, room_n = Signal(init=1), Signal(name="room_n")
+        m.d.sync += room.eq(room_n)
         level_next = fifo_level_next(q)
-        ser_ok, ser_empty = Const(1), Const(1)
+        left_n = emit_n = None
         if feed_beats:
             nb = Mux(is_q, B, NB)
             left = Signal(range(NB + 1))  # beats of the serializer's line still to go into the FIFO
             emit = Signal(name="emit")  # left != 0, a flip-flop kept with left (_beat_feed): the shift registers'
             # enable, over 3 x 256 bits, was the sequencer's slowest path as a compare of left
-            # the line a read brings is complete in the serializer at the end of its pending / pend2 cycle; the
-            # line before must have its last beat out by then (one beat a cycle)
-            ser_ok = Mux(pending | pend2, nb <= 1, left <= 2)
-            ser_empty = ~emit
-        # no `~start` term: active is low at start (an instruction starts only with every sequencer idle), so
-        # start reaches only the registers it loads, not the walk's decisions
-        want = active & room & ~beta_rd & ser_ok
-        read = Signal()
-        push_hdr = Signal()
-        m.d.comb += [push_hdr.eq(want & hdr & ~pending & ~pend2 & ser_empty), read.eq(want & ~hdr)]
+            left_n, emit_n = Signal.like(left, name="left_n"), Signal(name="emit_n")
+            m.d.comb += [left_n.eq(left), emit_n.eq(emit)]
+            m.d.sync += [left.eq(left_n), emit.eq(emit_n)]
+        read = Signal(name="read")  # flip-flops: see active_n
+        push_hdr = Signal(name="push_hdr")
         if feed_beats:
             # `claimed` = level + owed: a read claims nb beats, a header one, a beat read out of the FIFO frees one
             # (a beat moving from the serializer into the FIFO leaves it as it is).  room = claimed_next + nb <=
@@ -188,10 +191,10 @@ class RowPassSequencer(wiring.Component):
 
             def fits(k, per_read=0):  # claimed + k (+ nb if per_read) + nb <= depth
                 return claimed + k <= cap[per_read]
-            m.d.sync += room.eq(Mux(read, Mux(pop, fits(-1, 1), fits(0, 1)),
-                                    Mux(push_hdr, Mux(pop, fits(0), fits(1)), Mux(pop, fits(-1), fits(0)))))
+            m.d.comb += room_n.eq(Mux(read, Mux(pop, fits(-1, 1), fits(0, 1)),
+                                      Mux(push_hdr, Mux(pop, fits(0), fits(1)), Mux(pop, fits(-1), fits(0)))))
         else:
-            m.d.sync += room.eq(level_next + (read | beta_rd) < _DEPTH)
+            m.d.comb += room_n.eq(level_next + (read | beta_rd) < _DEPTH)
         # the walk's three comparisons are flip-flops kept with their counters (each set from the counter's next
         # value, from registers), so no decision of the walk waits on a 16- or 17-bit compare
         final = Signal()  # p == Pm1
@@ -203,35 +206,45 @@ class RowPassSequencer(wiring.Component):
         beta_addr = Signal.like(self.vb_addr)
         m.d.comb += [self.va_addr.eq(va_ptr), self.va_en.eq(read),
                      self.vb_addr.eq(Mux(beta_rd, beta_addr, g_ptr)), self.vb_en.eq(read | beta_rd)]
-        m.d.sync += [pending.eq(read & ~two), beta_rd.eq(read & two), pend2.eq(beta_rd)]
+        pending_n, beta_rd_n, pend2_n = read & ~two, read & two, beta_rd
+        m.d.sync += [pending.eq(pending_n), beta_rd.eq(beta_rd_n), pend2.eq(beta_rd)]
         with m.If(read):
             m.d.sync += [pend_last.eq(line_end), beta_addr.eq(g_ptr + Lm1 + 1)]
         with m.If(push_hdr):
             with m.If(L0 | (Pm1 == 7)):  # an empty row: the header is all (QUANT lines = 0)
                 m.d.sync += [r.eq(r + 1), at_last.eq(r + 1 == last_row)]
                 with m.If(at_last):
-                    m.d.sync += active.eq(0)
+                    m.d.comb += active_n.eq(0)
             with m.Else():
-                m.d.sync += hdr.eq(0)
+                m.d.comb += hdr_n.eq(0)
         with m.If(read):
             m.d.sync += [va_ptr.eq(va_ptr + 1), g_ptr.eq(g_ptr + 1)]
             with m.If(line_end):
                 m.d.sync += [ln.eq(0), line_end.eq(Lm1 == 0), g_ptr.eq(gamma), va_ptr.eq(row_base)]
                 with m.If(final):
-                    m.d.sync += [p.eq(0), final.eq(0), hdr.eq(1), r.eq(r + 1), at_last.eq(r + 1 == last_row),
+                    m.d.sync += [p.eq(0), final.eq(0), r.eq(r + 1), at_last.eq(r + 1 == last_row),
                                  row_base.eq(va_ptr + 1), va_ptr.eq(va_ptr + 1)]
+                    m.d.comb += hdr_n.eq(1)
                     with m.If(at_last):
-                        m.d.sync += active.eq(0)
+                        m.d.comb += active_n.eq(0)
                 with m.Else():
                     m.d.sync += [p.eq(p + 1), final.eq(p + 1 == Pm1)]
             with m.Else():
                 m.d.sync += [ln.eq(ln + 1), line_end.eq(ln + 1 == Lm1)]
         if feed_beats:
-            kind, lline, qa, a, b, c = self._beat_feed(m, q, is_q, nb, left, emit, push_hdr, pending, pend2,
-                                                       beta_rd, pend_last)
+            kind, lline, qa, a, b, c = self._beat_feed(m, q, is_q, nb, left, emit, left_n, emit_n, push_hdr, pending,
+                                                       pend2, beta_rd, pend_last)
         else:
             kind, lline, qa, a, b, c = self._line_feed(m, q, read, two, beta_rd, pending, pend2, pend_last,
                                                        push_hdr)
+        # the next cycle's decisions, from the next values (what they were as logic of the registers before):
+        # with beats, the line a read brings is complete in the serializer at the end of its pending / pend2 cycle,
+        # and the line before must have its last beat out by then (one beat a cycle); no `~start` term: active is
+        # low at start (an instruction starts only with every sequencer idle)
+        ser_ok_n = Mux(pending_n | pend2_n, nb <= 1, left_n <= 2) if feed_beats else Const(1)
+        ser_empty_n = ~emit_n if feed_beats else Const(1)
+        want_n = active_n & room_n & ~beta_rd_n & ser_ok_n
+        m.d.sync += [read.eq(want_n & ~hdr_n), push_hdr.eq(want_n & hdr_n & ~pending_n & ~pend2_n & ser_empty_n)]
         took = Signal()  # the unit took the read slot's beat
         # two beat registers (slots) a unit, filled in turn from the FIFO's head and read in turn by the unit: a
         # slot loads when it is empty (its valid bit, a register), so no unit's `ready` reaches the beat registers'
@@ -344,7 +357,7 @@ class RowPassSequencer(wiring.Component):
                 m.d.sync += qp0.eq(qp0 + 1)
             with m.If(qo.last):
                 m.d.sync += rows_out.eq(rows_out - 1)
-        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | ~ser_empty | q.r_rdy | sv[0] | sv[1]
+        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | (emit if feed_beats else 0) | q.r_rdy | sv[0] | sv[1]
                                  | (rows_out != 0))
         return m
 
@@ -367,7 +380,7 @@ class RowPassSequencer(wiring.Component):
         a = q.r_data[2:2 + C * 32]
         return q.r_data[0], q.r_data[1], a, a, q.r_data[2 + C * 32:2 + 2 * C * 32], q.r_data[2 + 2 * C * 32:]
 
-    def _beat_feed(self, m, q, is_q, nb, left, emit, push_hdr, pending, pend2, beta_rd, pend_last):
+    def _beat_feed(self, m, q, is_q, nb, left, emit, left_n, emit_n, push_hdr, pending, pend2, beta_rd, pend_last):
         """Lines cut into beats on their way into the FIFO (``NB > 1``): entry kind, last, QUANT's W lanes of x
         (the first NW of them the softmax's / norm's ``a``), NW lanes of gamma, NW of beta.
 
@@ -381,13 +394,15 @@ class RowPassSequencer(wiring.Component):
         W, NW = self.cfg.line_width, self.cfg.rowpass_width
         sx, sg, sb = (Signal(C * 32, name=f"feed_{n}", reset_less=True) for n in ("x", "gamma", "beta"))
         last = Signal(name="feed_last")
-        with m.If(emit):
-            m.d.sync += [left.eq(left - 1), emit.eq(left != 1), sx.eq(Mux(is_q, sx >> (W * 32), sx >> (NW * 32))),
-                         sg.eq(sg >> (NW * 32)), sb.eq(sb >> (NW * 32))]
+        with m.If(emit):  # (left and emit through their next values left_n, emit_n: the walk reads them)
+            m.d.comb += [left_n.eq(left - 1), emit_n.eq(left != 1)]
+            m.d.sync += [sx.eq(Mux(is_q, sx >> (W * 32), sx >> (NW * 32))), sg.eq(sg >> (NW * 32)),
+                         sb.eq(sb >> (NW * 32))]
         with m.If(pending | beta_rd):
             m.d.sync += [sx.eq(self.va_rdata), sg.eq(self.vb_rdata)]
         with m.If(pending | pend2):
-            m.d.sync += [left.eq(nb), emit.eq(1), last.eq(pend_last), sb.eq(Mux(pend2, self.vb_rdata, 0))]
+            m.d.comb += [left_n.eq(nb), emit_n.eq(1)]
+            m.d.sync += [last.eq(pend_last), sb.eq(Mux(pend2, self.vb_rdata, 0))]
         beat = Cat(_ROW, last & (left == 1), sx[:W * 32], sg[:NW * 32], sb[:NW * 32])
         m.d.comb += [q.w_en.eq(emit | push_hdr), q.w_data.eq(Mux(emit, beat, Cat(_HDR, 0)))]
         qa = q.r_data[2:2 + W * 32]

@@ -108,11 +108,14 @@ class VectorSequencer(wiring.Component):
                         Mux(w_is["ROPE"], ins.rope.dst, ins.gelu.dst))))))
         w_heads = Mux(w_is["ROPE"], ins.rope.heads, 1)
         is_ = {name: Signal(name=f"is_{name.lower()}") for name in VECTOR_OPS}
-        src_a, src_b, bcast = Signal.like(self.va_addr), Signal.like(self.vb_addr), Signal()
-        lm1, hm1, rm1 = Signal(17), Signal(9), Signal(16)  # lines per group, groups per row, rows: minus 1
+        # the instruction's values, loaded at start: no reset (nothing reads them before a start)
+        src_b = Signal.like(self.vb_addr, reset_less=True)
+        bcast = Signal()
+        lm1, hm1, rm1 = (Signal(17, reset_less=True), Signal(9, reset_less=True),
+                         Signal(16, reset_less=True))  # lines per group, groups per row, rows: minus 1
         with m.If(self.start):
             m.d.sync += [is_[name].eq(w_is[name]) for name in VECTOR_OPS]
-            m.d.sync += [src_a.eq(w_src_a), src_b.eq(w_src_b), bcast.eq(w_bcast),
+            m.d.sync += [src_b.eq(w_src_b), bcast.eq(w_bcast),
                          lm1.eq(w_lines - 1), hm1.eq(w_heads - 1), rm1.eq(w_rows - 1)]
         # whether the op runs on the activation unit: a register for the control paths, and three copies for
         # the output line's multiplexer (each a third of its lanes), so that no one flag rides a 256-bit select
@@ -122,15 +125,14 @@ class VectorSequencer(wiring.Component):
         act_sel = flag_copies(m, w_is["SILU"] | w_is["GELU"], self.start, "act_sel", first=to_act)
         hd = ins.rope.hd
 
-        # ---- input walk: row r, group hh, line l; index idx = (r*H + hh)*L + l (a counter); the walk ends
+        # ---- input walk: row r, group hh, line l (index (r*H + hh)*L + l: the pointers below step with it); the walk ends
         # with the last line of the last group of the last row
         walking = Signal()  # lines left to read
-        idx = Signal(32)
         r = Signal(16)
         ln = Signal(17)
         hh = Signal(8)  # ROPE head within the row
-        trow = Signal(32)  # ROPE: table + r * hd
-        n_left = Signal(17)  # ARGMAX: lanes of the row not yet read
+        trow = Signal(32, reset_less=True)  # ROPE: table + r * hd
+        n_left = Signal(17, reset_less=True)  # ARGMAX: lanes of the row not yet read
         pend = Signal(9)  # output lines read or being read, not yet written (fewer than the units' depth)
         zeros = Signal(16)  # ARGMAX n = 0: zero lines still to write
         zeros_nz = Signal()  # zeros != 0, a register (it selects the whole output line)
@@ -141,7 +143,7 @@ class VectorSequencer(wiring.Component):
         walk_any = word_reg(m, (w_rows != 0) & (w_lines != 0) & (w_heads != 0), "walk_any_w")
         with m.If(self.start):
             m.d.sync += [walking.eq(walk_any),
-                         idx.eq(0), r.eq(0), ln.eq(0), hh.eq(0), trow.eq(ins.rope.table),
+                         r.eq(0), ln.eq(0), hh.eq(0), trow.eq(ins.rope.table),
                          n_left.eq(n_am), optr.eq(w_dst),
                          zeros.eq(Mux(w_is["ARGMAX"] & (n_am == 0), w_rows, 0)),
                          zeros_nz.eq(w_is["ARGMAX"] & (n_am == 0) & (w_rows != 0))]
@@ -161,8 +163,25 @@ class VectorSequencer(wiring.Component):
             m.d.sync += ph.eq(ph - 1)
         with m.If(self.start):
             m.d.sync += ph.eq(0)
+        # the read addresses as pointers beside the walk (each the address its sum below gave: a = src_a + idx,
+        # b = src_b + (bcast ? ln : idx), ROPE's cos line trow + ln // 2, acc = src + idx, exp = exps + r), so the
+        # buffer ports' addresses start at flip-flops, not at an adder (the vector sequencer's src_a + idx was
+        # on the slowest placed path of the ulx3s top level, into the vector buffer's read address)
+        a_ptr, b_ptr = Signal.like(self.va_addr, name="a_ptr"), Signal.like(self.vb_addr, name="b_ptr")
+        c_ptr = Signal.like(self.vb_addr, name="cos_ptr")
+        acc_ptr, exp_ptr = Signal.like(self.acc_addr, name="acc_ptr"), Signal.like(self.exp_addr, name="exp_ptr")
+        with m.If(self.start):
+            m.d.sync += [a_ptr.eq(w_src_a), b_ptr.eq(w_src_b), c_ptr.eq(ins.rope.table), acc_ptr.eq(ins.requant.src),
+                         exp_ptr.eq(ins.requant.exps)]
         with m.If(issue):
-            m.d.sync += idx.eq(idx + 1)
+            m.d.sync += [a_ptr.eq(a_ptr + 1), b_ptr.eq(b_ptr + 1), c_ptr.eq(c_ptr + ln[0]), acc_ptr.eq(acc_ptr + 1)]
+            with m.If(ln == lm1):
+                m.d.sync += c_ptr.eq(Mux(hh == hm1, trow + hd, trow))
+                with m.If(bcast):
+                    m.d.sync += b_ptr.eq(src_b)
+                with m.If(hh == hm1):
+                    m.d.sync += exp_ptr.eq(exp_ptr + 1)
+        with m.If(issue):
             with m.If(ln == lm1):
                 m.d.sync += [ln.eq(0), n_left.eq(n_am)]
                 with m.If(hh == hm1):
@@ -176,22 +195,22 @@ class VectorSequencer(wiring.Component):
         # ROPE, the cycle after an issue: port b reads the sin line and port a the x line, so that x meets sin
         # (and the cos line, which waits a cycle) at the serializer with no line register of its own
         sin_rd = Signal()
-        sin_addr, x_addr = Signal.like(self.vb_addr), Signal.like(self.va_addr)
+        sin_addr, x_addr = Signal.like(self.vb_addr, reset_less=True), Signal.like(self.va_addr, reset_less=True)
         m.d.sync += sin_rd.eq(issue & rope)
         with m.If(issue):
-            m.d.sync += [sin_addr.eq(trow + ((hd + ln) >> 1)), x_addr.eq(src_a + idx)]
+            m.d.sync += [sin_addr.eq(trow + ((hd + ln) >> 1)), x_addr.eq(a_ptr)]
         m.d.comb += [
-            self.va_addr.eq(Mux(sin_rd, x_addr, src_a + idx)), self.va_en.eq((issue & ~rope) | sin_rd),
-            self.vb_addr.eq(Mux(sin_rd, sin_addr, Mux(rope, trow + (ln >> 1), src_b + Mux(bcast, ln, idx)))),
+            self.va_addr.eq(Mux(sin_rd, x_addr, a_ptr)), self.va_en.eq((issue & ~rope) | sin_rd),
+            self.vb_addr.eq(Mux(sin_rd, sin_addr, Mux(rope, c_ptr, b_ptr))),
             self.vb_en.eq(issue | sin_rd),
-            self.acc_addr.eq(ins.requant.src + idx), self.acc_en.eq(issue),
-            self.exp_addr.eq(ins.requant.exps + r), self.exp_en.eq(issue),
+            self.acc_addr.eq(acc_ptr), self.acc_en.eq(issue),
+            self.exp_addr.eq(exp_ptr), self.exp_en.eq(issue),
         ]
         # ---- the line's data arrive the next cycle: beat 0 enters its unit at once, the other B - 1
         # beats follow from the serializer's register, one a cycle (hw/line_serial.py)
         valid = Signal()
         first, last = Signal(), Signal()
-        nline = Signal(17)  # ARGMAX: lanes of the row from this line on
+        nline = Signal(17, reset_less=True)  # ARGMAX: lanes of the row from this line on
         cos_hi, sin_hi = Signal(), Signal()  # ROPE: which half of each table line holds this line's pairs
         m.d.sync += [valid.eq(issue), first.eq(ln == 0), last.eq(ln == lm1),
                      nline.eq(n_left), cos_hi.eq(ln[0]), sin_hi.eq((hd + ln)[0])]
