@@ -34,3 +34,31 @@ def test_noabc9_is_ignored_by_this_yosys(tmp_path):
     (tmp_path / "counter.v").write_text(COUNTER)
     log = run_yosys("read_verilog counter.v\nsynth_ecp5 -top counter -noabc9\n", tmp_path)
     assert "Executing ABC9" in log
+
+
+WRAPPED = COUNTER + """
+module wrap(input clk, input sin, output sout);
+  reg [16:0] sr = 0;
+  always @(posedge clk) sr <= {sr[15:0], sin};
+  wire [7:0] q;
+  counter dut(.clk(clk), .en(sr[0]), .d(sr[8:1]), .q(q));
+  assign sout = ^q;
+endmodule
+"""
+
+
+def test_abc9_maps_the_wrapped_design_as_its_own_module_then_flattens(tmp_path):
+    """The flow's ABC9 script: the wrapped design stays a module through ``synth_ecp5`` (ABC9 maps it alone, as
+    the fit synthesis does), then one flat netlist of ECP5 primitives, the design's cells under ``dut.``."""
+    from systolica.boards.ecp5 import abc9_synth
+
+    (tmp_path / "wrap.v").write_text(WRAPPED)
+    script = "\n".join(["read_verilog wrap.v", *abc9_synth("wrap", "counter", "top.json"), ""])
+    log = run_yosys(script, tmp_path)
+    assert "Executing ABC9" in log
+    netlist = json.loads((tmp_path / "top.json").read_text())
+    assert "counter" not in netlist["modules"]  # flattened: no hierarchy left for nextpnr
+    cells = netlist["modules"]["wrap"]["cells"]
+    assert not [c["type"] for c in cells.values() if c["type"].startswith("$")]
+    dut_ffs = [n for n, c in cells.items() if c["type"] == "TRELLIS_FF" and n.startswith("dut.")]
+    assert len(dut_ffs) == 8, sorted(cells)  # the counter's q register, inside the wrapped instance
