@@ -44,10 +44,19 @@ class Ecp5Error(RuntimeError):
 #: 45.06), and router2 came to 6,724 overused wires at best (heap: 12,642); docs/boards.md
 PLACER = "static"
 
-#: router2's options on the whole top level: its alternate weights.  On the ulx3s top level's placement (static, seed
-#: 1, 50 MHz) the default weights came to 8,954 overused wires at best (iteration 10) and then rose; the alternate
-#: ones kept falling, slower, to 6,221 (iteration 45) before they levelled off (docs/boards.md)
-ROUTER2_TOP = ("--router2-alt-weights",)
+#: nextpnr's router and its options for the whole top level: router1, nextpnr-ecp5's default.  router2 (with its
+#: alternate weights, the top level's router until 2026-12-07) never routed the ulx3s top level: on the placement of
+#: main 29e5f83 (static placer, seed 2) it came to 854 overused wires at best in 465 iterations (72 minutes), and
+#: to 928 in 111 iterations with timing-driven routing off; router1 routed the same placement in 895 s, 61.13 MHz at
+#: a 50 MHz target (docs/boards.md).  (On the 4x4 top level of 2026-11 router1 had not converged in 50 minutes.)
+ROUTER_TOP = ("router1",)
+
+#: router2 with its alternate weights: on the ulx3s top level they kept falling where the default weights rose
+#: (6,221 against 8,954 overused wires at best, 2026-12-04), but neither routed it
+ROUTER2_ALT = ("router2", "--router2-alt-weights")
+
+#: a unit alone (``hw build --unit U --pnr``): router2 with its default weights, which routed every unit in seconds
+ROUTER_UNIT = ("router2",)
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,7 @@ class Ecp5Result:
     mapper: str = "abc9"  # Yosys's LUT mapping: abc9, or abc where ABC9 failed
     placer: str = "static"  # nextpnr's placer (--placer)
     seed: int = 1  # nextpnr's --seed: placements (and so Fmax and whether a congested design routes) vary with it
-    router: str = "router2"  # nextpnr's router and its options
+    router: str = "router1"  # nextpnr's router and its options
 
     @property
     def meets_target(self) -> bool:
@@ -147,7 +156,7 @@ def critical_path(report: dict) -> str:
 
 #: router2 iterations without a new fewest overused wires after which a route is stopped as not converging.  With
 #: router2's default weights the ulx3s top level had its fewest at iteration 8-12 and then rose for as long as it ran
-#: (20+ iterations); with the alternate weights (:data:`ROUTER2_TOP`) it falls slowly and unevenly: on 2026-12-06 it
+#: (20+ iterations); with the alternate weights (:data:`ROUTER2_ALT`) it falls slowly and unevenly: on 2026-12-06 it
 #: had 2,968 at iteration 34, then 3,119 .. 3,027 to iteration 42 (still falling ~100 an iteration) where a patience
 #: of 8 stopped it (docs/boards.md)
 ROUTER_PATIENCE = 16
@@ -202,7 +211,7 @@ def _status(log: Path):
 def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
                target_mhz: float | None = None, seed: int = 1, timeout: float = 3600,
                progress: Callable[[str], None] | None = None, placer: str = PLACER,
-               router_options: tuple[str, ...] = ROUTER2_TOP) -> Ecp5Result:
+               router: tuple[str, ...] = ROUTER_TOP) -> Ecp5Result:
     """Synthesize, place and route ``top`` for ``board`` (an ECP5 board) and pack a bitstream.
 
     Parameters
@@ -215,7 +224,7 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
         A board with ``flow = "ecp5"`` (its nextpnr device, package, speed and clock pin).
     out_dir
         Work folder; ends up holding ``<board>.bit``, ``report.json``, the placement (``placed.json``, kept even
-        when the route fails), router2's heatmaps (``heat/``) and the tool logs.
+        when the route fails), router2's heatmaps (``heat/``, router2 only) and the tool logs.
     target_mhz
         Clock target nextpnr optimizes for (default: the board's accelerator clock).
     timeout
@@ -225,26 +234,29 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
         Called with nextpnr's status line (phase, post-placement estimate, router iteration) as it changes.
     placer
         nextpnr's ``--placer``: :data:`PLACER` (static) by default; ``heap`` for small units, where it did as well.
-    router_options
-        router2's options: :data:`ROUTER2_TOP` by default (for a congested top level); ``()`` for its defaults.
+    router
+        nextpnr's router and its options: :data:`ROUTER_TOP` (router1) by default, the only one that has routed the
+        whole ulx3s top level; :data:`ROUTER_UNIT` (router2) for a unit alone; :data:`ROUTER2_ALT`.
     """
+    name, *options = router
+    if name not in ("router1", "router2"):
+        raise Ecp5Error(f"nextpnr-ecp5 has no router {name!r} (router1 or router2)")
     out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
-    # router2: the default router1 did not converge in 50 min on the 4x4 top level (overuse stuck near 122k
-    # wires); router2 routed the same netlist (docs/boards.md)
-    (out / "heat").mkdir(exist_ok=True)  # router2's congestion per net and tile, each iteration (nextpnr_congestion)
     # placed and written out first, then routed from that placement (one log): a route that does not converge
     # still leaves its placement (placed.json) for `nextpnr_congestion --placed` and `ecp5_paths --placed`
     _nextpnr(board, out, target, seed, timeout, progress, ["--placer", placer, "--no-route", "--write", "placed.json"])
-    _set_router(out / "placed.json", "router2")
+    _set_router(out / "placed.json", name)
+    if name == "router2":  # its congestion per net and tile, each iteration (nextpnr_congestion)
+        (out / "heat").mkdir(exist_ok=True)
+        options = [*options, "--router2-heatmap", "heat/route"]
     _nextpnr(board, out, target, seed, timeout, progress, ["--no-place", "--textcfg", "top.config",
-                                                           "--router", "router2", *router_options,
-                                                           "--router2-heatmap", "heat/route"],
+                                                           "--router", name, *options],
              netlist="placed.json", append=True)
     _run(["yowasp-ecppack", "--input", "top.config", "--bit", f"{board.name}.bit"], out, timeout, "ecppack")
     report = json.loads((out / "report.json").read_text())
     fmax, _, util = parse_report(report)
     return Ecp5Result(fmax, target, util, out / f"{board.name}.bit", out / "report.json", time.monotonic() - t0,
-                      critical_path(report), mapper, placer, seed, " ".join(["router2", *router_options]))
+                      critical_path(report), mapper, placer, seed, " ".join(router))
 
 
 @dataclass(frozen=True)

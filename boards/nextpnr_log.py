@@ -2,7 +2,8 @@
 
 A whole top level takes nextpnr-ecp5 tens of minutes (placement alone 15-20 on 2 cores for ``ulx3s``), and its
 router may not converge at all: router2 prints one line an iteration with the wires still used by more than one
-net (``overused``), and that count falling towards 0 is the only sign the run will end.  :func:`pnr_status`
+net (``overused``), and that count falling towards 0 is the only sign the run will end; router1 prints a line every
+1,000 arcs it has (re)routed with the arcs still to route, which falls to 0 as it finishes.  :func:`pnr_status`
 turns the log text into a :class:`PnrStatus` for the progress line of ``systolica hw build --pnr`` and for the
 error when the run is stopped (its phase, the estimate after placement, the last router iterations), so a run
 that does not finish still says what it measured and why it stopped.
@@ -21,6 +22,9 @@ _FMAX = re.compile(r"Max frequency for clock '[^']*': ([0-9.]+) MHz \((PASS|FAIL
 DIVERGED_FLOOR = 100
 
 _ITER = re.compile(r"iter=(\d+) wires=(\d+) overused=(\d+)")
+_R1_ARCS = re.compile(r"Routing (\d+) arcs\.")
+#: router1's progress line: ``IterCnt | w/ripup wo/ripup | w/r wo/r | remaining arcs | batch total``
+_R1_LINE = re.compile(r"^Info:\s+(\d+) \|\s+\d+\s+\d+ \|\s+\d+\s+\d+ \|\s+(\d+)\|", re.M)
 #: (log text, phase it starts), in the order nextpnr prints them
 _PHASES = (("Packing", "packing"), ("Creating initial analytic placement", "placing (analytic)"),
            ("Running Static placer", "placing (static)"),
@@ -38,6 +42,9 @@ class PnrStatus:
     routed_fmax_mhz: float | None = None  # after routing: the measured figure
     target_mhz: float | None = None
     iterations: tuple[tuple[int, int], ...] = ()  # router2's (iteration, overused wires)
+    arcs: int | None = None  # router1: the arcs it set out to route
+    arcs_left: int | None = None  # router1: the arcs still to route at its last progress line (0: routed)
+    arcs_routed: int = 0  # router1: arcs (re)routed so far, ripped-up ones again each time
 
     @property
     def converging(self) -> bool | None:
@@ -71,6 +78,9 @@ class PnrStatus:
                 best = min(o for _, o in self.iterations)
                 line += f" (not converging: {self.iterations[-5][1]:,} four iterations ago, {best:,} at best)"
             out.append(line)
+        if self.arcs_left is not None:
+            out.append(f"router1: {self.arcs_left:,} of {self.arcs:,} arcs left ({self.arcs_routed:,} routed so far)"
+                       if self.arcs else f"router1: {self.arcs_left:,} arcs left")
         if self.routed_fmax_mhz is not None:
             out.append(f"routed Fmax {self.routed_fmax_mhz:.2f} MHz")
         return "; ".join(out)
@@ -90,4 +100,7 @@ def pnr_status(text: str) -> PnrStatus:
     routed = [f for f in fmax if route_at >= 0 and f[0] > route_at]
     iters = tuple((int(m.group(1)), int(m.group(3))) for m in _ITER.finditer(text))
     target = (placed or routed)[-1][2] if fmax else None
-    return PnrStatus(phase, placed[-1][1] if placed else None, routed[-1][1] if routed else None, target, iters)
+    arcs = _R1_ARCS.findall(text)
+    r1 = _R1_LINE.findall(text) if arcs else []
+    return PnrStatus(phase, placed[-1][1] if placed else None, routed[-1][1] if routed else None, target, iters,
+                     int(arcs[-1]) if arcs else None, int(r1[-1][1]) if r1 else None, int(r1[-1][0]) if r1 else 0)

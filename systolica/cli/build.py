@@ -327,7 +327,7 @@ class Build:
     def _pnr_unit(board: Board, cfg: AccelConfig, unit: str, out: Path, say, progress: bool, json_arg, *,
                   target_mhz: float, seed: int = 1) -> int:
         """``--pnr --unit U``: one unit placed and routed alone behind the timing wrapper (not cached for bench)."""
-        from systolica.boards.ecp5 import ecp5_build
+        from systolica.boards.ecp5 import ROUTER_UNIT, ecp5_build
         from systolica.boards.synth import UNITS
         from systolica.hw.generate import convert
 
@@ -344,7 +344,7 @@ class Build:
             # heap: a unit alone is small; the static placer helps where the whole top level is congested
             # (store alone: 104.4 MHz heap, 102.1 static; docs/boards.md)
             r = ecp5_build(work / f"{top}.v", top, board, work / "pnr", target_mhz=target_mhz, seed=seed,
-                           progress=lambda line: step(line, replace=True), placer="heap", router_options=())
+                           progress=lambda line: step(line, replace=True), placer="heap", router=ROUTER_UNIT)
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
         say(f"ECP5 Fmax of {unit} [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}; measured by nextpnr, "
             f"the unit alone behind register wrappers, {r.seconds:.0f} s); {util}")

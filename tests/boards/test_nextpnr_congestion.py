@@ -152,9 +152,10 @@ def test_a_stopped_route_also_says_where_and_draws_the_map(tmp_path, monkeypatch
     assert msg.endswith(f"map {tmp_path / 'congestion.png'}") and (tmp_path / "congestion.png").stat().st_size > 2000
 
 
-def test_the_top_level_routes_with_router2_alt_weights_and_says_so(tmp_path, monkeypatch):
-    """The whole top level's route takes router2's alternate weights (lower overuse on the ulx3s top level);
-    ``router_options=()`` (a unit alone) leaves router2's defaults; the result names what ran."""
+def test_the_top_level_routes_with_router1_a_unit_with_router2_and_each_says_so(tmp_path, monkeypatch):
+    """The whole top level is routed by router1 (the only router that has routed the ulx3s top level) without
+    router2's heatmaps; a unit alone by router2 with its heatmaps; router2's alternate weights pass through; the
+    placed netlist's own router setting (which wins over ``--router``) is rewritten; the result names what ran."""
     import json
 
     cmds = []
@@ -162,23 +163,36 @@ def test_the_top_level_routes_with_router2_alt_weights_and_says_so(tmp_path, mon
     def fake_run(cmd, cwd, timeout, what, progress=None, **kw):
         cmds.append((cmd, kw))
         if "--write" in cmd:  # the placement: nextpnr keeps its own settings in the netlist it writes
-            (cwd / "placed.json").write_text(json.dumps({"modules": {"top": {"settings": {"router": "router1"}}}}))
+            (cwd / "placed.json").write_text(json.dumps({"modules": {"top": {"settings": {"router": "router2"}}}}))
         if what == "nextpnr":
             (cwd / "report.json").write_text(json.dumps({"fmax": {"clk": {"achieved": 42.0, "constraint": 50.0}}}))
         else:
             (cwd / "ulx3s.bit").write_bytes(b"bit")
+
+    def router_of(cmd):
+        return cmd[cmd.index("--router") + 1]
+
+    def placed_router():
+        return json.loads((tmp_path / "placed.json").read_text())["modules"]["top"]["settings"]["router"]
 
     monkeypatch.setattr(ecp5, "_synthesize", lambda *a: (tmp_path, 50.0, "abc9", 0.0))
     monkeypatch.setattr(ecp5, "_run", fake_run)
     r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path)
     (place, pkw), (route, rkw) = cmds[0], cmds[1]
     # placed and written out first (no route, no patience), then routed from that placement into the same log
-    assert "--no-route" in place and "--router2-alt-weights" not in place and pkw["patience"] is None
+    assert "--no-route" in place and "--router" not in place and pkw["patience"] is None
     assert route[route.index("--json") + 1] == "placed.json" and "--no-place" in route and rkw["append"]
-    assert rkw["patience"] == ecp5.ROUTER_PATIENCE
-    assert json.loads((tmp_path / "placed.json").read_text())["modules"]["top"]["settings"]["router"] == "router2"
-    assert "--router2-alt-weights" in route and r.router == "router2 --router2-alt-weights" and r.fmax_mhz == 42.0
+    assert router_of(route) == "router1" and placed_router() == "router1"
+    assert not any(a.startswith("--router2") for a in route) and r.router == "router1" and r.fmax_mhz == 42.0
     cmds.clear()
-    r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path, placer="heap", router_options=())
-    assert "--router2-alt-weights" not in cmds[1][0] and r.router == "router2" and r.placer == "heap"
+    r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path, placer="heap", router=ecp5.ROUTER_UNIT)
+    route = cmds[1][0]
+    assert router_of(route) == "router2" and placed_router() == "router2" and "--router2-alt-weights" not in route
+    assert route[route.index("--router2-heatmap") + 1] == "heat/route" and (tmp_path / "heat").is_dir()
+    assert r.router == "router2" and r.placer == "heap" and cmds[1][1]["patience"] == ecp5.ROUTER_PATIENCE
     assert cmds[0][0][cmds[0][0].index("--placer") + 1] == "heap"
+    cmds.clear()
+    r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path, router=ecp5.ROUTER2_ALT)
+    assert "--router2-alt-weights" in cmds[1][0] and r.router == "router2 --router2-alt-weights"
+    with pytest.raises(ecp5.Ecp5Error, match="no router 'router3'"):
+        ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path, router=("router3",))

@@ -55,6 +55,35 @@ def test_the_post_placement_estimate_is_not_the_routed_fmax():
     assert "routed Fmax 48.25 MHz" in s.describe() and "not converging" not in s.describe()
 
 
+ROUTER1 = """Info: Routing globals...
+Info: Setting up routing queue.
+Info: Routing 245521 arcs.
+Info:            |   (re-)routed arcs  |   delta    | remaining|       time spent     |
+Info:    IterCnt |  w/ripup   wo/ripup |  w/r  wo/r |      arcs| batch(sec) total(sec)|
+Info:       1000 |      299        700 |  299   700 |    245122|       3.68       3.68|
+Info:     351000 |    56670     281215 |  418   582 |     27496|       5.45     566.31|
+"""
+ROUTER1_DONE = """Info:     436930 |    85538     336101 |  286   603 |         0|       3.51     894.59|
+Info: Routing complete.
+Info: Router1 time 894.59s
+Info: Critical path report for clock '$glbnet$clk$TRELLIS_IO_IN' (posedge -> posedge):
+Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 61.13 MHz (PASS at 50.00 MHz)
+Info: Program finished normally.
+"""
+
+
+def test_router1s_progress_is_the_arcs_it_has_left():
+    s = pnr_status(PLACED.split("Info: Routing globals")[0] + ROUTER1)
+    assert s.phase == "routing" and (s.arcs, s.arcs_left, s.arcs_routed) == (245521, 27496, 351000)
+    assert "router1: 27,496 of 245,521 arcs left (351,000 routed so far)" in s.describe()
+    assert s.iterations == () and not s.diverged(1)  # router1 has no router2 iterations: never stopped as diverged
+    done = pnr_status(PLACED.split("Info: Routing globals")[0] + ROUTER1 + ROUTER1_DONE)
+    assert done.phase == "done" and done.arcs_left == 0 and done.routed_fmax_mhz == 61.13
+    # router2's legality check runs router1 on no arcs: no router1 progress in a router2 log
+    r2 = pnr_status(PLACED + _iters(FALLING) + ROUTED.replace("legal...\n", "legal...\nInfo: Routing 0 arcs.\n"))
+    assert r2.arcs_left is None and "router1" not in r2.describe()
+
+
 def _stuck_nextpnr(tmp_path):
     """A stand-in nextpnr: it places, routes 11 iterations without converging (STUCK), then hangs."""
     script = tmp_path / "fake_nextpnr.py"
