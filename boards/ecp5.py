@@ -249,8 +249,10 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     if name == "router2":  # its congestion per net and tile, each iteration (nextpnr_congestion)
         (out / "heat").mkdir(exist_ok=True)
         options = [*options, "--router2-heatmap", "heat/route"]
+    # --detailed-timing-report: every routed arc's delay in report.json, for the slowest routed paths
+    # (python -m systolica.boards.routed_paths OUT/ecp5), where nextpnr's own report names one path a clock
     _nextpnr(board, out, target, seed, timeout, progress, ["--no-place", "--textcfg", "top.config",
-                                                           "--router", name, *options],
+                                                           "--router", name, *options, "--detailed-timing-report"],
              netlist="placed.json", append=True)
     _run(["yowasp-ecppack", "--input", "top.config", "--bit", f"{board.name}.bit"], out, timeout, "ecppack")
     report = json.loads((out / "report.json").read_text())

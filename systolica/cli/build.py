@@ -291,7 +291,23 @@ class Build:
             f"placer, {r.router}); {util}; bitstream {r.bitstream}")
         if r.critical_path:
             say(f"  slowest path: {r.critical_path}")
+        Build._late_endpoints(r.report, say)
         return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED
+
+    @staticmethod
+    def _late_endpoints(report: Path, say, period_ns: float = 10.0) -> None:
+        """How many endpoints nextpnr timed later than 100 MHz, in which units (its detailed timing report)."""
+        from systolica.boards.routed_paths import endpoints, late_by_unit
+
+        try:
+            eps = endpoints(json.loads(report.read_text()))
+        except (OSError, ValueError):
+            return
+        late = late_by_unit(eps, period_ns, depth=3)
+        if late:
+            units = ", ".join(f"{u} {n:,}" for u, n, _ in late[:5])
+            say(f"  {sum(n for _, n, _ in late):,} of {len(eps):,} endpoints arrive later than {period_ns:g} ns "
+                f"({1000 / period_ns:.0f} MHz): {units}; python -m systolica.boards.routed_paths {report.parent}")
 
     @staticmethod
     def _place(board: Board, cfg: AccelConfig, verilog: Path, out: Path, say, progress: bool = False, *,
