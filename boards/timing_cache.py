@@ -91,15 +91,19 @@ def _path(board: str, cfg_hash: str, tool: str, root: Path | None) -> Path:
 
 def store_timing(cfg: AccelConfig, board: Board, tool: str, *, fmax_mhz: float, target_mhz: float,
                  critical_path: str = "", wns_ns: float | None = None, utilization: dict | None = None,
-                 seconds: float | None = None, root: Path | None = None) -> TimingRecord:
-    """Write the record of one timing run of ``cfg`` on ``board`` and return it."""
+                 seconds: float | None = None, root: Path | None = None, hw: str | None = None) -> TimingRecord:
+    """Write the record of one timing run of ``cfg`` on ``board`` and return it.
+
+    ``hw``: the digest of the ``hw/`` sources the measured Verilog was generated from (``hdl/hw_digest`` beside
+    it); default the sources' digest now.  A place and route takes half an hour, and sources edited meanwhile
+    must not pass for the ones measured."""
     if tool not in TOOLS:
         raise ValueError(f"tool must be one of {TOOLS}, not {tool!r}")
     rec = TimingRecord(board=board.name, part=board.part, config=cfg.to_dict(), config_hash=cfg.hash_hex(),
                        tool=tool, fmax_mhz=round(float(fmax_mhz), 2), target_mhz=float(target_mhz),
                        critical_path=critical_path, wns_ns=wns_ns,
                        utilization={k: list(v) if isinstance(v, tuple) else v for k, v in (utilization or {}).items()},
-                       seconds=None if seconds is None else round(seconds, 1), hw=hw_digest(),
+                       seconds=None if seconds is None else round(seconds, 1), hw=hw or hw_digest(),
                        when=time.strftime("%Y-%m-%dT%H:%M:%S"))
     p = _path(board.name, cfg.hash_hex(), tool, root)
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -283,8 +283,11 @@ class Build:
         shutil.copyfile(r.bitstream, out / "deploy" / r.bitstream.name)
         from systolica.boards.timing_cache import store_timing
 
+        # the sources the routed Verilog came from (hdl.write_verilog's stamp), not the ones on disk when it ends
+        stamp = verilog.parent / "hw_digest"
+        hw = stamp.read_text().split()[0] if stamp.is_file() else None
         rec = store_timing(cfg, board, "nextpnr-ecp5", fmax_mhz=r.fmax_mhz, target_mhz=r.target_mhz,
-                           critical_path=r.critical_path, utilization=r.utilization, seconds=r.seconds)
+                           critical_path=r.critical_path, utilization=r.utilization, seconds=r.seconds, hw=hw)
         say(f"timing cached for bench and dse: {rec.path}")
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
         say(f"ECP5 Fmax [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}; nextpnr seed {r.seed}, {r.placer} "

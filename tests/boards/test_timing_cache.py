@@ -66,6 +66,9 @@ def test_stale_and_broken_records_are_never_a_clock(cache):
         assert lookup_timing(b.config, b, "nextpnr-ecp5", current_only=False) is None
     with pytest.raises(ValueError, match="tool"):
         store_timing(b.config, b, "quartus", fmax_mhz=1.0, target_mhz=1.0)
+    # a run of Verilog from other sources (hw/ edited during a half-hour route) is stored as theirs: stale now
+    rec = store_timing(b.config, b, "nextpnr-ecp5", fmax_mhz=61.3, target_mhz=50.0, hw="f" * 16)
+    assert rec.hw == "f" * 16 and rec.stale and lookup_timing(b.config, b, "nextpnr-ecp5") is None
 
 
 def test_bench_board_rows_use_the_measured_clock(cache):
@@ -87,3 +90,29 @@ def test_bench_board_rows_use_the_measured_clock(cache):
     assert fast.decode_tokens_per_s / slow.decode_tokens_per_s == pytest.approx(2.0)
     assert slow.ttft_s / fast.ttft_s == pytest.approx(2.0)
     assert slow.extra["clock"]["basis"] == "measured" and slow.extra["clock_mhz"] == 25.0
+
+
+def test_hw_build_pnr_stores_the_digest_of_the_sources_it_routed(cache, tmp_path, monkeypatch):
+    """``hw build --pnr`` caches its Fmax under the hw/ digest stamped beside its Verilog when it was generated,
+    not under the sources on disk half an hour later (edited meanwhile: the record is then stale)."""
+    from systolica.boards import ecp5
+    from systolica.cli.build import Build
+
+    b = load_board("ulx3s")
+    out = tmp_path / "out"
+    (out / "hdl").mkdir(parents=True)
+    (out / "deploy").mkdir()
+    verilog = out / "hdl" / "systolica_accel.v"
+    verilog.write_text("// routed\n")
+    (out / "hdl" / "hw_digest").write_text("0123456789abcdef\n")
+    bit = tmp_path / "ulx3s.bit"
+    bit.write_bytes(b"bit")
+    (tmp_path / "report.json").write_text("{}")
+    result = ecp5.Ecp5Result(61.31, 50.0, {"TRELLIS_COMB": (56756, 83640)}, bit, tmp_path / "report.json", 1.0,
+                             "a -> b (3 logic stages)", "abc9", "static", 2, "router1")
+    monkeypatch.setattr(ecp5, "ecp5_build", lambda *a, **k: result)
+    said = []
+    assert Build._pnr(b, b.config, verilog, out, said.append) == 0  # 61.31 >= 50: meets its target
+    rec = lookup_timing(b.config, b, "nextpnr-ecp5", current_only=False)
+    assert rec.fmax_mhz == 61.31 and rec.hw == "0123456789abcdef" and rec.stale
+    assert any("ECP5 Fmax [bold]61.3 MHz[/]" in s and "router1" in s for s in said)
