@@ -26,7 +26,7 @@ from .axi import axi4_write_signature
 from .buffers import buffer_ports
 from .decode import CMD_BITS, instr_layout
 from .dma import ADDR_BITS, DmaWriter
-from .word_regs import flag_copies, lane_mux
+from .word_regs import fifo_level_next, flag_copies, lane_mux
 
 __all__ = ["EngineState", "engine_members", "token_fsm", "StoreEngine", "buffer_ports", "beats_per_line"]
 
@@ -187,11 +187,18 @@ class StoreEngine(wiring.Component):
         free = Mux(v.buf == 0, self.spad_ready, Mux(v.buf == 1, self.acc_ready, self.vbuf_ready))
         lost = pending & ~served
         got = pending & served
-        room = Signal()
-        m.d.comb += room.eq(lq.level + got < self.LINE_FIFO)
+        # A request goes out from flip-flops (its enable and address reach the block RAMs of three buffers across
+        # the die: the slowest placed paths of the ulx3s top level started at the token handshake's state and
+        # the FIFO's level adder): `active` is executing & ~started, loaded from their next values; `room` is
+        # the FIFO's next level plus the request in flight below its depth, counting a request the port may yet
+        # lose as a line (one slot held a cycle longer, only then).  A lost request is repeated whatever `room`
+        # says: its slot was counted when it first went out
+        active = Signal(name="store_active")
+        m.d.sync += active.eq(self.executing & (started | dma.busy))
+        room = Signal(name="store_room", init=1)
         issue = Signal()
-        m.d.comb += issue.eq(self.executing & ~started & (reading | lost) & room)
-        m.d.sync += [pending.eq(issue), served.eq(free)]
+        m.d.comb += issue.eq(active & ((reading & room) | lost))
+        m.d.sync += [pending.eq(issue), served.eq(free), room.eq(fifo_level_next(lq) + issue < self.LINE_FIFO)]
         addr = Mux(lost, last_addr, rd_addr)
         with m.If(issue):
             m.d.sync += last_addr.eq(addr)
