@@ -28,7 +28,7 @@ from systolica.boards.board import Board
 from systolica.boards.ports import CLOCK, Port, parse_ports
 from systolica.boards.yosys import YosysError, read_commands, run_yosys, stage_sources, synthesis_source
 
-__all__ = ["Ecp5Error", "Ecp5Placement", "Ecp5Result", "WRAPPER", "ecp5_place", "timing_wrapper", "lpf_text", "parse_report", "critical_path", "ecp5_build",
+__all__ = ["Ecp5Error", "Ecp5Stalled", "Ecp5Placement", "Ecp5Result", "WRAPPER", "ecp5_place", "timing_wrapper", "lpf_text", "parse_report", "critical_path", "ecp5_build",
            "tools_available"]
 
 WRAPPER = "systolica_ecp5_top"
@@ -37,6 +37,17 @@ ABC9_ASSERT = "GetSize(conn.first) == GetSize(conn.second)"
 
 class Ecp5Error(RuntimeError):
     """The ECP5 flow failed or a tool is missing; the message says which and why."""
+
+
+class Ecp5Stalled(Ecp5Error):
+    """A tool printed nothing for longer than its stall limit and was stopped as hung."""
+
+
+#: seconds a placement may go without a line of log before it is stopped as hung.  nextpnr's static placer prints
+#: every iteration (about a second each on the ulx3s top level); on the 4x4 top level of 2026-12-07 its strict
+#: legaliser printed nothing for 20 minutes ("Strict legalising 277 cells...", the block RAMs and multipliers still
+#: overlapping) and did not return
+PLACE_STALL = 300.0
 
 
 #: nextpnr's placer: the electrostatic one.  On the ulx3s top level (seed 1, 50 MHz) it placed with 22% less
@@ -163,15 +174,17 @@ ROUTER_PATIENCE = 16
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float, what: str, progress: Callable[[str], None] | None = None,
-         *, poll: float = 10.0, patience: int | None = None, append: bool = False) -> None:
+         *, poll: float = 10.0, patience: int | None = None, append: bool = False, stall: float | None = None) -> None:
     """Run a tool with its output in ``<cwd>/<what>.log``; for nextpnr, ``progress`` gets its status line
     (:func:`~systolica.boards.nextpnr_log.pnr_status`) whenever it changes, a run stopped at ``timeout``
     says where it was, and with ``patience`` a router that has gone that many iterations without a new fewest
     overused wires is stopped (:meth:`~systolica.boards.nextpnr_log.PnrStatus.diverged`).  ``append``: the log
-    goes on after an earlier run's (the route after its placement), so its status still has the placement's."""
+    goes on after an earlier run's (the route after its placement), so its status still has the placement's.
+    ``stall``: seconds without a new byte of log after which the tool is stopped as hung (:class:`Ecp5Stalled`)."""
     log = cwd / f"{what}.log"
     t0 = time.monotonic()
     last = ""
+    grew_at, size = t0, -1
     with open(log, "a" if append else "w") as f:  # written as it runs, so a long place-and-route can be followed
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
         while True:
@@ -189,7 +202,17 @@ def _run(cmd: list[str], cwd: Path, timeout: float, what: str, progress: Callabl
                     proc.wait()
                     raise Ecp5Error(f"{what}'s router stopped: {patience} iterations without fewer overused wires, "
                                     f"the route is not converging: {status}; log {log}") from None
-                if time.monotonic() - t0 >= timeout:
+                now = time.monotonic()
+                n = log.stat().st_size if log.exists() else 0
+                if n != size:
+                    grew_at, size = now, n
+                if stall is not None and now - grew_at >= stall:
+                    proc.kill()
+                    proc.wait()
+                    where = f" ({status})" if status else ""
+                    raise Ecp5Stalled(f"{what} printed nothing for {now - grew_at:.0f} s{where}: stopped as hung; "
+                                      f"log {log}") from None
+                if now - t0 >= timeout:
                     proc.kill()
                     proc.wait()
                     where = f": {status}" if status else ""
@@ -244,7 +267,7 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
     # placed and written out first, then routed from that placement (one log): a route that does not converge
     # still leaves its placement (placed.json) for `nextpnr_congestion --placed` and `ecp5_paths --placed`
-    _nextpnr(board, out, target, seed, timeout, progress, ["--placer", placer, "--no-route", "--write", "placed.json"])
+    placer = _place(board, out, target, seed, timeout, progress, placer)
     _set_router(out / "placed.json", name)
     if name == "router2":  # its congestion per net and tile, each iteration (nextpnr_congestion)
         (out / "heat").mkdir(exist_ok=True)
@@ -283,7 +306,7 @@ def ecp5_place(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     from systolica.boards.nextpnr_log import pnr_status
 
     out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
-    _nextpnr(board, out, target, seed, timeout, progress, ["--placer", placer, "--no-route", "--write", "placed.json"])
+    placer = _place(board, out, target, seed, timeout, progress, placer)
     st = pnr_status((out / "nextpnr.log").read_text(errors="replace"))
     return Ecp5Placement(st.placed_fmax_mhz, target, out / "top.json", out / "placed.json", time.monotonic() - t0,
                          mapper, placer, seed)
@@ -364,10 +387,29 @@ def _nextpnr(board: Board, out: Path, target: float, seed: int, timeout: float, 
               "--json", netlist, "--lpf", "top.lpf", "--lpf-allow-unconstrained", "--report", "report.json",
               "--freq", f"{target:g}", "--seed", str(seed), "--timing-allow-fail", *extra],
              out, timeout, "nextpnr", progress,  # a missed target is a result (meets_target), not a failure
-             patience=None if "--no-route" in extra else ROUTER_PATIENCE, append=append)
+             patience=None if "--no-route" in extra else ROUTER_PATIENCE, append=append,
+             stall=PLACE_STALL if "--no-route" in extra else None)
+    except Ecp5Stalled:
+        raise
     except Ecp5Error as err:
         where = _congestion(out / "heat" / "route")
         raise Ecp5Error(f"{err}{where}") from None
+
+
+def _place(board: Board, out: Path, target: float, seed: int, timeout: float, progress, placer: str) -> str:
+    """Place into ``placed.json`` with ``placer``; a static placement that hangs (:data:`PLACE_STALL`) is placed
+    again by HeAP.  Returns the placer that placed it, as the result names it."""
+    args = ["--no-route", "--write", "placed.json"]
+    try:
+        _nextpnr(board, out, target, seed, timeout, progress, ["--placer", placer, *args])
+        return placer
+    except Ecp5Stalled as err:
+        if placer != "static":
+            raise
+        if progress is not None:
+            progress(f"nextpnr's static placer hung ({err}); placing with heap")
+        _nextpnr(board, out, target, seed, timeout, progress, ["--placer", "heap", *args], append=True)
+        return "heap (the static placer hung)"
 
 
 def _congestion(prefix: Path) -> str:

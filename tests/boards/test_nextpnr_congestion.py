@@ -196,3 +196,42 @@ def test_the_top_level_routes_with_router1_a_unit_with_router2_and_each_says_so(
     assert "--router2-alt-weights" in cmds[1][0] and r.router == "router2 --router2-alt-weights"
     with pytest.raises(ecp5.Ecp5Error, match="no router 'router3'"):
         ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path, router=("router3",))
+
+
+def test_a_static_placement_that_hangs_is_placed_again_by_heap(tmp_path, monkeypatch):
+    """The static placer hung on a 4x4 top level (strict legalisation, no output for 20 minutes): the flow stops it
+    (PLACE_STALL) and places with HeAP into the same log; the result says so.  Any other failure is not retried."""
+    import json
+
+    cmds = []
+
+    def fake_run(cmd, cwd, timeout, what, progress=None, **kw):
+        cmds.append((cmd, kw))
+        (cwd / f"{what}.log").touch()
+        if "--no-route" in cmd and cmd[cmd.index("--placer") + 1] == "static":
+            assert kw["stall"] == ecp5.PLACE_STALL
+            raise ecp5.Ecp5Stalled("nextpnr printed nothing for 300 s (nextpnr: placing (static)): stopped as hung")
+        if "--write" in cmd:
+            (cwd / "placed.json").write_text(json.dumps({"modules": {"top": {"settings": {"router": "router1"}}}}))
+        if what == "nextpnr":
+            (cwd / "report.json").write_text(json.dumps({"fmax": {"clk": {"achieved": 42.0, "constraint": 50.0}}}))
+        else:
+            (cwd / "ulx3s.bit").write_bytes(b"bit")
+
+    monkeypatch.setattr(ecp5, "_synthesize", lambda *a: (tmp_path, 50.0, "abc9", 0.0))
+    monkeypatch.setattr(ecp5, "_run", fake_run)
+    said = []
+    r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path, progress=said.append)
+    placers = [c[c.index("--placer") + 1] for c, _ in cmds if "--placer" in c]
+    assert placers == ["static", "heap"] and cmds[1][1]["append"] and cmds[2][1]["stall"] is None  # the route
+    assert r.placer == "heap (the static placer hung)" and r.fmax_mhz == 42.0
+    assert any("static placer hung" in s and "placing with heap" in s for s in said)
+    p = ecp5.ecp5_place("top.v", "top", load_board("ulx3s"), tmp_path)
+    assert p.placer == "heap (the static placer hung)"
+
+    def failing(cmd, cwd, timeout, what, progress=None, **kw):
+        raise ecp5.Ecp5Error("nextpnr failed (exit 1)")
+
+    monkeypatch.setattr(ecp5, "_run", failing)
+    with pytest.raises(ecp5.Ecp5Error, match="exit 1"):
+        ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path)

@@ -148,3 +148,24 @@ def test_a_failing_tool_gives_its_log_tail(tmp_path):
     with pytest.raises(Ecp5Error, match=r"ecppack failed \(exit 3\).*\n.*bad bitstream"):
         _run([sys.executable, "-c", "print('bad bitstream'); raise SystemExit(3)"], tmp_path, timeout=30,
              what="ecppack")
+
+
+def test_a_silent_tool_is_stopped_as_hung(tmp_path):
+    """A tool that prints, then nothing (the static placer's strict legaliser on a 4x4 top level: 20 minutes
+    silent), is stopped once its log has not grown for ``stall`` seconds, long before its time limit."""
+    from systolica.boards.ecp5 import Ecp5Stalled
+
+    script = tmp_path / "silent.py"
+    script.write_text("import sys, time\n"
+                      "sys.stdout.write('Info: Running Static placer...\\nInfo: Strict legalising 277 cells...\\n')\n"
+                      "sys.stdout.flush()\ntime.sleep(600)\n")
+    t0 = time.monotonic()
+    with pytest.raises(Ecp5Stalled) as e:
+        _run([sys.executable, str(script)], tmp_path, timeout=120, what="nextpnr", poll=0.2, stall=1.5)
+    assert time.monotonic() - t0 < 30
+    assert "nextpnr printed nothing for" in str(e.value) and "stopped as hung" in str(e.value)
+    assert "placing (static)" in str(e.value) and str(tmp_path / "nextpnr.log") in str(e.value)
+    # a tool that keeps printing is not stalled, however long it runs
+    busy = tmp_path / "busy.py"
+    busy.write_text("import time\nfor i in range(12):\n    print('Info: iter', i, flush=True); time.sleep(0.25)\n")
+    _run([sys.executable, str(busy)], tmp_path, timeout=60, what="nextpnr", poll=0.2, stall=1.5)
