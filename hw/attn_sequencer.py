@@ -42,7 +42,9 @@ UNIT_MAX_TOKENS = 4096
 __all__ = ["AttnSequencer", "ATTN_OPS"]
 
 ATTN_OPS = ("ATTN", "ATTN_OUT")
-_DEPTH = 4
+#: the beat FIFO's places: a place comes back five cycles after its read (read, data, staged, the FIFO's two
+#: stages, the pop), so five keep a beat a cycle flowing
+_DEPTH = 5
 INT32_MIN = -(1 << 31)
 
 
@@ -211,7 +213,13 @@ class AttnSequencer(wiring.Component):
         vline = self.va_rdata
         line = Mux((p_ph == _Ph.Q) | (p_ph == _Ph.K) | (p_ph == _Ph.V), ext,
                    Mux(init_r, Mux(p_ph == _Ph.HDR, empty_hdr, 0), vline))
-        m.d.comb += [q.w_en.eq(pending), q.w_data.eq(Cat(kind, line, self.sb_rdata[:8], p_eot, p_last))]
+        # the beat is registered before the FIFO (`staged`): the block RAMs' clock-to-data and the line's select
+        # would otherwise reach the FIFO's LUT-RAM write data in one cycle (13.2 ns on ulx3s).  The room count
+        # covers it: a place is taken at the read and given back at the pop (_DEPTH covers the loop)
+        staged = Signal(name="beat_staged")
+        beat = Signal(q.width, name="beat_r", reset_less=True)  # loaded every cycle: `staged` says it is a beat
+        m.d.sync += [staged.eq(pending), beat.eq(Cat(kind, line, self.sb_rdata[:8], p_eot, p_last))]
+        m.d.comb += [q.w_en.eq(staged), q.w_data.eq(beat)]
 
         # ---- to the unit, or around it (t = 0)
         f_kind = q.r_data[:3]
@@ -255,5 +263,5 @@ class AttnSequencer(wiring.Component):
                     m.d.sync += outs.eq(0)
             with m.Else():
                 m.d.sync += o_l.eq(o_l + 1)
-        m.d.comb += self.busy.eq(active | pending | q.r_rdy | outs)
+        m.d.comb += self.busy.eq(active | pending | staged | q.r_rdy | outs)
         return m

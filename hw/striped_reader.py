@@ -70,8 +70,7 @@ class StripedReader(wiring.Component):
         room = Signal()
         m.d.comb += room.eq(Array(c < FIFO_BURSTS for c in credits)[nxt] & order.w_rdy)
         issue = Signal()
-        m.d.comb += issue.eq(~Array(a.arvalid for a in axis)[nxt] & w.more & w.ready & ~self.abort & room &
-                             ~self.start)
+        m.d.comb += issue.eq(~Array(a.arvalid for a in axis)[nxt] & w.more & w.ready & ~self.abort & room)  # no start term (dma._Walker)
         for p, (a, f) in enumerate(zip(axis, data, strict=True)):
             m.d.comb += [a.arsize.eq(Const(cfg.dma_bytes.bit_length() - 1, 3)), a.arburst.eq(BURST_INCR)]
             with m.If(a.arvalid & a.arready):  # AR is a register: once valid it stays until accepted
