@@ -136,8 +136,14 @@ class LoadEngine(wiring.Component):
         # from the head's fields through 16-bit compares into the FIFO's read enable (ECP5: desc.r_rdy -> r_data
         # had been the LOAD engine's slowest path, 7 stages).  So a new head (after a pop, or into an empty FIFO)
         # waits a cycle (``seen``) before its first beat or marker, while the flags take its fields
-        seen = Signal()  # the head was there last cycle and was not popped
-        m.d.sync += seen.eq(desc.r_rdy & ~desc.r_en)
+        # The head is popped the cycle after its last beat or marker (``done``, a register): the pop is the FIFO's
+        # output register's enable (its 84 bits) and pointer's, and decided in the cycle of the beat it ran from the
+        # R channel's valid through the flags into them (ECP5: 13.4 ns, the LOAD engine's slowest path).  The head
+        # takes nothing in that cycle (``seen`` low), so a word's beats follow the previous word's two cycles apart
+        desc_end = Signal(name="desc_end")  # the head's last beat (or its marker) is taken
+        seen = Signal()  # the head was there last cycle, was not popped and had not ended
+        done = Signal(name="desc_done")
+        m.d.sync += seen.eq(desc.r_rdy & ~desc.r_en & ~desc_end)
         steady = desc.r_rdy & seen
         takes = steady & ~d.empty & lq.w_rdy
         take = dma.beat_valid & takes
@@ -156,7 +162,8 @@ class LoadEngine(wiring.Component):
         m.d.comb += [out.addr.eq((d.sram + line)[:32]), out.buf.eq(d.buf), out.write.eq(~d.empty),
                      out.end.eq(word_end | marker), out.push.eq(d.push), out.line.eq(nxt),
                      lq.w_en.eq(line_end | marker), lq.w_data.eq(out.as_value()),
-                     desc.r_en.eq(word_end | marker)]
+                     desc_end.eq(word_end | marker), desc.r_en.eq(done)]
+        m.d.sync += done.eq(desc_end)
         with m.If(take):
             m.d.sync += [asm.eq(nxt), count.eq(Mux(line_end, 0, count + 1))]
         with m.If(line_end):
