@@ -26,7 +26,9 @@ LOAD or STORE at that engine's PC (the oldest if two fail in one cycle), the
 cycle after the response (a register), the way SOFT_RESET does (no new bursts, the ones in flight complete,
 writes with ``wstrb = 0``; then the engines reset, so nothing queued runs
 afterwards); on an instruction fetch, through the decoder at the pc of the word
-that could not be read, after every instruction before it has finished.
+that could not be read, after every instruction before it has finished.  A buffer line
+read in the cycle it is written (hw/buffers.py: the block RAMs answer with either word)
+stops the run the same way with ``BUFFER_COLLISION`` and the compute engine's pc.
 """
 
 from __future__ import annotations
@@ -209,7 +211,8 @@ class Accelerator(wiring.Component):
                          tq.pop.eq(getattr(dst, f"pop_{dst_side}")), getattr(dst, f"{dst_side}_avail").eq(tq.available)]
 
         m.d.comb += load.next_count.eq(q["l2c"].count)  # the load engine reserves its pushes (hw/load_engine.py)
-        build_buffers(m, cfg, load, comp, store, uram=self.uram)  # block-RAM buffers: one write and one read port each
+        # block-RAM buffers: one write and one read port each; `collided`: a line read in the cycle it was written
+        _, collided = build_buffers(m, cfg, load, comp, store, uram=self.uram)
 
         # ---- run control
         run = Signal(_Run)
@@ -268,6 +271,12 @@ class Accelerator(wiring.Component):
         e01 = Mux(es[0] < es[1], es[0], es[1])
         m.d.sync += [bus_err.eq(bus_seen), bus_pc.eq(Mux(e01 < es[2], e01, es[2]))]
 
+        # a buffer collision (hw/buffers.py _collision) stops the run as a bus error does, with the compute engine's
+        # pc of a cycle before (the flag is two cycles behind the ports)
+        coll_err = Signal(name="coll_err")
+        coll_pc = Signal(32, name="coll_pc")
+        m.d.sync += [coll_err.eq(collided), coll_pc.eq(comp.pc)]
+
         ctrl = csr.ctrl_data
         with m.Switch(run):
             with m.Case(_Run.IDLE), m.If(csr.ctrl_stb & ((ctrl & CTRL_START) != 0)):
@@ -280,6 +289,8 @@ class Accelerator(wiring.Component):
             with m.Case(_Run.RUN):
                 with m.If(bus_err):
                     m.d.sync += [run.eq(_Run.BUS_FAULT), abort.eq(1), code.eq(Fault.BUS_ERROR), pc.eq(bus_pc)]
+                with m.Elif(coll_err):
+                    m.d.sync += [run.eq(_Run.BUS_FAULT), abort.eq(1), code.eq(Fault.BUFFER_COLLISION), pc.eq(coll_pc)]
                 with m.Elif(drained):
                     m.d.sync += [run.eq(_Run.FINISH), code.eq(Mux(dec.fault, dec.fault_code, 0)),
                                  pc.eq(Mux(dec.fault, dec.fault_pc, 0))]

@@ -37,7 +37,9 @@ port counts, so a test can hold the whole top level to the block-RAM rule.
 
 from __future__ import annotations
 
-from amaranth.hdl import Fragment, Module, Mux, Signal, unsigned
+import re
+
+from amaranth.hdl import Cat, Fragment, Module, Mux, Signal, unsigned
 from amaranth.hdl._mem import MemoryInstance
 from amaranth.lib import memory
 
@@ -45,8 +47,8 @@ from systolica.config import AccelConfig
 
 from .word_regs import flag_copies, lane_mux
 
-__all__ = ["BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_copies", "buffer_ports", "memory_port_census",
-           "store_copy"]
+__all__ = ["ALL_BUFFER_MEMORIES", "BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_copies", "buffer_ports",
+           "memory_port_census", "store_copy", "undefined_collisions"]
 
 #: on UltraScale+ (``uram=True``) a buffer copy of at least this many bits is marked ``ram_style = "ultra"``:
 #: a URAM288 is 4K x 72, so smaller memories waste most of it and are better in RAMB36 / RAMB18
@@ -54,6 +56,12 @@ URAM_MIN_BITS = 1 << 20
 
 #: copies of each buffer, one per read port that compute needs at once
 BUFFER_COPIES = {"spad": ("a", "w"), "acc": ("",), "vbuf": ("a", "b")}
+
+
+#: every buffer memory a top level may have (the scratchpad's ``t`` copy with ``attn_beside``)
+ALL_BUFFER_MEMORIES = tuple(f"{name}_{copy}_mem" if copy else f"{name}_mem"
+                            for name, copies in {**BUFFER_COPIES, "spad": (*BUFFER_COPIES["spad"], "t")}.items()
+                            for copy in copies)
 
 
 def buffer_copies(cfg: AccelConfig) -> dict[str, tuple[str, ...]]:
@@ -90,8 +98,9 @@ def _first(writers):
 
 
 def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool = False
-                  ) -> dict[str, list[memory.Memory]]:
-    """Instantiate the buffers in ``m`` and wire them to the three engines; returns the memories by buffer.
+                  ) -> tuple[dict[str, list[memory.Memory]], Signal]:
+    """Instantiate the buffers in ``m`` and wire them to the three engines; returns the memories by buffer and
+    the collision flag (:func:`_collision`: a line read in the cycle it is written, seen two cycles later).
 
     ``uram``: the target has UltraRAM (Zynq UltraScale+, Alveo); copies of ``URAM_MIN_BITS`` or more carry
     the ``ram_style = "ultra"`` attribute that Vivado and Yosys (``synth_xilinx``) map to URAM288.
@@ -115,6 +124,7 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
         ("vbuf", "b"): ([(comp.vb_addr, comp.vb_en)], [comp.vb_rdata]),
     }
     mems: dict[str, list[memory.Memory]] = {}
+    hits = []
     for name, (_, db) in ports.items():
         # the one write port: compute first, then the load engine's waiting line
         c_addr, c_data, c_en = _first(cw[name])
@@ -143,11 +153,34 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
                              rp.addr.eq(Mux(r_en, r_addr, getattr(store, f"{name}_addr"))), rp.en.eq(r_en | s_en)]
             else:
                 m.d.comb += [rp.addr.eq(r_addr), rp.en.eq(r_en)]
-            rdata = _write_through(m, rp, w_addr, w_data, w_en, name) if name == "acc" else rp.data
+            if name == "acc":
+                rdata = _write_through(m, rp, w_addr, w_data, w_en, name)
+            else:
+                rdata = rp.data
+                hits.append(_collision(m, rp, w_addr, w_en, f"{name}_{copy}"))
             if i == s_copy:
                 m.d.comb += getattr(store, f"{name}_rdata").eq(rdata)
             m.d.comb += [t.eq(rdata) for t in targets]
-    return mems
+    collided = Signal(name="buf_collision")
+    m.d.sync += collided.eq(Cat(*hits).any())
+    return mems, collided
+
+
+def _collision(m: Module, rp, w_addr, w_en, name: str) -> Signal:
+    """Whether ``rp`` read the address written in the same cycle, a cycle later (the ports' enables and addresses
+    registered first, then compared: nothing added to the buffers' address paths but the registers' loads).
+
+    The buffers' read ports say nothing of a line read in the cycle it is written (:func:`undefined_collisions`:
+    a block RAM's two ports answer such a read with either word, and Yosys's emulation of the old word cost a
+    register and a multiplexer on every read data bit, the slowest paths of the ulx3s top level).  No program the
+    compiler writes does it (a line is read before an op's result may overwrite it, and engines hand lines over
+    by tokens), so the top level stops a run that does with ``BUFFER_COLLISION`` instead of computing on
+    whichever word the memory gave."""
+    ra, wa = Signal(len(rp.addr), name=f"{name}_coll_ra"), Signal(len(rp.addr), name=f"{name}_coll_wa")
+    both = Signal(name=f"{name}_coll_en")
+    hit = Signal(name=f"{name}_coll")
+    m.d.sync += [ra.eq(rp.addr), wa.eq(w_addr), both.eq(rp.en & w_en), hit.eq(both & (ra == wa))]
+    return hit
 
 
 def _write_through(m: Module, rp, w_addr, w_data, w_en, name: str):
@@ -160,6 +193,38 @@ def _write_through(m: Module, rp, w_addr, w_data, w_en, name: str):
     with m.If(rp.en):
         m.d.sync += w_last.eq(w_data)
     return lane_mux(hit, w_last, rp.data, 32)
+
+
+def undefined_collisions(il: str, memories: list[str]) -> str:
+    """The RTLIL text ``il`` with the read ports of ``memories`` (MEMIDs of the top level) marked as undefined on a
+    collision with a write port (``COLLISION_X_MASK`` all ones; Amaranth writes zeros, "the old word").
+
+    A block RAM's two ports do not promise the old word when one reads the address the other writes (ECP5's
+    DP16KD, Xilinx's simple dual port in write-first mode), so Yosys kept that promise with a register of the
+    write data and a multiplexer on every read data bit: on ulx3s ~2,800 flip-flops and ~1,300 LUTs in the five
+    buffers, on the read data's path out of every block RAM.  The design never relies on it (:func:`_collision`
+    stops a run that reads a line in the cycle it is written; the accumulator's bypass decides that cycle
+    itself); simulation of the Verilog still gives the old word.
+    """
+    want = {f'"\\\\{name}"' for name in memories}  # RTLIL escapes the name's leading backslash: "\\vbuf_a_mem"
+    out, cell = [], None
+    for line in il.splitlines(keepends=True):
+        if cell is None:
+            if line.strip().startswith("cell $memrd_v2 "):
+                cell = [line]
+            else:
+                out.append(line)
+            continue
+        cell.append(line)
+        if line.strip() == "end":
+            text = "".join(cell)
+            memid = next((ln.split()[2] for ln in cell if ln.strip().startswith("parameter \\MEMID ")), None)
+            if memid in want:
+                text = re.sub(r"(parameter \\COLLISION_X_MASK )(\d+)'([01]+)",
+                              lambda mm: f"{mm.group(1)}{mm.group(2)}'{'1' * int(mm.group(2))}", text)
+            out.append(text)
+            cell = None
+    return "".join(out)
 
 
 def memory_port_census(top, platform=None) -> list[tuple[str, int, int, int, int, str]]:

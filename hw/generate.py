@@ -24,6 +24,7 @@ from systolica.config import AccelConfig
 from systolica.csr import CSR_SPACE, ID_MAGIC, REGISTERS
 
 from .accelerator import Accelerator, top_port_names
+from .buffers import ALL_BUFFER_MEMORIES, undefined_collisions
 from .dma import ADDR_BITS
 
 __all__ = ["TOP_NAME", "generate", "convert", "register_map", "register_map_markdown", "verilog_ports"]
@@ -71,15 +72,18 @@ def convert(elaboratable, name: str) -> tuple[str, str]:
     """``(rtlil, verilog)`` text of an Amaranth component, from one elaboration.
 
     The Verilog is what ``amaranth.back.verilog.convert`` writes (it converts the same
-    RTLIL with Yosys); both come from one elaboration, which is most of the time.
+    RTLIL with Yosys); both come from one elaboration, which is most of the time.  The RTLIL, which the
+    Yosys flows synthesize, marks the buffers' read ports as undefined on a collision with their write
+    port (:func:`~systolica.hw.buffers.undefined_collisions`); the Verilog, which simulators run, keeps
+    Amaranth's "old word" (the design stops a run that would tell them apart: ``BUFFER_COLLISION``).
     """
     from amaranth.back import rtlil, verilog
 
     il = rtlil.convert(elaboratable, name=name, emit_src=False)
     to_verilog = getattr(verilog, "_convert_rtlil_text", None)  # Amaranth 0.5's own RTLIL -> Verilog step
-    if to_verilog is None:  # pragma: no cover - an Amaranth without it: elaborate a second time
-        return il, verilog.convert(elaboratable, name=name, emit_src=False)
-    return il, to_verilog(il)
+    # (an Amaranth without it: elaborate a second time)
+    text = verilog.convert(elaboratable, name=name, emit_src=False) if to_verilog is None else to_verilog(il)
+    return undefined_collisions(il, ALL_BUFFER_MEMORIES), text
 
 
 def generate(cfg: AccelConfig, out_dir: str | Path, *, uram: bool = False,

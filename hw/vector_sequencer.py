@@ -163,6 +163,12 @@ class VectorSequencer(wiring.Component):
             m.d.sync += ph.eq(ph - 1)
         with m.If(self.start):
             m.d.sync += ph.eq(0)
+        # a port reads only for the ops whose line it is (REQUANT's a is the accumulator's; SILU, GELU and ARGMAX have
+        # no b): a read whose data nobody takes would be a buffer collision by chance (hw/buffers.py _collision)
+        reads_a, reads_b = Signal(name="reads_a"), Signal(name="reads_b")
+        with m.If(self.start):
+            m.d.sync += [reads_a.eq(~w_is["REQUANT"] & ~w_is["ROPE"]),
+                         reads_b.eq(w_is["ADD"] | w_is["MUL"] | w_is["REQUANT"] | w_is["ROPE"])]
         # the read addresses as pointers beside the walk (each the address its sum below gave: a = src_a + idx,
         # b = src_b + (bcast ? ln : idx), ROPE's cos line trow + ln // 2, acc = src + idx, exp = exps + r), so the
         # buffer ports' addresses start at flip-flops, not at an adder (the vector sequencer's src_a + idx was
@@ -200,11 +206,11 @@ class VectorSequencer(wiring.Component):
         with m.If(issue):
             m.d.sync += [sin_addr.eq(trow + ((hd + ln) >> 1)), x_addr.eq(a_ptr)]
         m.d.comb += [
-            self.va_addr.eq(Mux(sin_rd, x_addr, a_ptr)), self.va_en.eq((issue & ~rope) | sin_rd),
+            self.va_addr.eq(Mux(sin_rd, x_addr, a_ptr)), self.va_en.eq((issue & reads_a) | sin_rd),
             self.vb_addr.eq(Mux(sin_rd, sin_addr, Mux(rope, c_ptr, b_ptr))),
-            self.vb_en.eq(issue | sin_rd),
+            self.vb_en.eq((issue & reads_b) | sin_rd),
             self.acc_addr.eq(acc_ptr), self.acc_en.eq(issue),
-            self.exp_addr.eq(exp_ptr), self.exp_en.eq(issue),
+            self.exp_addr.eq(exp_ptr), self.exp_en.eq(issue & is_["REQUANT"]),
         ]
         # ---- the line's data arrive the next cycle: beat 0 enters its unit at once, the other B - 1
         # beats follow from the serializer's register, one a cycle (hw/line_serial.py)

@@ -11,7 +11,7 @@ from systolica.faults import Fault
 
 __all__ = [
     "SimFault", "IllegalOpcodeError", "IllegalFieldError", "DmaWindowError", "SramRangeError",
-    "TokenDeadlockError", "ProgramOverrunError", "DmaAlignError", "DeviceTimeoutError", "BusError", "fault_error",
+    "TokenDeadlockError", "ProgramOverrunError", "DmaAlignError", "DeviceTimeoutError", "BusError", "BufferCollisionError", "fault_error",
     "FAULT_ERRORS",
 ]
 
@@ -75,6 +75,12 @@ class BusError(SimFault):
     """
 
 
+class BufferCollisionError(SimFault):
+    """The accelerator read an on-chip buffer line in the same cycle as it wrote it, where a block RAM answers with
+    either word (hardware only: the golden simulator has no cycles).  Compiled programs never do; the pc is the
+    compute engine's when it was seen."""
+
+
 FAULT_ERRORS: dict[Fault, type[SimFault]] = {
     Fault.ILLEGAL_OPCODE: IllegalOpcodeError,
     Fault.ILLEGAL_FIELD: IllegalFieldError,
@@ -85,6 +91,7 @@ FAULT_ERRORS: dict[Fault, type[SimFault]] = {
     Fault.DMA_ALIGN: DmaAlignError,
     Fault.TIMEOUT: DeviceTimeoutError,
     Fault.BUS_ERROR: BusError,
+    Fault.BUFFER_COLLISION: BufferCollisionError,
 }
 
 

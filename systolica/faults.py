@@ -24,6 +24,7 @@ class Fault(enum.IntEnum):
     DMA_ALIGN = 7  # a DRAM address or stride not aligned to a line of the buffer
     TIMEOUT = 8  # the host's watchdog stopped a device that did not finish in time
     BUS_ERROR = 9  # an AXI read or write answered SLVERR / DECERR (hardware only: the golden model has no bus)
+    BUFFER_COLLISION = 10  # a buffer line read in the cycle it was written (hardware only: the golden model has no cycles)
 
     @property
     def describe(self) -> str:
@@ -38,4 +39,5 @@ class Fault(enum.IntEnum):
             Fault.DMA_ALIGN: "misaligned DRAM address or stride",
             Fault.TIMEOUT: "device timed out",
             Fault.BUS_ERROR: "AXI error response (SLVERR/DECERR) to a fetch or DMA transfer",
+            Fault.BUFFER_COLLISION: "an on-chip buffer line read in the cycle it was written",
         }[self]

@@ -52,6 +52,10 @@ Four token queues of `queue_depth` tokens link neighbouring engines:
   at once with that instruction's PC: no new bursts, those in flight complete (writes with
   `wstrb = 0`), the engines reset, so nothing queued after it runs. On an instruction fetch, the
   word that could not be read is where the program stops, as for the faults above.
+- `BUFFER_COLLISION` (hardware only; the golden simulator has no cycles): an on-chip buffer line was
+  read in the cycle it was written (a block RAM answers such a read with either word). The run stops
+  as for `BUS_ERROR`, with the compute engine's PC. Programs whose engines hand lines over by tokens,
+  as the compiler's do, never collide.
 """
 
 
