@@ -246,17 +246,17 @@ class Accelerator(wiring.Component):
             (load.blocked | comp.blocked | store.blocked)
         stuck_for = Signal(2)
         m.d.sync += stuck_for.eq(Mux(stuck & (run == _Run.RUN), Mux(stuck_for == 3, 3, stuck_for + 1), 0))
-        # the smallest pc among the blocked engines, in two registered steps (the blocked engines' pcs, then
-        # their minimum): it is read only once the engines have been stuck for two cycles (stuck_for == 2),
-        # when nothing has moved since, so neither the token queues' logic nor the 32-bit compares run into
-        # the fault's pc register
+        # the smallest pc among the blocked engines, in three registered steps (the blocked engines' pcs, the
+        # smaller of two and the third, then the minimum: one 32-bit compare a stage, ECP5 12.3 ns for two): it is
+        # read only once the engines have been stuck for three cycles (stuck_for == 3), when nothing has moved
+        # since, so neither the token queues' logic nor the compares run into the fault's pc register
         oldest = Signal(32)
         cs = [Signal(32, name=f"blocked_pc{i}") for i in range(3)]
         m.d.sync += [c.eq(Mux(e.blocked, e.pc, 0xFFFF_FFFF)) for c, e in zip(cs, engines, strict=True)]
-        m01 = Mux(cs[0] < cs[1], cs[0], cs[1])
-        m.d.sync += oldest.eq(Mux(m01 < cs[2], m01, cs[2]))
+        m01, c2 = Signal(32, name="blocked_pc01"), Signal(32, name="blocked_pc2_r")
+        m.d.sync += [m01.eq(Mux(cs[0] < cs[1], cs[0], cs[1])), c2.eq(cs[2]), oldest.eq(Mux(m01 < c2, m01, c2))]
 
-        # an error response is seen two cycles after its beat: first the flag and the pcs of the engines whose
+        # an error response is seen three cycles after its beat: first the flag and the pcs of the engines whose
         # transfer got one are registered, then the oldest (smallest) of them, so neither the R channels' logic
         # nor the 32-bit compares run into the run control (an engine keeps its pc for cycles after its
         # transfer's last beat: its DMA, then the token handshake, end first)
@@ -268,8 +268,10 @@ class Accelerator(wiring.Component):
         # the load engine's that of the LOAD the beat belongs to, which may have a later LOAD issuing behind it)
         m.d.sync += [r.eq(Mux(e.bus_error, e.pc if e is store else e.bus_pc, 0xFFFF_FFFF))
                      for r, e in zip(es, engines, strict=True)]
-        e01 = Mux(es[0] < es[1], es[0], es[1])
-        m.d.sync += [bus_err.eq(bus_seen), bus_pc.eq(Mux(e01 < es[2], e01, es[2]))]
+        # (then the smaller of two and the third, then the minimum: a compare a stage, the flag delayed beside)
+        e01, e2, bus_seen2 = Signal(32, name="bus_pc01"), Signal(32, name="bus_pc2_r"), Signal(name="bus_seen2")
+        m.d.sync += [e01.eq(Mux(es[0] < es[1], es[0], es[1])), e2.eq(es[2]), bus_seen2.eq(bus_seen),
+                     bus_err.eq(bus_seen2), bus_pc.eq(Mux(e01 < e2, e01, e2))]
 
         # a buffer collision (hw/buffers.py _collision) stops the run as a bus error does, with the compute engine's
         # pc of a cycle before (the flag is two cycles behind the ports)
@@ -294,7 +296,7 @@ class Accelerator(wiring.Component):
                 with m.Elif(drained):
                     m.d.sync += [run.eq(_Run.FINISH), code.eq(Mux(dec.fault, dec.fault_code, 0)),
                                  pc.eq(Mux(dec.fault, dec.fault_pc, 0))]
-                with m.Elif(stuck_for == 2):  # a decode fault that stopped dispatch explains the stall: it wins
+                with m.Elif(stuck_for == 3):  # a decode fault that stopped dispatch explains the stall: it wins
                     m.d.sync += [run.eq(_Run.FINISH), code.eq(Mux(dec.fault, dec.fault_code, Fault.TOKEN_DEADLOCK)),
                                  pc.eq(Mux(dec.fault, dec.fault_pc, oldest))]
             with m.Case(_Run.FINISH):  # stop fetch; report once nothing is in flight
