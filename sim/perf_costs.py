@@ -390,7 +390,7 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
 
 
 #: Cycles of an ATTN over an empty tile (t = 0) beyond its rows' lines (the sequencer's start and drain; RTL)
-ATTN_BYPASS_LATENCY = 5
+ATTN_BYPASS_LATENCY = 6
 
 
 def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
@@ -408,8 +408,9 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         return OpCost(nq * (1 + hd) + ATTN_BYPASS_LATENCY, array_busy=0, macs=0)
     R = cfg.attn_rows
     jobs = -(-nq // R)
-    # + 3: the sequencer's start, its beat FIFO's output register and its output register
-    cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 3
+    # + 4: the sequencer's start, the beat's register before its FIFO, the FIFO's output register and its output
+    # register
+    cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 4
     if cfg.attn_pv_shared and R > 1:
         # the job's n rows take turns on attn_pv_sets exp2 pipelines and sets of p.V lanes, a slot of S rows at a
         # time: a V line every ceil(n / S) cycles, not every cycle (that many - 1 more a line), the rescales of
@@ -424,7 +425,7 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
 def _attn_out(cfg: AccelConfig, p: PerfParams, nq: int, hd: int) -> OpCost:
     """ATTN_OUT: per row the ``l`` beat, one reciprocal (35 cycles: registered), then the ``hd`` lines of ``o`` scaled
     (``line_beats`` cycles each on the state-line datapath), the last out of its 9 stages before the next row."""
-    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 12) + 3) if nq and hd else OpCost(1)
+    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 12) + 4) if nq and hd else OpCost(1)
 
 
 #: The instruction fields :func:`op_cost` reads (of ``dram`` only the offset in its 4 KiB page, where bursts split):

@@ -47,8 +47,9 @@ def transfer_bursts(cfg: AccelConfig, dram: int, stride: int, rows: int, beats: 
 
 #: a LOAD's EXEC ends this many cycles after its last burst's address (hw/load_engine.py; calibrated on the RTL)
 LOAD_ISSUE_CYCLES = 1
-#: cycles between the previous LOAD's last line and a LOAD's first beat when its bursts were asked for in time
-LOAD_TAIL_CYCLES = 1
+#: cycles between the previous LOAD's last line and a LOAD's first beat when its bursts were asked for in time (the
+#: descriptor FIFO pops the cycle after a word's last beat, and the new head waits a cycle: hw/load_engine.py)
+LOAD_TAIL_CYCLES = 2
 
 
 def dma_read_cycles(bursts: list[int], p: PerfParams) -> int:
@@ -77,10 +78,11 @@ def dma_read_timing(bursts: list[int], p: PerfParams) -> tuple[int, int, int]:
 
 
 def dma_write_cycles(bursts: list[int], p: PerfParams) -> int:
-    """EXEC cycles of a STORE: line reads (2 cycles ahead of the first beat), W bursts after their AW, B."""
+    """EXEC cycles of a STORE: line reads (3 cycles ahead of the first beat: the read, the line's register before the
+    FIFO, the FIFO), W bursts after their AW, B."""
     if not bursts:
         return 2
-    a, w_end, b_times = 2.0, 3.0, []
+    a, w_end, b_times = 2.0, 4.0, []
     for b, n in enumerate(bursts):
         if b:
             a += p.ar_gap + p.aw_wait
