@@ -190,10 +190,16 @@ class ComputeEngine(wiring.Component):
         m.d.comb += at.va_rdata.eq(self.va_rdata)
         with m.If(is_attn):
             m.d.comb += [self.va_addr.eq(at.va_addr), self.va_en.eq(at.va_en)]
-        m.d.comb += [self.out_addr.eq(Mux(is_attn, at.out_addr, Mux(is_row, rs.out_addr, vs.out_addr))),
-                     self.out_en.eq(vs.out_en | rs.out_en | at.out_en),
-                     self.out_data.eq(lane_mux(out_sel["attn"], at.out_data,
-                                               lane_mux(out_sel["row"], rs.out_data, vs.out_data, 32), 32))]
+        # the line ops' results are registered on their way to the vector buffer's write port: the sequencers'
+        # output selects and the units' last stages reached the block RAMs' write data in one cycle (ulx3s: 13.1 ns)
+        o_addr = Signal.like(self.out_addr, name="out_addr_r", reset_less=True)
+        o_data = Signal.like(self.out_data, name="out_data_r", reset_less=True)
+        o_en = Signal(name="out_en_r")
+        m.d.sync += [o_addr.eq(Mux(is_attn, at.out_addr, Mux(is_row, rs.out_addr, vs.out_addr))),
+                     o_en.eq(vs.out_en | rs.out_en | at.out_en),
+                     o_data.eq(lane_mux(out_sel["attn"], at.out_data,
+                                        lane_mux(out_sel["row"], rs.out_data, vs.out_data, 32), 32))]
+        m.d.comb += [self.out_addr.eq(o_addr), self.out_en.eq(o_en), self.out_data.eq(o_data)]
         # the scratchpad's "a" read port serves GEMM's activations, REQUANT's exponent lines and ATTN's
         # data lines; the "w" port GEMM's weights and ATTN's exponent lines
         # (attn_beside: a GEMM_STREAM running on keeps the "a" port while the next word, a line op, waits in POP)

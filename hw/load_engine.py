@@ -37,6 +37,7 @@ from .axi import axi4_read_signature
 from .dma import ADDR_BITS, DmaReader
 from .engines import EngineState, beats_per_line, buffer_ports, engine_members, token_fsm
 from .striped_reader import StripedReader
+from .word_regs import fifo_level_next
 
 __all__ = ["LoadEngine", "DESC_DEPTH"]
 
@@ -76,9 +77,12 @@ class LoadEngine(wiring.Component):
         # (rready low) instead of dropping data, and the port's ready (the buffer's arbitration) only pops the
         # queue: no path from it into the line assembly
         entry = data.StructLayout({"addr": 32, "buf": 2, "write": 1, "end": 1, "push": 1, "line": wide})
-        m.submodules.lines = lq = fifo.SyncFIFO(width=entry.size, depth=2)
+        # (three places: a line a cycle, one-beat lines, needs the register's, the head's and the room's a cycle ahead)
+        m.submodules.lines = lq = fifo.SyncFIFO(width=entry.size, depth=3)
         owed = Signal()  # started words whose data or push is still to come
-        m.d.comb += owed.eq((desc.level != 0) | lq.r_rdy)
+        staged = Signal(name="line_staged")  # (below) a line in the register before the line FIFO
+        push_r = Signal(name="push_r")  # (below) a push on its way out
+        m.d.comb += owed.eq((desc.level != 0) | staged | lq.r_rdy | push_r)
         room = Signal()
         ins, exec_start, exec_done, state = token_fsm(m, self, cfg, hold=~desc.w_rdy, push_room=room, behind=owed)
         v, h = ins.load, ins.nop.h
@@ -90,8 +94,12 @@ class LoadEngine(wiring.Component):
         ready = Mux(head.buf == 0, self.spad_ready, Mux(head.buf == 1, self.acc_ready, self.vbuf_ready))
         popped = lq.r_rdy & (~head.write | ready)
         pushed = popped & head.end & head.push
-        m.d.comb += [lq.r_en.eq(popped), self.push_next.eq(pushed)]
-        m.d.sync += owed_push.eq(owed_push + (exec_start & h.push_next) - pushed)
+        # the token goes out a cycle after its line is written (a register: the buffer's write port's arbitration,
+        # compute's write enable, reached the token queue's count and flags in one cycle, 12.6 ns on ulx3s); the
+        # reservation is returned with it
+        m.d.sync += push_r.eq(pushed)
+        m.d.comb += [lq.r_en.eq(popped), self.push_next.eq(push_r)]
+        m.d.sync += owed_push.eq(owed_push + (exec_start & h.push_next) - push_r)
         for i, (name, (_, dbits)) in enumerate(buffer_ports(cfg).items()):
             m.d.comb += [getattr(self, f"{name}_addr").eq(head.addr),
                          getattr(self, f"{name}_data").eq(head.line[wide - dbits:]),
@@ -145,14 +153,19 @@ class LoadEngine(wiring.Component):
         done = Signal(name="desc_done")
         m.d.sync += seen.eq(desc.r_rdy & ~desc.r_en & ~desc_end)
         steady = desc.r_rdy & seen
-        takes = steady & ~d.empty & lq.w_rdy
+        # a line (or marker) is registered before the line FIFO (``staged``): its write enable, decided from the R
+        # channel's valid and the flags, reached the FIFO's LUT-RAM write enables and level in one cycle (ulx3s:
+        # 13.8 ns, the top level's slowest path); the room for it is a register (the FIFO's next level and the
+        # next staged entry below its depth)
+        lq_room = Signal(name="lines_room", init=1)
+        takes = steady & ~d.empty & lq_room
         take = dma.beat_valid & takes
         m.d.comb += dma.beat_ready.eq(takes)
         c_last, r_last, w_last = Signal(), Signal(), Signal()
         line_end = take & c_last
         row_end = line_end & r_last
         word_end = row_end & w_last
-        marker = steady & d.empty & lq.w_rdy  # a word without beats: its entry writes nothing
+        marker = steady & d.empty & lq_room  # a word without beats: its entry writes nothing
         m.d.sync += [
             c_last.eq(Mux(take, Mux(line_end, bpl == 1, count + 2 == bpl), count + 1 == bpl)),
             r_last.eq(Mux(line_end, Mux(row_end, d.lines_m1 == 0, in_row + 1 == d.lines_m1), in_row == d.lines_m1)),
@@ -161,9 +174,11 @@ class LoadEngine(wiring.Component):
         out = Signal(entry)
         m.d.comb += [out.addr.eq((d.sram + line)[:32]), out.buf.eq(d.buf), out.write.eq(~d.empty),
                      out.end.eq(word_end | marker), out.push.eq(d.push), out.line.eq(nxt),
-                     lq.w_en.eq(line_end | marker), lq.w_data.eq(out.as_value()),
                      desc_end.eq(word_end | marker), desc.r_en.eq(done)]
-        m.d.sync += done.eq(desc_end)
+        entry_r = Signal(entry.size, name="line_entry", reset_less=True)  # loaded every cycle: `staged` says
+        m.d.sync += [done.eq(desc_end), staged.eq(line_end | marker), entry_r.eq(out.as_value()),
+                     lq_room.eq(fifo_level_next(lq) + (line_end | marker) < lq.depth)]
+        m.d.comb += [lq.w_en.eq(staged), lq.w_data.eq(entry_r)]
         with m.If(take):
             m.d.sync += [asm.eq(nxt), count.eq(Mux(line_end, 0, count + 1))]
         with m.If(line_end):
