@@ -38,15 +38,17 @@ from systolica.sim.perf_costs import WSTREAM_STARTUP, OpCost, PerfParams, array_
 from systolica.sim.perf_fetch import FETCH_FIFO, FETCH_REFILL, FETCH_START, fetch_stretch, port0_busy, port0_tail
 from systolica.sim.perf_load import load_busy, load_end
 
-__all__ = ["PerfModel", "PerfResult", "PerfError", "PerfParams", "cycle_model", "RUN_OVERHEAD"]
+__all__ = ["PerfModel", "PerfResult", "PerfError", "PerfParams", "cycle_model", "RUN_OVERHEAD", "RUN_END"]
 
 # token queues as in the golden simulator: load->compute, compute->load, compute->store, store->compute
 _POP = {(Engine.COMPUTE, "prev"): 0, (Engine.LOAD, "next"): 1, (Engine.STORE, "prev"): 2, (Engine.COMPUTE, "next"): 3}
 _STORE_TO_COMPUTE = _POP[(Engine.COMPUTE, "next")]
 _PUSH = {(Engine.LOAD, "next"): 0, (Engine.COMPUTE, "prev"): 1, (Engine.COMPUTE, "next"): 2, (Engine.STORE, "prev"): 3}
 
-#: Cycles of a run outside the engines: START -> RUN, and the last retire -> DONE (drain check).
+#: Cycles of a run outside the engines: START -> RUN, and the last retire -> DONE (drain check); the end takes one
+#: more (:data:`RUN_END`: the drained flag is a register, hw/accelerator.py)
 RUN_OVERHEAD = 2
+RUN_END = RUN_OVERHEAD + 1
 
 
 class PerfError(ValueError):
@@ -441,7 +443,7 @@ class PerfModel:
         rd = sum(rdb_l)
         wr = sum(x[3].wr_beats for x in infos)
         macs = sum(x[3].macs for x in infos)
-        return PerfResult(cycles=last + RUN_OVERHEAD, start=start + [-1] * (n_words - n),
+        return PerfResult(cycles=last + RUN_END, start=start + [-1] * (n_words - n),
                           end=end + [-1] * (n_words - n), engine_busy=(busy[0], busy[1], busy[2]),
                           array_busy=array_busy, dma_beats=rd + fetch_beats, dma_wr_beats=wr, macs=macs,
                           instructions=n, per_op_cycles=per_op,

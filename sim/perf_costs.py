@@ -282,14 +282,15 @@ def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0)
     # weight-stationary (hw/gemm_sequencer.py): K in tiles of `rows` elements, N in tiles of `cols` outputs; a
     # tile's weights stream in at P lines a cycle into the shadow registers while the active ones take the m
     # activation rows of the previous tile; the last tile needs no next weights.  Then the array's pipeline and
-    # the accumulator's read-add-write (calibrated on the RTL: 4 more cycles and the accumulator's stages).
+    # the accumulator's read-add-write (calibrated on the RTL: 5 more cycles, one the prefetched lines' register, and
+    # the accumulator's stages).
     if k == 0:
         # acc=0 writes a zero line a cycle through the accumulator's stages (the last ACC_STAGES cycles later); acc=1
         # leaves them
         return OpCost((0 if acc else m * n + ACC_STAGES) + 1)
     tiles = n * -(-k * cols // rows)
     load = -(-cols // p.weight_cols_per_cycle)
-    cycles = load + (tiles - 1) * max(m, load) + m + array_latency(cfg) + 4 + ACC_STAGES
+    cycles = load + (tiles - 1) * max(m, load) + m + array_latency(cfg) + 5 + ACC_STAGES
     return OpCost(cycles, array_busy=tiles * m, macs=macs)
 
 
@@ -298,7 +299,7 @@ def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0)
 #: First order, RTL CALIBRATION PENDING: this constant makes COMPUTE_BUSY exact for single GEMM_STREAMs
 #: (m 1..16, k 1..16, n 1..4) on the fast RTL harness of "tiny" with 1 and 2 ports and rd_latency 2, where the
 #: DRAM keeps up; latency, other configs and contention with LOADs are not fitted (RTL-vs-model tests to come).
-WSTREAM_STARTUP = 3 + ACC_STAGES
+WSTREAM_STARTUP = 4 + ACC_STAGES  # (+1: GEMM's prefetched activation line is registered)
 #: an int4 GEMM_STREAM's group lines pass the group scaler (``hw/group_scaler.py``: s0 .. s5) before the accumulator
 GROUP_SCALER_CYCLES = 5
 

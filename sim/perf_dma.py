@@ -47,6 +47,9 @@ def transfer_bursts(cfg: AccelConfig, dram: int, stride: int, rows: int, beats: 
 
 #: a LOAD's EXEC ends this many cycles after its last burst's address (hw/load_engine.py; calibrated on the RTL)
 LOAD_ISSUE_CYCLES = 1
+#: a LOAD's last line is written, and its token pushed, this many cycles later than when the beat's line went straight
+#: into the line FIFO (hw/load_engine.py: the line's register; the push's register is inside the drain check's cycle)
+LOAD_LINE_CYCLES = 1
 #: cycles between the previous LOAD's last line and a LOAD's first beat when its bursts were asked for in time (the
 #: descriptor FIFO pops the cycle after a word's last beat, and the new head waits a cycle: hw/load_engine.py)
 LOAD_TAIL_CYCLES = 2
@@ -74,7 +77,8 @@ def dma_read_timing(bursts: list[int], p: PerfParams) -> tuple[int, int, int]:
         if not ends:
             lead = first
         ends.append(first + max(n * p.beat_cycles, p.burst_min) - 1)
-    return int(round(ends[-1])) + 1, int(round(a)) + LOAD_ISSUE_CYCLES, int(round(lead))
+    # + 1 + LOAD_LINE_CYCLES: the last beat's line through the line register and FIFO, and the push's register
+    return int(round(ends[-1])) + 1 + LOAD_LINE_CYCLES, int(round(a)) + LOAD_ISSUE_CYCLES, int(round(lead))
 
 
 def dma_write_cycles(bursts: list[int], p: PerfParams) -> int:

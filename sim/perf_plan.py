@@ -29,6 +29,7 @@ from systolica.hw.decode import decode_cycles
 from systolica.isa import WORD_BYTES
 from systolica.sim.perf import (
     GEMM_HOLD_GAP,
+    RUN_END,
     RUN_OVERHEAD,
     RUNS_ON_EXEC,
     PerfError,
@@ -290,7 +291,7 @@ class ProgramPlan:
         busy[0] = load_busy(self.load_words, start, end)
         pad = [-1] * (len(self.words) - self.n)
         ibeats = max(1, WORD_BYTES // self.cfg.dma_bytes)
-        return PerfResult(cycles=max(end) + RUN_OVERHEAD, start=start + pad, end=end + pad,
+        return PerfResult(cycles=max(end) + RUN_END, start=start + pad, end=end + pad,
                           engine_busy=(busy[0], busy[1], busy[2]), array_busy=array_busy,
                           dma_beats=rd_total + self.n * ibeats, dma_wr_beats=wr, macs=macs, instructions=self.n,
                           per_op_cycles=per_sig_op, beside_cycles=beside_cycles(self.runs_on, self.ops, start, end))
