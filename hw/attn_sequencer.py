@@ -42,9 +42,9 @@ UNIT_MAX_TOKENS = 4096
 __all__ = ["AttnSequencer", "ATTN_OPS"]
 
 ATTN_OPS = ("ATTN", "ATTN_OUT")
-#: the beat FIFO's places: a place comes back five cycles after its read (read, data, staged, the FIFO's two
-#: stages, the pop), so five keep a beat a cycle flowing
-_DEPTH = 5
+#: the beat FIFO's places: a place comes back six cycles after its read (read, its register, data, staged, the
+#: FIFO's two stages and the pop), so six keep a beat a cycle flowing
+_DEPTH = 6
 INT32_MIN = -(1 << 31)
 
 
@@ -157,14 +157,18 @@ class AttnSequencer(wiring.Component):
                      a_st.eq(a_st0), a_qe.eq(a_qe0), a_q.eq(a_q0), a_o.eq(a_o0)] if R > 1 else []
         job_rows = next_row if R > 1 else []
         kv = at.kv
-        m.d.comb += [
-            self.va_addr.eq(Mux(ph == _Ph.HDR, a_st, a_o + tli)),
-            self.va_en.eq(read),
-            self.sa_addr.eq(Mux(ph == _Ph.Q, a_q + tli, Mux(ph == _Ph.K, kv + li, kv_v + li))),
-            self.sa_en.eq(read),
-            self.sb_addr.eq(Mux(ph == _Ph.Q, a_qe, Mux(ph == _Ph.K, kv_ke + tok, kv_ve + tok))),
-            self.sb_en.eq(read),
-        ]
+        # the read addresses and enables are registered (``read_r``): the walk's sums (a_q + tli, kv_ke + tok, ...)
+        # and the phase's select reached the buffers' address pins through the compute engine's and the buffers'
+        # port multiplexers in one cycle (ulx3s: spad_a_mem 13.2 ns, the top level's slowest after the line FIFO's)
+        read_r = Signal(name="read_r")
+        va_r = Signal.like(self.va_addr, name="va_addr_r", reset_less=True)
+        sa_r = Signal.like(self.sa_addr, name="sa_addr_r", reset_less=True)
+        sb_r = Signal.like(self.sb_addr, name="sb_addr_r", reset_less=True)
+        m.d.sync += [read_r.eq(read), va_r.eq(Mux(ph == _Ph.HDR, a_st, a_o + tli)),
+                     sa_r.eq(Mux(ph == _Ph.Q, a_q + tli, Mux(ph == _Ph.K, kv + li, kv_v + li))),
+                     sb_r.eq(Mux(ph == _Ph.Q, a_qe, Mux(ph == _Ph.K, kv_ke + tok, kv_ve + tok)))]
+        m.d.comb += [self.va_addr.eq(va_r), self.va_en.eq(read_r), self.sa_addr.eq(sa_r), self.sa_en.eq(read_r),
+                     self.sb_addr.eq(sb_r), self.sb_en.eq(read_r)]
         with m.If(read):
             m.d.sync += [li.eq(li + 1), tli.eq(Mux(eot, 0, tli + 1)), tok.eq(tok + eot)]
             with m.Switch(ph):
@@ -193,9 +197,11 @@ class AttnSequencer(wiring.Component):
                             m.d.sync += active.eq(0)
             with m.If(phase_end):
                 m.d.sync += [li.eq(0), tli.eq(0), tok.eq(0)]
-        # the beat, one cycle later with its data
+        # the beat, two cycles later with its data (the read's register, then the block RAM's)
+        r_ph, r_last, r_eot = Signal(_Ph, name="r_ph"), Signal(name="r_last"), Signal(name="r_eot")
         p_ph, p_last, p_eot = Signal(_Ph), Signal(), Signal()
-        m.d.sync += [pending.eq(read), p_ph.eq(ph), p_last.eq(beat_last), p_eot.eq(eot)]
+        m.d.sync += [r_ph.eq(ph), r_last.eq(beat_last), r_eot.eq(eot),
+                     pending.eq(read_r), p_ph.eq(r_ph), p_last.eq(r_last), p_eot.eq(r_eot)]
         kind = Signal(3)
         with m.Switch(p_ph):
             with m.Case(_Ph.HDR):
@@ -263,5 +269,5 @@ class AttnSequencer(wiring.Component):
                     m.d.sync += outs.eq(0)
             with m.Else():
                 m.d.sync += o_l.eq(o_l + 1)
-        m.d.comb += self.busy.eq(active | pending | staged | q.r_rdy | outs)
+        m.d.comb += self.busy.eq(active | read_r | pending | staged | q.r_rdy | outs)
         return m

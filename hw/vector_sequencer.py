@@ -248,25 +248,41 @@ class VectorSequencer(wiring.Component):
         sel_req = _fanout_copies(m, w_is["REQUANT"], self.start, C, "sel_req")
         sel_rope = _fanout_copies(m, w_is["ROPE"], self.start, C, "sel_rope")
         lane = [slice(c * 32, (c + 1) * 32) for c in range(C)]
-        a_line = Cat(*[Mux(sel_req[c], self.acc_rdata[lane[c]], self.va_rdata[lane[c]]) for c in range(C)])
-        b_line = Cat(*[Mux(sel_rope[c], rope_b[lane[c]], self.vb_rdata[lane[c]]) for c in range(C)])
+        a_sel = Cat(*[Mux(sel_req[c], self.acc_rdata[lane[c]], self.va_rdata[lane[c]]) for c in range(C)])
+        b_sel = Cat(*[Mux(sel_rope[c], rope_b[lane[c]], self.vb_rdata[lane[c]]) for c in range(C)])
+        # the lines, and what goes with them, are registered before the serializers (a cycle later than their
+        # read data): the block RAMs' clock-to-data (5.8 ns on ECP5), the lane selects and the serializer's beat
+        # select reached the vector unit's input register in one cycle (ulx3s: 12.9 ns)
+        a_line = Signal(len(a_sel), name="a_line", reset_less=True)
+        b_line = Signal(len(b_sel), name="b_line", reset_less=True)
+        exp_l = Signal(8, name="exp_l", reset_less=True)
+        first_l, last_l = Signal(name="first_l"), Signal(name="last_l")
+        valid_am_l = Signal(name="valid_am_l")
+        nline_l = Signal(17, name="nline_l", reset_less=True)
+        m.d.sync += [a_line.eq(a_sel), b_line.eq(b_sel), exp_l.eq(self.exp_rdata[:8]),
+                     first_l.eq(Mux(rope, first2, first)), last_l.eq(Mux(rope, last2, last)),
+                     valid_am_l.eq(valid_am), nline_l.eq(nline)]
+        load_l, ld_vec_l, ld_act_l = Signal(name="load_l"), Signal(name="ld_vec_l"), Signal(name="ld_act_l")
+        m.d.sync += [load_l.eq(load), ld_vec_l.eq(ld_vec), ld_act_l.eq(ld_act)]
+        with m.If(self.start):
+            m.d.sync += [load_l.eq(0), ld_vec_l.eq(0), ld_act_l.eq(0)]
         if NB == B:
-            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, load, [a_line, b_line], [W * 32, W * 32], B,
+            (a_beat, b_beat), bvalid, bfirst, blast = serialize(m, load_l, [a_line, b_line], [W * 32, W * 32], B,
                                                                 "ser", clear=self.start)
             x_beat, xvalid, xlast = a_beat, bvalid, blast
         else:  # the activation unit's narrower beats: from the same register as the vector unit's a beats (one
             # of the two units runs at a time, and a SILU / GELU line is a_line: its lanes select va, not REQUANT's
             # accumulator), shifted NW lanes a cycle instead of W
-            (b_beat,), _, _, _ = serialize(m, ld_vec, [b_line], [W * 32], B, "ser", clear=self.start)
+            (b_beat,), _, _, _ = serialize(m, ld_vec_l, [b_line], [W * 32], B, "ser", clear=self.start)
             (a_beat, bvalid, bfirst, blast), (x_beat, xvalid, xlast) = serialize_two_rates(
-                m, ld_vec, ld_act, a_line, W * 32, NW * 32, "aser", clear=self.start)
-        exp = hold(m, load, self.exp_rdata[:8], "exp_line").as_signed()
-        lfirst = hold(m, load, Mux(rope, first2, first), "first_line")
-        llast = hold(m, load, Mux(rope, last2, last), "last_line")
+                m, ld_vec_l, ld_act_l, a_line, W * 32, NW * 32, "aser", clear=self.start)
+        exp = hold(m, load_l, exp_l, "exp_line").as_signed()
+        lfirst = hold(m, load_l, first_l, "first_line")
+        llast = hold(m, load_l, last_l, "last_line")
         # ARGMAX: valid lanes of this beat, clamp(lanes left in the row - k*W, 0, W)
         nb = Signal(signed(18))
         nreg = Signal(signed(18), reset_less=True)
-        m.d.comb += nb.eq(Mux(valid_am, nline, nreg))
+        m.d.comb += nb.eq(Mux(valid_am_l, nline_l, nreg))
         m.d.sync += nreg.eq(nb - W)
         nl = Mux(nb >= W, W, Mux(nb > 0, nb, 0))
         vp = vec.i_stream.payload
@@ -309,5 +325,5 @@ class VectorSequencer(wiring.Component):
             m.d.sync += pend.eq(0)
         with m.If(zeros_nz & ~self.start):
             m.d.sync += [zeros.eq(zeros - 1), zeros_nz.eq(zeros != 1)]
-        m.d.comb += self.busy.eq(walking | (pend != 0) | zeros_nz | bvalid | xvalid | valid2)
+        m.d.comb += self.busy.eq(walking | (pend != 0) | zeros_nz | bvalid | xvalid | valid2 | load_l | ld_act_l)
         return m
