@@ -291,7 +291,7 @@ def page_attn_cycles(cfg, page: int, hd_lines: int, group: int) -> int:
     cyc += group * (hd_lines + hd_lines * cfg.line_beats + ATTN_ROW_CYCLES + ATTN_ROW_MARGIN)
     if cfg.attn_pv_shared and R > 1:  # a job's V line waits for its rows' turns on the p.V lanes
         cyc += sum((-(-n // cfg.attn_pv_sets) - 1) * (page * hd_lines + 1) + 2 for n in jobs)
-    return cyc + 4  # the sequencer's start, the beat's register, its beat FIFO's output register, its output register
+    return cyc + 5  # the start, the read's register, the beat's register, the beat FIFO's and the output register
 
 
 class _Interleave:

@@ -89,9 +89,10 @@ ROWPASS_OPS = frozenset({"RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: ActivationUnit.latency 20 -> 71 (their ops' entries grew by 7 and 51), and the row-pass units (QUANT's
 #: three-stage beat pipeline, SOFTMAX's exp pipeline, the norm's output pipeline); then the activation unit's
 #: two constant products (GELU's x3 * C1, w * C2) became shift-and-add trees in LUTs, a stage longer each
-#: (ActivationUnit.latency 71 -> 73: SILU / GELU + 2, measured on the RTL sequencer).
-VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 71, "GELU": 71, "ROPE": 9, "SOFTMAX": 18, "RMSNORM": 13, "LAYERNORM": 14,
-                                        "ADD": 8, "MUL": 8, "REQUANT": 8, "ARGMAX": 8, "QUANT": 4, "QUANT_SPLIT": 4}
+#: (ActivationUnit.latency 71 -> 73: SILU / GELU + 2, measured on the RTL sequencer); then the vector sequencer's
+#: lines were registered before its serializers (2026-12-07: every vector-sequencer op + 1).
+VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 72, "GELU": 72, "ROPE": 10, "SOFTMAX": 18, "RMSNORM": 13, "LAYERNORM": 14,
+                                        "ADD": 9, "MUL": 9, "REQUANT": 9, "ARGMAX": 9, "QUANT": 4, "QUANT_SPLIT": 4}
 #: ActivationUnit.latency the SILU / GELU entries above were measured at (the restoring divider's pipeline); a
 #: configuration with another depth (``act_newton``: 57) moves them by the difference
 ACT_LATENCY_CALIBRATED = 73
@@ -391,7 +392,7 @@ def _vector(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
 
 
 #: Cycles of an ATTN over an empty tile (t = 0) beyond its rows' lines (the sequencer's start and drain; RTL)
-ATTN_BYPASS_LATENCY = 6
+ATTN_BYPASS_LATENCY = 7
 
 
 def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
@@ -409,9 +410,9 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
         return OpCost(nq * (1 + hd) + ATTN_BYPASS_LATENCY, array_busy=0, macs=0)
     R = cfg.attn_rows
     jobs = -(-nq // R)
-    # + 4: the sequencer's start, the beat's register before its FIFO, the FIFO's output register and its output
-    # register
-    cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 4
+    # + 5: the sequencer's start, its read's register, the beat's register before its FIFO, the FIFO's output
+    # register and its output register
+    cyc = jobs * (2 * t * hd + p.attn_latency) + nq * (hd + hd * cfg.line_beats + p.attn_row_latency) + 5
     if cfg.attn_pv_shared and R > 1:
         # the job's n rows take turns on attn_pv_sets exp2 pipelines and sets of p.V lanes, a slot of S rows at a
         # time: a V line every ceil(n / S) cycles, not every cycle (that many - 1 more a line), the rescales of
@@ -426,7 +427,7 @@ def _attn(cfg: AccelConfig, p: PerfParams, ins: Instr) -> OpCost:
 def _attn_out(cfg: AccelConfig, p: PerfParams, nq: int, hd: int) -> OpCost:
     """ATTN_OUT: per row the ``l`` beat, one reciprocal (35 cycles: registered), then the ``hd`` lines of ``o`` scaled
     (``line_beats`` cycles each on the state-line datapath), the last out of its 9 stages before the next row."""
-    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 12) + 4) if nq and hd else OpCost(1)
+    return OpCost(nq * (hd * cfg.line_beats + RECIP_CYCLES + 12) + 5) if nq and hd else OpCost(1)
 
 
 #: The instruction fields :func:`op_cost` reads (of ``dram`` only the offset in its 4 KiB page, where bursts split):
