@@ -28,7 +28,7 @@ from systolica.boards.board import Board
 from systolica.boards.ports import CLOCK, Port, parse_ports
 from systolica.boards.yosys import YosysError, read_commands, run_yosys, stage_sources, synthesis_source
 
-__all__ = ["Ecp5Error", "Ecp5Stalled", "Ecp5Placement", "Ecp5Result", "WRAPPER", "ecp5_place", "timing_wrapper", "lpf_text", "parse_report", "critical_path", "ecp5_build",
+__all__ = ["Ecp5Error", "Ecp5Stalled", "check_hard_blocks", "Ecp5Placement", "Ecp5Result", "WRAPPER", "ecp5_place", "timing_wrapper", "lpf_text", "parse_report", "critical_path", "ecp5_build",
            "tools_available"]
 
 WRAPPER = "systolica_ecp5_top"
@@ -265,6 +265,7 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     if name not in ("router1", "router2"):
         raise Ecp5Error(f"nextpnr-ecp5 has no router {name!r} (router1 or router2)")
     out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
+    check_hard_blocks(out / "stat.json", board)
     # placed and written out first, then routed from that placement (one log): a route that does not converge
     # still leaves its placement (placed.json) for `nextpnr_congestion --placed` and `ecp5_paths --placed`
     placer = _place(board, out, target, seed, timeout, progress, placer)
@@ -306,10 +307,26 @@ def ecp5_place(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     from systolica.boards.nextpnr_log import pnr_status
 
     out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
+    check_hard_blocks(out / "stat.json", board)
     placer = _place(board, out, target, seed, timeout, progress, placer)
     st = pnr_status((out / "nextpnr.log").read_text(errors="replace"))
     return Ecp5Placement(st.placed_fmax_mhz, target, out / "top.json", out / "placed.json", time.monotonic() - t0,
                          mapper, placer, seed)
+
+
+def check_hard_blocks(stat_json: Path, board: Board) -> None:
+    """Raise :class:`Ecp5Error` when synth_ecp5's netlist (``stat.json``) has more multipliers (MULT18X18D) or block
+    RAMs (DP16KD) than ``board`` has: no placer can place it, and nextpnr's static placer does not say so (it hung in
+    "Strict legalising" for 20 minutes on a 4x4 configuration with 229 multipliers for 156 sites; HeAP stops with
+    "no BELs remaining")."""
+    stat = json.loads(Path(stat_json).read_text())
+    cells = (stat.get("design") or {}).get("num_cells_by_type", {})
+    over = [f"{kind} {cells.get(kind, 0)} of {have}"
+            for kind, have in (("MULT18X18D", board.resources.dsp), ("DP16KD", board.resources.bram))
+            if have and cells.get(kind, 0) > have]
+    if over:
+        raise Ecp5Error(f"the design does not fit {board.name}: {', '.join(over)} (synth_ecp5, {stat_json}); "
+                        "nothing was placed")
 
 
 def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: float):

@@ -100,15 +100,20 @@ def test_ecp5_real_flow(tmp_path):
 
     Took 48 min wall (21 min CPU) on 2 shared cores with the heap placer and router2: Yosys 4 min, nextpnr the
     rest.  On 2026-12-07 the static placer hung on this design (strict legalisation, 20 minutes without output):
-    the flow now stops a silent placement after ``PLACE_STALL`` and places with HeAP."""
+    the flow now stops a silent placement after ``PLACE_STALL`` and places with HeAP, which then said why: the
+    configuration (AccelConfig's defaults at 4x4) had 229 MULT18X18D for 156 sites.  It now starts from the ulx3s
+    preset's options."""
     missing = tools_available()
     if missing:
         pytest.skip(f"missing {', '.join(missing)} (pip install -e .[ecp5])")
     from systolica.boards.ecp5 import ecp5_build
     from systolica.boards.hdl import top_name, write_verilog
 
-    cfg = AccelConfig(name="ecp5-small", rows=4, cols=4, spad_kib=4, acc_kib=1, vbuf_kib=4, dma_bits=32,
-                      dma_ports=1, queue_depth=4, cmd_depth=8, clock_mhz=50.0, dram_bytes=1 << 24)
+    # the ulx3s preset's options (its line units' products in LUTs, ...) at 4x4: with AccelConfig's defaults the
+    # netlist had 229 multipliers for the 85F's 156 (check_hard_blocks now says so before placing)
+    cfg = load_board("ulx3s").config.replace(name="ecp5-small", rows=4, cols=4, spad_kib=4, acc_kib=1, vbuf_kib=4,
+                                              dma_bits=32, dma_ports=1, queue_depth=4, cmd_depth=8, clock_mhz=50.0,
+                                              dram_bytes=1 << 24)
     paths, _ = write_verilog(cfg, tmp_path / "hdl")
     r = ecp5_build(paths["verilog"], top_name(), load_board("ulx3s"), tmp_path / "ulx3s", target_mhz=50)
     assert r.bitstream.stat().st_size > 100_000 and r.fmax_mhz > 0
@@ -157,3 +162,19 @@ def test_pnr_unit_needs_an_ecp5_board():
     from systolica.cli import main
 
     assert main(["hw", "build", "--board", "pynq-z2", "--pnr", "--unit", "store"]) == 2
+
+
+def test_a_netlist_with_more_multipliers_than_the_board_stops_before_placement(tmp_path):
+    """synth_ecp5's cell counts against the board's MULT18X18D and DP16KD sites: over them the flow says which and
+    places nothing (the static placer hung on such a netlist instead of failing)."""
+    import json
+
+    from systolica.boards.ecp5 import Ecp5Error, check_hard_blocks
+
+    board = load_board("ulx3s")
+    stat = tmp_path / "stat.json"
+    stat.write_text(json.dumps({"design": {"num_cells_by_type": {"MULT18X18D": 229, "DP16KD": 43, "LUT4": 9}}}))
+    with pytest.raises(Ecp5Error, match=r"does not fit ulx3s: MULT18X18D 229 of 156"):
+        check_hard_blocks(stat, board)
+    stat.write_text(json.dumps({"design": {"num_cells_by_type": {"MULT18X18D": 156, "DP16KD": 208}}}))
+    check_hard_blocks(stat, board)  # exactly full fits
