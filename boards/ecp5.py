@@ -318,7 +318,9 @@ def check_hard_blocks(stat_json: Path, board: Board) -> None:
     """Raise :class:`Ecp5Error` when synth_ecp5's netlist (``stat.json``) has more multipliers (MULT18X18D) or block
     RAMs (DP16KD) than ``board`` has: no placer can place it, and nextpnr's static placer does not say so (it hung in
     "Strict legalising" for 20 minutes on a 4x4 configuration with 229 multipliers for 156 sites; HeAP stops with
-    "no BELs remaining")."""
+    "no BELs remaining").  Without a ``stat.json`` (a synthesis that wrote none) there is nothing to check."""
+    if not Path(stat_json).exists():
+        return
     stat = json.loads(Path(stat_json).read_text())
     cells = (stat.get("design") or {}).get("num_cells_by_type", {})
     over = [f"{kind} {cells.get(kind, 0)} of {have}"
