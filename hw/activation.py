@@ -159,7 +159,12 @@ class ActivationUnit(LineUnit):
         R = tl.reg
         # --- GELU front end: xc = clip(x), x3 = rsr(rsr(xc*xc, 16)*xc, 16), w = xc + rsr(x3*C1, 30),
         # u2 = rsr(w*C2, 30); each product on registered operands, each rounding add a stage
-        xc = R(lambda v: Mux(v > CLAMP, CLAMP, Mux(v < -CLAMP, -CLAMP, v)), x, name="xc" + n, shape=signed(22))
+        # the clip in two stages: the compares (two 32-bit carry chains) into flags, then the select (the one-stage
+        # clip was the ulx3s top level's critical path: x0 -> compares -> xc's set/reset, 12.5 ns)
+        hi = R(lambda v: v > CLAMP, x, name="xhi" + n)
+        lo = R(lambda v: v < -CLAMP, x, name="xlo" + n)
+        xv = R(lambda v: v, x, name="xv" + n, shape=signed(22))  # |x| <= CLAMP < 2**21 wherever it is selected
+        xc = R(lambda h, l_, v: Mux(h, CLAMP, Mux(l_, -CLAMP, v)), hi, lo, xv, name="xc" + n, shape=signed(22))
         sq = tl.mul(xc, xc, "sq" + n)
         a = R(lambda v: _rsr(v, 16), sq, name="sq16" + n, shape=signed(26))  # <= 2**24 + 1
         t = tl.mul(a, xc, "cube" + n)

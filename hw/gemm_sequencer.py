@@ -34,7 +34,7 @@ from .accumulator import Accumulator
 from .group_scaler import ASUM_BITS, GroupScaler, q4_tag_layout
 from .systolic_array import SystolicArray
 from .weight_stream import q4_sections
-from .word_regs import fifo_level_next
+from .word_regs import free_room
 
 __all__ = ["GemmSequencer"]
 
@@ -52,12 +52,10 @@ def _prefetch(m, name: str, width: int, want, rdata, depth: int = 4):
     staged = Signal(name=f"{name}_staged")
     line = Signal(width, name=f"{name}_line", reset_less=True)  # loaded every cycle: `staged` says it is a line
     issue = Signal(name=f"{name}_issue")
-    # room (level + staged + pending < depth) as a flip-flop computed from the next level, the next staged
-    # (pending) and the next pending (issue): the same value a cycle later, so the read enable starts at registers
-    room = Signal(name=f"{name}_room", init=1)
+    # room (level + staged + pending < depth) as a flip-flop, so that the read enable starts at registers
+    room = free_room(m, f"{name}_room", depth, issue, q.r_en & q.r_rdy)  # places not claimed by a read
     m.d.comb += issue.eq(want & room)
-    m.d.sync += [pending.eq(issue), staged.eq(pending), line.eq(rdata),
-                 room.eq(fifo_level_next(q) + pending + issue < depth)]
+    m.d.sync += [pending.eq(issue), staged.eq(pending), line.eq(rdata)]
     m.d.comb += [q.w_en.eq(staged), q.w_data.eq(line)]
     return issue, q
 

@@ -37,7 +37,7 @@ from .axi import axi4_read_signature
 from .dma import ADDR_BITS, DmaReader
 from .engines import EngineState, beats_per_line, buffer_ports, engine_members, token_fsm
 from .striped_reader import StripedReader
-from .word_regs import fifo_level_next
+from .word_regs import free_room
 
 __all__ = ["LoadEngine", "DESC_DEPTH"]
 
@@ -157,7 +157,9 @@ class LoadEngine(wiring.Component):
         # channel's valid and the flags, reached the FIFO's LUT-RAM write enables and level in one cycle (ulx3s:
         # 13.8 ns, the top level's slowest path); the room for it is a register (the FIFO's next level and the
         # next staged entry below its depth)
-        lq_room = Signal(name="lines_room", init=1)
+        # (free_room: places of the line FIFO and its register not claimed, counted)
+        claim = Signal(name="lines_claim")
+        lq_room = free_room(m, "lines_room", lq.depth, claim, lq.r_en & lq.r_rdy)
         takes = steady & ~d.empty & lq_room
         take = dma.beat_valid & takes
         m.d.comb += dma.beat_ready.eq(takes)
@@ -176,8 +178,8 @@ class LoadEngine(wiring.Component):
                      out.end.eq(word_end | marker), out.push.eq(d.push), out.line.eq(nxt),
                      desc_end.eq(word_end | marker), desc.r_en.eq(done)]
         entry_r = Signal(entry.size, name="line_entry", reset_less=True)  # loaded every cycle: `staged` says
-        m.d.sync += [done.eq(desc_end), staged.eq(line_end | marker), entry_r.eq(out.as_value()),
-                     lq_room.eq(fifo_level_next(lq) + (line_end | marker) < lq.depth)]
+        m.d.comb += claim.eq(line_end | marker)
+        m.d.sync += [done.eq(desc_end), staged.eq(line_end | marker), entry_r.eq(out.as_value())]
         m.d.comb += [lq.w_en.eq(staged), lq.w_data.eq(entry_r)]
         with m.If(take):
             m.d.sync += [asm.eq(nxt), count.eq(Mux(line_end, 0, count + 1))]

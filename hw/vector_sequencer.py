@@ -140,7 +140,14 @@ class VectorSequencer(wiring.Component):
         # whether the walk has lines at all, a flip-flop a cycle ahead of start (the compute engine sets the word a
         # cycle before it starts a sequencer and holds it while busy): the op decode, ARGMAX's lines from n and the
         # compares in front of `walking` were the sequencer's slowest path on ECP5
-        walk_any = word_reg(m, (w_rows != 0) & (w_lines != 0) & (w_heads != 0), "walk_any_w")
+        # (an OR over the ops of the op's own fields tested, not a test of the fields' seven-way selects: that was
+        # 12.8 ns on ulx3s; ARGMAX's ceil(n / C) lines are none exactly when n is 0)
+        nonempty = {"ADD": (ins.add.rows != 0) & (ins.add.lines != 0), "MUL": (ins.mul.rows != 0) & (ins.mul.lines != 0),
+                    "REQUANT": (ins.requant.rows != 0) & (ins.requant.lines != 0),
+                    "ARGMAX": (ins.argmax.rows != 0) & (n_am != 0), "SILU": (ins.silu.rows != 0) & (ins.silu.lines != 0),
+                    "ROPE": (ins.rope.rows != 0) & (ins.rope.hd != 0) & (ins.rope.heads != 0),
+                    "GELU": (ins.gelu.rows != 0) & (ins.gelu.lines != 0)}
+        walk_any = word_reg(m, Cat(*[w_is[name] & nonempty[name] for name in VECTOR_OPS]).any(), "walk_any_w")
         with m.If(self.start):
             m.d.sync += [walking.eq(walk_any),
                          r.eq(0), ln.eq(0), hh.eq(0), trow.eq(ins.rope.table),
@@ -212,16 +219,28 @@ class VectorSequencer(wiring.Component):
             self.acc_addr.eq(acc_ptr), self.acc_en.eq(issue),
             self.exp_addr.eq(exp_ptr), self.exp_en.eq(issue & is_["REQUANT"]),
         ]
-        # ---- the line's data arrive the next cycle: beat 0 enters its unit at once, the other B - 1
-        # beats follow from the serializer's register, one a cycle (hw/line_serial.py)
+        # ---- the line's data arrive the next cycle and go into flip-flops as they are (``va_r`` ..): a block RAM's
+        # clock-to-data (5.8 ns on ECP5) and the routing from it leave no time for a select before a register at
+        # 100 MHz (ulx3s: the ROPE table's half select into b_line, 12.2 ns).  So what was decided at the issue
+        # follows a cycle later (``iss``, the ``_q`` registers), where the data are.  Then beat 0 enters its unit
+        # at once, the other B - 1 beats follow from the serializer's register, one a cycle (hw/line_serial.py)
+        va_r, vb_r, acc_r = (Signal(C * 32, name=f"{p}_r", reset_less=True) for p in ("va", "vb", "acc"))
+        exp_r = Signal(8, name="exp_r", reset_less=True)
+        m.d.sync += [va_r.eq(self.va_rdata), vb_r.eq(self.vb_rdata), acc_r.eq(self.acc_rdata),
+                     exp_r.eq(self.exp_rdata[:8])]
+        iss = Signal(name="issued")
+        first_q, last_q, cos_hi_q, sin_hi_q = Signal(), Signal(), Signal(), Signal()
+        nline_q = Signal(17, reset_less=True)
+        m.d.sync += [iss.eq(issue), first_q.eq(ln == 0), last_q.eq(ln == lm1), nline_q.eq(n_left),
+                     cos_hi_q.eq(ln[0]), sin_hi_q.eq((hd + ln)[0])]
         valid = Signal()
         first, last = Signal(), Signal()
         nline = Signal(17, reset_less=True)  # ARGMAX: lanes of the row from this line on
         cos_hi, sin_hi = Signal(), Signal()  # ROPE: which half of each table line holds this line's pairs
-        m.d.sync += [valid.eq(issue), first.eq(ln == 0), last.eq(ln == lm1),
-                     nline.eq(n_left), cos_hi.eq(ln[0]), sin_hi.eq((hd + ln)[0])]
+        m.d.sync += [valid.eq(iss), first.eq(first_q), last.eq(last_q),
+                     nline.eq(nline_q), cos_hi.eq(cos_hi_q), sin_hi.eq(sin_hi_q)]
         half = C // 2 * 32
-        cos = Mux(cos_hi, self.vb_rdata[half:], self.vb_rdata[:half])
+        cos = Mux(cos_hi, vb_r[half:], vb_r[:half])
         # ROPE: the cos line arrives with `valid` and waits a cycle in a register for the x and sin lines; the
         # line loads into the serializer a cycle later
         valid2 = Signal()
@@ -229,16 +248,16 @@ class VectorSequencer(wiring.Component):
         first2, last2, sin_hi2 = Signal(), Signal(), Signal()
         # (valid's own uses are few: a ROPE copy enables the wait registers, an ARGMAX copy the lane count)
         valid_rope, valid_am = Signal(), Signal()
-        m.d.sync += [valid_rope.eq(issue & rope), valid_am.eq(issue & is_["ARGMAX"])]
+        m.d.sync += [valid_rope.eq(iss & rope), valid_am.eq(iss & is_["ARGMAX"])]
         m.d.sync += [valid2.eq(valid_rope), first2.eq(first), last2.eq(last), sin_hi2.eq(sin_hi)]
         with m.If(valid_rope):
             m.d.sync += cos_wait.eq(cos)
-        sin = Mux(sin_hi2, self.vb_rdata[half:], self.vb_rdata[:half])
+        sin = Mux(sin_hi2, vb_r[half:], vb_r[:half])
         # the serializers' load strobes (Mux(rope, valid2, valid), split by unit) are registers of their own:
         # each selects a whole line's register, too many loads for a decoded net (ECP5: 5.6 ns of routing)
         load, ld_vec, ld_act = Signal(), Signal(), Signal()
-        nxt = Mux(rope, valid_rope, issue)
-        m.d.sync += [load.eq(nxt), ld_vec.eq(nxt & ~to_act), ld_act.eq(issue & to_act)]
+        nxt = Mux(rope, valid_rope, iss)
+        m.d.sync += [load.eq(nxt), ld_vec.eq(nxt & ~to_act), ld_act.eq(iss & to_act)]
         # beat k rotates pairs k*W/2 .. of the line: its b is their W/2 cos, then their W/2 sin elements
         hb = W // 2 * 32
         rope_b = Cat(*[Cat(cos_wait[k * hb:(k + 1) * hb], sin[k * hb:(k + 1) * hb]) for k in range(B)])
@@ -248,8 +267,8 @@ class VectorSequencer(wiring.Component):
         sel_req = _fanout_copies(m, w_is["REQUANT"], self.start, C, "sel_req")
         sel_rope = _fanout_copies(m, w_is["ROPE"], self.start, C, "sel_rope")
         lane = [slice(c * 32, (c + 1) * 32) for c in range(C)]
-        a_sel = Cat(*[Mux(sel_req[c], self.acc_rdata[lane[c]], self.va_rdata[lane[c]]) for c in range(C)])
-        b_sel = Cat(*[Mux(sel_rope[c], rope_b[lane[c]], self.vb_rdata[lane[c]]) for c in range(C)])
+        a_sel = Cat(*[Mux(sel_req[c], acc_r[lane[c]], va_r[lane[c]]) for c in range(C)])
+        b_sel = Cat(*[Mux(sel_rope[c], rope_b[lane[c]], vb_r[lane[c]]) for c in range(C)])
         # the lines, and what goes with them, are registered before the serializers (a cycle later than their
         # read data): the block RAMs' clock-to-data (5.8 ns on ECP5), the lane selects and the serializer's beat
         # select reached the vector unit's input register in one cycle (ulx3s: 12.9 ns)
@@ -259,7 +278,7 @@ class VectorSequencer(wiring.Component):
         first_l, last_l = Signal(name="first_l"), Signal(name="last_l")
         valid_am_l = Signal(name="valid_am_l")
         nline_l = Signal(17, name="nline_l", reset_less=True)
-        m.d.sync += [a_line.eq(a_sel), b_line.eq(b_sel), exp_l.eq(self.exp_rdata[:8]),
+        m.d.sync += [a_line.eq(a_sel), b_line.eq(b_sel), exp_l.eq(exp_r),
                      first_l.eq(Mux(rope, first2, first)), last_l.eq(Mux(rope, last2, last)),
                      valid_am_l.eq(valid_am), nline_l.eq(nline)]
         load_l, ld_vec_l, ld_act_l = Signal(name="load_l"), Signal(name="ld_vec_l"), Signal(name="ld_act_l")
@@ -325,5 +344,5 @@ class VectorSequencer(wiring.Component):
             m.d.sync += pend.eq(0)
         with m.If(zeros_nz & ~self.start):
             m.d.sync += [zeros.eq(zeros - 1), zeros_nz.eq(zeros != 1)]
-        m.d.comb += self.busy.eq(walking | (pend != 0) | zeros_nz | bvalid | xvalid | valid2 | load_l | ld_act_l)
+        m.d.comb += self.busy.eq(walking | (pend != 0) | zeros_nz | bvalid | xvalid | iss | valid2 | load_l | ld_act_l)
         return m

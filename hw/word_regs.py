@@ -18,7 +18,7 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data
 
-__all__ = ["word_reg", "fifo_level_next", "flag_copies", "lane_mux", "stage_reg"]
+__all__ = ["word_reg", "fifo_level_next", "free_room", "flag_copies", "lane_mux", "stage_reg"]
 
 
 def word_reg(m: Module, value, name: str, shape=None, *, init: int = 0, reset_less: bool = False) -> Signal:
@@ -32,6 +32,20 @@ def word_reg(m: Module, value, name: str, shape=None, *, init: int = 0, reset_le
 def fifo_level_next(q) -> Value:
     """The level ``q`` (an ``amaranth.lib.fifo`` FIFO) will have next cycle: its level, plus a write, less a read."""
     return q.level + (q.w_en & q.w_rdy) - (q.r_en & q.r_rdy)
+
+
+def free_room(m: Module, name: str, places: int, take, give) -> Signal:
+    """A flip-flop that is high while a queue of ``places`` has a free place: the places are counted down by
+    ``take`` (a place claimed: this cycle's entry, wherever it waits on its way in) and up by ``give`` (one
+    left), both 1-bit.  Next cycle's flag is a select of ``free >= 1`` and ``free >= 2`` (flags of the count's
+    own register) by ``take`` and ``give``: one LUT after them, where ``level + in flight < depth`` was an adder
+    and a compare (the LOAD engine's and GEMM prefetch's room were among the ulx3s top level's slowest paths).
+    ``take`` must be low while the flag is."""
+    free = Signal(range(places + 1), name=f"{name}_free", init=places)
+    room = Signal(name=name, init=1 if places else 0)
+    m.d.sync += [free.eq(free - take + give),
+                 room.eq(Mux(take & ~give, free >= 2, Mux(~take & give, 1, free >= 1)))]
+    return room
 
 
 #: three flip-flops Yosys's ``opt_merge`` keeps apart although they load the same value: reset to 0, reset to 1,
