@@ -168,21 +168,24 @@ class StoreEngine(wiring.Component):
         # read lines ahead into a small FIFO (one read in flight; sync read ports answer next cycle).  A read is
         # requested from this engine's own registers alone; the port serves compute first, so a request the
         # compute side took the port from is lost and repeated the next cycle (`lost`, a flip-flop).  The
-        # compute side's read enable thus reaches only the port's multiplexer and one flip-flop here, never
-        # the counters: the same cycles as deciding from it, without its path through this engine.
+        # compute side's read enable thus reaches only the port's multiplexer, one flip-flop and the address
+        # register's count enable here, never the counters: the same cycles as deciding from it, without its
+        # path through this engine.
         wide = cfg.cols * 32
         m.submodules.lines = lq = fifo.SyncFIFO(width=wide, depth=self.LINE_FIFO)
         # rows * lines lines to read, counted as rows of lines (a product of two fields would be DSP48s)
         reading = Signal()
         rows_left = Signal(16)
         lines_left = Signal(16)
-        rd_addr = Signal(32)  # the next new line's buffer address, v.sram + lines requested so far
-        last_addr = Signal(32)  # the address of the request in flight (repeated when it was lost)
+        # the address a request presents, a register: the next line's, or again the last one's when the port goes
+        # to compute this cycle (that request will be lost and repeated).  A select between the last request's
+        # address and the next one's sat between flip-flops and the block RAMs' address pins (ulx3s: 11.9 ns)
+        addr = Signal(32, name="store_addr")
         pending = Signal()  # a request went out last cycle ...
         served = Signal()  # ... and the port served it (compute did not read then)
         with m.If(exec_start):
             m.d.sync += [reading.eq((v.rows != 0) & (v.lines != 0)), rows_left.eq(v.rows), lines_left.eq(v.lines),
-                         rd_addr.eq(v.sram)]
+                         addr.eq(v.sram)]
         # the buffer's read port is free unless compute reads it this cycle (compute first)
         free = Mux(v.buf == 0, self.spad_ready, Mux(v.buf == 1, self.acc_ready, self.vbuf_ready))
         lost = pending & ~served
@@ -205,11 +208,10 @@ class StoreEngine(wiring.Component):
         staged = Signal(name="store_staged")
         m.d.sync += [pending.eq(issue), served.eq(free),
                      room.eq(fifo_level_next(lq) + got + issue < self.LINE_FIFO)]
-        addr = Mux(lost, last_addr, rd_addr)
-        with m.If(issue):
-            m.d.sync += last_addr.eq(addr)
+        with m.If(issue & free):
+            m.d.sync += addr.eq(addr + 1)
         with m.If(issue & ~lost):
-            m.d.sync += [rd_addr.eq(rd_addr + 1), lines_left.eq(lines_left - 1)]
+            m.d.sync += lines_left.eq(lines_left - 1)
             with m.If(lines_left == 1):
                 m.d.sync += [lines_left.eq(v.lines), rows_left.eq(rows_left - 1)]
                 with m.If(rows_left == 1):

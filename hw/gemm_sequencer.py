@@ -131,6 +131,15 @@ class GemmSequencer(wiring.Component):
         m1, k1, n1 = Signal(16), Signal(16), Signal(16)
         with m.If(self.start):
             m.d.sync += [m1.eq(self.m - 1), k1.eq(self.k - 1), n1.eq(self.n - 1)]
+        # "the index is at its last value" of each walker's counters, flip-flops kept beside them (loaded from the
+        # counters' next values): no 16-bit compare between a counter and the walker's decisions (ulx3s: a_more
+        # and zeros 11.1-11.3 ns through three of them)
+        ai_l, akk_l, aj_l = Signal(name="ai_last"), Signal(name="akk_last"), Signal(name="aj_last")
+        wkk_l, wj_l = Signal(name="wkk_last"), Signal(name="wj_last")
+        zi_l, zj_l = Signal(name="zi_last"), Signal(name="zj_last")
+        with m.If(self.start):
+            m.d.sync += [ai_l.eq(self.m == 1), akk_l.eq(self.k == 1), aj_l.eq(self.n == 1), wkk_l.eq(self.k == 1),
+                         wj_l.eq(self.n == 1), zi_l.eq(self.m == 1), zj_l.eq(self.n == 1)]
         with m.If(self.start):
             nonempty = (self.m != 0) & (self.n != 0)
             m.d.sync += [
@@ -151,13 +160,14 @@ class GemmSequencer(wiring.Component):
         with m.If(w_issue):
             with m.If(w_c == C - 1):
                 m.d.sync += w_c.eq(0)
-                with m.If(w_kk == k1):  # next output tile j: W rows j*C ..
+                with m.If(wkk_l):  # next output tile j: W rows j*C ..
                     nb = w_base + C * self.k
-                    m.d.sync += [w_kk.eq(0), w_j.eq(w_j + 1), w_base.eq(nb), w_ptr.eq(nb)]
-                    with m.If(w_j == n1):
+                    m.d.sync += [w_kk.eq(0), wkk_l.eq(k1 == 0), w_j.eq(w_j + 1), wj_l.eq(w_j + 1 == n1),
+                                 w_base.eq(nb), w_ptr.eq(nb)]
+                    with m.If(wj_l):
                         m.d.sync += w_more.eq(0)
                 with m.Else():
-                    m.d.sync += [w_kk.eq(w_kk + 1), w_ptr.eq(w_base + w_kk + 1)]
+                    m.d.sync += [w_kk.eq(w_kk + 1), wkk_l.eq(w_kk + 1 == k1), w_ptr.eq(w_base + w_kk + 1)]
             with m.Else():
                 m.d.sync += [w_c.eq(w_c + 1), w_ptr.eq(w_ptr + self.k)]
         # Wc scratchpad lines make one array beat: the first Wc - 1 wait in a gather register (one line a cycle,
@@ -250,26 +260,28 @@ class GemmSequencer(wiring.Component):
         m.d.comb += [tag_now.addr.eq(t_ptr[:16]),
                      tag_now.acc.eq(self.acc | Mux(q4, (a_kk >> lb) != 0, a_kk != 0)),
                      tag_now.gfirst.eq(gpos == 0), tag_now.glast.eq(glast_now),
-                     tag_now.gend.eq(glast_now & (a_i == m1)), tag_now.lend.eq(a_kk == k1),
+                     tag_now.gend.eq(glast_now & ai_l), tag_now.lend.eq(akk_l),
                      tag_now.gi.eq(a_i)]
         side = self.tag.size + 1  # the tag and `last`
         side_now = Signal(side)  # describes the line read this cycle; registered to meet its data
         side_d = Signal(side)
-        m.d.comb += side_now.eq(Cat(tag_now.as_value(), a_i == m1))
+        m.d.comb += side_now.eq(Cat(tag_now.as_value(), ai_l))
         m.d.sync += side_d.eq(side_now)
         a_issue, aq = _prefetch(m, "aq", C * 8 + side, a_more, Cat(self.a_rdata, side_d))
         m.d.comb += [self.a_addr.eq(a_ptr), self.a_en.eq(a_issue)]
         with m.If(a_issue):
-            with m.If(a_i == m1):
-                m.d.sync += a_i.eq(0)
-                with m.If(a_kk == k1):
-                    m.d.sync += [a_kk.eq(0), a_j.eq(a_j + 1), a_ptr.eq(self.a), t_ptr.eq(self.dst + a_j + 1)]
-                    with m.If(a_j == n1):
+            with m.If(ai_l):
+                m.d.sync += [a_i.eq(0), ai_l.eq(m1 == 0)]
+                with m.If(akk_l):
+                    m.d.sync += [a_kk.eq(0), akk_l.eq(k1 == 0), a_j.eq(a_j + 1), aj_l.eq(a_j + 1 == n1),
+                                 a_ptr.eq(self.a), t_ptr.eq(self.dst + a_j + 1)]
+                    with m.If(aj_l):
                         m.d.sync += a_more.eq(0)
                 with m.Else():
-                    m.d.sync += [a_kk.eq(a_kk + 1), a_ptr.eq(self.a + a_kk + 1), t_ptr.eq(self.dst + a_j)]
+                    m.d.sync += [a_kk.eq(a_kk + 1), akk_l.eq(a_kk + 1 == k1), a_ptr.eq(self.a + a_kk + 1),
+                                 t_ptr.eq(self.dst + a_j)]
             with m.Else():
-                m.d.sync += [a_i.eq(a_i + 1), a_ptr.eq(a_ptr + self.k), t_ptr.eq(t_ptr + self.n)]
+                m.d.sync += [a_i.eq(a_i + 1), ai_l.eq(a_i + 1 == m1), a_ptr.eq(a_ptr + self.k), t_ptr.eq(t_ptr + self.n)]
         ap = arr.a_stream.payload
         fd = aq.r_data
         m.d.comb += [arr.a_stream.valid.eq(aq.r_rdy), aq.r_en.eq(arr.a_stream.ready),
@@ -301,12 +313,12 @@ class GemmSequencer(wiring.Component):
         m.d.comb += [acc.zero_addr.eq(zptr), acc.zero_en.eq(zeros)]
         with m.If(zeros):
             m.d.sync += zptr.eq(zptr + 1)
-            with m.If(z_j == n1):
-                m.d.sync += [z_j.eq(0), z_i.eq(z_i + 1)]
-                with m.If(z_i == m1):
+            with m.If(zj_l):
+                m.d.sync += [z_j.eq(0), zj_l.eq(n1 == 0), z_i.eq(z_i + 1), zi_l.eq(z_i + 1 == m1)]
+                with m.If(zi_l):
                     m.d.sync += zeros.eq(0)
             with m.Else():
-                m.d.sync += z_j.eq(z_j + 1)
+                m.d.sync += [z_j.eq(z_j + 1), zj_l.eq(z_j + 1 == n1)]
         return m
 
     def _asum_pipe(self, m, arr):
