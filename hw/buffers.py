@@ -45,7 +45,7 @@ from amaranth.lib import memory
 
 from systolica.config import AccelConfig
 
-from .word_regs import flag_copies, lane_mux
+from .word_regs import _DISTINCT, lane_mux
 
 __all__ = ["ALL_BUFFER_MEMORIES", "BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_copies", "buffer_ports",
            "memory_port_census", "store_copy", "undefined_collisions"]
@@ -186,13 +186,21 @@ def _collision(m: Module, rp, w_addr, w_en, name: str) -> Signal:
 def _write_through(m: Module, rp, w_addr, w_data, w_en, name: str):
     """The read data of ``rp`` transparent to the write port (a read of the address written in the same cycle
     returns the new data, GEMM's read-modify-write needs it), as the bypass Yosys would build, but with its
-    select as three flag copies (:func:`~systolica.hw.word_regs.flag_copies`), a third of the lanes each: the
-    one collision flag over the 256-bit line was among the most congested nets of the ulx3s route."""
-    hit = flag_copies(m, w_en & (w_addr == rp.addr), rp.en, f"{name}_wt_hit")
+    select in three copies, a third of the lanes each (one collision flag over the 256-bit line was among the
+    most congested nets of the ulx3s route).  The addresses and the write enable are registered and compared
+    in the cycle the read data come, beside the block RAM's clock-to-data: a compare before flag registers
+    loaded on the read enable ran from the STORE's request through the port's select (ulx3s: 11.9 ns).  Every
+    reader takes the data the cycle after its read, so the registers load every cycle."""
     w_last = Signal(len(w_data), name=f"{name}_wt_data", reset_less=True)
-    with m.If(rp.en):
-        m.d.sync += w_last.eq(w_data)
-    return lane_mux(hit, w_last, rp.data, 32)
+    m.d.sync += w_last.eq(w_data)
+    hits = []
+    for k, kw in enumerate(_DISTINCT):  # three copies Yosys keeps apart
+        ra = Signal(len(rp.addr), name=f"{name}_wt_ra{k}", **kw)
+        wa = Signal(len(rp.addr), name=f"{name}_wt_wa{k}", **kw)
+        we = Signal(name=f"{name}_wt_we{k}", **kw)
+        m.d.sync += [ra.eq(rp.addr), wa.eq(w_addr), we.eq(w_en)]
+        hits.append(we & (ra == wa))
+    return lane_mux(hits, w_last, rp.data, 32)
 
 
 def undefined_collisions(il: str, memories: list[str]) -> str:

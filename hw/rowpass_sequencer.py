@@ -384,26 +384,36 @@ class RowPassSequencer(wiring.Component):
         """Lines cut into beats on their way into the FIFO (``NB > 1``): entry kind, last, QUANT's W lanes of x
         (the first NW of them the softmax's / norm's ``a``), NW lanes of gamma, NW of beta.
 
-        Three shift registers (x, gamma, beta) take the line from the ports: x and gamma in the cycle after the
-        read (pending; LAYERNORM's output pass: beta_rd), beta a cycle later (pend2; else 0); from the next cycle
-        they give one beat a cycle (``left`` counts them), each straight into the FIFO, which always has room for
-        them (the read waited for it).  So the FIFO and the unit's beat registers see beats, not lines: no line
-        register waits for beta, and no 8-way beat select sits after the FIFO.  A header goes in once the
-        serializer is empty (it follows the row's last beat)."""
+        Three line registers (x, gamma, beta) take the line from the ports as it comes (a clock enable, no select
+        before them: a block RAM's clock-to-data and the routing leave no time for one at 100 MHz; ulx3s: the
+        shift registers that were here took 11.3 ns): x and gamma in the cycle after the read (pending;
+        LAYERNORM's output pass: beta_rd), beta a cycle later (pend2; else its beats read 0, ``b_zero``).  From
+        the next cycle they give one beat a cycle (``left`` counts them down, ``kx`` / ``kb`` up from each
+        register's load: the beat is a select of the register by the count), each straight into the FIFO,
+        which always has room for them (the read waited for it).  So the FIFO and the unit's beat registers see
+        beats, not lines: no line register waits for beta, and no 8-way beat select of 770-bit entries sits
+        after the FIFO.  A header goes in once the serializer is empty (it follows the row's last beat)."""
         C = self.cfg.cols
-        W, NW = self.cfg.line_width, self.cfg.rowpass_width
+        W, NW, B, NB = self.cfg.line_width, self.cfg.rowpass_width, self.cfg.line_beats, self.cfg.rowpass_beats
         sx, sg, sb = (Signal(C * 32, name=f"feed_{n}", reset_less=True) for n in ("x", "gamma", "beta"))
+        kx, kb = Signal(range(NB), name="feed_kx"), Signal(range(NB), name="feed_kb")
+        b_zero = Signal(name="feed_b_zero")
         last = Signal(name="feed_last")
         with m.If(emit):  # (left and emit through their next values left_n, emit_n: the walk reads them)
             m.d.comb += [left_n.eq(left - 1), emit_n.eq(left != 1)]
-            m.d.sync += [sx.eq(Mux(is_q, sx >> (W * 32), sx >> (NW * 32))), sg.eq(sg >> (NW * 32)),
-                         sb.eq(sb >> (NW * 32))]
+            m.d.sync += [kx.eq(kx + 1), kb.eq(kb + 1)]
         with m.If(pending | beta_rd):
-            m.d.sync += [sx.eq(self.va_rdata), sg.eq(self.vb_rdata)]
+            m.d.sync += [sx.eq(self.va_rdata), sg.eq(self.vb_rdata), kx.eq(0)]
         with m.If(pending | pend2):
             m.d.comb += [left_n.eq(nb), emit_n.eq(1)]
-            m.d.sync += [last.eq(pend_last), sb.eq(Mux(pend2, self.vb_rdata, 0))]
-        beat = Cat(_ROW, last & (left == 1), sx[:W * 32], sg[:NW * 32], sb[:NW * 32])
+            m.d.sync += [last.eq(pend_last), sb.eq(self.vb_rdata), b_zero.eq(~pend2), kb.eq(0)]
+        # beat k: QUANT's W lanes k*W .. of x, or (the rest) NW lanes k*NW .. of x, gamma and beta (x's lanes past
+        # NW are QUANT's alone: the others read the first NW)
+        xw = sx.word_select(kx[:max(1, (B - 1).bit_length())], W * 32) if B > 1 else sx[:W * 32]
+        xn = sx.word_select(kx, NW * 32)
+        x_beat = Cat(Mux(is_q, xw[:NW * 32], xn), xw[NW * 32:])
+        b_beat = Mux(b_zero, 0, sb.word_select(kb, NW * 32))
+        beat = Cat(_ROW, last & (left == 1), x_beat, sg.word_select(kx, NW * 32), b_beat)
         m.d.comb += [q.w_en.eq(emit | push_hdr), q.w_data.eq(Mux(emit, beat, Cat(_HDR, 0)))]
         qa = q.r_data[2:2 + W * 32]
         g0 = 2 + W * 32

@@ -220,10 +220,9 @@ class SystolicArray(wiring.Component):
             wd = [w.payload[j][r] for j in range(P)]
             for d in range(r):
                 nxt = [Signal(signed(8), name=f"wd_{r}_{d}_{j}", reset_less=True) for j in range(P)]
-                # a register of the input takes it only as it fires (else Yosys merges a plain delay of the
-                # input with a shift register in front of it: the unit's measurement wrapper)
-                with m.If(w_fire if d == 0 else 1):
-                    m.d.sync += [n.eq(v) for n, v in zip(nxt, wd, strict=True)]
+                # every cycle: the write's enable travels beside them (ctl); the fire as their enable reached
+                # (R - 1) * P * 8 flip-flops from the handshake (ulx3s: the array's weight enables at 11.2 ns)
+                m.d.sync += [n.eq(v) for n, v in zip(nxt, wd, strict=True)]
                 wd = nxt
             # a skewed column takes its tile late, so its shadow must not take the next tile's weights before
             # then: the weight writes go along the row with the activations (column c's `skew` cycles late, as
@@ -239,8 +238,7 @@ class SystolicArray(wiring.Component):
                     nc = Signal(ctl_layout, name=f"wctl_{r}_l{d}")
                     nw = [Signal(signed(8), name=f"wd_{r}_l{d}_{i}", reset_less=True) for i in range(P)]
                     m.d.sync += nc.eq(pc)
-                    with m.If(w_fire if r == 0 and d == 1 else 1):
-                        m.d.sync += [n.eq(v) for n, v in zip(nw, pw, strict=True)]
+                    m.d.sync += [n.eq(v) for n, v in zip(nw, pw, strict=True)]  # (every cycle, as above)
                     late[d] = (nc, nw)
                 lc, lw = late[e]
                 with m.If(lc.we & (lc.grp == g)):
