@@ -26,7 +26,7 @@ from .axi import axi4_write_signature
 from .buffers import buffer_ports
 from .decode import CMD_BITS, instr_layout
 from .dma import ADDR_BITS, DmaWriter
-from .word_regs import fifo_level_next, flag_copies, lane_mux
+from .word_regs import flag_copies, free_room, lane_mux
 
 __all__ = ["EngineState", "engine_members", "token_fsm", "StoreEngine", "buffer_ports", "beats_per_line"]
 
@@ -192,22 +192,23 @@ class StoreEngine(wiring.Component):
         got = pending & served
         # A request goes out from flip-flops (its enable and address reach the block RAMs of three buffers across
         # the die: the slowest placed paths of the ulx3s top level started at the token handshake's state and
-        # the FIFO's level adder): `active` is executing & ~started, loaded from their next values; `room` is
-        # the FIFO's next level plus the request in flight below its depth, counting a request the port may yet
-        # lose as a line (one slot held a cycle longer, only then).  A lost request is repeated whatever `room`
-        # says: its slot was counted when it first went out
+        # the FIFO's level adder): `active` is executing & ~started, loaded from their next values; `room` says
+        # a place is free of the FIFO's, its register's and the request in flight's, counting a request the port
+        # may yet lose as a line (one slot held a cycle longer, only then).  A lost request is repeated whatever
+        # `room` says: its slot was counted when it first went out
         active = Signal(name="store_active")
         m.d.sync += active.eq(self.executing & (started | dma.busy))
-        room = Signal(name="store_room", init=1)
         issue = Signal()
+        # (free_room: a request claims a place; a line leaving the FIFO and a lost request give one back)
+        pop = Signal(name="store_pop")
+        room = free_room(m, "store_room", self.LINE_FIFO, issue, pop, lost)
         m.d.comb += issue.eq(active & ((reading & room) | lost))
         # the line read is registered before the FIFO (`staged`: the block RAM's clock-to-data, 5.8 ns on ECP5, and
         # the three buffers' select would otherwise reach the FIFO's LUT-RAM write data in one cycle, 13.9 ns on
         # ulx3s), so a line counts against the room from its request until it leaves the FIFO: request in flight,
         # the register, the FIFO's next level
         staged = Signal(name="store_staged")
-        m.d.sync += [pending.eq(issue), served.eq(free),
-                     room.eq(fifo_level_next(lq) + got + issue < self.LINE_FIFO)]
+        m.d.sync += [pending.eq(issue), served.eq(free)]
         with m.If(issue & free):
             m.d.sync += addr.eq(addr + 1)
         with m.If(issue & ~lost):
@@ -228,7 +229,7 @@ class StoreEngine(wiring.Component):
             m.d.sync += raw.eq(rdata)
             line = lane_mux(from_buf[i], raw, line, 32)
         m.d.sync += staged.eq(got)
-        m.d.comb += [lq.w_en.eq(staged), lq.w_data.eq(line)]
+        m.d.comb += [lq.w_en.eq(staged), lq.w_data.eq(line), pop.eq(lq.r_en & lq.r_rdy)]
 
         # serialize the head line into beats, lane 0 first (little endian, as the bus and DRAM)
         db = cfg.dma_bits

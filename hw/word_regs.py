@@ -34,17 +34,19 @@ def fifo_level_next(q) -> Value:
     return q.level + (q.w_en & q.w_rdy) - (q.r_en & q.r_rdy)
 
 
-def free_room(m: Module, name: str, places: int, take, give) -> Signal:
+def free_room(m: Module, name: str, places: int, take, give, give2=0) -> Signal:
     """A flip-flop that is high while a queue of ``places`` has a free place: the places are counted down by
-    ``take`` (a place claimed: this cycle's entry, wherever it waits on its way in) and up by ``give`` (one
-    left), both 1-bit.  Next cycle's flag is a select of ``free >= 1`` and ``free >= 2`` (flags of the count's
-    own register) by ``take`` and ``give``: one LUT after them, where ``level + in flight < depth`` was an adder
-    and a compare (the LOAD engine's and GEMM prefetch's room were among the ulx3s top level's slowest paths).
-    ``take`` must be low while the flag is."""
+    ``take`` (a place claimed: this cycle's entry, wherever it waits on its way in) and up by ``give`` and
+    ``give2`` (one left each), all 1-bit.  Next cycle's flag is a select of ``free >= 1`` and ``free >= 2``
+    (flags of the count's own register) by the claim and the releases: one LUT after them, where
+    ``level + in flight < depth`` was an adder and a compare (the LOAD engine's, GEMM prefetch's and STORE's
+    room were among the ulx3s top level's slowest paths).  A claim while the flag is low must come with a
+    release (the count never goes below zero)."""
     free = Signal(range(places + 1), name=f"{name}_free", init=places)
     room = Signal(name=name, init=1 if places else 0)
-    m.d.sync += [free.eq(free - take + give),
-                 room.eq(Mux(take & ~give, free >= 2, Mux(~take & give, 1, free >= 1)))]
+    up = give | give2
+    m.d.sync += [free.eq(free - take + give + give2),
+                 room.eq(Mux(take, Mux(give & give2, 1, Mux(up, free >= 1, free >= 2)), Mux(up, 1, free >= 1)))]
     return room
 
 
