@@ -91,8 +91,8 @@ ROWPASS_OPS = frozenset({"RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: two constant products (GELU's x3 * C1, w * C2) became shift-and-add trees in LUTs, a stage longer each
 #: (ActivationUnit.latency 71 -> 73: SILU / GELU + 2, measured on the RTL sequencer); then the vector sequencer's
 #: lines were registered before its serializers (2026-12-07: every vector-sequencer op + 1), then its read data
-#: as they come from the block RAMs (+ 1 again, but ROPE: its RTL cycles did not move, measured on the fast
-#: harness), and the activation unit's clip took two stages (SILU / GELU + 1, through ActivationUnit.latency
+#: as they come from the block RAMs (+ 1 again, but ROPE: a 64-line ROPE's RTL cycles did not move, a 2-line
+#: one's + 1, measured on the fast harness; the entry fits the long one), and the activation unit's clip took two stages (SILU / GELU + 1, through ActivationUnit.latency
 #: 73 -> 74 below).
 VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 73, "GELU": 73, "ROPE": 10, "SOFTMAX": 18, "RMSNORM": 13, "LAYERNORM": 14,
                                         "ADD": 10, "MUL": 10, "REQUANT": 10, "ARGMAX": 10, "QUANT": 4, "QUANT_SPLIT": 4}
