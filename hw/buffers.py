@@ -45,7 +45,7 @@ from amaranth.lib import memory
 
 from systolica.config import AccelConfig
 
-from .word_regs import _DISTINCT, lane_mux
+from .word_regs import DISTINCT, lane_mux
 
 __all__ = ["ALL_BUFFER_MEMORIES", "BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_copies", "buffer_ports",
            "memory_port_census", "store_copy", "undefined_collisions"]
@@ -194,7 +194,7 @@ def _write_through(m: Module, rp, w_addr, w_data, w_en, name: str):
     w_last = Signal(len(w_data), name=f"{name}_wt_data", reset_less=True)
     m.d.sync += w_last.eq(w_data)
     hits = []
-    for k, kw in enumerate(_DISTINCT):  # three copies Yosys keeps apart
+    for k, kw in enumerate(DISTINCT):  # three copies Yosys keeps apart
         ra = Signal(len(rp.addr), name=f"{name}_wt_ra{k}", **kw)
         wa = Signal(len(rp.addr), name=f"{name}_wt_wa{k}", **kw)
         we = Signal(name=f"{name}_wt_we{k}", **kw)

@@ -155,9 +155,8 @@ class LoadEngine(wiring.Component):
         steady = desc.r_rdy & seen
         # a line (or marker) is registered before the line FIFO (``staged``): its write enable, decided from the R
         # channel's valid and the flags, reached the FIFO's LUT-RAM write enables and level in one cycle (ulx3s:
-        # 13.8 ns, the top level's slowest path); the room for it is a register (the FIFO's next level and the
-        # next staged entry below its depth)
-        # (free_room: places of the line FIFO and its register not claimed, counted)
+        # 13.8 ns, the top level's slowest path); the room for it is a register kept from a count of the places of
+        # the FIFO and its register not claimed (free_room)
         claim = Signal(name="lines_claim")
         lq_room = free_room(m, "lines_room", lq.depth, claim, lq.r_en & lq.r_rdy)
         takes = steady & ~d.empty & lq_room

@@ -18,7 +18,7 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data
 
-__all__ = ["word_reg", "fifo_level_next", "free_room", "flag_copies", "lane_mux", "stage_reg"]
+__all__ = ["word_reg", "fifo_level_next", "free_room", "DISTINCT", "flag_copies", "lane_mux", "stage_reg"]
 
 
 def word_reg(m: Module, value, name: str, shape=None, *, init: int = 0, reset_less: bool = False) -> Signal:
@@ -52,7 +52,7 @@ def free_room(m: Module, name: str, places: int, take, give, give2=0) -> Signal:
 
 #: three flip-flops Yosys's ``opt_merge`` keeps apart although they load the same value: reset to 0, reset to 1,
 #: and no reset (it merges registers only with the same reset and initial value)
-_DISTINCT = (dict(init=0), dict(init=1), dict(reset_less=True))
+DISTINCT = (dict(init=0), dict(init=1), dict(reset_less=True))
 
 
 def flag_copies(m: Module, value, load, name: str, first: Signal | None = None) -> list[Signal]:
@@ -63,7 +63,7 @@ def flag_copies(m: Module, value, load, name: str, first: Signal | None = None) 
     ``first``: a register the caller already loads with ``value`` when ``load`` is high (reset to 0); it is
     the first copy, instead of a fourth flip-flop that Yosys would merge into it anyway."""
     out = [] if first is None else [first]
-    for k, kw in enumerate(_DISTINCT[len(out):], start=len(out)):
+    for k, kw in enumerate(DISTINCT[len(out):], start=len(out)):
         s = Signal(name=f"{name}_c{k}", **kw)
         with m.If(load):
             m.d.sync += s.eq(value)
