@@ -83,6 +83,7 @@ class Ecp5Result:
     placer: str = "static"  # nextpnr's placer (--placer)
     seed: int = 1  # nextpnr's --seed: placements (and so Fmax and whether a congested design routes) vary with it
     router: str = "router1"  # nextpnr's router and its options
+    netlist_pass: str = ""  # what boards/ecp5_absorb.py did to synth_ecp5's netlist (absorb.json)
 
     @property
     def meets_target(self) -> bool:
@@ -234,7 +235,7 @@ def _status(log: Path):
 def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
                target_mhz: float | None = None, seed: int = 1, timeout: float = 3600,
                progress: Callable[[str], None] | None = None, placer: str = PLACER,
-               router: tuple[str, ...] = ROUTER_TOP) -> Ecp5Result:
+               router: tuple[str, ...] = ROUTER_TOP, netlist_pass: bool = True) -> Ecp5Result:
     """Synthesize, place and route ``top`` for ``board`` (an ECP5 board) and pack a bitstream.
 
     Parameters
@@ -260,11 +261,14 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     router
         nextpnr's router and its options: :data:`ROUTER_TOP` (router1) by default, the only one that has routed the
         whole ulx3s top level; :data:`ROUTER_UNIT` (router2) for a unit alone; :data:`ROUTER2_ALT`.
+    netlist_pass
+        Rewrite synth_ecp5's netlist before placing it (:mod:`.ecp5_absorb`: flip-flops into the block RAMs' and
+        multipliers' output registers, the largest resets onto global networks); ``synth.json`` keeps Yosys's.
     """
     name, *options = router
     if name not in ("router1", "router2"):
         raise Ecp5Error(f"nextpnr-ecp5 has no router {name!r} (router1 or router2)")
-    out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
+    out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout, netlist_pass)
     check_hard_blocks(out / "stat.json", board)
     # placed and written out first, then routed from that placement (one log): a route that does not converge
     # still leaves its placement (placed.json) for `nextpnr_congestion --placed` and `ecp5_paths --placed`
@@ -282,7 +286,7 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     report = json.loads((out / "report.json").read_text())
     fmax, _, util = parse_report(report)
     return Ecp5Result(fmax, target, util, out / f"{board.name}.bit", out / "report.json", time.monotonic() - t0,
-                      critical_path(report), mapper, placer, seed, " ".join(router))
+                      critical_path(report), mapper, placer, seed, " ".join(router), _pass_summary(out))
 
 
 @dataclass(frozen=True)
@@ -301,12 +305,13 @@ class Ecp5Placement:
 
 def ecp5_place(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
                target_mhz: float | None = None, seed: int = 1, timeout: float = 3600,
-               progress: Callable[[str], None] | None = None, placer: str = PLACER) -> Ecp5Placement:
+               progress: Callable[[str], None] | None = None, placer: str = PLACER,
+               netlist_pass: bool = True) -> Ecp5Placement:
     """Synthesize and place ``top`` as :func:`ecp5_build` does, without routing (a quarter of the time or less
     on a whole top level, and a figure even where the router does not converge)."""
     from systolica.boards.nextpnr_log import pnr_status
 
-    out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout)
+    out, target, mapper, t0 = _synthesize(verilog, top, board, out_dir, target_mhz, timeout, netlist_pass)
     check_hard_blocks(out / "stat.json", board)
     placer = _place(board, out, target, seed, timeout, progress, placer)
     st = pnr_status((out / "nextpnr.log").read_text(errors="replace"))
@@ -331,8 +336,9 @@ def check_hard_blocks(stat_json: Path, board: Board) -> None:
                         "nothing was placed")
 
 
-def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: float):
-    """The wrapper, the pin constraints and ``synth_ecp5`` into ``out_dir/top.json``: (out, target, mapper, t0)."""
+def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: float, netlist_pass: bool = True):
+    """The wrapper, the pin constraints and ``synth_ecp5`` into ``out_dir/top.json`` (rewritten by
+    :func:`_rewrite_netlist` unless ``netlist_pass`` is false): (out, target, mapper, t0)."""
     if board.flow != "ecp5":
         raise Ecp5Error(f"board {board.name} uses the {board.flow} flow, not ecp5")
     missing = tools_available()
@@ -366,7 +372,38 @@ def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: f
             run_yosys(script(False), out, timeout=timeout)
         except YosysError as e2:
             raise Ecp5Error(str(e2)) from None
+    if netlist_pass:
+        _rewrite_netlist(out)
     return out, target, mapper, t0
+
+
+def _rewrite_netlist(out: Path) -> None:
+    """synth_ecp5's netlist (kept as ``synth.json``) rewritten into ``top.json`` by :mod:`.ecp5_absorb`: the
+    flip-flops right after block RAMs and multipliers into their output registers, the largest reset nets onto
+    the global network; what it did in ``absorb.json``."""
+    from systolica.boards.ecp5_absorb import absorb_registers, promote_resets
+
+    doc = json.loads((out / "top.json").read_text())
+    shutil.copyfile(out / "top.json", out / "synth.json")
+    rep = absorb_registers(doc, WRAPPER)
+    resets = promote_resets(doc, WRAPPER)
+    (out / "top.json").write_text(json.dumps(doc))
+    (out / "absorb.json").write_text(json.dumps({**rep.as_dict(), "describe": rep.describe(),
+                                                 "reset_globals": [{"net": n, "loads": k} for n, k in resets]},
+                                                indent=1))
+
+
+def _pass_summary(out: Path) -> str:
+    """One line on what :func:`_rewrite_netlist` did, from ``absorb.json`` ('' without one)."""
+    try:
+        doc = json.loads((out / "absorb.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    resets = doc.get("reset_globals") or []
+    glb = f"; {len(resets)} reset nets ({sum(r['loads'] for r in resets):,} flip-flops) on global networks" \
+        if resets else ""
+    return f"{doc['bram_ports']} block RAM ports and {doc['mults']} multipliers took {doc['flip_flops']:,} " \
+           f"flip-flops into their output registers{glb}"
 
 
 def abc9_synth(wrapper: str, design: str, json_out: str) -> list[str]:

@@ -294,6 +294,8 @@ class Build:
             f"placer, {r.router}); {util}; bitstream {r.bitstream}")
         if r.critical_path:
             say(f"  slowest path: {r.critical_path}")
+        if r.netlist_pass:
+            say(f"  netlist pass (boards/ecp5_absorb.py, {r.report.parent / 'absorb.json'}): {r.netlist_pass}")
         Build._late_endpoints(r.report, say)
         return EXIT_OK if r.meets_target else EXIT_CHECK_FAILED
 
