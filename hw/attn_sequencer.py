@@ -202,8 +202,23 @@ class AttnSequencer(wiring.Component):
         p_ph, p_last, p_eot = Signal(_Ph), Signal(), Signal()
         m.d.sync += [r_ph.eq(ph), r_last.eq(beat_last), r_eot.eq(eot),
                      pending.eq(read_r), p_ph.eq(r_ph), p_last.eq(r_last), p_eot.eq(r_eot)]
+        # the lines go into flip-flops as they come from the block RAMs (``sa_raw`` ..., loaded every cycle:
+        # `staged` says a beat is there), the beat's selects after them, into the FIFO's write data: a block
+        # RAM's clock-to-data and the line's select reached a register in one cycle (ulx3s: 11.6 ns, 68 endpoints
+        # of the nineteenth session's route).  Loaded every cycle, they merge with the other readers' registers of
+        # the same port (GEMM's, the vector sequencer's, STORE's) into the block RAM's output register (the ECP5
+        # flow's boards/ecp5_absorb.py)
+        staged = Signal(name="beat_staged")
+        sa_raw = Signal(C * 8, name="sa_raw", reset_less=True)
+        sb_raw = Signal(8, name="sb_raw", reset_less=True)
+        va_raw = Signal(C * 32, name="va_raw", reset_less=True)
+        s_ph, s_last, s_eot = Signal(_Ph, name="s_ph"), Signal(name="s_last"), Signal(name="s_eot")
+        s_ext, s_hdr = Signal(name="s_ext"), Signal(name="s_hdr")  # the line's selects, decoded a cycle ahead
+        m.d.sync += [staged.eq(pending), sa_raw.eq(self.sa_rdata), sb_raw.eq(self.sb_rdata[:8]),
+                     va_raw.eq(self.va_rdata), s_ph.eq(p_ph), s_last.eq(p_last), s_eot.eq(p_eot),
+                     s_ext.eq((p_ph == _Ph.Q) | (p_ph == _Ph.K) | (p_ph == _Ph.V)), s_hdr.eq(p_ph == _Ph.HDR)]
         kind = Signal(3)
-        with m.Switch(p_ph):
+        with m.Switch(s_ph):
             with m.Case(_Ph.HDR):
                 m.d.comb += kind.eq(Mux(is_out_r, AttnBeat.FIN, AttnBeat.HDR))
             with m.Case(_Ph.Q):
@@ -214,18 +229,12 @@ class AttnSequencer(wiring.Component):
                 m.d.comb += kind.eq(AttnBeat.V)
             with m.Case(_Ph.OUT):
                 m.d.comb += kind.eq(AttnBeat.STATE_O)
-        ext = Cat(*[Cat(self.sa_rdata[8 * c:8 * c + 8], self.sa_rdata[8 * c + 7].replicate(24)) for c in range(C)])
+        ext = Cat(*[Cat(sa_raw[8 * c:8 * c + 8], sa_raw[8 * c + 7].replicate(24)) for c in range(C)])
         empty_hdr = Cat(Const(INT32_MIN & 0xFFFF_FFFF, 32), Const(0, 32 * (C - 1)))
-        vline = self.va_rdata
-        line = Mux((p_ph == _Ph.Q) | (p_ph == _Ph.K) | (p_ph == _Ph.V), ext,
-                   Mux(init_r, Mux(p_ph == _Ph.HDR, empty_hdr, 0), vline))
-        # the beat is registered before the FIFO (`staged`): the block RAMs' clock-to-data and the line's select
-        # would otherwise reach the FIFO's LUT-RAM write data in one cycle (13.2 ns on ulx3s).  The room count
-        # covers it: a place is taken at the read and given back at the pop (_DEPTH covers the loop)
-        staged = Signal(name="beat_staged")
-        beat = Signal(q.width, name="beat_r", reset_less=True)  # loaded every cycle: `staged` says it is a beat
-        m.d.sync += [staged.eq(pending), beat.eq(Cat(kind, line, self.sb_rdata[:8], p_eot, p_last))]
-        m.d.comb += [q.w_en.eq(staged), q.w_data.eq(beat)]
+        line = Mux(s_ext, ext, Mux(init_r, Mux(s_hdr, empty_hdr, 0), va_raw))
+        # the room count covers the two stages: a place is taken at the read and given back at the pop
+        # (_DEPTH covers the loop)
+        m.d.comb += [q.w_en.eq(staged), q.w_data.eq(Cat(kind, line, sb_raw, s_eot, s_last))]
 
         # ---- to the unit, or around it (t = 0)
         f_kind = q.r_data[:3]
