@@ -77,8 +77,11 @@ class LoadEngine(wiring.Component):
         # (rready low) instead of dropping data, and the port's ready (the buffer's arbitration) only pops the
         # queue: no path from it into the line assembly
         entry = data.StructLayout({"addr": 32, "buf": 2, "write": 1, "end": 1, "push": 1, "line": wide})
-        # (three places: a line a cycle, one-beat lines, needs the register's, the head's and the room's a cycle ahead)
-        m.submodules.lines = lq = fifo.SyncFIFO(width=entry.size, depth=3)
+        # The head is a register (SyncFIFOBuffered): it drives the buffers' write addresses and data, and out of
+        # the FIFO's LUT RAM they went through the write port's select into the block RAMs in one cycle (ulx3s:
+        # `load.lines` -> `spad_w_mem`'s write address, 12.0 ns, 151 endpoints).  Four places: a line a cycle
+        # (one-beat lines) needs the register's, the output register's, the head's and the room's a cycle ahead
+        m.submodules.lines = lq = fifo.SyncFIFOBuffered(width=entry.size, depth=4)
         owed = Signal()  # started words whose data or push is still to come
         staged = Signal(name="line_staged")  # (below) a line in the register before the line FIFO
         push_r = Signal(name="push_r")  # (below) a push on its way out

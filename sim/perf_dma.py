@@ -48,8 +48,9 @@ def transfer_bursts(cfg: AccelConfig, dram: int, stride: int, rows: int, beats: 
 #: a LOAD's EXEC ends this many cycles after its last burst's address (hw/load_engine.py; calibrated on the RTL)
 LOAD_ISSUE_CYCLES = 1
 #: a LOAD's last line is written, and its token pushed, this many cycles later than when the beat's line went straight
-#: into the line FIFO (hw/load_engine.py: the line's register; the push's register is inside the drain check's cycle)
-LOAD_LINE_CYCLES = 1
+#: into the line FIFO (hw/load_engine.py: the line's register and the FIFO's output register; the push's register is
+#: inside the drain check's cycle)
+LOAD_LINE_CYCLES = 2
 #: cycles between the previous LOAD's last line and a LOAD's first beat when its bursts were asked for in time (the
 #: descriptor FIFO pops the cycle after a word's last beat, and the new head waits a cycle: hw/load_engine.py)
 LOAD_TAIL_CYCLES = 2
