@@ -263,7 +263,7 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
         whole ulx3s top level; :data:`ROUTER_UNIT` (router2) for a unit alone; :data:`ROUTER2_ALT`.
     netlist_pass
         Rewrite synth_ecp5's netlist before placing it (:mod:`.ecp5_absorb`: flip-flops into the block RAMs' and
-        multipliers' output registers, the largest resets onto global networks); ``synth.json`` keeps Yosys's.
+        multipliers' output registers); ``synth.json`` keeps Yosys's.
     """
     name, *options = router
     if name not in ("router1", "router2"):
@@ -379,18 +379,17 @@ def _synthesize(verilog, top: str, board: Board, out_dir, target_mhz, timeout: f
 
 def _rewrite_netlist(out: Path) -> None:
     """synth_ecp5's netlist (kept as ``synth.json``) rewritten into ``top.json`` by :mod:`.ecp5_absorb`: the
-    flip-flops right after block RAMs and multipliers into their output registers, the largest reset nets onto
-    the global network; what it did in ``absorb.json``."""
-    from systolica.boards.ecp5_absorb import absorb_registers, promote_resets
+    flip-flops right after block RAMs and multipliers into their output registers; what it did in ``absorb.json``.
+    (Its reset promotion is not run: on the ulx3s top level of 2026-12-07 it took the five largest resets' 4,830
+    set/reset pins onto global networks and the route fell from 80.28 to 69.6 MHz, the resets' LUT loads, the
+    set/reset logic Yosys builds from a reset and a local condition, left far from them; docs/boards.md.)"""
+    from systolica.boards.ecp5_absorb import absorb_registers
 
     doc = json.loads((out / "top.json").read_text())
     shutil.copyfile(out / "top.json", out / "synth.json")
     rep = absorb_registers(doc, WRAPPER)
-    resets = promote_resets(doc, WRAPPER)
     (out / "top.json").write_text(json.dumps(doc))
-    (out / "absorb.json").write_text(json.dumps({**rep.as_dict(), "describe": rep.describe(),
-                                                 "reset_globals": [{"net": n, "loads": k} for n, k in resets]},
-                                                indent=1))
+    (out / "absorb.json").write_text(json.dumps({**rep.as_dict(), "describe": rep.describe()}, indent=1))
 
 
 def _pass_summary(out: Path) -> str:
@@ -399,11 +398,8 @@ def _pass_summary(out: Path) -> str:
         doc = json.loads((out / "absorb.json").read_text())
     except (OSError, ValueError):
         return ""
-    resets = doc.get("reset_globals") or []
-    glb = f"; {len(resets)} reset nets ({sum(r['loads'] for r in resets):,} flip-flops) on global networks" \
-        if resets else ""
     return f"{doc['bram_ports']} block RAM ports and {doc['mults']} multipliers took {doc['flip_flops']:,} " \
-           f"flip-flops into their output registers{glb}"
+           f"flip-flops into their output registers"
 
 
 def abc9_synth(wrapper: str, design: str, json_out: str) -> list[str]:

