@@ -64,13 +64,7 @@ def _outputs(kind: str) -> dict[str, list[str]]:
 
 def absorb_registers(netlist: dict, top: str | None = None) -> AbsorbReport:
     """Rewrite ``netlist`` (Yosys ``write_json`` of a flattened ``synth_ecp5`` design) in place; see the module."""
-    mods = netlist.get("modules", {})
-    if top is None:
-        tops = [n for n, m in mods.items() if m.get("attributes", {}).get("top")] or list(mods)
-        if len(tops) != 1:
-            raise ValueError(f"cannot tell the top module among {sorted(mods)}")
-        top = tops[0]
-    mod = mods[top]
+    mod = _top_module(netlist, top)
     cells = mod["cells"]
     sinks: dict[int, list[tuple[str, str]]] = collections.defaultdict(list)
     for name, cell in cells.items():
@@ -91,17 +85,26 @@ def absorb_registers(netlist: dict, top: str | None = None) -> AbsorbReport:
     for name in [n for n, c in cells.items() if c["type"] in (BRAM, MULT)]:
         kind = cells[name]["type"]
         for reg, pins in _outputs(kind).items():
-            why = _absorb(cells, name, reg, pins, sinks)
+            why, removed = _absorb(cells, name, reg, pins, sinks)
+            rep.flip_flops += removed
             if why:
                 rep.kept[(kind, why)] += 1
             elif kind == BRAM:
                 rep.bram_ports += 1
             else:
                 rep.mults += 1
-    rep.flip_flops = sum(1 for n in list(cells) if n.startswith("$absorbed:"))
-    for n in [n for n in cells if n.startswith("$absorbed:")]:
-        del cells[n]
     return rep
+
+
+def _top_module(netlist: dict, top: str | None) -> dict:
+    """The module ``top`` of a Yosys JSON netlist, or the one marked top when ``top`` is None."""
+    mods = netlist.get("modules", {})
+    if top is None:
+        tops = [n for n, m in mods.items() if m.get("attributes", {}).get("top")] or list(mods)
+        if len(tops) != 1:
+            raise ValueError(f"cannot tell the top module among {sorted(mods)}")
+        top = tops[0]
+    return mods[top]
 
 
 def _ff_control(cell: dict) -> tuple | None:
@@ -122,45 +125,45 @@ def _ff_control(cell: dict) -> tuple | None:
     return c["CLK"][0], ce
 
 
-def _absorb(cells: dict, name: str, reg: str, pins: list[str], sinks) -> str:
-    """Absorb the flip-flops after ``pins`` of block ``name`` into its register ``reg``; '' when done, else why not."""
+def _absorb(cells: dict, name: str, reg: str, pins: list[str], sinks) -> tuple[str, int]:
+    """Absorb the flip-flops after ``pins`` of block ``name`` into its register ``reg``: ('', flip-flops removed)
+    when done, else (why not, 0)."""
     cell = cells[name]
     conn, params = cell["connections"], cell["parameters"]
     kind = cell["type"]
     used = [(p, conn[p][0]) for p in pins if p in conn and isinstance(conn[p][0], int) and sinks[conn[p][0]]]
     if not used:
-        return "unused"
+        return "unused", 0
     if kind == BRAM:
         if params.get(f"REGMODE_{reg}", "NOREG").strip() != "NOREG":
-            return "registered already"
+            return "registered already", 0
         if conn.get(f"RST{reg}", ["0"])[0] != "0":
-            return "read reset"
+            return "read reset", 0
         if params.get(f"CLK{reg}MUX", f"CLK{reg}").strip() != f"CLK{reg}":
-            return "inverted clock"
+            return "inverted clock", 0
         clock = conn[f"CLK{reg}"][0]
     else:
         if any(params.get(k, "NONE").strip() != "NONE" for k in ("REG_OUTPUT_CLK", "REG_PIPELINE_CLK")):
-            return "registered already"
+            return "registered already", 0
         clock = None
     ffs, control = [], set()
     for pin, bit in used:
         s = sinks[bit]
         if len(s) != 1 or s[0][1] != "DI" or cells.get(s[0][0], {}).get("type") != FF:
-            return "output not one flip-flop"
+            return "output not one flip-flop", 0
         ctl = _ff_control(cells[s[0][0]])
         if ctl is None:
-            return "flip-flop with set/reset"
+            return "flip-flop with set/reset", 0
         control.add(ctl)
         ffs.append((pin, s[0][0]))
     if len(control) != 1:
-        return "flip-flops on several enables"
+        return "flip-flops on several enables", 0
     ff_clock, ce = control.pop()
     if clock is not None and ff_clock != clock:
-        return "another clock"
+        return "another clock", 0
     # the flip-flops' outputs are now the block's; the flip-flops go
     for pin, ff in ffs:
-        conn[pin] = list(cells[ff]["connections"]["Q"])
-        cells[f"$absorbed:{name}:{pin}"] = cells.pop(ff)
+        conn[pin] = list(cells.pop(ff)["connections"]["Q"])
     if kind == BRAM:
         params[f"REGMODE_{reg}"] = "OUTREG"
         conn[f"OCE{reg}"] = [ce]
@@ -170,7 +173,7 @@ def _absorb(cells: dict, name: str, reg: str, pins: list[str], sinks) -> str:
         dirs = cell.setdefault("port_directions", {})
         if dirs:
             dirs.update({"CLK0": "input", "CE0": "input", "RST0": "input"})
-    return ""
+    return "", len(ffs)
 
 
 def absorb_file(path: str | Path, top: str | None = None) -> AbsorbReport:
@@ -194,9 +197,7 @@ def split_bram_fanout(netlist: dict, top: str | None = None, *, group: int = BRA
     (10.3-11.3 ns to ``spad_a``'s read address).  Copies of a driver compute the same function of the same inputs
     (a flip-flop's copy loads the same data on the same clock, enable and reset), so what the design computes is
     unchanged; the placer can put each copy beside its group.  Returns the number of copies made."""
-    mods = netlist.get("modules", {})
-    top = top or next(n for n, m in mods.items() if m.get("attributes", {}).get("top"))
-    mod = mods[top]
+    mod = _top_module(netlist, top)
     cells = mod["cells"]
     driver: dict[int, tuple[str, str]] = {}
     for name, cell in cells.items():
