@@ -13,7 +13,8 @@ Only the design's own endpoints count (cells under ``dut.``): the timing wrapper
 leaves out.
 
 ``python -m systolica.boards.routed_paths OUT/ecp5 [--paths N] [--period NS] [--depth D]``: the slowest
-registers (one line each, the worst bit), and by unit how many endpoints arrive later than ``--period``.
+registers (one line each, the worst bit), and by unit how many endpoints arrive later than ``--period``, by pin
+(data, enable, set / reset, block RAM).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Endpoint", "endpoints", "register_of", "unit_of", "slowest_registers", "late_by_unit", "main"]
+__all__ = ["Endpoint", "endpoints", "register_of", "unit_of", "slowest_registers", "late_by_unit", "late_pins", "main"]
 
 #: the design's cells in the timing wrapper's netlist
 DESIGN = "dut."
@@ -99,6 +100,18 @@ def late_by_unit(eps: list[Endpoint], period_ns: float, depth: int = 3) -> list[
     return [(u, n, worst[u]) for u, n in count.most_common()]
 
 
+def late_pins(eps: list[Endpoint], period_ns: float, depth: int = 3) -> dict[str, collections.Counter]:
+    """For each unit, how many of its endpoints later than ``period_ns`` are which pin: ``DI`` / ``M`` (a
+    flip-flop's data), ``CE`` (its enable), ``LSR`` (its set / reset), a block RAM's address or data pins.  The
+    pin says what to change: a late ``LSR`` is a reset's distribution, a late ``CE`` a decision that enables a
+    wide register."""
+    out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for e in eps:
+        if e.ns > period_ns:
+            out[unit_of(e.cell, depth)][re.sub(r"\d+$", "", e.pin)] += 1
+    return dict(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m systolica.boards.routed_paths", description=__doc__.split("\n")[0])
     ap.add_argument("where", type=Path, help="the ECP5 flow's folder (OUT/ecp5) or its report.json")
@@ -124,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {e.ns:6.2f} ns  {register_of(e.cell)}.{e.pin}  <- {e.driver}")
     if late:
         print(f"endpoints later than {a.period:g} ns by unit (count, worst):")
+        pins = late_pins(eps, a.period, a.depth)
         for u, n, w in late_by_unit(eps, a.period, a.depth):
-            print(f"  {n:7,}  {w:6.2f} ns  {u}")
+            kinds = ", ".join(f"{k} {c}" for k, c in pins[u].most_common())
+            print(f"  {n:7,}  {w:6.2f} ns  {u}  ({kinds})")
     return 0
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from systolica.boards.routed_paths import endpoints, late_by_unit, main, register_of, slowest_registers, unit_of
+from systolica.boards.routed_paths import endpoints, late_by_unit, late_pins, main, register_of, slowest_registers, unit_of
 
 CLK = "posedge $glbnet$clk$TRELLIS_IO_IN"
 
@@ -62,6 +62,9 @@ def test_one_line_a_register_and_the_late_ones_by_unit():
     assert late_by_unit(eps, 9.6, depth=2) == [("dut.acc_mem", 2, 16.36), ("dut.compute", 1, 11.0),
                                                 ("dut.dma", 1, 9.774)]
     assert late_by_unit(eps, 20.0) == []
+    # which pins: two block RAM data pins (DIA4, DIA1 as one kind), a flip-flop's data input
+    assert late_pins(eps, 10.0) == {"dut.acc_mem": {"DIA": 2}, "dut.compute.vseq": {"DI": 1}}
+    assert late_pins(eps, 9.6, depth=2)["dut.dma"] == {"M": 1}
 
 
 def test_a_report_without_detailed_timings_says_how_to_get_them():
@@ -77,7 +80,7 @@ def test_the_command_reads_the_flows_folder(tmp_path, capsys):
     assert "3 arrive later than 10 ns (100 MHz)" in out
     assert "16.36 ns  dut.acc_mem.DIA4  <- dut.acc_wt_data_TRELLIS_FF_Q_192_DI_LUT4_Z" in out
     assert "dut.dma" not in out.split("by unit")[0].split("slowest registers")[1]  # --paths 2
-    assert "      2   16.36 ns  dut.acc_mem" in out
+    assert "      2   16.36 ns  dut.acc_mem  (DIA 2)" in out and "11.00 ns  dut.compute.vseq  (DI 1)" in out
     with pytest.raises(SystemExit):
         main([str(tmp_path / "nowhere")])
     (tmp_path / "r.json").write_text(json.dumps({"fmax": {}}))
