@@ -33,7 +33,7 @@ stops the run the same way with ``BUFFER_COLLISION`` and the compute engine's pc
 
 from __future__ import annotations
 
-from amaranth.hdl import ClockDomain, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import ClockDomain, DomainRenamer, Module, Mux, Signal
 from amaranth.lib import enum as aenum
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -54,7 +54,7 @@ from .fetch import InstructionFetch
 from .load_engine import LoadEngine
 from .striped_reader import FIFO_BURSTS
 from .token_queue import TokenQueue
-from .word_regs import flag_copies, word_reg
+from .word_regs import reset_copies, word_reg
 
 __all__ = ["Accelerator", "top_port_names", "ARB_DEPTH"]
 
@@ -137,23 +137,29 @@ class Accelerator(wiring.Component):
         m.submodules.csr = csr = CsrFile(cfg)
         connect_flat(m, self, "s_axi_control", csr.bus, csr.bus.signature.flip(), manager=False)
 
-        core_rst = Signal()
         rst_next = Signal()
-        # two more copies of the engines' reset, distinct flip-flops (hw/word_regs.py flag_copies): STORE and the
-        # row-pass sequencer take one, LOAD and the attention sequencer the other, beside core_rst, so that the
-        # reset reaches the engines' flip-flops through four nets, not one (6,800 loads on the ulx3s top level)
-        rst_copy = flag_copies(m, rst_next, 1, "core_rst", first=core_rst)[1:]
+        # The engines' reset: three flip-flops Yosys keeps apart (hw/word_regs.py reset_copies), each the reset of
+        # a clock domain of its own on ap_clk -- the engines and queues ("eng"), the compute engine ("comp"), its
+        # row-pass and attention sequencers ("lines") -- and nothing else: the AXI reset reaches the engines only
+        # through these registers (high while it is, and the cycle after), so an engine's flip-flop sees one
+        # registered reset net, not the AXI reset or'ed with the soft reset and a copy in two LUTs on their way
+        # (the ulx3s route's critical path, 10.45 ns of routing).  CSRs, run control and the AXI slices stay on
+        # sync, reset by ap_rst_n alone.
+        core_rst, rst_comp, rst_lines = reset_copies(m, rst_next, cd.rst, "core_rst")
+        for name, rst in (("eng", core_rst), ("comp", rst_comp), ("lines", rst_lines)):
+            dom = ClockDomain(name)
+            m.domains += dom
+            m.d.comb += [dom.clk.eq(self.ap_clk), dom.rst.eq(rst)]
 
-        def core(name, elab, extra=None):  # engines and queues restart on START and after SOFT_RESET; CSRs do not
-            inner = ResetInserter(extra)(elab) if extra is not None else elab
-            m.submodules[name] = ResetInserter(core_rst)(inner)
+        def core(name, elab, domain="eng"):  # engines and queues restart on START and after SOFT_RESET; CSRs do not
+            m.submodules[name] = DomainRenamer(domain)(elab)
             return elab
 
         fetch = core("fetch", InstructionFetch(cfg))
         dec = core("decode", InstructionDecoder(cfg))
-        load = core("load", LoadEngine(cfg), rst_copy[1])
-        comp = core("compute", ComputeEngine(cfg))
-        store = core("store", StoreEngine(cfg), rst_copy[0])
+        load = core("load", LoadEngine(cfg))
+        comp = core("compute", ComputeEngine(cfg, line_domain="lines"), "comp")
+        store = core("store", StoreEngine(cfg))
         arb = core("rd_arb", ReadArbiter(cfg, 3, depth=ARB_DEPTH))  # as many bursts as weight port 0 keeps
         q = {n: core(f"tq_{n}", TokenQueue(cfg.queue_depth)) for n in ("l2c", "c2l", "c2s", "s2c")}
         engines = (load, comp, store)
@@ -222,11 +228,8 @@ class Accelerator(wiring.Component):
         abort = Signal(name="abort")
         start = Signal()
         quiet = fetch.quiet & load.dma_quiet & store.dma_quiet & comp.dma_quiet
-        # The engines' reset is a register (one flip-flop drives the whole fan-out, which place and route
-        # can put on a global net): it is 1 in the RESET cycle, and the cycle after a bus fault has drained
-        # (nothing queued runs on; abort holds the DMA still in that cycle).
-        m.d.sync += core_rst.eq(rst_next)
-        m.d.comb += [comp.rst_rows.eq(rst_copy[0]), comp.rst_attn.eq(rst_copy[1])]
+        # The engines' reset (core_rst and its copies, above) is 1 in the RESET cycle, and the cycle after a bus
+        # fault has drained (nothing queued runs on; abort holds the DMA still in that cycle).
         m.d.comb += [start.eq(run == _Run.START),
                      fetch.start.eq(start), dec.start.eq(start),
                      fetch.abort.eq(abort | core_rst), load.abort.eq(abort | core_rst), store.abort.eq(abort | core_rst),

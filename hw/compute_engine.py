@@ -13,7 +13,7 @@ The engine retires an instruction once its last result line is written.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, ResetInserter, Signal
+from amaranth.hdl import DomainRenamer, Module, Mux, Signal
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -44,8 +44,10 @@ __all__ = ["ComputeEngine"]
 class ComputeEngine(wiring.Component):
     """Executes the compute instructions of the command stream."""
 
-    def __init__(self, cfg: AccelConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: AccelConfig, line_domain: str = "sync"):
+        """``line_domain``: the clock domain of the row-pass and attention sequencers (the accelerator gives them
+        one of their own, on the same clock, whose reset is a register of its own: hw/accelerator.py)."""
+        self.cfg, self.line_domain = cfg, line_domain
         self.gemm = GemmSequencer(cfg)
         self.vseq = VectorSequencer(cfg)
         self.rseq = RowPassSequencer(cfg)
@@ -65,16 +67,15 @@ class ComputeEngine(wiring.Component):
             "spad_waddr": Out(p["spad"][0]), "spad_wen": Out(1), "spad_wdata": Out(p["spad"][1]),
             "mac_active": Out(1),
             "win_base": In(ADDR_BITS), "abort": In(1), "dma_quiet": Out(1), "bus_error": Out(1), "bus_pc": Out(32),
-            # copies of the engines' reset (flip-flops of their own, hw/accelerator.py) for the row-pass and the
-            # attention sequencer: each resets its sequencer beside the one the engine is reset by, so that their
-            # flip-flops are loads of a net of their own, not of one net across the engines (0: no extra reset)
-            "rst_rows": In(1), "rst_attn": In(1),
         }
         if cfg.attn_beside:  # the attention unit's own scratchpad copy (its data lines)
             members |= {"t_addr": Out(p["spad"][0]), "t_en": Out(1), "t_rdata": In(p["spad"][1])}
         for port in range(cfg.dma_ports):  # GEMM_STREAM's weight ports (read channels only)
             members[f"wrd{port}"] = Out(axi4_read_signature(ADDR_BITS, cfg.dma_bits))
         super().__init__(members)
+
+    def _in_line_domain(self, seq):
+        return seq if self.line_domain == "sync" else DomainRenamer(self.line_domain)(seq)
 
     def elaborate(self, platform):
         m = Module()
@@ -165,7 +166,7 @@ class ComputeEngine(wiring.Component):
         m.submodules.vseq = vs = self.vseq
         is_vec = kind["vec"]
         rs = self.rseq
-        m.submodules.rseq = ResetInserter(self.rst_rows)(rs)
+        m.submodules.rseq = self._in_line_domain(rs)
         is_row = kind["row"]
         m.d.comb += [vs.start.eq(begin & is_vec), vs.word.eq(ins.as_value()),
                      rs.start.eq(begin & is_row), rs.word.eq(ins.as_value()),
@@ -173,7 +174,7 @@ class ComputeEngine(wiring.Component):
                      vs.exp_rdata.eq(self.a_rdata),
                      self.spad_waddr.eq(rs.spad_addr), self.spad_wen.eq(rs.spad_en), self.spad_wdata.eq(rs.spad_data)]
         at = self.aseq
-        m.submodules.aseq = ResetInserter(self.rst_attn)(at)
+        m.submodules.aseq = self._in_line_domain(at)
         is_attn = kind["attn"]
         m.d.comb += [at.start.eq(begin & is_attn), at.word.eq(ins.as_value()), at.sb_rdata.eq(self.w_rdata)]
         if beside:  # its data lines through its own copy

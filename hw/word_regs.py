@@ -18,7 +18,7 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data
 
-__all__ = ["word_reg", "fifo_level_next", "free_room", "DISTINCT", "flag_copies", "lane_mux", "stage_reg"]
+__all__ = ["word_reg", "fifo_level_next", "free_room", "DISTINCT", "flag_copies", "reset_copies", "lane_mux", "stage_reg"]
 
 
 def word_reg(m: Module, value, name: str, shape=None, *, init: int = 0, reset_less: bool = False) -> Signal:
@@ -67,6 +67,21 @@ def flag_copies(m: Module, value, load, name: str, first: Signal | None = None) 
         s = Signal(name=f"{name}_c{k}", **kw)
         with m.If(load):
             m.d.sync += s.eq(value)
+        out.append(s)
+    return out
+
+
+def reset_copies(m: Module, value, rst, name: str) -> list[Signal]:
+    """Three flip-flops that load ``value`` every cycle and are high while ``rst`` (the domain's own reset) is
+    and the cycle after: resets of other domains, registered, that Yosys cannot merge into one (the first is
+    set by ``rst``, the others load ``value | rst`` without a reset, initially 1 and 0).  Named ``name`` and
+    ``{name}_c1``, ``{name}_c2``."""
+    first = Signal(name=name, init=1)
+    m.d.sync += first.eq(value)
+    out = [first]
+    for k, init in ((1, 1), (2, 0)):
+        s = Signal(name=f"{name}_c{k}", init=init, reset_less=True)
+        m.d.sync += s.eq(value | rst)
         out.append(s)
     return out
 

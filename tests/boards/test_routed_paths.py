@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from systolica.boards.routed_paths import endpoints, late_by_unit, late_pins, main, register_of, slowest_registers, unit_of
+from systolica.boards.routed_paths import (
+    endpoints,
+    late_by_unit,
+    late_pins,
+    main,
+    register_of,
+    slowest_registers,
+    unit_of,
+)
 
 CLK = "posedge $glbnet$clk$TRELLIS_IO_IN"
 
