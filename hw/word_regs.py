@@ -72,10 +72,10 @@ def flag_copies(m: Module, value, load, name: str, first: Signal | None = None) 
 
 
 def reset_copies(m: Module, value, rst, name: str) -> list[Signal]:
-    """Three flip-flops that load ``value`` every cycle and are high while ``rst`` (the domain's own reset) is
-    and the cycle after: resets of other domains, registered, that Yosys cannot merge into one (the first is
-    set by ``rst``, the others load ``value | rst`` without a reset, initially 1 and 0).  Named ``name`` and
-    ``{name}_c1``, ``{name}_c2``."""
+    """Three flip-flops, each ``value | rst`` a cycle later (``rst``: this domain's own reset), to be the resets of
+    other domains on the same clock: registered, so those domains' flip-flops see one register's net, and three
+    that Yosys cannot merge into one (the first is set by ``rst``, the others load ``value | rst`` without a
+    reset, initially 1 and 0).  Named ``name``, ``{name}_c1``, ``{name}_c2``."""
     first = Signal(name=name, init=1)
     m.d.sync += first.eq(value)
     out = [first]

