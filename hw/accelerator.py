@@ -228,6 +228,12 @@ class Accelerator(wiring.Component):
         abort = Signal(name="abort")
         start = Signal()
         quiet = fetch.quiet & load.dma_quiet & store.dma_quiet & comp.dma_quiet
+        # an abort's end waits on `quiet` registered while `abort` held the DMA still (nothing issues in a cycle
+        # abort is high, so quiet then stays true): the AND over every engine's DMA state, the run control and the
+        # reset copies' inputs in one cycle were the ulx3s route's critical path (12.0 ns); the abort ends a
+        # cycle later
+        quiet_a = Signal(name="quiet_aborted")
+        m.d.sync += quiet_a.eq(quiet & abort)
         # The engines' reset (core_rst and its copies, above) is 1 in the RESET cycle, and the cycle after a bus
         # fault has drained (nothing queued runs on; abort holds the DMA still in that cycle).
         m.d.comb += [start.eq(run == _Run.START),
@@ -312,12 +318,12 @@ class Accelerator(wiring.Component):
                     m.d.sync += [run.eq(_Run.IDLE), busy.eq(0), done.eq(1), error.eq(code != 0)]
                     m.d.comb += csr.irq_status_set.eq(IRQ_DONE)
             # BUS_FAULT: as ABORT, then DONE with the error instead of a silent reset
-            with m.Case(_Run.BUS_FAULT), m.If(quiet):
+            with m.Case(_Run.BUS_FAULT), m.If(quiet_a):
                 m.d.sync += [run.eq(_Run.IDLE), abort.eq(0), busy.eq(0), done.eq(1), error.eq(1)]
                 m.d.comb += [csr.irq_status_set.eq(IRQ_DONE), rst_next.eq(1)]
             # (not the error code and pc: `quiet`, an AND over every engine's DMA, was on their 32 enables, 10.5 ns
             # on ulx3s; RESET, next, clears them)
-            with m.Case(_Run.ABORT), m.If(quiet):
+            with m.Case(_Run.ABORT), m.If(quiet_a):
                 m.d.comb += rst_next.eq(1)
                 m.d.sync += [run.eq(_Run.RESET), abort.eq(0), busy.eq(0), done.eq(0), error.eq(0)]
         with m.If(csr.ctrl_stb & ((ctrl & CTRL_SOFT_RESET) != 0)):
