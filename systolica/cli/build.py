@@ -85,6 +85,11 @@ def _fit_table(report: FitReport, title: str, *, estimate: bool = False):
     return t
 
 
+def _minutes(seconds: float) -> str:
+    """``seconds`` as people read a tool's run: ``42 s``, ``26.6 min``."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
 class Build:
     """The ``systolica hw build`` subcommand."""
 
@@ -291,7 +296,8 @@ class Build:
         say(f"timing cached for bench and dse: {rec.path}")
         util = ", ".join(f"{k} {u}/{a}" for k, (u, a) in sorted(r.utilization.items()) if u)
         say(f"ECP5 Fmax [bold]{r.fmax_mhz:.1f} MHz[/] (target {r.target_mhz:g}; nextpnr seed {r.seed}, {r.placer} "
-            f"placer, {r.router}); {util}; bitstream {r.bitstream}")
+            f"placer, {r.router}); {util}; bitstream {r.bitstream}; synthesis, place and route "
+            f"{_minutes(r.seconds)}")
         if r.critical_path:
             say(f"  slowest path: {r.critical_path}")
         if r.netlist_pass:

@@ -115,4 +115,4 @@ def test_hw_build_pnr_stores_the_digest_of_the_sources_it_routed(cache, tmp_path
     assert Build._pnr(b, b.config, verilog, out, said.append) == 0  # 61.31 >= 50: meets its target
     rec = lookup_timing(b.config, b, "nextpnr-ecp5", current_only=False)
     assert rec.fmax_mhz == 61.31 and rec.hw == "0123456789abcdef" and rec.stale
-    assert any("ECP5 Fmax [bold]61.3 MHz[/]" in s and "router1" in s for s in said)
+    assert any("ECP5 Fmax [bold]61.3 MHz[/]" in s and "router1" in s and "place and route 1 s" in s for s in said)
