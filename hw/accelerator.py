@@ -226,7 +226,8 @@ class Accelerator(wiring.Component):
         # them (decoded from run, it and the engines' logic behind it were the slowest placed paths of the ulx3s
         # top level)
         abort = Signal(name="abort")
-        start = Signal()
+        start, soft_reset = Signal(name="start"), Signal(name="soft_reset")
+        busy, done, error = Signal(), Signal(), Signal()
         quiet = fetch.quiet & load.dma_quiet & store.dma_quiet & comp.dma_quiet
         # an abort's end waits on `quiet` registered while `abort` held the DMA still (nothing issues in a cycle
         # abort is high, so quiet then stays true): the AND over every engine's DMA state, the run control and the
@@ -236,13 +237,22 @@ class Accelerator(wiring.Component):
         m.d.sync += quiet_a.eq(quiet & abort)
         # The engines' reset (core_rst and its copies, above) is 1 in the RESET cycle, and the cycle after a bus
         # fault has drained (nothing queued runs on; abort holds the DMA still in that cycle).
-        m.d.comb += [start.eq(run == _Run.START),
-                     fetch.start.eq(start), dec.start.eq(start),
-                     fetch.abort.eq(abort | core_rst), load.abort.eq(abort | core_rst), store.abort.eq(abort | core_rst),
-                     comp.abort.eq(abort | core_rst)]
-        busy = Signal()
-        done = Signal()
-        error = Signal()
+        # The engines' abort, high while `abort` or the engines' reset is (and fetch's also in FINISH): flip-flops
+        # loaded with the next values (`abort_n`, `rst_next`, `fin_n`), three copies Yosys keeps apart, not an OR
+        # of two registers in front of every engine's DMA (ulx3s: `abort | core_rst` -> LOAD's beat -> its line
+        # counters' set/reset, 12.1 ns).  `finishing` is run == FINISH as a flip-flop of its own.
+        abort_n, fin_n = Signal(name="abort_n"), Signal(name="fin_n")
+        finishing = Signal(name="finishing")
+        m.d.comb += [abort_n.eq(abort), fin_n.eq(finishing)]
+        m.d.sync += [abort.eq(abort_n), finishing.eq(fin_n)]
+        ab_ls, ab_store, ab_comp = reset_copies(m, abort_n | rst_next, cd.rst, "eng_abort")
+        ab_fetch = Signal(name="fetch_abort", init=1)
+        m.d.sync += ab_fetch.eq(abort_n | rst_next | fin_n)
+        # start: run is START, as a flip-flop (RESET goes on to START unless it ends a soft reset or one is asked
+        # for): fetch's burst issue and the decoder's state start at a register, not a decode of run
+        m.d.sync += start.eq((run == _Run.RESET) & busy & ~soft_reset)
+        m.d.comb += [fetch.start.eq(start), dec.start.eq(start),
+                     fetch.abort.eq(ab_fetch), load.abort.eq(ab_ls), store.abort.eq(ab_store), comp.abort.eq(ab_comp)]
         m.d.comb += [csr.status.eq(Mux(busy, STATUS_BUSY, 0) | Mux(done, STATUS_DONE, 0) | Mux(error, STATUS_ERROR, 0)),
                      self.interrupt.eq((csr.irq_enable & csr.irq_status & IRQ_DONE) != 0)]
         code = Signal(4)
@@ -269,18 +279,21 @@ class Accelerator(wiring.Component):
         m01, c2 = Signal(32, name="blocked_pc01"), Signal(32, name="blocked_pc2_r")
         m.d.sync += [m01.eq(Mux(cs[0] < cs[1], cs[0], cs[1])), c2.eq(cs[2]), oldest.eq(Mux(m01 < c2, m01, c2))]
 
-        # an error response is seen three cycles after its beat: first the flag and the pcs of the engines whose
-        # transfer got one are registered, then the oldest (smallest) of them, so neither the R channels' logic
-        # nor the 32-bit compares run into the run control (an engine keeps its pc for cycles after its
-        # transfer's last beat: its DMA, then the token handshake, end first)
+        # an error response is seen four cycles after its beat: first each engine's flag and pc are registered as
+        # they are (no select: the R channel's handshake decides the flag, and it was on the 32 enables of a
+        # selected pc, 11.8 ns on ulx3s), then the pcs of the engines whose transfer got one, then the oldest
+        # (smallest) of them, so neither the R channels' logic nor the 32-bit compares run into the run control
+        # (an engine keeps its pc for cycles after its transfer's last beat: its DMA, then the token handshake,
+        # end first)
         bus_seen, bus_err = Signal(), Signal()
         bus_pc = Signal(32)
         es = [Signal(32, name=f"bus_pc{i}") for i in range(3)]
-        m.d.sync += [bus_seen.eq(load.bus_error | store.bus_error | comp.bus_error)]
         # (the compute engine's is its GEMM_STREAM's, which may run on behind later instructions: config.attn_beside;
         # the load engine's that of the LOAD the beat belongs to, which may have a later LOAD issuing behind it)
-        m.d.sync += [r.eq(Mux(e.bus_error, e.pc if e is store else e.bus_pc, 0xFFFF_FFFF))
-                     for r, e in zip(es, engines, strict=True)]
+        e_err = [word_reg(m, e.bus_error, f"bus_err{i}") for i, e in enumerate(engines)]
+        e_pc = [word_reg(m, e.pc if e is store else e.bus_pc, f"bus_at{i}", reset_less=True) for i, e in enumerate(engines)]
+        m.d.sync += [bus_seen.eq(e_err[0] | e_err[1] | e_err[2])]
+        m.d.sync += [r.eq(Mux(f, p, 0xFFFF_FFFF)) for r, f, p in zip(es, e_err, e_pc, strict=True)]
         # (then the smaller of two and the third, then the minimum: a compare a stage, the flag delayed beside)
         e01, e2, bus_seen2 = Signal(32, name="bus_pc01"), Signal(32, name="bus_pc2_r"), Signal(name="bus_seen2")
         m.d.sync += [e01.eq(Mux(es[0] < es[1], es[0], es[1])), e2.eq(es[2]), bus_seen2.eq(bus_seen),
@@ -293,6 +306,7 @@ class Accelerator(wiring.Component):
         m.d.sync += [coll_err.eq(collided), coll_pc.eq(comp.pc)]
 
         ctrl = csr.ctrl_data
+        m.d.comb += soft_reset.eq(csr.ctrl_stb & ((ctrl & CTRL_SOFT_RESET) != 0))
         with m.Switch(run):
             with m.Case(_Run.IDLE), m.If(csr.ctrl_stb & ((ctrl & CTRL_START) != 0)):
                 m.d.sync += [run.eq(_Run.RESET), busy.eq(1), done.eq(0), error.eq(0), code.eq(0), pc.eq(0)]
@@ -303,34 +317,38 @@ class Accelerator(wiring.Component):
                 m.d.sync += run.eq(_Run.RUN)
             with m.Case(_Run.RUN):
                 with m.If(bus_err):
-                    m.d.sync += [run.eq(_Run.BUS_FAULT), abort.eq(1), code.eq(Fault.BUS_ERROR), pc.eq(bus_pc)]
+                    m.d.sync += [run.eq(_Run.BUS_FAULT), code.eq(Fault.BUS_ERROR), pc.eq(bus_pc)]
+                    m.d.comb += abort_n.eq(1)
                 with m.Elif(coll_err):
-                    m.d.sync += [run.eq(_Run.BUS_FAULT), abort.eq(1), code.eq(Fault.BUFFER_COLLISION), pc.eq(coll_pc)]
+                    m.d.sync += [run.eq(_Run.BUS_FAULT), code.eq(Fault.BUFFER_COLLISION), pc.eq(coll_pc)]
+                    m.d.comb += abort_n.eq(1)
                 with m.Elif(drained):
                     m.d.sync += [run.eq(_Run.FINISH), code.eq(Mux(dec.fault, dec.fault_code, 0)),
                                  pc.eq(Mux(dec.fault, dec.fault_pc, 0))]
+                    m.d.comb += fin_n.eq(1)
                 with m.Elif(stuck_for == 3):  # a decode fault that stopped dispatch explains the stall: it wins
                     m.d.sync += [run.eq(_Run.FINISH), code.eq(Mux(dec.fault, dec.fault_code, Fault.TOKEN_DEADLOCK)),
                                  pc.eq(Mux(dec.fault, dec.fault_pc, oldest))]
-            with m.Case(_Run.FINISH):  # stop fetch; report once nothing is in flight
-                m.d.comb += fetch.abort.eq(1)
-                with m.If(quiet):
-                    m.d.sync += [run.eq(_Run.IDLE), busy.eq(0), done.eq(1), error.eq(code != 0)]
-                    m.d.comb += csr.irq_status_set.eq(IRQ_DONE)
+                    m.d.comb += fin_n.eq(1)
+            # FINISH: fetch stopped (`finishing`, above); report once nothing is in flight
+            with m.Case(_Run.FINISH), m.If(quiet):
+                m.d.sync += [run.eq(_Run.IDLE), busy.eq(0), done.eq(1), error.eq(code != 0)]
+                m.d.comb += [csr.irq_status_set.eq(IRQ_DONE), fin_n.eq(0)]
             # BUS_FAULT: as ABORT, then DONE with the error instead of a silent reset
             with m.Case(_Run.BUS_FAULT), m.If(quiet_a):
-                m.d.sync += [run.eq(_Run.IDLE), abort.eq(0), busy.eq(0), done.eq(1), error.eq(1)]
-                m.d.comb += [csr.irq_status_set.eq(IRQ_DONE), rst_next.eq(1)]
+                m.d.sync += [run.eq(_Run.IDLE), busy.eq(0), done.eq(1), error.eq(1)]
+                m.d.comb += [csr.irq_status_set.eq(IRQ_DONE), rst_next.eq(1), abort_n.eq(0)]
             # (not the error code and pc: `quiet`, an AND over every engine's DMA, was on their 32 enables, 10.5 ns
             # on ulx3s; RESET, next, clears them)
             with m.Case(_Run.ABORT), m.If(quiet_a):
-                m.d.comb += rst_next.eq(1)
-                m.d.sync += [run.eq(_Run.RESET), abort.eq(0), busy.eq(0), done.eq(0), error.eq(0)]
-        with m.If(csr.ctrl_stb & ((ctrl & CTRL_SOFT_RESET) != 0)):
-            m.d.sync += [run.eq(_Run.ABORT), abort.eq(1)]
-            m.d.comb += rst_next.eq(0)  # the abort drains first; its end resets the engines
+                m.d.comb += [rst_next.eq(1), abort_n.eq(0)]
+                m.d.sync += [run.eq(_Run.RESET), busy.eq(0), done.eq(0), error.eq(0)]
+        with m.If(soft_reset):
+            m.d.sync += run.eq(_Run.ABORT)
+            m.d.comb += [rst_next.eq(0), abort_n.eq(1), fin_n.eq(0)]  # the abort drains first; its end resets the engines
         with m.If((run == _Run.RESET) & ~busy):  # the reset that ends a soft reset starts nothing
-            m.d.sync += [run.eq(_Run.IDLE), abort.eq(0)]
+            m.d.sync += run.eq(_Run.IDLE)
+            m.d.comb += abort_n.eq(0)
 
         self._counters(m, csr, run, engines, comp)
         return m

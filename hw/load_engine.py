@@ -139,9 +139,12 @@ class LoadEngine(wiring.Component):
         m.d.comb += nxt.eq(Cat(asm[db:], dma.beat_data)) if wide > db else nxt.eq(dma.beat_data)
         bpl = Mux(d.buf == 0, bpl_s, bpl_w)
         count = Signal(8)  # beats of the line so far
-        line = Signal(32)  # lines of the word so far
+        # lines of the word and rows so far: cleared while the head is not `seen` (always a cycle between two
+        # words, and the cycles after a reset), not at the word's end: reset-less, so their set/reset is that one
+        # register (ulx3s: the engines' reset or'ed with the beat's `word_end` was on them, 11.8 ns)
+        line = Signal(32, reset_less=True)
         in_row = Signal(16)  # lines of the row so far
-        row = Signal(16)
+        row = Signal(16, reset_less=True)
         # "the beat ends its line, the line its row, the row its word" are flip-flops (c_last, r_last, w_last),
         # loaded from a candidate for each way the counters may move and the head's fields, the select late: no path
         # from the head's fields through 16-bit compares into the FIFO's read enable (ECP5: desc.r_rdy -> r_data
@@ -189,7 +192,7 @@ class LoadEngine(wiring.Component):
             m.d.sync += [line.eq(line + 1), in_row.eq(Mux(row_end, 0, in_row + 1))]
         with m.If(row_end):
             m.d.sync += row.eq(row + 1)
-        with m.If(word_end):
+        with m.If(~seen):  # (the flags, loaded in the cycle a new head is first there, read them as 0)
             m.d.sync += [line.eq(0), row.eq(0)]
         # a beat's error response: reported with the PC of the LOAD it belongs to
         m.d.comb += [self.bus_error.eq(dma.bus_error & ~self.abort), self.bus_pc.eq(Mux(desc.r_rdy, d.pc, self.pc))]

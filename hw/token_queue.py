@@ -38,17 +38,17 @@ class TokenQueue(wiring.Component):
         count = self.count
         # available and space are flip-flops loaded with the next count's flags (the same values a
         # comparison of count would give, a cycle's logic earlier): the engines' start and push logic
-        # begins at a register, not at a counter compare
-        nxt = Signal.like(count)
+        # begins at a register, not at a counter compare.  Each flag is a select, by the push and the pop, of
+        # its value for each move (compares of this cycle's count, beside the handshakes): one LUT after the
+        # engines' push and pop, not an adder and a compare (ulx3s: the compute-to-store queue's flags, 11.8 ns)
         avail = Signal()
         space = Signal(init=1)
         m.d.comb += [self.available.eq(avail), self.space.eq(space)]
         do_push = self.push & space
         do_pop = self.pop & avail
-        m.d.comb += nxt.eq(count)
-        with m.If(do_push & ~do_pop):
-            m.d.comb += nxt.eq(count + 1)
-        with m.Elif(do_pop & ~do_push):
-            m.d.comb += nxt.eq(count - 1)
-        m.d.sync += [count.eq(nxt), avail.eq(nxt != 0), space.eq(nxt != self.depth)]
+        up, down = do_push & ~do_pop, do_pop & ~do_push
+        with m.If(up):
+            m.d.sync += [count.eq(count + 1), avail.eq(1), space.eq(count != self.depth - 1)]
+        with m.Elif(down):
+            m.d.sync += [count.eq(count - 1), avail.eq(count != 1), space.eq(1)]
         return m
