@@ -57,11 +57,13 @@ def instr_layout() -> data.UnionLayout:
     return data.UnionLayout(variants)
 
 
-class DecState(aenum.Enum, shape=2):
-    TAKE = 0
-    CHECK = 1
-    DISPATCH = 2
-    STOP = 3
+class DecState(aenum.Enum, shape=4):
+    """The decoder's state, one-hot: "in TAKE" (the ~190 enables of the word, pc and end flags) and "stopped" are
+    a flip-flop each, not a decode of the state."""
+    TAKE = 1
+    CHECK = 2
+    DISPATCH = 4
+    STOP = 8
 
 
 def buf_lines(cfg: AccelConfig) -> dict[str, int]:
@@ -297,12 +299,12 @@ class InstructionDecoder(wiring.Component):
         # word through the checks into the fault registers
         code_r, range_r, last_step_r = Signal(4), Signal(4), Signal.like(last_step)
         m.d.sync += [code_r.eq(code), range_r.eq(range_code), last_step_r.eq(last_step)]
-        m.d.comb += [self.cmd_data.eq(word | (pc << WORD_BITS)), self.stopped.eq(state == DecState.STOP)]
+        m.d.comb += [self.cmd_data.eq(word | (pc << WORD_BITS)), self.stopped.eq(state.as_value()[3])]
         m.d.comb += self.cmd_valid.eq(valid)
         # the word, its pc and end flags load in every TAKE cycle: the last load is the one the state leaves TAKE
         # with (in_valid), and they hold through CHECK and DISPATCH. Their ~190 enables are then a decode of the
         # state register alone, not of the fetch FIFO's valid and the start (11.9 ns on ulx3s, 140 late enables)
-        with m.If(state == DecState.TAKE):
+        with m.If(state.as_value()[0]):  # (state == TAKE: one-hot)
             m.d.sync += [word.eq(self.in_word), pc.eq(self.in_pc), end.eq(self.in_end), end_code.eq(self.in_end_code)]
         with m.If(self.start):
             m.d.sync += [state.eq(DecState.TAKE), valid.eq(0), self.fault.eq(0), self.fault_code.eq(0),

@@ -113,7 +113,11 @@ class InstructionFetch(wiring.Component):
         m.d.sync += cand.eq(Mux(left[w:] != 0, per_burst, Mux(left[:w] < per_burst, left[:w], per_burst)))
         cand2 = Mux(to_4k < cand, to_4k, cand)
         idle = ~self.start & ~init1 & ~init2
-        m.d.sync += [n_r.eq(Mux(space < cand2, space, cand2)), n_ok0.eq(idle), n_ok.eq(n_ok0 & idle)]
+        # (n_nz: n_r != 0 as a flag of its own, loaded beside it: the burst's issue, the enable of the address
+        # registers and counters, starts at flip-flops)
+        n_nz = Signal(name="n_nz")
+        n_next = Mux(space < cand2, space, cand2)
+        m.d.sync += [n_r.eq(n_next), n_nz.eq(n_next != 0), n_ok0.eq(idle), n_ok.eq(n_ok0 & idle)]
         with m.If(self.start):
             m.d.sync += [off.eq(self.prog_base), n_ok0.eq(0), n_ok.eq(0)]
         with m.If(init2):
@@ -125,7 +129,7 @@ class InstructionFetch(wiring.Component):
             m.d.sync += axi.arvalid.eq(0)
         issue = Signal()
         m.d.comb += issue.eq(~axi.arvalid & ~stopped & ~self.stop & ~self.abort & ~self.start & ~init1 & ~init2 & n_ok
-                             & (n_r != 0))
+                             & n_nz)
         with m.If(issue):
             m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(self.win_base + off), axi.arlen.eq(n_r * ibeats - 1),
                          issue_pc.eq(issue_pc + n_r), off.eq(off + (n_r << 4)), lo12.eq(lo12 + (n_r << 4)),
