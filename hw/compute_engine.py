@@ -171,8 +171,17 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [vs.start.eq(begin & is_vec), vs.word.eq(ins.as_value()),
                      rs.start.eq(begin & is_row), rs.word.eq(ins.as_value()),
                      self.acc_addr.eq(vs.acc_addr), self.acc_en.eq(vs.acc_en), vs.acc_rdata.eq(self.acc_rdata),
-                     vs.exp_rdata.eq(self.a_rdata),
-                     self.spad_waddr.eq(rs.spad_addr), self.spad_wen.eq(rs.spad_en), self.spad_wdata.eq(rs.spad_data)]
+                     vs.exp_rdata.eq(self.a_rdata)]
+        # QUANT's scratchpad lines are registered on their way to the write port, as the line ops' results are
+        # (below): the quant unit's output fields selected the line's address, then the port's select, into the
+        # write addresses of both scratchpad copies' block RAMs in one cycle (ulx3s: `spad_w_mem`'s ADA, 10.8 ns).
+        # A line lands a cycle later; the instruction's end, its tokens and the next instruction's reads come
+        # cycles after that (PUSH, then IDLE and POP)
+        s_addr = Signal.like(self.spad_waddr, name="spad_waddr_r", reset_less=True)
+        s_data = Signal.like(self.spad_wdata, name="spad_wdata_r", reset_less=True)
+        s_en = Signal(name="spad_wen_r")
+        m.d.sync += [s_addr.eq(rs.spad_addr), s_data.eq(rs.spad_data), s_en.eq(rs.spad_en)]
+        m.d.comb += [self.spad_waddr.eq(s_addr), self.spad_wen.eq(s_en), self.spad_wdata.eq(s_data)]
         at = self.aseq
         m.submodules.aseq = self._in_line_domain(at)
         is_attn = kind["attn"]
