@@ -61,6 +61,7 @@ class Accumulator(wiring.Component):
             "rd": In(memory.ReadPort.Signature(addr_width=abits, shape=self.line)),
             "wr": In(memory.WritePort.Signature(addr_width=abits, shape=self.line)),
             "zero_en": In(1), "zero_addr": In(abits),
+            "ld_en": In(1), "ld_addr": In(abits), "ld_data": In(self.line), "ld_ready": Out(1), "wr_load": Out(1),
             "lines": Out(32),
         })
 
@@ -91,20 +92,27 @@ class Accumulator(wiring.Component):
         old2 = Signal(self.line, reset_less=True)
         tot_r = Signal(self.line, reset_less=True)  # the sum stage 2 wrote last cycle
         total = Signal(self.line)
-        m.d.sync += [valid2.eq(valid), zfill2.eq(zfill), addr2.eq(addr), line2.eq(line), old2.eq(self.rd.data),
-                     tot_r.eq(total)]
+        # a LOAD line takes stage 2 when stage 1 is empty (ld_ready, a register): written as a line without add,
+        # so the buffer's write port has one writer and no select between the adder and the block RAMs' write
+        # data (ulx3s: `acc_mem`'s DIA, 11.4 ns through the port's select of the sum and LOAD's line)
+        ld2 = Signal(name="acc_ld2")
+        take_ld = self.ld_en & ~valid
+        m.d.comb += [self.ld_ready.eq(~valid), self.wr_load.eq(ld2)]
+        m.d.sync += [valid2.eq(valid | take_ld), zfill2.eq(zfill), ld2.eq(take_ld),
+                     addr2.eq(Mux(valid, addr, self.ld_addr)), line2.eq(Mux(valid, line, self.ld_data)),
+                     old2.eq(self.rd.data), tot_r.eq(total)]
         # the line in stage 2 adds to the sum written last cycle when it is the line just behind that one at the
         # same address (its read went out before that sum was written), to 0 without acc: both flags decided in
         # stage 1 (from the incoming line and stage 1's) and registered, as three copies, a third of the lanes
         # each; the selects sit between registers and the adder, not after the block RAMs' read data
         fwd = Signal(name="acc_fwd")
         m.d.sync += fwd.eq(add & valid & (in_addr == addr))
-        acc_c = flag_copies(m, acc, 1, "acc_add2")
+        acc_c = flag_copies(m, acc & valid, 1, "acc_add2")  # (0 for a LOAD line: it takes an empty stage 1's place)
         fwd_c = flag_copies(m, fwd, 1, "acc_fwd2")
         for c in range(self.cfg.cols):  # int32 wrap on assignment, like the hardware adder and numerics.matmul
             k = c % len(acc_c)
             m.d.comb += total[c].eq(line2[c] + Mux(acc_c[k], Mux(fwd_c[k], tot_r[c], old2[c]), 0))
         m.d.comb += [self.wr.addr.eq(addr2), self.wr.en.eq(valid2), self.wr.data.eq(total)]
-        with m.If(valid2 & ~zfill2):
+        with m.If(valid2 & ~zfill2 & ~ld2):
             m.d.sync += self.lines.eq(self.lines + 1)
         return m

@@ -24,7 +24,7 @@ engines share the ports by priority, as Gemmini's scratchpad does:
   engine the next cycle.
 - The accumulator is one memory: GEMM's read-modify-write (read transparent to
   the write port, as before) and REQUANT's read share its read port; its write
-  port serves the accumulator adder, GEMM's zero fill and LOAD.
+  port serves the accumulator alone: its sums, GEMM's zero fill, and LOAD's lines through its second stage.
 
 Compute readers and writers of one port never overlap (the compute engine runs
 one instruction at a time), so the compute side never waits.  Copies cost
@@ -126,13 +126,19 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
     mems: dict[str, list[memory.Memory]] = {}
     hits = []
     for name, (_, db) in ports.items():
-        # the one write port: compute first, then the load engine's waiting line
+        # the one write port: compute first, then the load engine's waiting line; the accumulator's LOAD lines go
+        # through the accumulator's second stage (hw/accumulator.py), so its port has the adder alone
         c_addr, c_data, c_en = _first(cw[name])
-        l_en = getattr(load, f"{name}_en")
-        m.d.comb += getattr(load, f"{name}_ready").eq(~c_en)
-        w_addr = Mux(c_en, c_addr, getattr(load, f"{name}_addr"))
-        w_data = Mux(c_en, c_data, getattr(load, f"{name}_data"))
-        w_en = c_en | l_en
+        if name == "acc":
+            m.d.comb += [comp.acc_ld_en.eq(load.acc_en), comp.acc_ld_addr.eq(load.acc_addr),
+                         comp.acc_ld_data.eq(load.acc_data), load.acc_ready.eq(comp.acc_ld_ready)]
+            w_addr, w_data, w_en = c_addr, c_data, c_en
+        else:
+            l_en = getattr(load, f"{name}_en")
+            m.d.comb += getattr(load, f"{name}_ready").eq(~c_en)
+            w_addr = Mux(c_en, c_addr, getattr(load, f"{name}_addr"))
+            w_data = Mux(c_en, c_data, getattr(load, f"{name}_data"))
+            w_en = c_en | l_en
         mems[name] = []
         s_copy = store_copy(cfg, name)
         for i, copy in enumerate(buffer_copies(cfg)[name]):

@@ -60,6 +60,7 @@ class ComputeEngine(wiring.Component):
             "w_addr": Out(p["spad"][0]), "w_en": Out(1), "w_rdata": In(p["spad"][1]),
             "accum_rd": In(memory.ReadPort.Signature(addr_width=abits, shape=line)),
             "accum_wr": In(memory.WritePort.Signature(addr_width=abits, shape=line)),
+            "acc_ld_en": In(1), "acc_ld_addr": In(abits), "acc_ld_data": In(line), "acc_ld_ready": Out(1),
             "va_addr": Out(p["vbuf"][0]), "va_en": Out(1), "va_rdata": In(p["vbuf"][1]),
             "vb_addr": Out(p["vbuf"][0]), "vb_en": Out(1), "vb_rdata": In(p["vbuf"][1]),
             "acc_addr": Out(p["acc"][0]), "acc_en": Out(1), "acc_rdata": In(p["acc"][1]),
@@ -225,6 +226,8 @@ class ComputeEngine(wiring.Component):
                      self.mac_active.eq(seq.fire)]
         wiring.connect(m, wiring.flipped(self.accum_rd), seq.acc_rd)
         wiring.connect(m, wiring.flipped(self.accum_wr), seq.acc_wr)
+        m.d.comb += [seq.ld_en.eq(self.acc_ld_en), seq.ld_addr.eq(self.acc_ld_addr), seq.ld_data.eq(self.acc_ld_data),
+                     self.acc_ld_ready.eq(seq.ld_ready)]
         # NOP and FINISH finish a cycle after they start; GEMM when the sequencer has written its last line
         # (wstream_ahead: the ports and their FIFOs may be on the next stream already; the sequencer takes every line
         # of its own before it is done)

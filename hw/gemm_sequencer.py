@@ -99,6 +99,8 @@ class GemmSequencer(wiring.Component):
             "w_addr": Out(sbits), "w_en": Out(1), "w_rdata": In(cfg.cols * 8),
             "acc_rd": In(memory.ReadPort.Signature(addr_width=abits, shape=self.accum.line)),
             "acc_wr": In(memory.WritePort.Signature(addr_width=abits, shape=self.accum.line)),
+            # LOAD's accumulator lines, written through the accumulator's second stage (hw/accumulator.py)
+            "ld_en": In(1), "ld_addr": In(abits), "ld_data": In(self.accum.line), "ld_ready": Out(1),
         })
 
     def elaborate(self, platform):
@@ -108,6 +110,8 @@ class GemmSequencer(wiring.Component):
         m.submodules.array, m.submodules.accum = arr, acc = self.array, self.accum
         wiring.connect(m, wiring.flipped(self.acc_rd), acc.rd)
         wiring.connect(m, wiring.flipped(self.acc_wr), acc.wr)
+        m.d.comb += [acc.ld_en.eq(self.ld_en), acc.ld_addr.eq(self.ld_addr), acc.ld_data.eq(self.ld_data),
+                     self.ld_ready.eq(acc.ld_ready)]
 
         # Every count below is a nest of small counters over the instruction's fields, never a product
         # of them: m*n*k and friends would each cost DSP48s for a once-per-instruction number.
@@ -322,7 +326,7 @@ class GemmSequencer(wiring.Component):
         # ---- completion: every partial line written by the accumulator; k = 0 zero fill
         # (every line read that reaches the accumulator is one write: a 4-bit GEMM's only at a group's end;
         # a write with none in flight is not counted)
-        written = acc.wr.en & (inflight != 0)
+        written = acc.wr.en & ~acc.wr_load & (inflight != 0)
         m.d.sync += inflight.eq(inflight + (a_issue & (~q4 | glast_now)) - written)
         m.d.comb += [acc.zero_addr.eq(zptr), acc.zero_en.eq(zeros)]
         with m.If(zeros):

@@ -1,5 +1,6 @@
 """hw/accumulator.Accumulator alone: lines every cycle to a few addresses, so a line's sum is often one or two
-lines behind an earlier one of its address (the sum forwarded from stage 2, the read port's write-through)."""
+lines behind an earlier one of its address (the sum forwarded from stage 2, the read port's write-through), and
+LOAD's lines to other addresses beside them, taken when stage 1 is empty."""
 
 from __future__ import annotations
 
@@ -16,29 +17,43 @@ from systolica.hw.accumulator import Accumulator
 pytestmark = [pytest.mark.amaranth]
 
 
-@pytest.mark.parametrize("addrs,p_idle", [(1, 0.0), (2, 0.0), (3, 0.2), (5, 0.4)])
+@pytest.mark.parametrize("addrs,p_idle", [(1, 0.0), (2, 0.0), (1, 0.3), (3, 0.2), (5, 0.4)])
 def test_back_to_back_lines_sum_into_their_addresses(addrs, p_idle):
-    """Random lines (int32 wrap included), random add-or-overwrite flags and zero fills, on one to five lines:
-    the buffer ends with what adding them in order gives, and ``lines`` counts the array's lines."""
+    """Random lines (int32 wrap included), random add-or-overwrite flags and zero fills, on one to five lines,
+    and LOAD lines waiting for their turn on three others: the buffer ends with what adding them in order gives,
+    every LOAD line is written, and ``lines`` counts the array's lines alone."""
     cfg = AccelConfig(rows=4, cols=4, dma_bits=32)
     o_layout = data.StructLayout({"data": data.ArrayLayout(signed(32), cfg.cols), "last": 1, "tag": 17})
     m = Module()
     m.submodules.acc = acc = Accumulator(cfg, o_layout)
-    m.submodules.mem = mem = memory.Memory(shape=acc.line, depth=8, init=[])
+    m.submodules.mem = mem = memory.Memory(shape=acc.line, depth=16, init=[])
     wp = mem.write_port()
     rp = mem.read_port(transparent_for=[wp])
     m.d.comb += [rp.addr.eq(acc.rd.addr), rp.en.eq(acc.rd.en), acc.rd.data.eq(rp.data),
                  wp.addr.eq(acc.wr.addr), wp.data.eq(acc.wr.data), wp.en.eq(acc.wr.en)]
     rng = random.Random(addrs * 10 + int(p_idle * 10))
-    model = [[0] * cfg.cols for _ in range(8)]
+    model = [[0] * cfg.cols for _ in range(16)]
     wrap = lambda v: (v + (1 << 31)) % (1 << 32) - (1 << 31)  # noqa: E731
     sent = 0
-    checks = {"fwd": 0}
+    checks = {"fwd": 0, "loads": 0, "waited": 0}
 
     async def bench(ctx):
         nonlocal sent
         last_addr = [None, None]
+        ld = None  # the LOAD line waiting: (address, data)
         for _ in range(300):
+            if ld is None and rng.random() < 0.3:
+                ld = (8 + rng.randrange(3), [rng.randrange(-(1 << 31), 1 << 31) for _ in range(cfg.cols)])
+            ctx.set(acc.ld_en, ld is not None)
+            if ld is not None:
+                ctx.set(acc.ld_addr, ld[0])
+                ctx.set(acc.ld_data, ld[1])
+                if ctx.get(acc.ld_ready):
+                    model[ld[0]] = list(ld[1])
+                    checks["loads"] += 1
+                    ld = None
+                else:
+                    checks["waited"] += 1
             ctx.set(acc.zero_en, 0)
             ctx.set(acc.i_stream.valid, 0)
             r = rng.random()
@@ -63,10 +78,11 @@ def test_back_to_back_lines_sum_into_their_addresses(addrs, p_idle):
             await ctx.tick()
         ctx.set(acc.i_stream.valid, 0)
         ctx.set(acc.zero_en, 0)
+        ctx.set(acc.ld_en, 0)
         for _ in range(4):
             await ctx.tick()
         assert ctx.get(acc.lines) == sent
-        for a in range(addrs):
+        for a in [*range(addrs), 8, 9, 10]:
             got = list(ctx.get(mem.data[a]))
             assert got == model[a], (a, got, model[a])
 
@@ -74,4 +90,5 @@ def test_back_to_back_lines_sum_into_their_addresses(addrs, p_idle):
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert checks["fwd"] > 20, checks
+    assert checks["fwd"] > 20 and checks["waited"] > 5, checks
+    assert checks["loads"] > 20 or p_idle == 0, checks  # (a line every cycle: LOAD waits, as it does in the top)
