@@ -4,13 +4,13 @@ The array gives one int32 line per activation row per K tile; a GEMM with ``K > 
 sums those partial lines over its K tiles.  Each line's ``tag`` (from the activation
 beat) says where: ``addr`` (accumulator line) and ``acc`` (1: add to the line, 0:
 overwrite it — the first K tile of a GEMM without ``acc``).  Read-modify-write takes
-one line a cycle in two stages: the read is issued as the line arrives; stage 1 registers
+one line a cycle in three stages: the read is issued as the line arrives; stage 1 registers
 the read data (the block RAM's output goes to a flip-flop: its clock-to-output of ~5.8 ns
 on ECP5 plus a 32-bit add into the write data was the slowest path of the routed ulx3s top
-level, 16.4 ns); stage 2 adds and writes.  The same line may arrive in back-to-back cycles
-(decode: one line per K tile): a line one cycle behind another of the same address takes
-that one's sum as stage 2 writes it (forwarded), one two cycles behind reads it through
-the buffer's read port, which is transparent to its write port.  It never stalls, so
+level, 16.4 ns); stage 2 adds, stage 3 writes the registered sum.  The same line may arrive
+in back-to-back cycles (decode: one line per K tile): a line up to three cycles behind
+another of the same address takes that one's sum from the registers that hold it (forwarded),
+so the buffer's read port need not be transparent to its write port.  It never stalls, so
 ``i_stream.ready`` is always 1.
 
 A GEMM with ``k = 0`` writes zero lines (``zero_en``, ``zero_addr``: no array lines arrive then): they take the
@@ -44,7 +44,8 @@ class Accumulator(wiring.Component):
     i_stream : In(stream)
         The array's ``o_stream`` (``data``: C int32, ``last``, ``tag`` as :func:`acc_tag_layout`).
     rd : In(ReadPort.Signature)
-        To a transparent read port of the accumulator buffer.
+        To a read port of the accumulator buffer (transparent or not: a read of the line written in the same
+        cycle is answered from the accumulator's registers).
     wr : In(WritePort.Signature)
         To its write port.
     lines : Out(32)
@@ -83,36 +84,48 @@ class Accumulator(wiring.Component):
                      addr.eq(in_addr), line.eq(i.payload.data)]
         with m.If(self.zero_en):
             m.d.sync += line.eq(0)
-        # stage 2: the line and the line it adds to as read (the read port's data, into a register of their own:
-        # the block RAM's ~5.8 ns clock-to-output on ECP5 and then two selects -- no add, the forwarded sum -- was
-        # among the slowest paths of the routed ulx3s top level, 12.0 ns); the sum goes to the write port
-        valid2, zfill2 = Signal(), Signal()
+        valid2, zfill2, ld2 = Signal(), Signal(), Signal(name="acc_ld2")
         addr2 = Signal(self.abits, reset_less=True)
+        valid3, zfill3, ld3 = Signal(), Signal(), Signal(name="acc_ld3")
+        addr3 = Signal(self.abits, reset_less=True)
         line2 = Signal(self.line, reset_less=True)
         old2 = Signal(self.line, reset_less=True)
-        tot_r = Signal(self.line, reset_less=True)  # the sum stage 2 wrote last cycle
+        tot_r = Signal(self.line, reset_less=True)  # the sum of stage 3's line: what it writes
+        tot_rr = Signal(self.line, reset_less=True)  # the sum written last cycle
         total = Signal(self.line)
-        # a LOAD line takes stage 2 when stage 1 is empty (ld_ready, a register): written as a line without add,
-        # so the buffer's write port has one writer and no select between the adder and the block RAMs' write
-        # data (ulx3s: `acc_mem`'s DIA, 11.4 ns through the port's select of the sum and LOAD's line)
-        ld2 = Signal(name="acc_ld2")
+        # The sums are written a stage after the add (stage 3, from a register: the adder's carry into the block
+        # RAMs' write data was the slowest path of a ulx3s route, 11.4 ns), so a line's read misses the writes of
+        # the three lines ahead of it (the read port need not be transparent: the block RAM's answer to a read of
+        # the address written in that cycle is not used).  Their sums come from the registers instead: the line
+        # two ahead's (written the cycle after the read) and three ahead's (written in the cycle of the read) into
+        # `old2` beside the read data, in stage 1; the line just ahead's in stage 2, at the adder.  Each decision
+        # is an address compare of registers (or of the incoming tag with stage 2's and 3's), registered as three
+        # flag copies, a third of the lanes each.
+        f2 = valid2 & (in_addr == addr2)  # the incoming line's address is stage 2's (written in 2 cycles)
+        f3 = valid3 & (in_addr == addr3)  # ... stage 3's (written now)
+        ram_c = flag_copies(m, ~(f2 | f3), 1, "acc_ram1")
+        f2_c = flag_copies(m, f2, 1, "acc_f2_1")
+        for c in range(self.cfg.cols):
+            k = c % len(ram_c)
+            m.d.sync += old2[c].eq(Mux(ram_c[k], self.rd.data[c], Mux(f2_c[k], tot_r[c], tot_rr[c])))
+        # stage 2: the line and the line it adds to; a LOAD line takes stage 2 when stage 1 is empty (ld_ready,
+        # a register): written as a line without add, so the buffer's write port has one writer and no select
+        # between the sums and the block RAMs' write data
         take_ld = self.ld_en & ~valid
-        m.d.comb += [self.ld_ready.eq(~valid), self.wr_load.eq(ld2)]
+        m.d.comb += [self.ld_ready.eq(~valid), self.wr_load.eq(ld3)]
         m.d.sync += [valid2.eq(valid | take_ld), zfill2.eq(zfill), ld2.eq(take_ld),
-                     addr2.eq(Mux(valid, addr, self.ld_addr)), line2.eq(Mux(valid, line, self.ld_data)),
-                     old2.eq(self.rd.data), tot_r.eq(total)]
-        # the line in stage 2 adds to the sum written last cycle when it is the line just behind that one at the
-        # same address (its read went out before that sum was written), to 0 without acc: both flags decided in
-        # stage 1 (from the incoming line and stage 1's) and registered, as three copies, a third of the lanes
-        # each; the selects sit between registers and the adder, not after the block RAMs' read data
-        fwd = Signal(name="acc_fwd")
-        m.d.sync += fwd.eq(add & valid & (in_addr == addr))
-        acc_c = flag_copies(m, acc & valid, 1, "acc_add2")  # (0 for a LOAD line: it takes an empty stage 1's place)
-        fwd_c = flag_copies(m, fwd, 1, "acc_fwd2")
+                     addr2.eq(Mux(valid, addr, self.ld_addr)), line2.eq(Mux(valid, line, self.ld_data))]
+        # stage 2 adds to the sum of the line just ahead (in stage 3 now) when it has its address, else to what
+        # stage 1 gave (0 without acc; 0 for a LOAD line: it takes an empty stage 1's place)
+        acc_c = flag_copies(m, acc & valid, 1, "acc_add2")
+        fwd_c = flag_copies(m, valid2 & (addr == addr2), 1, "acc_fwd2")
         for c in range(self.cfg.cols):  # int32 wrap on assignment, like the hardware adder and numerics.matmul
             k = c % len(acc_c)
             m.d.comb += total[c].eq(line2[c] + Mux(acc_c[k], Mux(fwd_c[k], tot_r[c], old2[c]), 0))
-        m.d.comb += [self.wr.addr.eq(addr2), self.wr.en.eq(valid2), self.wr.data.eq(total)]
-        with m.If(valid2 & ~zfill2 & ~ld2):
+        # stage 3: the sum written from its register
+        m.d.sync += [valid3.eq(valid2), zfill3.eq(zfill2), ld3.eq(ld2), addr3.eq(addr2), tot_r.eq(total),
+                     tot_rr.eq(tot_r)]
+        m.d.comb += [self.wr.addr.eq(addr3), self.wr.en.eq(valid3), self.wr.data.eq(tot_r)]
+        with m.If(valid3 & ~zfill3 & ~ld3):
             m.d.sync += self.lines.eq(self.lines + 1)
         return m

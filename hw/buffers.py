@@ -22,8 +22,8 @@ engines share the ports by priority, as Gemmini's scratchpad does:
   accumulator's one read port) when compute does not: compute has priority; a
   store request that meets a compute read is lost and repeated by the store
   engine the next cycle.
-- The accumulator is one memory: GEMM's read-modify-write (read transparent to
-  the write port, as before) and REQUANT's read share its read port; its write
+- The accumulator is one memory: GEMM's read-modify-write (which forwards the sums of
+  the lines it is about to write itself) and REQUANT's read share its read port; its write
   port serves the accumulator alone: its sums, GEMM's zero fill, and LOAD's lines through its second stage.
 
 Compute readers and writers of one port never overlap (the compute engine runs
@@ -44,8 +44,6 @@ from amaranth.hdl._mem import MemoryInstance
 from amaranth.lib import memory
 
 from systolica.config import AccelConfig
-
-from .word_regs import DISTINCT, lane_mux
 
 __all__ = ["ALL_BUFFER_MEMORIES", "BUFFER_COPIES", "URAM_MIN_BITS", "build_buffers", "buffer_copies", "buffer_ports",
            "memory_port_census", "store_copy", "undefined_collisions"]
@@ -159,11 +157,11 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
                              rp.addr.eq(Mux(r_en, r_addr, getattr(store, f"{name}_addr"))), rp.en.eq(r_en | s_en)]
             else:
                 m.d.comb += [rp.addr.eq(r_addr), rp.en.eq(r_en)]
-            if name == "acc":
-                rdata = _write_through(m, rp, w_addr, w_data, w_en, name)
-            else:
-                rdata = rp.data
-                hits.append(_collision(m, rp, w_addr, w_en, f"{name}_{copy}"))
+            rdata = rp.data
+            # the accumulator's own read-modify-write reads lines it is about to write (it forwards their sums,
+            # hw/accumulator.py): REQUANT's and STORE's reads are the ones held to the rule
+            own = comp.accum_rd.en if name == "acc" else 0
+            hits.append(_collision(m, rp.addr, rp.en & ~own, w_addr, w_en, f"{name}_{copy}"))
             if i == s_copy:
                 m.d.comb += getattr(store, f"{name}_rdata").eq(rdata)
             m.d.comb += [t.eq(rdata) for t in targets]
@@ -172,9 +170,10 @@ def build_buffers(m: Module, cfg: AccelConfig, load, comp, store, *, uram: bool 
     return mems, collided
 
 
-def _collision(m: Module, rp, w_addr, w_en, name: str) -> Signal:
-    """Whether ``rp`` read the address written in the same cycle, a cycle later (the ports' enables and addresses
-    registered first, then compared: nothing added to the buffers' address paths but the registers' loads).
+def _collision(m: Module, r_addr, r_en, w_addr, w_en, name: str) -> Signal:
+    """Whether a read (``r_addr`` when ``r_en``) was of the address written in the same cycle, a cycle later (the
+    ports' enables and addresses registered first, then compared: nothing added to the buffers' address paths but
+    the registers' loads).
 
     The buffers' read ports say nothing of a line read in the cycle it is written (:func:`undefined_collisions`:
     a block RAM's two ports answer such a read with either word, and Yosys's emulation of the old word cost a
@@ -182,31 +181,11 @@ def _collision(m: Module, rp, w_addr, w_en, name: str) -> Signal:
     compiler writes does it (a line is read before an op's result may overwrite it, and engines hand lines over
     by tokens), so the top level stops a run that does with ``BUFFER_COLLISION`` instead of computing on
     whichever word the memory gave."""
-    ra, wa = Signal(len(rp.addr), name=f"{name}_coll_ra"), Signal(len(rp.addr), name=f"{name}_coll_wa")
+    ra, wa = Signal(len(r_addr), name=f"{name}_coll_ra"), Signal(len(r_addr), name=f"{name}_coll_wa")
     both = Signal(name=f"{name}_coll_en")
     hit = Signal(name=f"{name}_coll")
-    m.d.sync += [ra.eq(rp.addr), wa.eq(w_addr), both.eq(rp.en & w_en), hit.eq(both & (ra == wa))]
+    m.d.sync += [ra.eq(r_addr), wa.eq(w_addr), both.eq(r_en & w_en), hit.eq(both & (ra == wa))]
     return hit
-
-
-def _write_through(m: Module, rp, w_addr, w_data, w_en, name: str):
-    """The read data of ``rp`` transparent to the write port (a read of the address written in the same cycle
-    returns the new data, GEMM's read-modify-write needs it), as the bypass Yosys would build, but with its
-    select in three copies, a third of the lanes each (one collision flag over the 256-bit line was among the
-    most congested nets of the ulx3s route).  The addresses and the write enable are registered and compared
-    in the cycle the read data come, beside the block RAM's clock-to-data: a compare before flag registers
-    loaded on the read enable ran from the STORE's request through the port's select (ulx3s: 11.9 ns).  Every
-    reader takes the data the cycle after its read, so the registers load every cycle."""
-    w_last = Signal(len(w_data), name=f"{name}_wt_data", reset_less=True)
-    m.d.sync += w_last.eq(w_data)
-    hits = []
-    for k, kw in enumerate(DISTINCT):  # three copies Yosys keeps apart
-        ra = Signal(len(rp.addr), name=f"{name}_wt_ra{k}", **kw)
-        wa = Signal(len(rp.addr), name=f"{name}_wt_wa{k}", **kw)
-        we = Signal(name=f"{name}_wt_we{k}", **kw)
-        m.d.sync += [ra.eq(rp.addr), wa.eq(w_addr), we.eq(w_en)]
-        hits.append(we & (ra == wa))
-    return lane_mux(hits, w_last, rp.data, 32)
 
 
 def undefined_collisions(il: str, memories: list[str]) -> str:

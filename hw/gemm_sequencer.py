@@ -160,8 +160,8 @@ class GemmSequencer(wiring.Component):
                 w_base.eq(self.w), w_ptr.eq(self.w), w_c.eq(0), w_kk.eq(0), w_j.eq(0),
                 a_ptr.eq(self.a), t_ptr.eq(self.dst), a_i.eq(0), a_kk.eq(0), a_j.eq(0),
             ]
-        ztail = Signal(2)  # the last zero line is written two cycles after it leaves here (the accumulator's stages)
-        m.d.sync += ztail.eq(Cat(zeros, ztail[0]))
+        ztail = Signal(3)  # the last zero line is written three cycles after it leaves here (the accumulator's stages)
+        m.d.sync += ztail.eq(Cat(zeros, ztail[:2]))
         m.d.comb += self.busy.eq((inflight != 0) | zeros | (ztail != 0) | w_more | a_more)
 
         # ---- weights from the scratchpad

@@ -269,9 +269,9 @@ def array_latency(cfg: AccelConfig) -> int:
     return cfg.rows + 2 + (cfg.cols - 1 if cfg.macs_per_dsp == 1 else 1)
 
 
-#: stages of the accumulator's read-add-write (``hw/accumulator.py``: the read data registered, then the add and the
-#: write): a GEMM's last line is written this many cycles after it leaves the array
-ACC_STAGES = 2
+#: stages of the accumulator's read-add-write (``hw/accumulator.py``: the read data registered, the add, the
+#: write of the registered sum): a GEMM's last line is written this many cycles after it leaves the array
+ACC_STAGES = 3
 
 
 def _gemm(cfg: AccelConfig, p: PerfParams, m: int, k: int, n: int, acc: int = 0) -> OpCost:
