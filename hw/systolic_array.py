@@ -137,10 +137,10 @@ class SystolicArray(wiring.Component):
         # the cycles column c's PEs see their row's activation after column 0's (one MAC a multiplier: passed
         # PE to PE along the row; packed PEs: broadcast along the row)
         self.skew = list(range(cfg.cols)) if cfg.macs_per_dsp == 1 else [0] * cfg.cols
-        # entry to output register, in enabled cycles: the activation input register, a cycle a row, the
-        # product register, the row's skew (then de-skewed: every column leaves together); packed PEs: one
+        # entry to output register, in enabled cycles: the input registers (both streams' beats, after the
+        # handshake), the activation input register, a cycle a row, the product register, the row's skew (then de-skewed: every column leaves together); packed PEs: one
         # more, the fabric sum of the DSP chains
-        latency = cfg.rows + 2 + max(self.skew) + (cfg.macs_per_dsp == 2)
+        latency = cfg.rows + 3 + max(self.skew) + (cfg.macs_per_dsp == 2)
         # the output FIFO's depth: a line a cycle needs a place for every line in flight and the one read
         self.out_fifo = latency + 2 if out_fifo is None else out_fifo
         if not (isinstance(self.out_fifo, int) and (self.out_fifo == 0 or self.out_fifo >= 2)):
@@ -208,16 +208,26 @@ class SystolicArray(wiring.Component):
         # with the products in logic, each active weight has its multiple 3 w beside it (see _lut_product)
         lut3 = ([[Signal(signed(10), name=f"wa3_{r}_{c}", reset_less=True) for c in range(C)] for r in range(R)]
                 if self.cfg.array_lut_muls and self.cfg.macs_per_dsp == 1 else None)
+        # Both streams' beats go into registers after the handshake (every cycle, the fire beside them), and the
+        # array works from those a cycle later: so the handshake (the scoreboard, the producers' FIFOs) drives a
+        # few flip-flops, not the weight registers' enables (ulx3s: `shadow_full` and the shadow weights' enables
+        # from the handshake were the array's slowest paths, 12.1 ns)
+        w_in = [[Signal(signed(8), name=f"w_in_{j}_{r}", reset_less=True) for r in range(R)] for j in range(P)]
+        a_in = [Signal(signed(8), name=f"a_in_{r}", reset_less=True) for r in range(R)]
+        a_fire_r, start_r = Signal(name="a_fire_r"), Signal(name="start_r")
+        m.d.sync += [a_fire_r.eq(a_fire), start_r.eq(start)]
+        m.d.sync += [w_in[j][r].eq(w.payload[j][r]) for j in range(P) for r in range(R)]
+        m.d.sync += [a_in[r].eq(a.payload.data[r]) for r in range(R)]
         # control of a weight write (enable, column group) as it reaches row r
         ctl_layout = data.StructLayout({"we": 1, "grp": range(beats)})
         ctl = [Signal(ctl_layout, name=f"wctl_{r}") for r in range(R)]
-        m.d.comb += [ctl[0].we.eq(w_fire), ctl[0].grp.eq(load_cnt)]
+        m.d.sync += [ctl[0].we.eq(w_fire), ctl[0].grp.eq(load_cnt)]
         for r in range(1, R):
             m.d.sync += ctl[r].eq(ctl[r - 1])
         skew = self.skew
         for r in range(R):
             # this row's P weight bytes, delayed r cycles like the activations
-            wd = [w.payload[j][r] for j in range(P)]
+            wd = [w_in[j][r] for j in range(P)]
             for d in range(r):
                 nxt = [Signal(signed(8), name=f"wd_{r}_{d}_{j}", reset_less=True) for j in range(P)]
                 # every cycle: the write's enable travels beside them (ctl); the fire as their enable reached
@@ -249,16 +259,16 @@ class SystolicArray(wiring.Component):
         # its multiplier (a fan-out of one multiplier and the next PE's register)
         x = [[None] * C for _ in range(R)]
         st = [Signal(name=f"st_{r}") for r in range(R)]
-        m.d.comb += st[0].eq(start)
+        m.d.comb += st[0].eq(start_r)
         for r in range(R):
-            chain = a.payload.data[r]
+            chain = a_in[r]
             for d in range(r):
                 nxt = Signal(signed(8), name=f"xd_{r}_{d}", reset_less=True)
-                with m.If(a_fire if d == 0 else 1):  # the input's register: as the weights'
+                with m.If(a_fire_r if d == 0 else 1):  # the input's register: as the weights'
                     m.d.sync += nxt.eq(chain)
                 chain = nxt
             xt, stt = [Signal(signed(8), name=f"x_{r}", reset_less=True)], [st[r]]
-            with m.If(a_fire if r == 0 else 1):
+            with m.If(a_fire_r if r == 0 else 1):
                 m.d.sync += xt[0].eq(chain)
             if r:
                 m.d.sync += st[r].eq(st[r - 1])

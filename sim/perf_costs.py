@@ -263,10 +263,10 @@ def _dma_cost(cfg: AccelConfig, p: PerfParams, op: str, buf: int, dram4k: int, s
 
 def array_latency(cfg: AccelConfig) -> int:
     """Cycles from an activation beat entering the systolic array to its output line (hw/systolic_array.py's
-    ``SystolicArray.latency``): the input register, a cycle a row, the product register; with one MAC a DSP
+    ``SystolicArray.latency``): the input registers (after the handshake, then the activation's), a cycle a row, the product register; with one MAC a DSP
     the ``cols - 1`` cycles of the activation's pass along a row (de-skewed at the bottom), with two MACs a
     DSP (a broadcast row) one, the fabric sum of the DSP chains."""
-    return cfg.rows + 2 + (cfg.cols - 1 if cfg.macs_per_dsp == 1 else 1)
+    return cfg.rows + 3 + (cfg.cols - 1 if cfg.macs_per_dsp == 1 else 1)
 
 
 #: stages of the accumulator's read-add-write (``hw/accumulator.py``: the read data registered, the add, the
