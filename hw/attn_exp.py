@@ -29,7 +29,7 @@ __all__ = ["EXP_STAGES", "exp2_pipelines"]
 EXP_STAGES = 9
 
 
-def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix, down_field: str | None = None):
+def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix, down_field: str | None = None, down_of=None):
     """Builds the tags' shift register and one pipeline per row.
 
     ``e_in`` is the tag entering X1 (its ``fo`` field: ``30 - frac``); ``xs[r]`` / ``m1s[r]`` row ``r``'s
@@ -38,11 +38,15 @@ def exp2_pipelines(m: Module, tag_layout, e_in, xs, m1s, suffix, down_field: str
     row the result as it leaves E5 (combinational: E5's value shifted).  With ``down_field`` (a tag field
     holding ``30 - frac + down``) ``downs`` holds per row a second result beside it, the same power with
     that shift instead (``exp2_fx(.., frac, down)``: one rounding of E4's ``p``); else ``downs`` is empty.
+    ``down_of``: the down field as a function of X1's tag, loaded into X2's (X1's own is then not read), for a
+    field that would otherwise be logic between the caller's inputs and X1.
     """
     from systolica.numerics import EXP_BASE, EXP_DELTA
 
     tags = [stage_reg(tag_layout, f"exp_s{s}") for s in range(EXP_STAGES)]  # only the valid bits reset
     m.d.sync += [tags[0].eq(e_in)] + [tags[s + 1].eq(tags[s]) for s in range(EXP_STAGES - 1)]
+    if down_of is not None:
+        m.d.sync += tags[1][down_field].eq(down_of(tags[0]))
     fo2 = tags[2].fo  # E0's tag: the row's frac offset as the value enters E1
     fd2 = tags[2][down_field] if down_field else None
     results, downs = [], []

@@ -27,9 +27,9 @@ last beat out, and until the FIFO has room for all the beats read), so no 770-bi
 line register waiting for beta and no ``NB``-way beat select exist there (they were the most
 congested logic of the ulx3s route, docs/boards.md).  LAYERNORM's output pass then gives a line
 every ``NB + 1`` cycles (beta a cycle after x and gamma), which the beats read ahead hide on short
-rows.  Each beat passes one of two beat registers on its way to the unit, filled and read
-in turn (the unit's logic starts at a 2:1 multiplexer of flip-flops, not at the FIFO's read multiplexer,
-and the unit's ``ready`` reaches no beat register's enable).  The instruction's derived counts are registered at
+rows.  Each beat passes one of three beat registers on its way to the unit, filled and read
+in turn (the unit's logic starts at a 3:1 multiplexer of flip-flops, not at the FIFO's read multiplexer,
+and the unit's ``ready`` reaches no beat register's enable, nor the decision to load one).  The instruction's derived counts are registered at
 ``start``, the read addresses are counters, and the scratchpad addresses of QUANT's two blocks are
 pointers (the only product, ``rows * lines`` for block 1's base, is registered from registers).
 Output beats are gathered back into lines
@@ -246,45 +246,52 @@ class RowPassSequencer(wiring.Component):
         want_n = active_n & room_n & ~beta_rd_n & ser_ok_n
         m.d.sync += [read.eq(want_n & ~hdr_n), push_hdr.eq(want_n & hdr_n & ~pending_n & ~pend2_n & ser_empty_n)]
         took = Signal()  # the unit took the read slot's beat
-        # two beat registers (slots) a unit, filled in turn from the FIFO's head and read in turn by the unit: a
+        # three beat registers (slots) a unit, filled in turn from the FIFO's head and read in turn by the unit: a
         # slot loads when it is empty (its valid bit, a register), so no unit's `ready` reaches the beat registers'
-        # enables; each unit reads its slots through a 2:1 multiplexer with a read pointer of its own (`rp_u`,
-        # equal to `rp` while the unit runs), so the slots and their select sit beside the unit's first stage
-        sv = [Signal(name=f"slot{j}_v") for j in range(2)]
-        wp, rp = Signal(), Signal()  # the slot the next beat goes into / the unit reads
-        bv = Signal()
-        m.d.comb += bv.eq(Mux(rp, sv[1], sv[0]))
-        # `ld` (the FIFO has a beat and the write slot is empty) is a flip-flop loaded from the next values of
-        # what it decides from (the FIFO's next level, the slots' next valid bits and write pointer), so the
-        # slots' enables -- each over a unit's whole beat, hundreds of flip-flops -- start at registers, not at
-        # the FIFO's level compare (the row-pass sequencer's 86 late enables of the ulx3s route, 11.4 ns)
+        # enables; each unit reads its slots through a 3:1 multiplexer with a read pointer of its own (`rp_u`,
+        # equal to `rp` while the unit runs), so the slots and their select sit beside the unit's first stage.
+        # `ld` (the FIFO has a beat and the next write slot is empty) is a flip-flop loaded from the FIFO's next
+        # level and the slots' valid bits as they are, not as this cycle's take leaves them: so no unit's `ready`
+        # reaches it (ulx3s: a unit's ready -> `took` -> the slots' next valid bits -> `slot_ld` took 12.8 ns),
+        # and a slot taken is loaded again two cycles later, which three slots hide (a beat a cycle)
+        NS = 3
         ld = Signal(name="slot_ld")
-        sv_n = [Signal(name=f"slot{j}_v_n") for j in range(2)]
-        wp_n = Signal(name="wp_n")
-        m.d.comb += wp_n.eq(wp ^ ld)
-        for j in range(2):
+        sv = [Signal(name=f"slot{j}_v") for j in range(NS)]
+        wp, rp = Signal(range(NS)), Signal(range(NS))  # the slot the next beat goes into / the unit reads
+
+        def nxt(p):
+            return Mux(p == NS - 1, 0, p + 1)
+
+        def at(p, xs):
+            return Mux(p[1], xs[2], Mux(p[0], xs[1], xs[0]))
+        bv = Signal()
+        m.d.comb += bv.eq(at(rp, sv))
+        wp_n = Signal(range(NS), name="wp_n")
+        m.d.comb += wp_n.eq(Mux(ld, nxt(wp), wp))
+        sv_n = [Signal(name=f"slot{j}_v_n") for j in range(NS)]
+        for j in range(NS):
             m.d.comb += sv_n[j].eq((sv[j] | (ld & (wp == j))) & ~(took & (rp == j)))
         with m.If(self.start):
-            m.d.comb += [sv_n[0].eq(0), sv_n[1].eq(0), wp_n.eq(0)]
-        m.d.sync += [wp.eq(wp_n), sv[0].eq(sv_n[0]), sv[1].eq(sv_n[1]),
-                     ld.eq((fifo_level_next(q) != 0) & ~Mux(wp_n, sv_n[1], sv_n[0]))]
+            m.d.comb += [x.eq(0) for x in sv_n] + [wp_n.eq(0)]
+        m.d.sync += [wp.eq(wp_n), *[x.eq(y) for x, y in zip(sv, sv_n, strict=True)],
+                     ld.eq((fifo_level_next(q) != 0) & ~at(wp_n, sv))]
         with m.If(took):
-            m.d.sync += rp.eq(~rp)
+            m.d.sync += rp.eq(nxt(rp))
         rps = []
         units = [(qu, is_q, (("data", qa),)), (sm, is_s, (("data", a),)), (nu, is_n, (("a", a), ("b", b), ("c", c)))]
         for unit, sel, fields in [u for u in units if u[0] is not None]:
             nm = unit.__class__.__name__.lower()
-            rp_u = Signal(name=f"rp_{nm}")
+            rp_u = Signal(range(NS), name=f"rp_{nm}")
             rps.append(rp_u)
             with m.If(took & sel):
-                m.d.sync += rp_u.eq(~rp_u)
+                m.d.sync += rp_u.eq(nxt(rp_u))
             srcs = [kind, lline, *(v for _, v in fields)]
             regs = [[Signal(len(x), name=f"slot{j}_{nm}_{k}", reset_less=True) for k, x in enumerate(srcs)]
-                    for j in range(2)]
-            for j in range(2):
+                    for j in range(NS)]
+            for j in range(NS):
                 with m.If(ld & (wp == j) & sel):
                     m.d.sync += [r_.eq(x) for r_, x in zip(regs[j], srcs, strict=False)]
-            outs = [Mux(rp_u, r1, r0) for r0, r1 in zip(regs[0], regs[1], strict=False)]
+            outs = [at(rp_u, rs) for rs in zip(*regs, strict=True)]
             m.d.comb += [unit.i_stream.valid.eq(bv & sel), unit.i_stream.payload.kind.eq(outs[0]),
                          unit.i_stream.payload.last.eq(outs[1]), unit.o_stream.ready.eq(1)]
             m.d.comb += [getattr(unit.i_stream.payload, f).eq(o_) for (f, _), o_ in zip(fields, outs[2:], strict=False)]
@@ -362,7 +369,7 @@ class RowPassSequencer(wiring.Component):
                 m.d.sync += qp0.eq(qp0 + 1)
             with m.If(qo.last):
                 m.d.sync += rows_out.eq(rows_out - 1)
-        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | (emit if feed_beats else 0) | q.r_rdy | sv[0] | sv[1]
+        m.d.comb += self.busy.eq(active | pending | beta_rd | pend2 | (emit if feed_beats else 0) | q.r_rdy | Cat(*sv).any()
                                  | (rows_out != 0))
         return m
 
