@@ -264,8 +264,6 @@ class RowPassSequencer(wiring.Component):
 
         def at(p, xs):
             return Mux(p[1], xs[2], Mux(p[0], xs[1], xs[0]))
-        bv = Signal()
-        m.d.comb += bv.eq(at(rp, sv))
         wp_n = Signal(range(NS), name="wp_n")
         m.d.comb += wp_n.eq(Mux(ld, nxt(wp), wp))
         sv_n = [Signal(name=f"slot{j}_v_n") for j in range(NS)]
@@ -277,26 +275,40 @@ class RowPassSequencer(wiring.Component):
                      ld.eq((fifo_level_next(q) != 0) & ~at(wp_n, sv))]
         with m.If(took):
             m.d.sync += rp.eq(nxt(rp))
+        # each unit also keeps the slots' valid bits of its own (set as its slots load, cleared as it takes them):
+        # its `valid` is a select of flip-flops beside its slots, not of the sequencer's, which sit where the FIFO
+        # is (ulx3s: the slots' valid bits -> the norm unit's valid, 3.1 ns of routing, -> its beat's enables)
         rps = []
+        took_u = []
         units = [(qu, is_q, (("data", qa),)), (sm, is_s, (("data", a),)), (nu, is_n, (("a", a), ("b", b), ("c", c)))]
         for unit, sel, fields in [u for u in units if u[0] is not None]:
             nm = unit.__class__.__name__.lower()
             rp_u = Signal(range(NS), name=f"rp_{nm}")
             rps.append(rp_u)
-            with m.If(took & sel):
+            sv_u = [Signal(name=f"slot{j}_{nm}_v") for j in range(NS)]
+            v_u = Signal(name=f"{nm}_valid")
+            m.d.comb += v_u.eq(at(rp_u, sv_u))
+            t_u = Signal(name=f"{nm}_took")
+            m.d.comb += t_u.eq(v_u & unit.i_stream.ready)
+            took_u.append(t_u)
+            with m.If(t_u):
                 m.d.sync += rp_u.eq(nxt(rp_u))
             srcs = [kind, lline, *(v for _, v in fields)]
             regs = [[Signal(len(x), name=f"slot{j}_{nm}_{k}", reset_less=True) for k, x in enumerate(srcs)]
                     for j in range(NS)]
             for j in range(NS):
-                with m.If(ld & (wp == j) & sel):
+                with m.If(t_u & (rp_u == j)):
+                    m.d.sync += sv_u[j].eq(0)
+                with m.If(ld & (wp == j) & sel):  # (an empty slot: not the one taken)
                     m.d.sync += [r_.eq(x) for r_, x in zip(regs[j], srcs, strict=False)]
+                    m.d.sync += sv_u[j].eq(1)
+                with m.If(self.start):
+                    m.d.sync += sv_u[j].eq(0)
             outs = [at(rp_u, rs) for rs in zip(*regs, strict=True)]
-            m.d.comb += [unit.i_stream.valid.eq(bv & sel), unit.i_stream.payload.kind.eq(outs[0]),
+            m.d.comb += [unit.i_stream.valid.eq(v_u), unit.i_stream.payload.kind.eq(outs[0]),
                          unit.i_stream.payload.last.eq(outs[1]), unit.o_stream.ready.eq(1)]
             m.d.comb += [getattr(unit.i_stream.payload, f).eq(o_) for (f, _), o_ in zip(fields, outs[2:], strict=False)]
-            with m.If(sel):
-                m.d.comb += took.eq(bv & unit.i_stream.ready)
+        m.d.comb += took.eq(Cat(*took_u).any())
         m.d.comb += q.r_en.eq(ld)
         with m.If(self.start):
             m.d.sync += [rp.eq(0), *[x.eq(0) for x in rps]]
