@@ -118,10 +118,11 @@ class InstructionFetch(wiring.Component):
         cand2 = Mux(to_4k < cand, to_4k, cand)
         idle = ~self.start & ~init1 & ~init2
         # (n_nz: n_r != 0 as a flag of its own, loaded beside it: the burst's issue, the enable of the address
-        # registers and counters, starts at flip-flops)
+        # registers and counters, starts at flip-flops.  min(space, to_4k, cand) != 0 is space != 0 and cand != 0
+        # (to_4k is at least 1), not a compare after the minimums: that was the fetch unit's slowest path on ECP5)
         n_nz = Signal(name="n_nz")
         n_next = Mux(space < cand2, space, cand2)
-        m.d.sync += [n_r.eq(n_next), n_nz.eq(n_next != 0), n_ok0.eq(idle), n_ok.eq(n_ok0 & idle)]
+        m.d.sync += [n_r.eq(n_next), n_nz.eq((space != 0) & (cand != 0)), n_ok0.eq(idle), n_ok.eq(n_ok0 & idle)]
         with m.If(self.start):
             m.d.sync += [off.eq(self.prog_base), n_ok0.eq(0), n_ok.eq(0)]
         with m.If(init2):
