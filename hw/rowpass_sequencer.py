@@ -349,13 +349,20 @@ class RowPassSequencer(wiring.Component):
         with m.If(self.start):
             m.d.sync += [lanes_left.eq(n), beat_left.eq(n)]
         vraw = vsel(lambda u: u.o_stream.payload.data.as_value())
-        vbeat = Cat(*[Mux(beat_left > c, vraw[32 * c:32 * c + 32], 0) for c in range(NW)])
+        # beat_left > c per lane, flags loaded beside beat_left (from its next value's operands): a compare of
+        # beat_left before the lanes' select, the line gather and the compute engine's output select was the
+        # row-pass sequencer's slowest path on ECP5 (11.5 ns)
+        beat_ok = [Signal(name=f"beat_ok_{c}") for c in range(NW)]
+        vbeat = Cat(*[Mux(beat_ok[c], vraw[32 * c:32 * c + 32], 0) for c in range(NW)])
         vlast = vsel(lambda u: u.o_stream.payload.last)
         vdata, vout = gather(m, vvalid, vbeat, NB, "vgat", clear=self.start)
         m.d.comb += [self.out_addr.eq(vptr), self.out_en.eq(vout), self.out_data.eq(vdata)]
         row_end = vout & (lanes_left <= C)  # the row's last line completes with this beat
         with m.If(vvalid):
             m.d.sync += beat_left.eq(Mux(row_end, n, beat_left - NW))
+            m.d.sync += [beat_ok[c].eq(Mux(row_end, n > c, beat_left > NW + c)) for c in range(NW)]
+        with m.If(self.start):
+            m.d.sync += [beat_ok[c].eq(n > c) for c in range(NW)]
         with m.If(vout):
             m.d.sync += [vptr.eq(vptr + 1), lanes_left.eq(Mux(lanes_left > C, lanes_left - C, n))]
             with m.If(vlast):
