@@ -133,19 +133,19 @@ class QuantUnit(LineUnit):
 
         # ---- the beat pipeline of the max, Q and R passes (every stage moves with the output register, `en`):
         # 1 x, q = rsr(x, sq) (8 bits), and the low sq bits of x with the sign of bit sq - 1;
-        # 2 r = sat32(x - sat32(q << sq)) (0 for sq <= 0);  3 the beat's max / min over its lanes (of x in the
-        # max pass, of r in the Q pass) and lo = rsr(r, sr) (R pass);  then the output register takes q or lo,
-        # and hi / lo (max pass) or rhi / rlo (Q pass) take the beat's max / min.
+        # 2 r = sat32(x - sat32(q << sq)) (0 for sq <= 0);  3 the beat's max / min over pairs of its lanes (of x
+        # in the max pass, of r in the Q pass) and lo = rsr(r, sr) (R pass);  then the output register takes q or
+        # lo;  4 the beat's max / min over its lanes, and hi / lo (max pass) or rhi / rlo (Q pass) take them.
         # x - (q << s) with q = rsr(x, s) is the low s bits of x read as a signed number, so r needs no shifter
         # or subtractor: bit j is x[j] below s and x[s - 1] from s up.  The inner sat32 bites only when q << s =
         # 2**31 exactly (q = 64, s = 25 or q = 32, s = 26; q << s never rounds below -2**31), and then makes r
         # one larger.
         take, mxp, qp, rp = Signal(), Signal(), Signal(), Signal()  # a beat enters, and of which pass
         ctl_l = data.StructLayout({"v": 1, "mx": 1, "q": 1, "r": 1, "last": 1, "split": 1})  # the row's split
-        c1, c2, c3 = (Signal(ctl_l, name=f"quant_c{j}") for j in (1, 2, 3))
+        c1, c2, c3, c4 = (Signal(ctl_l, name=f"quant_c{j}") for j in (1, 2, 3, 4))
         with m.If(en):
             m.d.sync += [c1.v.eq(take), c1.mx.eq(mxp), c1.q.eq(qp), c1.r.eq(rp), c1.last.eq(p.last), c1.split.eq(split), c2.eq(c1),
-                         c3.eq(c2)]
+                         c3.eq(c2), c4.eq(c3)]
         x1, q1, low1, x2, q2, r2, q3, ql3 = [], [], [], [], [], [], [], []
         for c in range(C):
             def reg(shape, name, value, c=c):
@@ -165,25 +165,34 @@ class QuantUnit(LineUnit):
             r2.append(reg(signed(32), "res2", Mux(sq_pos, low1[c] + sat_fix, 0)))
             q3.append(reg(signed(8), "qh3", q2[c]))
             ql3.append(reg(9, "ql3", _shift9(m, r2[c], sr_sh, f"ql_{c}")))  # rounded into the output register
-        # one pair of comparator trees serves both the max pass (over x) and the Q pass (over the residuals)
+        # one pair of comparator trees serves both the max pass (over x) and the Q pass (over the residuals): the
+        # first level in stage 3, the rest in stage 4 (the whole tree in one stage, a compare and a select a
+        # level, was the quant unit's slowest path on ECP5, 10.5 ns); the block's statistics take the beat's in
+        # stage 4, its output leaves from stage 3
         vals = [Mux(c2.q, r2[c], x2[c]) for c in range(C)]
+        pairs = [vals[j:j + 2] for j in range(0, C, 2)]
+        mx3 = [Signal(signed(32), name=f"bmx3_{j}", reset_less=True) for j in range(len(pairs))]
+        mn3 = [Signal(signed(32), name=f"bmn3_{j}", reset_less=True) for j in range(len(pairs))]
+        with m.If(en):
+            m.d.sync += [r_.eq(tree(pr, lambda a, b: Mux(a > b, a, b))) for r_, pr in zip(mx3, pairs, strict=True)]
+            m.d.sync += [r_.eq(tree(pr, lambda a, b: Mux(a < b, a, b))) for r_, pr in zip(mn3, pairs, strict=True)]
         bmx, bmn = Signal(signed(33), reset_less=True), Signal(signed(33), reset_less=True)
         with m.If(en):
-            m.d.sync += [bmx.eq(tree(vals, lambda a, b: Mux(a > b, a, b))),
-                         bmn.eq(tree(vals, lambda a, b: Mux(a < b, a, b)))]
-        pipe_empty = ~c1.v & ~c2.v & ~c3.v
-        with m.If(en & c3.v):
-            with m.If(c3.mx):
+            m.d.sync += [bmx.eq(tree(mx3, lambda a, b: Mux(a > b, a, b))),
+                         bmn.eq(tree(mn3, lambda a, b: Mux(a < b, a, b)))]
+        pipe_empty = ~c1.v & ~c2.v & ~c3.v & ~c4.v
+        with m.If(en & c3.v & (c3.q | c3.r)):
+            m.d.comb += load.eq(1)
+        with m.If(en & c4.v):
+            with m.If(c4.mx):
                 m.d.sync += [hi.eq(Mux(bmx > hi, bmx, hi)), lo.eq(Mux(bmn < lo, bmn, lo)),
                              nlo.eq(Mux(bmn < lo, -bmn, nlo))]
-            with m.If(c3.q):
+            with m.If(c4.q):
                 m.d.sync += [rhi.eq(Mux(bmx > rhi, bmx, rhi)), rlo.eq(Mux(bmn < rlo, bmn, rlo)),
                              nrlo.eq(Mux(bmn < rlo, -bmn, nrlo))]
-                with m.If(c3.last & c3.split):  # the residual's statistics become block 1's
+                with m.If(c4.last & c4.split):  # the residual's statistics become block 1's
                     m.d.sync += [hi.eq(Mux(bmx > rhi, bmx, rhi)), lo.eq(Mux(bmn < rlo, bmn, rlo)),
                                  nlo.eq(Mux(bmn < rlo, -bmn, nrlo))]
-            with m.If(c3.q | c3.r):
-                m.d.comb += load.eq(1)
         with m.If(c3.q):
             m.d.comb += [ob.data[c].eq(q3[c]) for c in range(C)]
             m.d.comb += [ob.blk.eq(0), ob.last.eq(c3.last & ~c3.split)]

@@ -60,11 +60,11 @@ RECIP_CYCLES = 33  # hw/recip.py: one reciprocal, request to result
 #: (``hw/vector_sequencer.py``, ``hw/rowpass_sequencer.py`` and the units' docstrings).  A pass takes
 #: ``cfg.line_beats`` cycles per buffer line: the line units have ``cfg.line_width`` lanes and see a
 #: ``cols``-wide line as ``cols / line_width`` beats.  Per row: QUANT (split 0) the max pass, its drain and
-#: the scale (8 cycles), the q pass, a header; SOFTMAX the max, sum and output passes, the reciprocal (35
-#: cycles), the max and sum drains, a header; the norms the (mean,) max and sum-of-squares passes, the reciprocal of
+#: the scale (9 cycles: its statistics take a stage more than its output), the q pass, a header; SOFTMAX the
+#: max, sum and output passes, the reciprocal (35 cycles), the max and sum drains, a header; the norms the (mean,) max and sum-of-squares passes, the reciprocal of
 #: ``n``, the rsqrt's Newton steps, the output pass.  ``QUANT_SPLIT`` is QUANT with ``split = 1``.
 VECTOR_PASSES: dict[str, tuple[int, int]] = {
-    "REQUANT": (1, 0), "QUANT": (2, 9), "QUANT_SPLIT": (3, 17), "ADD": (1, 0), "MUL": (1, 0),
+    "REQUANT": (1, 0), "QUANT": (2, 10), "QUANT_SPLIT": (3, 19), "ADD": (1, 0), "MUL": (1, 0),
     "RMSNORM": (3, 87), "LAYERNORM": (4, 97), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 51),
     "ARGMAX": (1, 0),
 }
