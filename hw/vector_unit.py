@@ -170,7 +170,13 @@ class VectorUnit(LineUnit):
         levels = (C - 1).bit_length()
         split = 2 * levels - 1 <= rest - 2
         extra = (2 if split else 1) * levels - 1  # stages the tree adds to the one stage of the old scan
-        nodes = [(Const(1, 1) if c == 0 else (c < p.n), p.a[c], Const(c, range(C))) for c in range(C)]
+        # the lanes' values from a copy of stage 0's `a` of its own (initially all ones, so that Yosys keeps it
+        # apart): the tree's first compares sit beside it, not wherever the multipliers pulled `p.a` (ulx3s:
+        # `p.a` -> the 32-bit compare -> `am_t0`, 10.8 ns, most of it routing)
+        am_a = [Signal(signed(32), name=f"am_a_{c}", init=-1, reset_less=True) for c in range(C)]
+        with m.If(en):
+            m.d.sync += [am_a[c].eq(i.payload.a[c]) for c in range(C)]
+        nodes = [(Const(1, 1) if c == 0 else (c < p.n), am_a[c], Const(c, range(C))) for c in range(C)]
         for lv in range(levels):
             nxt = []
             for j in range(0, len(nodes) - 1, 2):
