@@ -133,8 +133,8 @@ class QuantUnit(LineUnit):
 
         # ---- the beat pipeline of the max, Q and R passes (every stage moves with the output register, `en`):
         # 1 x, q = rsr(x, sq) (8 bits), and the low sq bits of x with the sign of bit sq - 1;
-        # 2 r = sat32(x - sat32(q << sq)) (0 for sq <= 0);  3 the beat's max / min over pairs of its lanes (of x
-        # in the max pass, of r in the Q pass) and lo = rsr(r, sr) (R pass);  then the output register takes q or
+        # 2 r = sat32(x - sat32(q << sq)) (0 for sq <= 0);  3 the compares of the beat's lanes in pairs (of x in
+        # the max pass, of r in the Q pass) and lo = rsr(r, sr) (R pass);  then the output register takes q or
         # lo;  4 the beat's max / min over its lanes, and hi / lo (max pass) or rhi / rlo (Q pass) take them.
         # x - (q << s) with q = rsr(x, s) is the low s bits of x read as a signed number, so r needs no shifter
         # or subtractor: bit j is x[j] below s and x[s - 1] from s up.  The inner sat32 bites only when q << s =
@@ -166,16 +166,20 @@ class QuantUnit(LineUnit):
             q3.append(reg(signed(8), "qh3", q2[c]))
             ql3.append(reg(9, "ql3", _shift9(m, r2[c], sr_sh, f"ql_{c}")))  # rounded into the output register
         # one pair of comparator trees serves both the max pass (over x) and the Q pass (over the residuals): the
-        # first level in stage 3, the rest in stage 4 (the whole tree in one stage, a compare and a select a
-        # level, was the quant unit's slowest path on ECP5, 10.5 ns); the block's statistics take the beat's in
-        # stage 4, its output leaves from stage 3
+        # first level's compares in stage 3 (their flags and the lanes registered), its selects and the rest in
+        # stage 4 (the pass's select, the compare and the select in one stage were the quant unit's slowest path
+        # on ECP5, 10.5 ns); the block's statistics take the beat's in stage 4, its output leaves from stage 3
         vals = [Mux(c2.q, r2[c], x2[c]) for c in range(C)]
-        pairs = [vals[j:j + 2] for j in range(0, C, 2)]
-        mx3 = [Signal(signed(32), name=f"bmx3_{j}", reset_less=True) for j in range(len(pairs))]
-        mn3 = [Signal(signed(32), name=f"bmn3_{j}", reset_less=True) for j in range(len(pairs))]
+        v3 = [Signal(signed(32), name=f"bval3_{c}", reset_less=True) for c in range(C)]
+        gt3 = [Signal(name=f"bgt3_{j}", reset_less=True) for j in range(0, C - 1, 2)]  # lane j > lane j + 1
+        lt3 = [Signal(name=f"blt3_{j}", reset_less=True) for j in range(0, C - 1, 2)]
         with m.If(en):
-            m.d.sync += [r_.eq(tree(pr, lambda a, b: Mux(a > b, a, b))) for r_, pr in zip(mx3, pairs, strict=True)]
-            m.d.sync += [r_.eq(tree(pr, lambda a, b: Mux(a < b, a, b))) for r_, pr in zip(mn3, pairs, strict=True)]
+            m.d.sync += [v3[c].eq(vals[c]) for c in range(C)]
+            m.d.sync += [g.eq(vals[2 * k] > vals[2 * k + 1]) for k, g in enumerate(gt3)]
+            m.d.sync += [lt.eq(vals[2 * k] < vals[2 * k + 1]) for k, lt in enumerate(lt3)]
+        # stage 4: the first level's selects by those flags, then the rest of the trees
+        mx3 = [Mux(gt3[k], v3[2 * k], v3[2 * k + 1]) for k in range(len(gt3))] + v3[C - C % 2:]
+        mn3 = [Mux(lt3[k], v3[2 * k], v3[2 * k + 1]) for k in range(len(lt3))] + v3[C - C % 2:]
         bmx, bmn = Signal(signed(33), reset_less=True), Signal(signed(33), reset_less=True)
         with m.If(en):
             m.d.sync += [bmx.eq(tree(mx3, lambda a, b: Mux(a > b, a, b))),
