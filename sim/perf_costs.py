@@ -69,11 +69,12 @@ VECTOR_PASSES: dict[str, tuple[int, int]] = {
     "ARGMAX": (1, 0),
 }
 #: lines read ahead of a LAYERNORM output pass at full width: the FIFO's 4 (hw/rowpass_sequencer.py _DEPTH)
-#: and the second of the unit's two beat registers (a line a beat; RTL tiny: 687 -> 683 cycles for 4 rows)
-ROWPASS_FIFO_LINES = 5
+#: and the second and third of the unit's three beat registers (a line a beat; RTL tiny: 687 -> 683 cycles for 4
+#: rows with two, 700 -> 696 with three, 2026-12-07)
+ROWPASS_FIFO_LINES = 6
 #: beats read ahead of a LAYERNORM output pass cut into beats (hw/rowpass_sequencer.py ``_beat_feed``): the
-#: FIFO's 16 and the unit's two beat registers
-ROWPASS_FEED_AHEAD = 18
+#: FIFO's 16 and the unit's three beat registers
+ROWPASS_FEED_AHEAD = 19
 #: The line ops that run on the activation, norm and softmax units (``cfg.nonlinear_width`` lanes).
 NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: Those of them on the row-pass sequencer's norm and softmax units (``cfg.rowpass_width`` lanes).
