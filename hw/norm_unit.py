@@ -44,7 +44,7 @@ from amaranth.lib import data, memory
 from systolica.config import AccelConfig
 
 from .attn_fsm import OneHotFSM
-from .fixed import bitlen_tree, delay_line, mul_pipe, sat32
+from .fixed import bitlen_parts, bitlen_tree, delay_line, mul_pipe, sat32
 from .line_unit import HDR, ROW, LineUnit, registered_output, tree
 from .recip import Reciprocal
 
@@ -116,7 +116,7 @@ class NormUnit(LineUnit):
         eterm_r, ss_r, ssp_r = (Signal(signed(64), reset_less=True), Signal(signed(64), reset_less=True),
                                 Signal(unsigned(64), reset_less=True))
         sh_r = Signal(signed(10))
-        vb_r = Signal(range(62))
+        vb_m1 = Signal(signed(8), name="vb_m1")  # bitlen(v) - 1: the top set bit's index, -1 for v = 0
         tsh_r = Signal(signed(10))  # the output's first shift, k + 4 - s
         newton = Signal()  # Newton step 0 or 1
         newton_done = Signal()  # the step just multiplied was step 1
@@ -391,11 +391,13 @@ class NormUnit(LineUnit):
         v = Signal(unsigned(61))  # < 2**31 * 2**30
         m.d.comb += v.eq(prod[:61])
         with fsm.state("RSQ6"):
-            m.d.sync += vb_r.eq(bitlen_tree(m, v, 61, "v_bitlen"))
+            # the tree's index and flag, not bitlen's increment after it (its carry chain was on ulx3s's late list)
+            v_any, v_pos = bitlen_parts(m, v, 61, "v_bitlen")
+            m.d.sync += vb_m1.eq(Mux(v_any, v_pos, -1))
             goto("RSQ7")
         with fsm.state("RSQ7"):
             t = Signal(signed(10))
-            m.d.comb += t.eq(vb_r - 1 + e)
+            m.d.comb += t.eq(vb_m1 + e)
             kk = Signal(signed(10))
             m.d.comb += kk.eq(t >> 1)
             m.d.sync += [sh_r.eq(29 + e - (kk << 1)), k.eq(30 + kk)]

@@ -20,14 +20,14 @@ vector buffer, one beat of ``L`` int32 lanes per cycle (:mod:`~systolica.hw.line
    then an R pass where the row streams a third time and ``q_lo = rsr(r, s_lo)`` goes out,
    ``r`` recomputed from ``x`` and the stored ``s`` of block 0 (no row buffer).
 
-Every pass's beats go through a pipeline of three stages and the output register (q and the
-residual's low bits; r; the beat's max / min over its lanes and the residual's q), so a pass's
-statistics are complete 3 cycles after its last beat; the scale then takes 5 states (``max(hi, -lo)``,
+Every pass's beats go through a pipeline of five stages (the beat; q and the residual's low bits;
+r; the first compares of the beat's lanes and the residual's q, into the output register; the
+beat's max / min over its lanes), so a pass's statistics are complete 5 cycles after its last beat; the scale then takes 5 states (``max(hi, -lo)``,
 its bit length, a wait for the carry test's decode, the carry test, the exponent line).
 
 Input passes per row: 2 (``split = 0``) or 3 (``split = 1``); each ends with ``last``.
 ``rsr`` is ``numerics.rshift_round``.  Cycles per row of ``L`` lines at full rate:
-``2L + 9`` (``split = 0``), ``3L + 17`` (``split = 1``); the output register overlaps the next row.
+``2L + 11`` (``split = 0``), ``3L + 21`` (``split = 1``); the output register overlaps the next row.
 
 Sequencer contract (QUANT ``dst``, ``src``, ``exps``, ``rows``, ``lines``, ``split``), per row
 ``r`` in order: one header beat, then the ``L = lines`` lines of ``src + r*L`` (the max pass), the
@@ -132,7 +132,7 @@ class QuantUnit(LineUnit):
         keep = Signal(32)  # thermometer code of sq: bit j < sq
 
         # ---- the beat pipeline of the max, Q and R passes (every stage moves with the output register, `en`):
-        # 1 x, q = rsr(x, sq) (8 bits), and the low sq bits of x with the sign of bit sq - 1;
+        # 0 the beat;  1 x, q = rsr(x, sq) (8 bits), and the low sq bits of x with the sign of bit sq - 1;
         # 2 r = sat32(x - sat32(q << sq)) (0 for sq <= 0);  3 the compares of the beat's lanes in pairs (of x in
         # the max pass, of r in the Q pass) and lo = rsr(r, sr) (R pass);  then the output register takes q or
         # lo;  4 the beat's max / min over its lanes, and hi / lo (max pass) or rhi / rlo (Q pass) take them.
@@ -142,10 +142,10 @@ class QuantUnit(LineUnit):
         # one larger.
         take, mxp, qp, rp = Signal(), Signal(), Signal(), Signal()  # a beat enters, and of which pass
         ctl_l = data.StructLayout({"v": 1, "mx": 1, "q": 1, "r": 1, "last": 1, "split": 1})  # the row's split
-        c1, c2, c3, c4 = (Signal(ctl_l, name=f"quant_c{j}") for j in (1, 2, 3, 4))
+        c0, c1, c2, c3, c4 = (Signal(ctl_l, name=f"quant_c{j}") for j in (0, 1, 2, 3, 4))
         with m.If(en):
-            m.d.sync += [c1.v.eq(take), c1.mx.eq(mxp), c1.q.eq(qp), c1.r.eq(rp), c1.last.eq(p.last), c1.split.eq(split), c2.eq(c1),
-                         c3.eq(c2), c4.eq(c3)]
+            m.d.sync += [c0.v.eq(take), c0.mx.eq(mxp), c0.q.eq(qp), c0.r.eq(rp), c0.last.eq(p.last), c0.split.eq(split),
+                         c1.eq(c0), c2.eq(c1), c3.eq(c2), c4.eq(c3)]
         x1, q1, low1, x2, q2, r2, q3, ql3 = [], [], [], [], [], [], [], []
         for c in range(C):
             def reg(shape, name, value, c=c):
@@ -153,7 +153,9 @@ class QuantUnit(LineUnit):
                 with m.If(en):
                     m.d.sync += r.eq(value)
                 return r
-            x = p.data[c]
+            # stage 0 registers the beat as it came: the row-pass sequencer's slot select and stage 1's shifter
+            # in one cycle were the ulx3s top level's largest group of late paths (qh1 / low1, 10.8 ns)
+            x = reg(signed(32), "qx0", p.data[c])
             sign = x.bit_select(spos, 1)
             x1.append(reg(signed(32), "qx1", x))
             q1.append(reg(9, "qh1", _shift9(m, x, sq_sh, f"qh_{c}")))  # rounded in stage 2
@@ -184,7 +186,7 @@ class QuantUnit(LineUnit):
         with m.If(en):
             m.d.sync += [bmx.eq(tree(mx3, lambda a, b: Mux(a > b, a, b))),
                          bmn.eq(tree(mn3, lambda a, b: Mux(a < b, a, b)))]
-        pipe_empty = ~c1.v & ~c2.v & ~c3.v & ~c4.v
+        pipe_empty = ~c0.v & ~c1.v & ~c2.v & ~c3.v & ~c4.v
         with m.If(en & c3.v & (c3.q | c3.r)):
             m.d.comb += load.eq(1)
         with m.If(en & c4.v):

@@ -60,11 +60,11 @@ RECIP_CYCLES = 33  # hw/recip.py: one reciprocal, request to result
 #: (``hw/vector_sequencer.py``, ``hw/rowpass_sequencer.py`` and the units' docstrings).  A pass takes
 #: ``cfg.line_beats`` cycles per buffer line: the line units have ``cfg.line_width`` lanes and see a
 #: ``cols``-wide line as ``cols / line_width`` beats.  Per row: QUANT (split 0) the max pass, its drain and
-#: the scale (9 cycles: its statistics take a stage more than its output), the q pass, a header; SOFTMAX the
+#: the scale (11 cycles: its statistics take a stage more than its output, and its beats enter through a register), the q pass, a header; SOFTMAX the
 #: max, sum and output passes, the reciprocal (35 cycles), the max and sum drains, a header; the norms the (mean,) max and sum-of-squares passes, the reciprocal of
 #: ``n``, the rsqrt's Newton steps, the output pass.  ``QUANT_SPLIT`` is QUANT with ``split = 1``.
 VECTOR_PASSES: dict[str, tuple[int, int]] = {
-    "REQUANT": (1, 0), "QUANT": (2, 10), "QUANT_SPLIT": (3, 19), "ADD": (1, 0), "MUL": (1, 0),
+    "REQUANT": (1, 0), "QUANT": (2, 11), "QUANT_SPLIT": (3, 21), "ADD": (1, 0), "MUL": (1, 0),
     "RMSNORM": (3, 87), "LAYERNORM": (4, 97), "SILU": (1, 0), "GELU": (1, 0), "ROPE": (1, 0), "SOFTMAX": (3, 51),
     "ARGMAX": (1, 0),
 }
@@ -81,7 +81,7 @@ NONLINEAR_OPS = frozenset({"SILU", "GELU", "RMSNORM", "LAYERNORM", "SOFTMAX"})
 ROWPASS_OPS = frozenset({"RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: Pipeline depth beyond ``vector_latency`` of the unit an op runs on: the activation unit's exp LUT and
 #: pipelined divider (``hw/activation.py``); SOFTMAX's exp pipeline (17 stages) drains after the last beat; the
-#: norm unit's output pass is a pipeline of 14 stages; QUANT's of 4; the row-pass sequencer's beat register adds
+#: norm unit's output pass is a pipeline of 14 stages; QUANT's of 5 (its stage 0 since 2026-12-07); the row-pass sequencer's beat register adds
 #: one to each; a ROPE line waits a
 #: cycle for its sin line (read through the same vector-buffer port as cos); the vector unit's ops (ADD, MUL,
 #: REQUANT, ROPE, ARGMAX) pass its input register (``hw/vector_unit.py`` stage 0).  Calibrated on
@@ -96,7 +96,7 @@ ROWPASS_OPS = frozenset({"RMSNORM", "LAYERNORM", "SOFTMAX"})
 #: one's + 1, measured on the fast harness; the entry fits the long one), and the activation unit's clip took two stages (SILU / GELU + 1, through ActivationUnit.latency
 #: 73 -> 74 below).
 VECTOR_EXTRA_LATENCY: dict[str, int] = {"SILU": 73, "GELU": 73, "ROPE": 10, "SOFTMAX": 18, "RMSNORM": 13, "LAYERNORM": 14,
-                                        "ADD": 10, "MUL": 10, "REQUANT": 10, "ARGMAX": 10, "QUANT": 4, "QUANT_SPLIT": 4}
+                                        "ADD": 10, "MUL": 10, "REQUANT": 10, "ARGMAX": 10, "QUANT": 5, "QUANT_SPLIT": 5}
 #: ActivationUnit.latency the SILU / GELU entries above were measured at (the restoring divider's pipeline); a
 #: configuration with another depth (``act_newton``: 57) moves them by the difference
 ACT_LATENCY_CALIBRATED = 73

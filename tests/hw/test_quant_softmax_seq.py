@@ -207,7 +207,7 @@ def test_quant_instruction(split, lines, rows):
     want[exps:exps + k * rows, 0] = e
     bad = np.argwhere((out != want).any(axis=1)).ravel()
     assert bad.size == 0, f"lines {bad.tolist()[:8]}: got {out[bad[:3]].tolist()}, want {want[bad[:3]].tolist()}"
-    per_row = (2 + split) * lines + (10 if not split else 19)
+    per_row = (2 + split) * lines + (11 if not split else 21)
     assert cycles <= rows * per_row + 9, (cycles, per_row)  # one line per cycle: no bubbles but the framing
 
 

@@ -115,10 +115,10 @@ def test_quant_bit_exact(cols, lanes, seed):
 
 
 def test_quant_full_rate_cycles():
-    """At full rate a row of L lines takes 2L + 10 cycles (split 0) / 3L + 19 (split 1); the output keeps up."""
+    """At full rate a row of L lines takes 2L + 11 cycles (split 0) / 3L + 21 (split 1); the output keeps up."""
     C, L = 4, 8
     rng = np.random.default_rng(5)
-    for split, per_row in ((0, 2 * L + 10), (1, 3 * L + 19)):
+    for split, per_row in ((0, 2 * L + 11), (1, 3 * L + 21)):
         dut = QuantUnit(AccelConfig(rows=4, cols=C))
         beats, want = [], []
         for _ in range(3):

@@ -45,8 +45,8 @@ def test_quant_unit_rtl(units):
     assert met["carry_rows"] > 0, met  # the s0 + 1 case was exercised
     L = ROW_LINES
     # the row streams in 2 (3) times at one line per cycle; a handful of cycles of framing per row
-    assert 2 * L <= met["cycles_per_row_split0"] <= 2 * L + 10, met
-    assert 3 * L <= met["cycles_per_row_split1"] <= 3 * L + 19, met  # the unit takes 2L + 10 and 3L + 19 at full rate
+    assert 2 * L <= met["cycles_per_row_split0"] <= 2 * L + 11, met
+    assert 3 * L <= met["cycles_per_row_split1"] <= 3 * L + 21, met  # the unit takes 2L + 11 and 3L + 21 at full rate
 
 
 def test_softmax_unit_rtl(units):

@@ -154,13 +154,14 @@ def test_busy_counters_add_up():
 #: 2026-12-07 (twenty-third session), measured on the fast harness (CYCLES minus ADD's total less its entry):
 #: QUANT +1 and QUANT_SPLIT +2 cycles a row (the quant unit's statistics a stage after its output), LAYERNORM
 #: at full width 700 -> 696 (the row-pass sequencer's third beat register: one more line read ahead); the rest
-#: unchanged.
+#: unchanged.  Later that day (twenty-fourth session): QUANT + 1 and QUANT_SPLIT + 2 cycles a row and + 1 each at the
+#: end (the quant unit's stage 0 registers the beats as they come from the row-pass slots).
 RTL_LINE_OPS = {
-    (0, 0): {"ADD": 77, "SILU": 141, "QUANT": 175, "QUANT_SPLIT": 275, "SOFTMAX": 417, "RMSNORM": 556,
+    (0, 0): {"ADD": 77, "SILU": 141, "QUANT": 180, "QUANT_SPLIT": 284, "SOFTMAX": 417, "RMSNORM": 556,
              "LAYERNORM": 696, "ROPE": 141},
-    (2, 0): {"ADD": 141, "SILU": 205, "QUANT": 304, "QUANT_SPLIT": 468, "SOFTMAX": 610, "RMSNORM": 748,
+    (2, 0): {"ADD": 141, "SILU": 205, "QUANT": 309, "QUANT_SPLIT": 477, "SOFTMAX": 610, "RMSNORM": 748,
              "LAYERNORM": 920, "ROPE": 142},
-    (2, 1): {"ADD": 141, "SILU": 333, "QUANT": 304, "QUANT_SPLIT": 468, "SOFTMAX": 994, "RMSNORM": 1132,
+    (2, 1): {"ADD": 141, "SILU": 333, "QUANT": 309, "QUANT_SPLIT": 477, "SOFTMAX": 994, "RMSNORM": 1132,
              "LAYERNORM": 1444, "ROPE": 142},
 }
 
