@@ -84,6 +84,7 @@ class Ecp5Result:
     seed: int = 1  # nextpnr's --seed: placements (and so Fmax and whether a congested design routes) vary with it
     router: str = "router1"  # nextpnr's router and its options
     netlist_pass: str = ""  # what boards/ecp5_absorb.py did to synth_ecp5's netlist (absorb.json)
+    placements: tuple = ()  # with several placements (ecp5_seeds.PlacementTry each): every seed's estimate
 
     @property
     def meets_target(self) -> bool:
@@ -235,7 +236,7 @@ def _status(log: Path):
 def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path, *,
                target_mhz: float | None = None, seed: int = 1, timeout: float = 3600,
                progress: Callable[[str], None] | None = None, placer: str = PLACER,
-               router: tuple[str, ...] = ROUTER_TOP, netlist_pass: bool = True) -> Ecp5Result:
+               router: tuple[str, ...] = ROUTER_TOP, netlist_pass: bool = True, placements: int = 1) -> Ecp5Result:
     """Synthesize, place and route ``top`` for ``board`` (an ECP5 board) and pack a bitstream.
 
     Parameters
@@ -264,6 +265,9 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     netlist_pass
         Rewrite synth_ecp5's netlist before placing it (:mod:`.ecp5_absorb`: flip-flops into the block RAMs' and
         multipliers' output registers); ``synth.json`` keeps Yosys's.
+    placements
+        Place this many times at once (seeds ``seed``, ``seed + 1``, ...; :mod:`.ecp5_seeds`) and route the
+        placement with the highest post-placement estimate; the result's ``seed`` is that one's.
     """
     name, *options = router
     if name not in ("router1", "router2"):
@@ -272,7 +276,15 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     check_hard_blocks(out / "stat.json", board)
     # placed and written out first, then routed from that placement (one log): a route that does not converge
     # still leaves its placement (placed.json) for `nextpnr_congestion --placed` and `ecp5_paths --placed`
-    placer = _place(board, out, target, seed, timeout, progress, placer)
+    tries = ()
+    if placements > 1:
+        from systolica.boards.ecp5_seeds import place_best
+
+        best, tries = place_best(out, seed, placements, lambda sub, s, said: _place(board, sub, target, s, timeout,
+                                                                                  said, placer), progress)
+        seed, placer = best.seed, best.placer
+    else:
+        placer = _place(board, out, target, seed, timeout, progress, placer)
     _set_router(out / "placed.json", name)
     if name == "router2":  # its congestion per net and tile, each iteration (nextpnr_congestion)
         (out / "heat").mkdir(exist_ok=True)
@@ -286,7 +298,7 @@ def ecp5_build(verilog: str | Path, top: str, board: Board, out_dir: str | Path,
     report = json.loads((out / "report.json").read_text())
     fmax, _, util = parse_report(report)
     return Ecp5Result(fmax, target, util, out / f"{board.name}.bit", out / "report.json", time.monotonic() - t0,
-                      critical_path(report), mapper, placer, seed, " ".join(router), _pass_summary(out))
+                      critical_path(report), mapper, placer, seed, " ".join(router), _pass_summary(out), tries)
 
 
 @dataclass(frozen=True)
@@ -444,7 +456,9 @@ def _nextpnr(board: Board, out: Path, target: float, seed: int, timeout: float, 
     except Ecp5Stalled:
         raise
     except Ecp5Error as err:
-        where = _congestion(out / "heat" / "route")
+        from systolica.boards.nextpnr_congestion import congestion_summary
+
+        where = congestion_summary(out / "heat" / "route")
         raise Ecp5Error(f"{err}{where}") from None
 
 
@@ -462,34 +476,3 @@ def _place(board: Board, out: Path, target: float, seed: int, timeout: float, pr
             progress(f"nextpnr's static placer hung ({err}); placing with heap")
         _nextpnr(board, out, target, seed, timeout, progress, ["--placer", "heap", *args], append=True)
         return "heap (the static placer hung)"
-
-
-def _congestion(prefix: Path) -> str:
-    """``; congested: <unit> N%, ...`` from router2's latest per-net heatmap, or '' without one."""
-    from systolica.boards.nextpnr_congestion import congestion_by_unit, latest_heatmap
-
-    path = latest_heatmap(prefix)
-    if path is None:
-        return ""
-    units, _ = congestion_by_unit(path)
-    total = sum(n for _, n in units) or 1
-    top = ", ".join(f"{u} {100 * n / total:.0f}%" for u, n in units[:4])
-    return (f"; congested (router2, {path.name}): {top}{_congestion_map(path)}") if top else ""
-
-
-def _congestion_map(net_csv: Path) -> str:
-    """``; <where the overuse is>, map <png>`` from the same iteration's per-tile heatmap, or '' without one."""
-    from systolica.boards.congestion_map import congestion_grid, coordinate_heatmap_of, hot_region, plot_congestion
-
-    coord = coordinate_heatmap_of(net_csv)
-    try:
-        grid = congestion_grid(coord)
-    except (OSError, ValueError):
-        return ""
-    region = hot_region(grid)
-    try:
-        png = plot_congestion(grid, net_csv.parent.parent / "congestion.png", f"{coord.name}: where the route is stuck",
-                              region)
-    except RuntimeError:  # no matplotlib: the description alone
-        return f"; {region.describe()}"
-    return f"; {region.describe()}; map {png}"

@@ -20,7 +20,7 @@ import csv
 import re
 from pathlib import Path
 
-__all__ = ["latest_heatmap", "congestion_by_unit", "main"]
+__all__ = ["latest_heatmap", "congestion_by_unit", "congestion_summary", "main"]
 
 
 def latest_heatmap(prefix: str | Path, kind: str = "net") -> Path | None:
@@ -58,6 +58,35 @@ def congestion_by_unit(path: str | Path, depth: int = 3) -> tuple[list[tuple[str
             nets.append((row[0], n))
     nets.sort(key=lambda t: -t[1])
     return units.most_common(), nets
+
+
+def congestion_summary(prefix: Path) -> str:
+    """``; congested: <unit> N%, ...`` from router2's latest per-net heatmap, or '' without one."""
+    path = latest_heatmap(prefix)
+    if path is None:
+        return ""
+    units, _ = congestion_by_unit(path)
+    total = sum(n for _, n in units) or 1
+    top = ", ".join(f"{u} {100 * n / total:.0f}%" for u, n in units[:4])
+    return (f"; congested (router2, {path.name}): {top}{_congestion_map(path)}") if top else ""
+
+
+def _congestion_map(net_csv: Path) -> str:
+    """``; <where the overuse is>, map <png>`` from the same iteration's per-tile heatmap, or '' without one."""
+    from systolica.boards.congestion_map import congestion_grid, coordinate_heatmap_of, hot_region, plot_congestion
+
+    coord = coordinate_heatmap_of(net_csv)
+    try:
+        grid = congestion_grid(coord)
+    except (OSError, ValueError):
+        return ""
+    region = hot_region(grid)
+    try:
+        png = plot_congestion(grid, net_csv.parent.parent / "congestion.png", f"{coord.name}: where the route is stuck",
+                              region)
+    except RuntimeError:  # no matplotlib: the description alone
+        return f"; {region.describe()}"
+    return f"; {region.describe()}; map {png}"
 
 
 def main(argv: list[str] | None = None) -> int:
