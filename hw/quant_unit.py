@@ -22,8 +22,9 @@ vector buffer, one beat of ``L`` int32 lanes per cycle (:mod:`~systolica.hw.line
 
 Every pass's beats go through a pipeline of five stages (the beat; q and the residual's low bits;
 r; the first compares of the beat's lanes and the residual's q, into the output register; the
-beat's max / min over its lanes), so a pass's statistics are complete 5 cycles after its last beat; the scale then takes 5 states (``max(hi, -lo)``,
-its bit length, a wait for the carry test's decode, the carry test, the exponent line).
+beat's max / min over its lanes), so a pass's statistics are complete 5 cycles after its last
+beat; the scale then takes 5 states (``max(hi, -lo)``, its bit length, a wait for the carry
+test's decode, the carry test, the exponent line).
 
 Input passes per row: 2 (``split = 0``) or 3 (``split = 1``); each ends with ``last``.
 ``rsr`` is ``numerics.rshift_round``.  Cycles per row of ``L`` lines at full rate:

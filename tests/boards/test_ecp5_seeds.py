@@ -36,12 +36,19 @@ def _fake_nextpnr(calls, lock):
     return fake_run
 
 
-def test_the_route_takes_the_placement_estimated_fastest(tmp_path, monkeypatch):
+@pytest.fixture
+def nextpnr_calls(tmp_path, monkeypatch):
+    """A work folder with a netlist and constraints, synthesis skipped, nextpnr faked: the calls it got."""
     calls, lock = [], threading.Lock()
     (tmp_path / "top.json").write_text("netlist")
     (tmp_path / "top.lpf").write_text("LOCATE")
     monkeypatch.setattr(ecp5, "_synthesize", lambda *a: (tmp_path, 100.0, "abc9", 0.0))
     monkeypatch.setattr(ecp5, "_run", _fake_nextpnr(calls, lock))
+    return calls
+
+
+def test_the_route_takes_the_placement_estimated_fastest(tmp_path, nextpnr_calls):
+    calls = nextpnr_calls
     r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path, seed=1, placements=3)
     places = [c for c in calls if "--write" in c[0]]
     assert sorted(s for _, _, s in places) == [1, 2, 3]
@@ -55,12 +62,8 @@ def test_the_route_takes_the_placement_estimated_fastest(tmp_path, monkeypatch):
     assert (tmp_path / "place_seed1" / "placed.json").exists()
 
 
-def test_one_placement_places_in_the_work_folder(tmp_path, monkeypatch):
-    calls, lock = [], threading.Lock()
-    (tmp_path / "top.json").write_text("netlist")
-    (tmp_path / "top.lpf").write_text("LOCATE")
-    monkeypatch.setattr(ecp5, "_synthesize", lambda *a: (tmp_path, 100.0, "abc9", 0.0))
-    monkeypatch.setattr(ecp5, "_run", _fake_nextpnr(calls, lock))
+def test_one_placement_places_in_the_work_folder(tmp_path, nextpnr_calls):
+    calls = nextpnr_calls
     r = ecp5.ecp5_build("top.v", "top", load_board("ulx3s"), tmp_path, seed=3)
     assert [cwd for cmd, cwd, _ in calls if "--write" in cmd] == [tmp_path] and r.seed == 3 and r.placements == ()
     assert not list(tmp_path.glob("place_seed*"))
