@@ -202,8 +202,13 @@ class InstructionDecoder(wiring.Component):
                         checks.append((v.buf == 3, Fault.ILLEGAL_FIELD))
                     if op.used_bits < WORD_BITS:
                         checks.append((v.reserved != 0, Fault.ILLEGAL_FIELD))
-                    for cond, fault in checks:
-                        with m.If(cond):
+                    # each condition is registered first (the word's compares, which Yosys shares across the
+                    # ops as one comparator behind a multiplexer, a cycle of their own), then the priority picks
+                    # the code (ulx3s: word -> shared compare -> code_r, 10.8 ns)
+                    for i, (cond, fault) in enumerate(checks):
+                        cond_r = Signal(name=f"fchk_{op.name.lower()}_{i}")
+                        m.d.sync += cond_r.eq(cond)
+                        with m.If(cond_r):
                             m.d.comb += code_sig.eq(fault)
             with m.Default():
                 m.d.comb += code_sig.eq(Fault.ILLEGAL_OPCODE)
@@ -267,6 +272,10 @@ class InstructionDecoder(wiring.Component):
         m = Module()
         layout = instr_layout()
         word = Signal(WORD_BITS, reset_less=True)  # loaded in TAKE before CHECK reads it
+        # the checks read a copy of their own (its other initial value keeps Yosys from merging the two): the word
+        # itself drives the three engines' command FIFOs across the die, and the checks' compares sat 3.3 ns of
+        # routing away from it (ulx3s, the decoder's slowest path)
+        word_c = Signal(WORD_BITS, reset_less=True, init=(1 << WORD_BITS) - 1, name="word_chk")
         pc = Signal(32, reset_less=True)
         end = Signal()
         end_code = Signal(4)
@@ -275,7 +284,7 @@ class InstructionDecoder(wiring.Component):
         # out: the command FIFOs' write enables start at a register, not at a decode of state and engine (the
         # compute engine's FIFO, ~150 flip-flops an entry, was enabled 11.8 ns after the decoder's state on ulx3s)
         valid = Signal(3, name="cmd_valid_r")
-        ins = data.View(layout, word)
+        ins = data.View(layout, word_c)
         state = Signal(DecState, init=DecState.STOP)  # idle until the first start
         code = Signal(4)
         eng_c = Signal(2)
@@ -294,9 +303,9 @@ class InstructionDecoder(wiring.Component):
         product = self._products(m, ins, plans, prod_j, last_step, range_code)
         m.d.sync += [reg.eq(value) for reg, value in self._held]
 
-        # the fast checks' code and the range checks' code are registered (the range checks three times:
-        # each extent, each condition, then the code its op's priority picks), so no path runs from the
-        # word through the checks into the fault registers
+        # the fast checks' code and the range checks' code are registered (the fast checks twice: each condition,
+        # then the code; the range checks three times: each extent, each condition, then the code its op's
+        # priority picks), so no path runs from the word through the checks into the fault registers
         code_r, range_r, last_step_r = Signal(4), Signal(4), Signal.like(last_step)
         m.d.sync += [code_r.eq(code), range_r.eq(range_code), last_step_r.eq(last_step)]
         m.d.comb += [self.cmd_data.eq(word | (pc << WORD_BITS)), self.stopped.eq(state.as_value()[3])]
@@ -305,7 +314,7 @@ class InstructionDecoder(wiring.Component):
         # with (in_valid), and they hold through CHECK and DISPATCH. Their ~190 enables are then a decode of the
         # state register alone, not of the fetch FIFO's valid and the start (11.9 ns on ulx3s, 140 late enables)
         with m.If(state.as_value()[0]):  # (state == TAKE: one-hot)
-            m.d.sync += [word.eq(self.in_word), pc.eq(self.in_pc), end.eq(self.in_end), end_code.eq(self.in_end_code)]
+            m.d.sync += [word.eq(self.in_word), word_c.eq(self.in_word), pc.eq(self.in_pc), end.eq(self.in_end), end_code.eq(self.in_end_code)]
         with m.If(self.start):
             m.d.sync += [state.eq(DecState.TAKE), valid.eq(0), self.fault.eq(0), self.fault_code.eq(0),
                          self.fault_pc.eq(0)]
@@ -315,7 +324,8 @@ class InstructionDecoder(wiring.Component):
                 with m.If(self.in_valid):
                     m.d.sync += [step.eq(0), prod_j.eq(0), phase.eq(0), state.eq(DecState.CHECK)]
             with m.Case(DecState.CHECK):
-                with m.If((step != 0) & (end | (code_r != 0))):  # found in the second CHECK cycle, before any range
+                # found in the third CHECK cycle (each condition, then the code registered), before any range
+                with m.If((step >= 2) & (end | (code_r != 0))):
                     m.d.sync += [self.fault.eq(1), self.fault_pc.eq(pc), state.eq(DecState.STOP),
                                  self.fault_code.eq(Mux(end, end_code, code_r))]
                 with m.Elif((step == 0) | (step != last_step_r)):  # last_step >= 3: step 0 always goes on

@@ -62,6 +62,16 @@ def _fanout_copies(m: Module, value, load, n: int, name: str) -> list[Signal]:
     return [out[c % len(out)] for c in range(n)]
 
 
+def _select_m1(w_is: dict, by_op: dict):
+    """``by_op[op] - 1`` of the word's op (the last, GELU, when none matches): each difference formed beside the
+    others, then one select, as ``Mux(ADD, .., Mux(MUL, .., ..))`` of the fields less one would be."""
+    order = ("ADD", "MUL", "REQUANT", "ARGMAX", "SILU", "ROPE")
+    out = by_op["GELU"] - 1
+    for name in reversed(order):
+        out = Mux(w_is[name], by_op[name] - 1, out)
+    return out
+
+
 class VectorSequencer(wiring.Component):
     """Runs one vector-class instruction (``word``) from ``start`` until ``busy`` falls."""
 
@@ -92,13 +102,12 @@ class VectorSequencer(wiring.Component):
         w_is = {name: op == c for name, c in code.items()}
         # the fields, by op (every op's layout puts them at its own bit positions): decoded from the word in
         # the start cycle into registers, so that no instruction-word decode sits in the line datapath
-        w_rows = Mux(w_is["ADD"], ins.add.rows, Mux(w_is["MUL"], ins.mul.rows, Mux(w_is["REQUANT"], ins.requant.rows,
-                     Mux(w_is["ARGMAX"], ins.argmax.rows, Mux(w_is["SILU"], ins.silu.rows,
-                         Mux(w_is["ROPE"], ins.rope.rows, ins.gelu.rows))))))
+        w_rows_by_op = {"ADD": ins.add.rows, "MUL": ins.mul.rows, "REQUANT": ins.requant.rows,
+                        "ARGMAX": ins.argmax.rows, "SILU": ins.silu.rows, "ROPE": ins.rope.rows, "GELU": ins.gelu.rows}
         n_am = ins.argmax.n
-        w_lines = Mux(w_is["ADD"], ins.add.lines, Mux(w_is["MUL"], ins.mul.lines, Mux(w_is["REQUANT"], ins.requant.lines,
-                      Mux(w_is["ARGMAX"], (n_am + C - 1) // C, Mux(w_is["SILU"], ins.silu.lines,
-                          Mux(w_is["ROPE"], ins.rope.hd, ins.gelu.lines))))))
+        w_lines_by_op = {"ADD": ins.add.lines, "MUL": ins.mul.lines, "REQUANT": ins.requant.lines,
+                         "ARGMAX": (n_am + C - 1) // C, "SILU": ins.silu.lines, "ROPE": ins.rope.hd,
+                         "GELU": ins.gelu.lines}
         w_src_a = Mux(w_is["ADD"], ins.add.a, Mux(w_is["MUL"], ins.mul.a, Mux(w_is["ARGMAX"], ins.argmax.src,
                       Mux(w_is["SILU"], ins.silu.src, Mux(w_is["ROPE"], ins.rope.src, ins.gelu.src)))))
         w_src_b = Mux(w_is["ADD"], ins.add.b, Mux(w_is["MUL"], ins.mul.b, ins.requant.mult))
@@ -106,7 +115,6 @@ class VectorSequencer(wiring.Component):
         w_dst = Mux(w_is["ADD"], ins.add.dst, Mux(w_is["MUL"], ins.mul.dst, Mux(w_is["REQUANT"], ins.requant.dst,
                     Mux(w_is["ARGMAX"], ins.argmax.dst, Mux(w_is["SILU"], ins.silu.dst,
                         Mux(w_is["ROPE"], ins.rope.dst, ins.gelu.dst))))))
-        w_heads = Mux(w_is["ROPE"], ins.rope.heads, 1)
         is_ = {name: Signal(name=f"is_{name.lower()}") for name in VECTOR_OPS}
         # the instruction's values, loaded at start: no reset (nothing reads them before a start)
         src_b = Signal.like(self.vb_addr, reset_less=True)
@@ -114,9 +122,11 @@ class VectorSequencer(wiring.Component):
         # lines per group, groups per row, rows: minus 1, flip-flops loaded from the word every cycle (it is there
         # a cycle before start and holds still while the op runs), not at start from the word's field selects
         # (the selects, the subtraction and the start enable into rm1 were 11.4 ns on ulx3s)
-        lm1 = word_reg(m, w_lines - 1, "lm1", unsigned(17), reset_less=True)
-        hm1 = word_reg(m, w_heads - 1, "hm1", unsigned(9), reset_less=True)
-        rm1 = word_reg(m, w_rows - 1, "rm1", unsigned(16), reset_less=True)
+        # each op's field less one in parallel, then the op's select: the subtraction after the seven-way select
+        # of the fields was a carry chain between the word's decode and lm1 (ulx3s: 10.3 ns)
+        lm1 = word_reg(m, _select_m1(w_is, w_lines_by_op), "lm1", unsigned(17), reset_less=True)
+        hm1 = word_reg(m, Mux(w_is["ROPE"], ins.rope.heads - 1, 0), "hm1", unsigned(9), reset_less=True)
+        rm1 = word_reg(m, _select_m1(w_is, w_rows_by_op), "rm1", unsigned(16), reset_less=True)
         with m.If(self.start):
             m.d.sync += [is_[name].eq(w_is[name]) for name in VECTOR_OPS]
             m.d.sync += [src_b.eq(w_src_b), bcast.eq(w_bcast)]
@@ -159,8 +169,8 @@ class VectorSequencer(wiring.Component):
             m.d.sync += [walking.eq(walk_any), ln_end.eq(lm1 == 0), hh_end.eq(hm1 == 0), r_end.eq(rm1 == 0),
                          r.eq(0), ln.eq(0), hh.eq(0), trow.eq(ins.rope.table),
                          n_left.eq(n_am), optr.eq(w_dst),
-                         zeros.eq(Mux(w_is["ARGMAX"] & (n_am == 0), w_rows, 0)),
-                         zeros_nz.eq(w_is["ARGMAX"] & (n_am == 0) & (w_rows != 0))]
+                         zeros.eq(Mux(w_is["ARGMAX"] & (n_am == 0), ins.argmax.rows, 0)),
+                         zeros_nz.eq(w_is["ARGMAX"] & (n_am == 0) & (ins.argmax.rows != 0))]
         # a line takes B cycles in the vector unit, NB (>= B) in the activation unit, whose lanes may be
         # fewer (cfg.nonlinear_width): one read every B or NB cycles (ph counts them down)
         B, W = self.cfg.line_beats, self.cfg.line_width

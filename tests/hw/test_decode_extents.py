@@ -152,7 +152,7 @@ def test_illegal_opcode_and_reserved_bits_fault_at_once():
     bad = [0, len(OPS) + 1, encode(make("GEMM", m=1, k=1, n=1)) | 1 << 127]
     res, _ = run_decoder(cfg, bad)
     assert [r[0] for r in res] == [Fault.ILLEGAL_OPCODE, Fault.ILLEGAL_OPCODE, Fault.ILLEGAL_FIELD]
-    assert all(r[1] == 4 for r in res)  # TAKE, two CHECK cycles (the code is registered), STOP
+    assert all(r[1] == 5 for r in res)  # TAKE, three CHECK cycles (each condition, then the code registered), STOP
 
 
 def test_every_formula_traces_without_branching():
