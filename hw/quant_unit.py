@@ -52,12 +52,16 @@ from amaranth.lib import data
 from systolica.config import AccelConfig
 from systolica.numerics import FX_FRAC
 
+from .attn_fsm import OneHotFSM
 from .fixed import bitlen_tree
 from .line_unit import HDR, ROW, LineUnit, registered_output, tree
 
 __all__ = ["QuantUnit"]
 
 MAX_LEFT = 7  # s >= bitlen(0) - 7: q = x << 7 at most (then |x| < 1, q exact)
+
+#: the quant unit's states, in a one-hot machine (hw/attn_fsm.py): the first is the reset state
+_STATES = ("HDR", "MAX", "SCALE0", "SCALE1", "EXP0", "EXP0B", "EXP1", "QPASS", "RPASS")
 
 
 def _round_shift8(m: Module, x, sh, name: str):
@@ -141,7 +145,17 @@ class QuantUnit(LineUnit):
         # or subtractor: bit j is x[j] below s and x[s - 1] from s up.  The inner sat32 bites only when q << s =
         # 2**31 exactly (q = 64, s = 25 or q = 32, s = 26; q << s never rounds below -2**31), and then makes r
         # one larger.
-        take, mxp, qp, rp = Signal(), Signal(), Signal(), Signal()  # a beat enters, and of which pass
+        # the states are flags of a one-hot machine (hw/attn_fsm.py), the three passes one more (`in_pass`): `ready`,
+        # `take` and the transitions at a pass's last beat are a LUT or two after the beat's valid / kind / last
+        # (the binary state's decode and next-state logic behind them were the quant unit's slowest paths, ulx3s)
+        fsm = OneHotFSM(m, _STATES, "quant")
+        in_pass = fsm.group("pass", ("MAX", "QPASS", "RPASS"))
+        wrong = Signal()
+        m.d.comb += [wrong.eq(Mux(fsm["HDR"], p.kind != HDR, p.kind != ROW)),
+                     i.ready.eq(fsm["HDR"] | (in_pass & (en | wrong)))]
+        take = Signal()  # a beat enters (the pass is its stage-0 control's mx / q / r: the state's flag)
+        m.d.comb += take.eq(in_pass & i.valid & en & ~wrong)
+        mxp, qp, rp = fsm["MAX"], fsm["QPASS"], fsm["RPASS"]
         ctl_l = data.StructLayout({"v": 1, "mx": 1, "q": 1, "r": 1, "last": 1, "split": 1})  # the row's split
         c0, c1, c2, c3, c4 = (Signal(ctl_l, name=f"quant_c{j}") for j in (0, 1, 2, 3, 4))
         with m.If(en):
@@ -187,7 +201,12 @@ class QuantUnit(LineUnit):
         with m.If(en):
             m.d.sync += [bmx.eq(tree(mx3, lambda a, b: Mux(a > b, a, b))),
                          bmn.eq(tree(mn3, lambda a, b: Mux(a < b, a, b)))]
-        pipe_empty = ~c0.v & ~c1.v & ~c2.v & ~c3.v & ~c4.v
+        # the pipeline holds no beat: a flip-flop computed a cycle ahead from the stages' valid bits as they move,
+        # read only in SCALE0 (where no beat enters), so `take` stays out of it: after a pass's cycle (the one that
+        # took its last beat) it reads 0, as the pipeline then is not empty
+        pipe_empty = Signal(init=1, name="quant_pipe_empty")
+        m.d.sync += pipe_empty.eq(~in_pass & Mux(en, ~c0.v & ~c1.v & ~c2.v & ~c3.v,
+                                                 ~c0.v & ~c1.v & ~c2.v & ~c3.v & ~c4.v))
         with m.If(en & c3.v & (c3.q | c3.r)):
             m.d.comb += load.eq(1)
         with m.If(en & c4.v):
@@ -207,9 +226,11 @@ class QuantUnit(LineUnit):
             m.d.comb += [ob.data[c].eq(_round9(ql3[c])) for c in range(C)]
             m.d.comb += [ob.blk.eq(1), ob.last.eq(c3.last)]
 
-        wrong = Signal()
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
+        # max(hi, -lo) and s0 = s0sh - 7, every cycle (no state in their enables): hi / nlo are final in SCALE0's
+        # last cycle (the pipeline is empty), and s0sh from SCALE1 on (s0 is read from EXP0B on)
+        m.d.sync += [a_r.eq(Mux(hi > nlo, hi, nlo)), s0.eq(s0sh - MAX_LEFT)]
 
         # what EXP1 derives from s = s0 + over, for both values of over: registered every cycle from s0
         # (final since SCALE1), so EXP1 only selects (no adder or comparison behind the carry test)
@@ -229,70 +250,65 @@ class QuantUnit(LineUnit):
         over_8 = Signal(name="over_8", reset_less=True)
         m.d.sync += [over_t.eq(Cat(*[(s0sh >= k + 1) & (s0sh <= k + 8) for k in range(34)])), over_8.eq(s0sh >= 8)]
 
-        with m.FSM(name="quant"):
-            with m.State("HDR"):
-                m.d.comb += [i.ready.eq(1), wrong.eq(p.kind != HDR)]
-                with m.If(fire & ~wrong):
-                    m.d.sync += [split.eq(p.split), empty.eq(p.empty), blk.eq(0)]
-                    m.next = "MAX"
-                    with m.If(p.empty):
-                        m.next = "SCALE0"
-            with m.State("MAX"):
-                m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW), take.eq(fire & ~wrong), mxp.eq(1)]
-                with m.If(fire & ~wrong & p.last):
-                    m.next = "SCALE0"
-            with m.State("SCALE0"), m.If(pipe_empty):  # the block's max and min are in hi / lo
-                m.d.sync += a_r.eq(Mux(hi > nlo, hi, nlo))
-                m.next = "SCALE1"
-            with m.State("SCALE1"):
-                bl = bitlen_tree(m, a_r, 33, "a_bitlen")
-                m.d.sync += [s0.eq(bl - 7), s0sh.eq(bl)]
-                m.next = "EXP0"
-            with m.State("EXP0"):  # over_t and over_8 follow the s0sh of SCALE1 (registered every cycle)
-                m.next = "EXP0B"
-            with m.State("EXP0B"):
-                # rounding at s0 may carry the maximum to 128 (or the minimum to -128): one more bit.
-                # With bl = s0sh = bitlen(max(hi, -lo)) and s0 = bl - 7 >= 1, rsr(hi, s0) == 128 exactly when
-                # hi >= T = 2**bl - 2**(bl - 8) (the eight bits below bl), and rsr(lo, s0) == -128 exactly when
-                # -lo > T; for bl <= 7 the shift is an exact left shift and stays within -127..127.  T is a
-                # decode of the register bl, registered a state before the two compares (the decode and a
-                # compare in one cycle were the row-pass sequencer's slowest path on ECP5)
-                m.d.sync += over.eq(over_8 & ((hi >= over_t) | (nlo > over_t)))
-                m.next = "EXP1"
-            with m.State("EXP1"):
-                s = Signal(signed(7))
-                m.d.comb += s.eq(Mux(over, s0p[0], s0))
-                m.d.comb += [ob.exp.eq(1), ob.blk.eq(blk), ob.data[0].eq(Mux(over, s0p[1], s0p[2])),
-                             ob.last.eq(empty & (blk | ~split))]
-                with m.If(en):
-                    m.d.comb += load.eq(1)
-                    # the first row of the next pass uses s: hi / lo are free again for the next block
-                    m.d.sync += [hi.eq(0), lo.eq(0), rhi.eq(0), rlo.eq(0), nlo.eq(0), nrlo.eq(0)]
-                    with m.If(blk):
-                        m.d.sync += [sr.eq(s), sr_sh.eq(Mux(over, s0p[3], s0sh))]
-                    with m.Else():
-                        m.d.sync += [sq.eq(s), sq_sh.eq(Mux(over, s0p[3], s0sh)),
-                                     sq_pos.eq(Mux(over, t0[0], t0[1])), sq25.eq(Mux(over, s0p[4], s0p[5])),
-                                     sq26.eq(Mux(over, s0p[5], s0p[6])), spos.eq(Mux(over, s0p[7], s0p[8])),
-                                     keep.eq(Cat(*[t0[j + 1] | (over & t0[j]) for j in range(32)]))]
-                    with m.If(empty):
-                        m.next = "HDR"
-                        with m.If(split & ~blk):  # the residual of an empty row: empty too
-                            m.d.sync += blk.eq(1)
-                            m.next = "SCALE0"
-                    with m.Elif(blk):
-                        m.next = "RPASS"
-                    with m.Else():
-                        m.next = "QPASS"
-            with m.State("QPASS"):
-                m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW), take.eq(fire & ~wrong), qp.eq(1)]
-                with m.If(fire & ~wrong & p.last):
-                    m.next = "HDR"
-                    with m.If(split):
+        with fsm.state("HDR"):
+            # split and empty follow the header's fields through HDR (nothing reads them there): their enable is
+            # the state's flag, not the beat's handshake
+            m.d.sync += [split.eq(p.split), empty.eq(p.empty), blk.eq(0)]
+            with m.If(fire & ~wrong):
+                with m.If(p.empty):
+                    fsm.goto("SCALE0")
+                with m.Else():
+                    fsm.goto("MAX")
+        with fsm.state("MAX"), m.If(take & p.last):
+            fsm.goto("SCALE0")
+        with fsm.state("SCALE0"), m.If(pipe_empty):  # the block's max and min are in hi / lo, a_r follows them
+            fsm.goto("SCALE1")
+        with fsm.state("SCALE1"):
+            m.d.sync += s0sh.eq(bitlen_tree(m, a_r, 33, "a_bitlen"))  # s0 = s0sh - 7 follows a cycle later
+            fsm.goto("EXP0")
+        with fsm.state("EXP0"):  # over_t and over_8 follow the s0sh of SCALE1 (registered every cycle)
+            fsm.goto("EXP0B")
+        with fsm.state("EXP0B"):
+            # rounding at s0 may carry the maximum to 128 (or the minimum to -128): one more bit.
+            # With bl = s0sh = bitlen(max(hi, -lo)) and s0 = bl - 7 >= 1, rsr(hi, s0) == 128 exactly when
+            # hi >= T = 2**bl - 2**(bl - 8) (the eight bits below bl), and rsr(lo, s0) == -128 exactly when
+            # -lo > T; for bl <= 7 the shift is an exact left shift and stays within -127..127.  T is a
+            # decode of the register bl, registered a state before the two compares (the decode and a
+            # compare in one cycle were the row-pass sequencer's slowest path on ECP5)
+            m.d.sync += over.eq(over_8 & ((hi >= over_t) | (nlo > over_t)))
+            fsm.goto("EXP1")
+        with fsm.state("EXP1"):
+            s = Signal(signed(7))
+            m.d.comb += s.eq(Mux(over, s0p[0], s0))
+            m.d.comb += [ob.exp.eq(1), ob.blk.eq(blk), ob.data[0].eq(Mux(over, s0p[1], s0p[2])),
+                         ob.last.eq(empty & (blk | ~split))]
+            with m.If(en):
+                m.d.comb += load.eq(1)
+                # the first row of the next pass uses s: hi / lo are free again for the next block
+                m.d.sync += [hi.eq(0), lo.eq(0), rhi.eq(0), rlo.eq(0), nlo.eq(0), nrlo.eq(0)]
+                with m.If(blk):
+                    m.d.sync += [sr.eq(s), sr_sh.eq(Mux(over, s0p[3], s0sh))]
+                with m.Else():
+                    m.d.sync += [sq.eq(s), sq_sh.eq(Mux(over, s0p[3], s0sh)),
+                                 sq_pos.eq(Mux(over, t0[0], t0[1])), sq25.eq(Mux(over, s0p[4], s0p[5])),
+                                 sq26.eq(Mux(over, s0p[5], s0p[6])), spos.eq(Mux(over, s0p[7], s0p[8])),
+                                 keep.eq(Cat(*[t0[j + 1] | (over & t0[j]) for j in range(32)]))]
+                with m.If(empty):
+                    with m.If(split & ~blk):  # the residual of an empty row: empty too
                         m.d.sync += blk.eq(1)
-                        m.next = "SCALE0"
-            with m.State("RPASS"):
-                m.d.comb += [i.ready.eq(en | wrong), wrong.eq(p.kind != ROW), take.eq(fire & ~wrong), rp.eq(1)]
-                with m.If(fire & ~wrong & p.last):
-                    m.next = "HDR"
+                        fsm.goto("SCALE0")
+                    with m.Else():
+                        fsm.goto("HDR")
+                with m.Elif(blk):
+                    fsm.goto("RPASS")
+                with m.Else():
+                    fsm.goto("QPASS")
+        with fsm.state("QPASS"), m.If(take & p.last):
+            with m.If(split):
+                m.d.sync += blk.eq(1)
+                fsm.goto("SCALE0")
+            with m.Else():
+                fsm.goto("HDR")
+        with fsm.state("RPASS"), m.If(take & p.last):
+            fsm.goto("HDR")
         return m
