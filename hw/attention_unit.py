@@ -282,13 +282,14 @@ class AttentionUnit(wiring.Component):
 
         # 35 cycles: its operand, bit length and shift registered
         m.submodules.recip = recip = Reciprocal(33, registered=True)
-        fy, fk = Signal(unsigned(31)), Signal(unsigned(7))
+        fy_d, fk = Signal(unsigned(31), name="fy_d"), Signal(unsigned(7))  # the lanes' y operand: y_sl (FWAIT's)
         # ATTN_OUT jobs are one row: l from a register of its own beside the reciprocal (loaded with l_old[0];
         # reset-less, so that Yosys keeps it apart): l_old's other loads had placed it 10 ns of routing away
         # from the reciprocal's operand register, the slowest path measured); l > 0 registered in FREQ
         l_rc, l_pos = Signal(signed(32), name="recip_l", reset_less=True), Signal(name="recip_l_pos")
         m.d.comb += recip.i_stream.payload.eq(l_rc)
         m.d.comb += recip.o_stream.ready.eq(1)  # its one result (35 cycles after FREQ) is taken in FWAIT
+        m.d.comb += fy_d.eq(Mux(l_pos, recip.o_stream.payload.y, 0))
 
         r_s = Signal(signed(8))  # row ri's r as a signed shift amount (the O pass)
         m.d.comb += r_s.eq(Array(row_end.r)[ri])
@@ -343,8 +344,9 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [u_r.addr.eq(Mux(fsm["V"], tok_p1, tok)) for u_r in u_rs]
 
         sl = state_lines(m, C=C, R=R, L=self.lanes, max_tokens=self.max_tokens, p=p, o=o, pv_rs=pv_rs, shared=shared,
-                         S=S, NP=NP, ri=ri, li_w=li_w, row_w=row_w, fy=fy, fk=fk, anyv=anyv, a_o=a_o, r_s=r_s, k2=k2,
-                         l_old_o=l_old_o, u_ws=u_ws, m1=m1, tk=tk, m_hdr=row_end.m_new, l_hdr=row_end.l_new)
+                         S=S, NP=NP, ri=ri, li_w=li_w, row_w=row_w, fk=fk, anyv=anyv, a_o=a_o, r_s=r_s, k2=k2,
+                         l_old_o=l_old_o, u_ws=u_ws, m1=m1, tk=tk, m_hdr=row_end.m_new, l_hdr=row_end.l_new, fy_d=fy_d,
+                         fwait=fsm["FWAIT"], fout=fsm["FOUT"])
         tags, adv, pipe_busy, in_l, in_h, la = sl.tags, sl.adv, sl.pipe_busy, sl.in_l, sl.in_h, sl.la
         # the rows' ends, a row a cycle as their l * a leave S3 (issued a cycle apart in state L)
         la_v = Signal(name="row_end_in")
@@ -387,7 +389,7 @@ class AttentionUnit(wiring.Component):
                     fsm.goto("FWAIT")
             # (the reciprocal's result comes only in FWAIT: its `ready` is 1, above)
             with fsm.state("FWAIT"), m.If(recip.o_stream.valid):
-                m.d.sync += [fy.eq(Mux(l_pos, recip.o_stream.payload.y, 0)), fk.eq(recip.o_stream.payload.k)]
+                m.d.sync += fk.eq(recip.o_stream.payload.k)
                 fsm.goto("FOUT")
             with fsm.state("FOUT"), m.If(state_line(True)):
                 fsm.goto("ODRAIN")
@@ -477,7 +479,7 @@ class AttentionUnit(wiring.Component):
                         fsm.goto("O")
             with fsm.state("O"):
                 m.d.sync += pv_raddr.eq(pv_line_addr(li))
-                with m.If(tk["SL"] & last_group & adv):  # the state line is taken
+                with m.If(sl.line_take):  # the state line is taken
                     li_next = Signal.like(li, name="o_li_next")
                     m.d.comb += li_next.eq(li + 1)
                     m.d.sync += [li.eq(li_next)] + pv_raddr.eq(pv_line_addr(li_next))

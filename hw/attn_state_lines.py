@@ -39,8 +39,9 @@ def row_suffix(r: int) -> str:
 class StateLines:
     """What the attention unit's states use of the lanes: the pipeline's tags, its advance, whether it holds
     anything, state L's issue flag and its product ``l * a``, state OUTH's issue flag, the lane group's last flag,
-    the O pass's p.V address of a line, and ``state_line(fout)``, which feeds the held state line's groups and
-    returns the condition on which the row's last one is taken."""
+    the O pass's p.V address of a line, ``line_take`` (the held state line's last group enters: the line is taken),
+    and ``state_line(fout)``, which feeds the held state line's groups and returns the condition on which the row's
+    last one is taken."""
 
     tags: list
     adv: Signal
@@ -51,15 +52,18 @@ class StateLines:
     last_group: Signal
     pv_line_addr: Callable
     state_line: Callable
+    line_take: Signal
 
 
 def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shared: bool, S: int, NP: int, ri,
-                li_w: int, row_w: int, fy, fk, anyv, a_o, r_s, k2, l_old_o, u_ws, m1, tk, m_hdr, l_hdr) -> StateLines:
+                li_w: int, row_w: int, fk, anyv, a_o, r_s, k2, l_old_o, u_ws, m1, tk, m_hdr, l_hdr, fy_d, fwait,
+                fout) -> StateLines:
     """The state-line lanes of an :class:`~systolica.hw.attention_unit.AttentionUnit` (see the module docstring):
     built into ``m`` from the unit's beat payload ``p``, output stream ``o``, the rows' p.V read ports ``pv_rs``,
-    the O pass's row ``ri``, ATTN_OUT's reciprocal ``fy`` / ``fk``, the K pipeline's last stage ``k2`` (its
+    the O pass's row ``ri``, ATTN_OUT's reciprocal's ``fk``, the K pipeline's last stage ``k2`` (its
     scores go through the lanes' multipliers), the rows' score buffers ``u_ws`` and running maxima ``m1``, and
-    their new headers ``m_hdr`` / ``l_hdr`` (lists: a header entry leaving S8 puts its row's in the line)."""
+    their new headers ``m_hdr`` / ``l_hdr`` (lists: a header entry leaving S8 puts its row's in the line); ``fy_d``
+    is ATTN_OUT's ``y`` (the reciprocal's, or 0) in state FWAIT (flag ``fwait``; ``fout``: state FOUT's flag)."""
     from systolica.numerics import LOG2E_Q30
 
     # ---- state lines (O pass of ATTN, ATTN_OUT): one pipeline of L lanes, shared by both ---------
@@ -112,6 +116,16 @@ def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shar
     in_l = Signal()  # state L issues l * a on lane 0 (row ri's)
     in_h = Signal()  # state OUTH issues row ri's header
     la = Signal(signed(66))  # l * a: lane 0's product in S3
+    # the O pass's and FOUT's y operand and PV enable, registered a cycle ahead (the FOUT flag and anyv selecting
+    # 33 bits of every lane's S0 operand were 10.9 ns on ulx3s): what they select is stable in O and FOUT and in
+    # the cycle before (y in FWAIT's last cycle, a and anyv long before O, ri moves only when O ends), so
+    # the register holds the same value there; elsewhere the lanes' entries that use them are not issued
+    y_sl = Signal(unsigned(33), name="st_y_sl", reset_less=True)
+    pv_on = Signal(name="st_pv_on")
+    with m.If(fwait):
+        m.d.sync += [y_sl.eq(fy_d), pv_on.eq(0)]
+    with m.Elif(~fout):
+        m.d.sync += [y_sl.eq(Mux(anyv, a_o, 1 << 30)), pv_on.eq(anyv)]
     lanes_out = []
     for j in range(L):
         def reg(name, shape, j=j):
@@ -121,11 +135,12 @@ def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shar
         opv, osh = Signal(signed(PV_BITS), name=f"st_pv_{j}"), Signal(signed(10), name=f"st_sh_{j}")
         x = xs[32 * j:32 * j + 32].as_signed()
         pvj = pvs[PV_BITS * j:PV_BITS * (j + 1)].as_signed()
-        with m.If(is_fout):  # o * y, or 0 when l <= 0
-            m.d.comb += [ox.eq(x), oy.eq(fy), opv.eq(0), osh.eq(fsh)]
-        with m.Else():  # O: rsr(o*a, 30) + rsr(PV, 8) >> r; every token masked: x * 2**30 >> 30 = x
-            m.d.comb += [ox.eq(x), oy.eq(Mux(anyv, a_o, 1 << 30)), opv.eq(Mux(anyv, pvj, 0)),
-                         osh.eq(Mux(anyv, r_s, 0))]
+        # FOUT: o * y, or 0 when l <= 0; O: rsr(o*a, 30) + rsr(PV, 8) >> r; every token masked: x * 2**30 >> 30 = x
+        m.d.comb += [ox.eq(x), oy.eq(y_sl), opv.eq(Mux(pv_on, pvj, 0))]
+        with m.If(is_fout):
+            m.d.comb += osh.eq(fsh)
+        with m.Else():
+            m.d.comb += osh.eq(Mux(anyv, r_s, 0))
         srow = L - 1 - j  # the row whose score this lane scales
         if srow < R:
             with m.If(k2.v):
@@ -145,11 +160,15 @@ def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shar
             m.d.comb += [u_ws[q].addr.eq(t_out.tok), u_ws[q].data.eq(out8), u_ws[q].en.eq(wen)]
             # the running maximum a cycle later, from a register of the score beside m1 (S8 also drives the
             # score buffer and the output line: its compare into m1 was the slowest path, 11 ns of routing);
-            # m1 is next read in X2 of state A's rescale, two cycles after its last update here
+            # m1 is next read in X2 of state A's rescale, two cycles after its last update here.  The compare is
+            # registered beside the score (sc9 > m1, 32 bits, into m1's enable was 10.0 ns on ulx3s): against the
+            # m1 of the next cycle, which is sc9 where this cycle updates it (state Q's load of m1 never meets a score)
             sc9 = Signal(signed(32), name=f"score_s9{row_suffix(q)}", reset_less=True)
             wen9 = Signal(name=f"score_w9{row_suffix(q)}")
-            m.d.sync += [sc9.eq(out8), wen9.eq(wen)]
-            with m.If(wen9 & (sc9 > m1[q])):
+            gt9 = Signal(name=f"score_gt9{row_suffix(q)}", reset_less=True)
+            upd9 = wen9 & gt9
+            m.d.sync += [sc9.eq(out8), wen9.eq(wen), gt9.eq(Mux(upd9, out8 > sc9, out8 > m1[q]))]
+            with m.If(upd9):
                 m.d.sync += m1[q].eq(sc9)
     with m.If(k2.v):  # the scores of every row, one lane each
         m.d.comb += [iss.v.eq(1), iss.kind.eq(KIND_SCORE), iss.raw.eq(1), iss.tok.eq(k2.tok), iss.ok.eq(k2.ok)]
@@ -167,6 +186,11 @@ def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shar
     with m.If(out_line):
         m.d.comb += o.valid.eq(1)
     last_group = Signal(name="o_last_group", init=int(G == 1))  # g == G - 1, a register beside g
+    # the held line's last group enters: with G > 1 the beat fed the line's earlier groups and stays valid until
+    # it is taken (stream rules), so no handshake is needed (valid & kind into li, the p.V address and the state
+    # flags were the unit's slowest paths on ulx3s, 13.1 ns)
+    line_take = Signal(name="o_line_take")
+    m.d.comb += line_take.eq((last_group if G > 1 else tk["SL"]) & adv)
 
     def state_line(fout: bool):
         """A state line's lane groups into the pipeline, one a cycle; the line is taken with its last.
@@ -178,5 +202,5 @@ def state_lines(m, *, C: int, R: int, L: int, max_tokens: int, p, o, pv_rs, shar
         with m.If(tk["SL"] & adv):
             m.d.comb += iss.v.eq(1)
             m.d.sync += [g.eq(Mux(last_group, 0, g + 1)), last_group.eq(Mux(last_group, G == 1, g == G - 2))]
-        return tk["SL"] & last_group & adv & p.last
-    return StateLines(tags, adv, pipe_busy, in_l, in_h, la, last_group, pv_line_addr, state_line)
+        return line_take & p.last
+    return StateLines(tags, adv, pipe_busy, in_l, in_h, la, last_group, pv_line_addr, state_line, line_take)
