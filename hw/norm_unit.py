@@ -98,10 +98,12 @@ class NormUnit(LineUnit):
 
         n, eps, center = Signal(unsigned(16)), Signal(unsigned(24)), Signal()
         ry, rk = Signal(unsigned(31)), Signal(unsigned(7))
-        li = Signal(16)  # beat within the row
         # the row's scalar datapath: no reset (the header clears acc, mean and maxd; each state loads the others
-        # before the next reads them), so the engines' reset reaches only the control flip-flops
-        acc = Signal(signed(64), reset_less=True)  # sum(x), then sum(ds**2)
+        # before the next reads them), so the engines' reset reaches only the control flip-flops.  sum(x) and
+        # sum(ds**2) have an accumulator each (cleared in HDR and SCALE): no select between the two adds and
+        # the clears in front of one register (the shared one's D input was on ulx3s's late list)
+        acc = Signal(signed(64), reset_less=True, name="acc_sum")  # sum(x)
+        acc_sq = Signal(signed(64), reset_less=True, name="acc_sq")  # sum(ds**2)
         # Q24 mean of int32 values: |mean| <= (2**31 + 2**c / n) * 2**8 + 1 < 2**40 (2**c <= 2n)
         mean = Signal(signed(42), reset_less=True)
         maxd = Signal(unsigned(42), reset_less=True)
@@ -154,11 +156,15 @@ class NormUnit(LineUnit):
             m.d.comb += out.eq(Mux(zero, 0, Mux(right, (t + 1) >> 1, t)))
             return load, out
 
-        # lane_ok[c] = (li * C + c < n), as flip-flops: it gates the SUM pass's add into the 64-bit acc, and as a
-        # compare of li and n in front of that add it was the unit's slowest path (ECP5); `left` = n - li * C
-        # follows li, and each flag is set from a compare of a register with a constant where li moves (below)
+        # lane_ok[c] = (li * C + c < n) for beat li of the row, as flip-flops: it gates the SUM pass's add into the
+        # 64-bit acc, and as a compare of li and n in front of that add it was the unit's slowest path (ECP5);
+        # `left` = n - li * C and `left_m` = left - C follow the beat, loaded from registers (no subtraction after
+        # the beat's handshake), and each flag from a compare of left_m (or of n, `n_gt`) with a constant
         left = Signal(signed(18), name="norm_left")
+        left_m = Signal(signed(18), name="norm_left_m")
+        n_m = Signal(signed(18), name="norm_n_m")  # n - C
         lane_ok = [Signal(name=f"norm_lane_ok_{c}") for c in range(C)]
+        n_gt = [Signal(name=f"norm_n_gt_{c}") for c in range(C)]  # n > c
         # ---- the beat pipeline of passes 3..5, one operation a stage (every stage moves when the output
         # register may load, `adv`):
         #   1 d = (x << 8) - mean;  2 (d << 1) >> s, and |d| (pass 3);  3 ds = (. + 1) >> 1 = rsr(d, s) and the
@@ -177,6 +183,7 @@ class NormUnit(LineUnit):
         fsm = OneHotFSM(m, _STATES, "norm")
         st_hdr, st_sum = fsm["HDR"], fsm["SUM"]
         pass_mx, pass_sq, pass_out = fsm["MAXD"], fsm["SSQ"], fsm["OUT"]  # the pass the FSM is in
+        row_st = fsm.group("rows", ("MAXD", "SSQ", "OUT"))  # one of them
 
         def stage():
             c_ = Signal(ctl_l, name=f"norm_c{len(ctl) + 1}")
@@ -235,14 +242,25 @@ class NormUnit(LineUnit):
         for _ in range(2 + glat + 2):
             stage()
         c_o = ctl[-1]  # the beat in stage 13: into the output register
-        drained = ~Cat(*[x.v for x in ctl]).any()
-        squares_in = ~Cat(*[x.v for x in ctl[:3 + plat]]).any()  # no beat before the sum of squares
+        # the pipeline's drain conditions, each a flip-flop computed a cycle ahead from the stages' valid bits as
+        # they move (the valid bits' OR behind the waiting state's flag was on ulx3s's late list): read only in
+        # states no beat enters (RECIP_WAIT, MAXD_DRAIN, SSQ_DRAIN), so the next beat is left out; after a pass's
+        # cycle (the one that took its last beat) they read 0, as the pipeline then is not empty
+        def drain_flag(stages, name):
+            f = Signal(name=name, init=1)
+            m.d.sync += f.eq(~row_st & Mux(adv, ~Cat(*[x.v for x in ctl[:stages - 1]]).any(),
+                                           ~Cat(*[x.v for x in ctl[:stages]]).any()))
+            return f
+        drained = drain_flag(len(ctl), "norm_drained")
+        squares_in = drain_flag(3 + plat, "norm_squares_in")  # no beat before the sum of squares
+        maxd_in = drain_flag(2, "norm_maxd_in")  # the last |d| is in maxd
         with m.If(adv):
             with m.If(c2.v & c2.mx):  # stage 3: the row's max |d|
                 mx = tree(absd2, lambda x, y_: Mux(x > y_, x, y_))
                 m.d.sync += maxd.eq(Mux(mx > maxd, mx, maxd))
             with m.If(c6.v & c6.sq):  # stage 7: the row's sum of squares
-                m.d.sync += acc.eq(acc + tree([Mux(c6.ok[c], pp_s[c], 0) for c in range(C)], lambda x, y_: x + y_))
+                m.d.sync += acc_sq.eq(acc_sq + tree([Mux(c6.ok[c], pp_s[c], 0) for c in range(C)],
+                                                    lambda x, y_: x + y_))
             m.d.sync += [o.payload.data[c].eq(outs[c]) for c in range(C)]
             with m.If(c_o.v & c_o.out):
                 m.d.sync += [o.valid.eq(1), o.payload.last.eq(c_o.last)]
@@ -254,27 +272,33 @@ class NormUnit(LineUnit):
         wrong = Signal()
         with m.If(fire & wrong):
             m.d.sync += self.error.eq(1)
-        row_st = pass_mx | pass_sq | pass_out
         m.d.comb += [i.ready.eq(st_hdr | st_sum | (row_st & adv) | (pass_out & wrong)),
-                     wrong.eq(Mux(st_hdr, p.kind != HDR, p.kind != ROW)), take.eq(fire & ~wrong & row_st)]
-        with m.If(fire & ~wrong & ~st_hdr):  # the line counter of every pass
-            m.d.sync += li.eq(Mux(p.last, 0, li + 1))
-            m.d.sync += left.eq(Mux(p.last, n, left - C))
-            m.d.sync += [lane_ok[c].eq(Mux(p.last, n > c, left > C + c)) for c in range(C)]
-        with m.If(st_hdr):  # nothing reads these in HDR (the last row's beats have left stage 1)
-            m.d.sync += [li.eq(0), acc.eq(0), mean.eq(0), maxd.eq(0), eps_sel.eq(0)]
-            m.d.sync += [left.eq(n)] + [lane_ok[c].eq(n > c) for c in range(C)]
-            with m.If(fire & ~wrong):
-                m.d.sync += [n.eq(p.n), eps.eq(p.eps), center.eq(p.center)]
-                m.d.sync += [left.eq(p.n)] + [lane_ok[c].eq(p.n > c) for c in range(C)]
+                     wrong.eq(Mux(st_hdr, p.kind != HDR, p.kind != ROW))]
+        # a row beat taken, in any pass (fire & ~wrong outside HDR), and the header taken in HDR: from the state
+        # flags, not from ready
+        beat, hdr_in = Signal(name="norm_beat"), Signal(name="norm_hdr_in")
+        m.d.comb += hdr_in.eq(st_hdr & i.valid & (p.kind == HDR))
+        m.d.comb += [beat.eq(i.valid & (p.kind == ROW) & (st_sum | (row_st & adv))), take.eq(beat & row_st)]
+        with m.If(beat):  # the beat counter of every pass
+            m.d.sync += [left.eq(Mux(p.last, n, left_m)), left_m.eq(Mux(p.last, n_m, left_m - C))]
+            m.d.sync += [lane_ok[c].eq(Mux(p.last, n_gt[c], left_m > c)) for c in range(C)]
+        with m.If(st_hdr):
+            # nothing reads these in HDR (the last row's beats have left stage 1): the header's fields are loaded
+            # through the state (the last cycle's, the header's, stays), not by its handshake
+            m.d.sync += [acc.eq(0), mean.eq(0), maxd.eq(0), eps_sel.eq(0)]
+            m.d.sync += [n.eq(p.n), eps.eq(p.eps), left.eq(p.n), left_m.eq(p.n - C), n_m.eq(p.n - C)]
+            with m.If(hdr_in):  # (center selects beta in stage 1 every cycle: the header's alone)
+                m.d.sync += center.eq(p.center)
+            m.d.sync += [x.eq(p.n > c) for c, x in enumerate(lane_ok)] + [x.eq(p.n > c) for c, x in enumerate(n_gt)]
         # the SUM pass's beat sum is registered before it is added to acc (the beat comes straight from the row-pass
         # sequencer's slot multiplexer, and that with a 64-bit add behind it was its slowest path on ECP5):
         # the last beat's sum is added in SUM_DRAIN
         sum_in = Signal(signed(32 + C.bit_length()), name="sum_in", reset_less=True)
         sum_v = Signal(name="sum_v")
-        m.d.sync += sum_v.eq(fire & ~wrong & st_sum)
-        with m.If(fire & ~wrong & st_sum):
-            m.d.sync += sum_in.eq(sum(Mux(lane_ok[c], p.a[c], 0) for c in range(C)))
+        m.d.sync += sum_v.eq(beat & st_sum)
+        # every cycle (read only after a beat of the pass: sum_v), so its enable is no beat's handshake, and with
+        # one lane the lane's flag is its clear
+        m.d.sync += sum_in.eq(sum(Mux(lane_ok[c], p.a[c], 0) for c in range(C)))
         with m.If(sum_v):
             m.d.sync += acc.eq(acc + sum_in)
 
@@ -283,7 +307,7 @@ class NormUnit(LineUnit):
 
         def row_pass(next_state):
             """The hand-over at a pass's `last`."""
-            with m.If(fire & ~wrong & p.last):
+            with m.If(beat & p.last):
                 goto(next_state)
 
         def wait(name, next_state, cycles=3):
@@ -292,7 +316,7 @@ class NormUnit(LineUnit):
                 with fsm.state(f"{name}{j}"):
                     goto(f"{name}{j + 1}" if j + 1 < cycles else next_state)
 
-        with fsm.state("HDR"), m.If(fire & ~wrong):
+        with fsm.state("HDR"), m.If(hdr_in):
             goto("RECIP")
         with fsm.state("RECIP"):
             m.d.comb += recip.i_stream.valid.eq(1)
@@ -349,14 +373,14 @@ class NormUnit(LineUnit):
             m.d.sync += term_ld
             goto("MEAN4")
         with fsm.state("MEAN4"):
-            m.d.sync += [mean.eq(term), acc.eq(0)]
+            m.d.sync += mean.eq(term)
             goto("MAXD")
         with fsm.state("MAXD"):
             row_pass("MAXD_DRAIN")
-        with fsm.state("MAXD_DRAIN"), m.If(~c1.v & ~c2.v):  # the last |d| is in maxd
+        with fsm.state("MAXD_DRAIN"), m.If(maxd_in):
             goto("SCALE")
         with fsm.state("SCALE"):
-            m.d.sync += [s.eq(Mux(maxd_bl > 23, maxd_bl - 23, 0)), acc.eq(0), eps_sel.eq(1)]
+            m.d.sync += [s.eq(Mux(maxd_bl > 23, maxd_bl - 23, 0)), acc_sq.eq(0), eps_sel.eq(1)]
             multiply(n, eps)  # < 2**40, held in prod through the next pass
             goto("SSQ")
         with fsm.state("SSQ"):
@@ -371,7 +395,7 @@ class NormUnit(LineUnit):
             m.d.sync += eterm_r.eq(term)
             goto("RSQ2")
         with fsm.state("RSQ2"):
-            m.d.sync += ss_r.eq(acc + eterm_r)
+            m.d.sync += ss_r.eq(acc_sq + eterm_r)
             goto("RSQ3")
         with fsm.state("RSQ3"):
             # max(ss, 1): ss < 1 as its sign or all-zero (logic, no 64-bit compare chain in front of the select)

@@ -254,7 +254,7 @@ class QuantUnit(LineUnit):
             # split and empty follow the header's fields through HDR (nothing reads them there): their enable is
             # the state's flag, not the beat's handshake
             m.d.sync += [split.eq(p.split), empty.eq(p.empty), blk.eq(0)]
-            with m.If(fire & ~wrong):
+            with m.If(i.valid & (p.kind == HDR)):  # fire & ~wrong: ready is high in HDR
                 with m.If(p.empty):
                     fsm.goto("SCALE0")
                 with m.Else():

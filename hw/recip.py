@@ -70,9 +70,11 @@ class Reciprocal(wiring.Component):
         rem = Signal(unsigned(31), reset_less=True)  # the partial remainder, < m
         quo = Signal(unsigned(31), reset_less=True)
         bit = Signal(range(32))
+        last = Signal(name="recip_last")  # bit == 0: a flip-flop set by the step before (bit == 1), no compare of bit
+        # in front of the state's enable
         k = Signal(unsigned(7), reset_less=True)
         with m.FSM(name="recip"):
-            start = [dm.eq(mant), rem.eq(1 << 29), quo.eq(0), bit.eq(30), k.eq(n + 29)]
+            start = [dm.eq(mant), rem.eq(1 << 29), quo.eq(0), bit.eq(30), last.eq(0), k.eq(n + 29)]
             with m.State("IDLE"):
                 m.d.comb += i.ready.eq(1)
                 with m.If(i.valid):
@@ -93,8 +95,9 @@ class Reciprocal(wiring.Component):
                 trial = Signal(unsigned(33))
                 m.d.comb += trial.eq((rem << 1) - dm)
                 # no borrow: 2 rem >= m, the quotient bit is 1; the remainder stays below m either way
-                m.d.sync += [rem.eq(Mux(trial[32], rem << 1, trial)), quo.eq(Cat(~trial[32], quo)), bit.eq(bit - 1)]
-                with m.If(bit == 0):
+                m.d.sync += [rem.eq(Mux(trial[32], rem << 1, trial)), quo.eq(Cat(~trial[32], quo)), bit.eq(bit - 1),
+                             last.eq(bit == 1)]
+                with m.If(last):
                     m.next = "DONE"
             with m.State("DONE"):
                 m.d.comb += [o.valid.eq(1), o.payload.y.eq(quo), o.payload.k.eq(k)]

@@ -346,8 +346,11 @@ class RowPassSequencer(wiring.Component):
         vvalid = vsel(lambda u: u.o_stream.valid) & ~is_q
         beat_left = Signal(signed(18))
         lanes_left = Signal(17)
+        # lanes_left <= C, a flip-flop kept with lanes_left (from its next value's operands): the compare between
+        # the unit's output valid and beat_left's select was the sequencer's slowest path (ulx3s, 9.7 ns)
+        ll_last = Signal(name="lanes_left_last")
         with m.If(self.start):
-            m.d.sync += [lanes_left.eq(n), beat_left.eq(n)]
+            m.d.sync += [lanes_left.eq(n), beat_left.eq(n), ll_last.eq(n <= C)]
         vraw = vsel(lambda u: u.o_stream.payload.data.as_value())
         # beat_left > c per lane, flags loaded beside beat_left (from its next value's operands): a compare of
         # beat_left before the lanes' select, the line gather and the compute engine's output select was the
@@ -357,14 +360,15 @@ class RowPassSequencer(wiring.Component):
         vlast = vsel(lambda u: u.o_stream.payload.last)
         vdata, vout = gather(m, vvalid, vbeat, NB, "vgat", clear=self.start)
         m.d.comb += [self.out_addr.eq(vptr), self.out_en.eq(vout), self.out_data.eq(vdata)]
-        row_end = vout & (lanes_left <= C)  # the row's last line completes with this beat
+        row_end = vout & ll_last  # the row's last line completes with this beat
         with m.If(vvalid):
             m.d.sync += beat_left.eq(Mux(row_end, n, beat_left - NW))
             m.d.sync += [beat_ok[c].eq(Mux(row_end, n > c, beat_left > NW + c)) for c in range(NW)]
         with m.If(self.start):
             m.d.sync += [beat_ok[c].eq(n > c) for c in range(NW)]
         with m.If(vout):
-            m.d.sync += [vptr.eq(vptr + 1), lanes_left.eq(Mux(lanes_left > C, lanes_left - C, n))]
+            m.d.sync += [vptr.eq(vptr + 1), lanes_left.eq(Mux(ll_last, n, lanes_left - C)),
+                         ll_last.eq(Mux(ll_last, n <= C, lanes_left <= 2 * C))]
             with m.If(vlast):
                 m.d.sync += rows_out.eq(rows_out - 1)
         qo = qu.o_stream.payload
