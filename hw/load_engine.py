@@ -37,7 +37,7 @@ from .axi import axi4_read_signature
 from .dma import ADDR_BITS, DmaReader
 from .engines import EngineState, beats_per_line, buffer_ports, engine_members, token_fsm
 from .striped_reader import StripedReader
-from .word_regs import free_room
+from .word_regs import free_room, word_reg
 
 __all__ = ["LoadEngine", "DESC_DEPTH"]
 
@@ -157,27 +157,61 @@ class LoadEngine(wiring.Component):
         desc_end = Signal(name="desc_end")  # the head's last beat (or its marker) is taken
         seen = Signal()  # the head was there last cycle, was not popped and had not ended
         done = Signal(name="desc_done")
-        m.d.sync += seen.eq(desc.r_rdy & ~desc.r_en & ~desc_end)
-        steady = desc.r_rdy & seen
+        # `seen` split by the head's `empty` as flip-flops of their own (the head holds while it is seen, so its
+        # field is next cycle's): a beat's take is the R channel's valid, abort, `seen_beats` and the room, where
+        # the FIFO's valid, `seen`, the head's field and the room were a LUT of their own before it
+        seen_n = Signal(name="seen_n")
+        seen_b, seen_m = Signal(name="seen_beats"), Signal(name="seen_marker")
+        m.d.comb += seen_n.eq(desc.r_rdy & ~desc.r_en & ~desc_end)
+        m.d.sync += [seen.eq(seen_n), seen_b.eq(seen_n & ~d.empty), seen_m.eq(seen_n & d.empty)]
         # a line (or marker) is registered before the line FIFO (``staged``): its write enable, decided from the R
         # channel's valid and the flags, reached the FIFO's LUT-RAM write enables and level in one cycle (ulx3s:
         # 13.8 ns, the top level's slowest path); the room for it is a register kept from a count of the places of
         # the FIFO and its register not claimed (free_room)
         claim = Signal(name="lines_claim")
         lq_room = free_room(m, "lines_room", lq.depth, claim, lq.r_en & lq.r_rdy)
-        takes = steady & ~d.empty & lq_room
+        takes = seen_b & lq_room
         take = dma.beat_valid & takes
         m.d.comb += dma.beat_ready.eq(takes)
-        c_last, r_last, w_last = Signal(), Signal(), Signal()
+        # the flags' products too (cr_last: the beat ends its row, crw_last: its word) are flip-flops: the ends of a
+        # line, a row and a word are each `take` and one flag, not a chain of ANDs (ulx3s: the R channel's valid ran
+        # through take, line_end, row_end and word_end into `seen`, 6 LUTs, 10.4 ns).  Each flag's next value is
+        # `take` selecting between two candidates worked out from registers: what it becomes if the beat is taken
+        # (by the flags, how far the beat reaches: line, row, word) and if not
+        c_last, r_last, w_last = Signal(name="c_last"), Signal(name="r_last"), Signal(name="w_last")
+        cr_last, crw_last = Signal(name="cr_last"), Signal(name="crw_last")
         line_end = take & c_last
-        row_end = line_end & r_last
-        word_end = row_end & w_last
-        marker = steady & d.empty & lq_room  # a word without beats: its entry writes nothing
-        m.d.sync += [
-            c_last.eq(Mux(take, Mux(line_end, bpl == 1, count + 2 == bpl), count + 1 == bpl)),
-            r_last.eq(Mux(line_end, Mux(row_end, d.lines_m1 == 0, in_row + 1 == d.lines_m1), in_row == d.lines_m1)),
-            w_last.eq(Mux(row_end, Mux(word_end, d.rows_m1 == 0, row + 1 == d.rows_m1), row == d.rows_m1)),
-        ]
+        row_end = take & cr_last
+        word_end = take & crw_last
+        marker = seen_m & lq_room  # a word without beats: its entry writes nothing
+        # candidates: c_* the beat count's flag after a new line, a step and no beat; r_* the row's, w_* the word's.
+        # A beat is taken only from a head that was there last cycle (`seen_beats`), so what the taken ones read of
+        # the head are flip-flops loaded from it every cycle; the held ones read the head (a new one's first cycle)
+        # (no adder before a compare: a counter is compared with the head's count less one or two, `count + 2 ==
+        # bpl` and `count + 1 == bpl` had been one shared adder with `take` selecting its operand)
+        c_new = word_reg(m, bpl == 1, "c_new", reset_less=True)
+        r_new = word_reg(m, d.lines_m1 == 0, "r_new", reset_less=True)
+        w_new = word_reg(m, d.rows_m1 == 0, "w_new", reset_less=True)
+        bpl_m2 = word_reg(m, Mux(d.buf == 0, bpl_s - 2, bpl_w - 2), "bpl_m2", reset_less=True)  # (-1: one beat)
+        lines_m2 = word_reg(m, d.lines_m1 - 1, "lines_m2", reset_less=True)  # (-1 when 0: no count matches)
+        rows_m2 = word_reg(m, d.rows_m1 - 1, "rows_m2", reset_less=True)
+        c_step, c_hold = count == bpl_m2, count == Mux(d.buf == 0, bpl_s - 1, bpl_w - 1)
+        r_step, r_hold = in_row == lines_m2, in_row == d.lines_m1
+        w_step, w_hold = row == rows_m2, row == d.rows_m1
+        flags = (  # (flag, if the beat is taken, if not)
+            (c_last, Mux(c_last, c_new, c_step), c_hold),
+            (r_last, Mux(cr_last, r_new, Mux(c_last, r_step, r_hold)), r_hold),
+            (w_last, Mux(crw_last, w_new, Mux(cr_last, w_step, w_hold)), w_hold),
+            (cr_last, Mux(cr_last, c_new & r_new, Mux(c_last, c_new & r_step, c_step & r_hold)), c_hold & r_hold),
+            (crw_last, Mux(crw_last, c_new & r_new & w_new,
+                           Mux(cr_last, c_new & r_new & w_step,
+                               Mux(c_last, c_new & r_step & w_hold, c_step & r_hold & w_hold))), c_hold & r_hold & w_hold),
+        )
+        for flag, taken, held in flags:
+            k = Signal(name=f"{flag.name}_k")
+            h_ = Signal(name=f"{flag.name}_h")
+            m.d.comb += [k.eq(taken), h_.eq(held)]
+            m.d.sync += flag.eq(Mux(take, k, h_))
         out = Signal(entry)
         m.d.comb += [out.addr.eq((d.sram + line)[:32]), out.buf.eq(d.buf), out.write.eq(~d.empty),
                      out.end.eq(word_end | marker), out.push.eq(d.push), out.line.eq(nxt),
