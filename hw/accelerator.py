@@ -264,9 +264,12 @@ class Accelerator(wiring.Component):
         # first RUN cycle (loaded only in RUN: the decoder's stopped flag of the last run is cleared by then)
         drained = Signal(name="drained")
         m.d.sync += drained.eq(dec.stopped & quiet & load.idle & comp.idle & store.idle & (run == _Run.RUN))
-        stuck = (dec.stopped | dec.dispatch_blocked) & \
-            (load.idle | load.blocked) & (comp.idle | comp.blocked) & (store.idle | store.blocked) & \
-            (load.blocked | comp.blocked | store.blocked)
+        # stuck, a cycle late (a register: the engines' idle and blocked flags, each a decode of its token queues,
+        # were five LUTs deep into the count's reset, 11.1 ns on ulx3s); a deadlock is stopped a cycle later
+        stuck = Signal(name="stuck")
+        m.d.sync += stuck.eq((dec.stopped | dec.dispatch_blocked) &
+                             (load.idle | load.blocked) & (comp.idle | comp.blocked) & (store.idle | store.blocked) &
+                             (load.blocked | comp.blocked | store.blocked))
         stuck_for = Signal(2)
         m.d.sync += stuck_for.eq(Mux(stuck & (run == _Run.RUN), Mux(stuck_for == 3, 3, stuck_for + 1), 0))
         # the smallest pc among the blocked engines, in three registered steps (the blocked engines' pcs, the

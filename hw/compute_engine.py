@@ -24,7 +24,7 @@ from .attn_sequencer import ATTN_OPS, AttnSequencer
 from .axi import axi4_read_signature
 from .dma import ADDR_BITS
 from .engines import buffer_ports, engine_members, token_fsm
-from .gemm_sequencer import GemmSequencer
+from .gemm_sequencer import GemmSequencer, gemm_start_values
 from .rowpass_sequencer import ROWPASS_OPS, RowPassSequencer
 from .vector_sequencer import VECTOR_OPS, VectorSequencer
 from .weight_ahead import weights_ahead
@@ -142,6 +142,11 @@ class ComputeEngine(wiring.Component):
                      seq.k.eq(Mux(is_stream_g, gs.k, g.k)), seq.n.eq(Mux(is_stream_g, gs.n, g.n)),
                      seq.acc.eq(Mux(is_stream_g, gs.acc, g.acc)), seq.stream.eq(is_stream_g),
                      seq.wfmt.eq(Mux(is_stream_g, gs.wfmt, 0)), seq.gshift.eq(gs.gshift)]
+        # the start's values from m, k, n, acc of the engine's word (not gword: the word is this instruction's a
+        # cycle before `begin`, gword only at it), loaded while the GEMM path is idle, held while it runs
+        w_gemm, w_gs = ins.gemm, ins.gemm_stream
+        gemm_start_values(m, seq.pre, {f: Mux(is_stream, getattr(w_gs, f), getattr(w_gemm, f)) for f in ("m", "k", "n", "acc")},
+                          is_stream, ~gemm_busy)
         m.submodules.wstream = ws = WeightStream(cfg)
         for port in range(cfg.dma_ports):
             wiring.connect(m, wiring.flipped(getattr(self, f"wrd{port}")), getattr(ws, f"axi{port}"))
