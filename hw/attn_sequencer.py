@@ -34,7 +34,7 @@ from systolica.isa import OP_BY_NAME, WORD_BITS
 
 from .attention_unit import AttentionUnit, AttnBeat
 from .decode import instr_layout
-from .word_regs import flag_copies, lane_mux, word_reg
+from .word_regs import flag_copies, free_room, lane_mux, word_reg
 
 #: the unit's score buffer in tokens: every tile ATTN can name (its t field is 12 bits: at most 4095)
 UNIT_MAX_TOKENS = 4096
@@ -92,9 +92,13 @@ class AttnSequencer(wiring.Component):
         # HDR and Q beats come first)
         def wreg(name, value, shape=None, init=0):
             return word_reg(m, value, name, shape if shape is not None else len(value), init=init, reset_less=True)
-        hd_m1 = wreg("hd_m1", hd - 1, signed(8))
-        nq_m1 = wreg("nq_m1", nq - 1, signed(8))
-        t_m1 = wreg("t_m1", at.t - 1, signed(14))
+        # the walk's compares (tli == hd - 1, tok == t - 1, r == nq - 1, gi == R - 1, and the output's) are
+        # flip-flops kept beside their counters, set from the counters' next values: from the start's word, then
+        # from these registers (the next value's compare is the counter's own against the limit less 2)
+        hd_r = wreg("hd_r", hd)  # the rows' strides: no opcode decode in front of their adders
+        hd_m2, hd_one = wreg("hd_m2", hd - 2, signed(8)), wreg("hd_one", hd == 1)
+        nq_m2 = wreg("nq_m2", nq - 2, signed(8))
+        t_m2, t_one = wreg("t_m2", at.t - 2, signed(14)), wreg("t_one", at.t == 1)
         # the K / V tile's sizes are ATTN's alone (ATTN_OUT and the bypass have no K or V phase): its own field,
         # not the op's multiplexer, so the opcode's decode is not in front of the shift
         php = wreg("php", at.hd << at.page_log2, 21)  # P * hd: lines of K (or V) in the tile layout
@@ -104,6 +108,11 @@ class AttnSequencer(wiring.Component):
         kv_ve = wreg("kv_ve", at.kv + php2p, 32)  # the V exponent lines
         # the op's flags, registered for every use after the start cycle (the unit's handshake and the walk)
         is_out_r, bypass_r, init_r = wreg("is_out_r", is_out), wreg("bypass_r", bypass), wreg("init_r", init)
+        one_row = wreg("one_row", is_out | bypass)  # jobs of one row, straight from HDR to OUT
+        # whether the op has lines at all, valid the cycle after start: `active` and `outs` are set at start and
+        # fall the next cycle where it is low, and the walk and busy see them ANDed with it, so no test of the
+        # word's fields is in front of their flip-flops (flowB active.DI 10.33 ns, outs.DI 10.06 ns)
+        any_lines = wreg("any_lines", (nq != 0) & (hd != 0))
         # a copy of bypass for the unit's handshake (bypass_r also selects the 256-bit output line); its other
         # init value keeps Yosys from merging the two.  It and the copies below load from registers (valid two cycles
         # after start: the first beat reaches the FIFO's output five cycles after it): the opcode's decode and t == 0
@@ -120,43 +129,55 @@ class AttnSequencer(wiring.Component):
         active = Signal()
         r, r0, gi = Signal(6), Signal(6), Signal(range(R))  # row, the job's first row, row within the job
         ph = Signal(_Ph)
+        # the phase also one-hot (a flag each, and K-or-V, Q-or-OUT), loaded with ph: the walk's decisions
+        # select on flip-flops, not on a decode of ph
+        f = {p: Signal(name=f"ph_{p.name.lower()}", init=int(p == _Ph.HDR)) for p in _Ph}
+        f_kv, f_qo = Signal(name="ph_kv"), Signal(name="ph_qo")
+        groups = ((f_kv, (_Ph.K, _Ph.V)), (f_qo, (_Ph.Q, _Ph.OUT)))
+
+        def goto(p):
+            return [ph.eq(p), *[f[x].eq(x == p) for x in _Ph], *[g.eq(p in mem) for g, mem in groups]]
+
         li = Signal(32)  # line within the K or V phase
         tli = Signal(8)  # line within the token (K, V) or the row (Q, OUT)
         tok = Signal(13)
-        rhd, r0hd = Signal(12), Signal(12)  # r * hd, r0 * hd
+        # the counters' ends, flip-flops beside them: tli == hd - 1 (the token's or row's last line), tok == t - 1
+        # (the tile's last token), r == nq - 1 (the group's last row; r0_last: the job's first row's), gi == R - 1
+        # (the job's last).  The compares of the counters behind the phase's end (13 bits of tok against t - 1)
+        # were ulx3s's slowest of the walk (flowB tok 10.65 ns, ph 10.63, tli 10.37, active 10.33)
+        eot, tok_last = Signal(name="eot"), Signal(name="tok_last")
+        r_last, r0_last, gi_last = Signal(name="row_last"), Signal(name="row0_last"), Signal(name="gi_last")
         # the addresses' row parts, kept beside r and r * hd (and their copies at the job's first row r0):
         # the state line state + r, the query's exponent line qexp + r, the query q + r*hd and the state's
         # o lines state + nq + r*hd
         a_st, a_qe = Signal(32, name="a_state"), Signal(32, name="a_qexp")
         a_q, a_o = Signal(32, name="a_q"), Signal(32, name="a_o")
         a_st0, a_qe0, a_q0, a_o0 = (Signal(32, name=f"{x.name}0") for x in (a_st, a_qe, a_q, a_o))
+        m.d.sync += active.eq(active & any_lines)  # (the start and the group's end below come later: they win)
         with m.If(self.start):
-            m.d.sync += [active.eq((nq != 0) & (hd != 0)), r.eq(0), r0.eq(0), gi.eq(0), rhd.eq(0), r0hd.eq(0),
-                         ph.eq(_Ph.HDR), li.eq(0), tli.eq(0), tok.eq(0)]
+            m.d.sync += [active.eq(1), r.eq(0), r0.eq(0), gi.eq(0), *goto(_Ph.HDR),
+                         li.eq(0), tli.eq(0), tok.eq(0), eot.eq(hd == 1), tok_last.eq(at.t == 1),
+                         r_last.eq(nq == 1), r0_last.eq(nq == 1), gi_last.eq(R == 1)]
             m.d.sync += [a_st.eq(state), a_qe.eq(at.qexp), a_q.eq(at.q), a_o.eq(state + nq),
                          a_st0.eq(state), a_qe0.eq(at.qexp), a_q0.eq(at.q), a_o0.eq(state + nq)]
         # the beat FIFO's output is a register (the unit's handshake and payload start at flip-flops)
         m.submodules.q = q = fifo.SyncFIFOBuffered(width=3 + C * 32 + 8 + 2, depth=_DEPTH)
         pending = Signal()
         read = Signal()
-        # room in the FIFO for one more beat (level + pending < _DEPTH), kept as a count of free places
-        # beside the walk: no adder in front of `read` (which drives ~150 walk registers)
-        free = Signal(range(_DEPTH + 1), init=_DEPTH, name="fifo_free")
-        m.d.sync += free.eq(free - read + (q.r_rdy & q.r_en))
-        room = free != 0
-        # no `~start` term: active is low at start (an instruction starts only with every sequencer idle)
-        m.d.comb += read.eq(active & room)
-        eot = tli == hd_m1
+        # room in the FIFO for one more beat (level + pending < _DEPTH): a flag beside a count of free places
+        # (no adder or compare in front of `read`, which drives ~150 walk registers)
+        room = free_room(m, "fifo_room", _DEPTH, read, q.r_rdy & q.r_en)
+        # no `~start` term: active & any_lines is low at start (an instruction starts only with every sequencer idle)
+        m.d.comb += read.eq(active & any_lines & room)
         # ATTN_OUT and the bypass are jobs of one row; an ATTN job ends at R rows or at the group's last
-        job_last = (is_out_r | bypass_r | (r == nq_m1) | (gi == R - 1)) if R > 1 else Const(1, 1)
-        kv_end = eot & (tok == t_m1)
-        beat_last = Mux(ph == _Ph.HDR, job_last, Mux(ph == _Ph.Q, eot & job_last,
-                                                      Mux((ph == _Ph.K) | (ph == _Ph.V), kv_end, eot)))
-        phase_end = Mux(ph == _Ph.OUT, eot & job_last, beat_last)
-        next_row = [r.eq(r + 1), rhd.eq(rhd + hd), gi.eq(gi + 1),
-                    a_st.eq(a_st + 1), a_qe.eq(a_qe + 1), a_q.eq(a_q + hd), a_o.eq(a_o + hd)]
+        job_last = (one_row | r_last | gi_last) if R > 1 else Const(1, 1)
+        kv_end = eot & tok_last
+        beat_last = (f[_Ph.HDR] & job_last) | (f[_Ph.Q] & eot & job_last) | (f_kv & kv_end) | (f[_Ph.OUT] & eot)
+        phase_end = (f[_Ph.HDR] & job_last) | (f_qo & eot & job_last) | (f_kv & kv_end)
+        next_row = [r.eq(r + 1), r_last.eq(r == nq_m2), gi.eq(gi + 1), gi_last.eq(gi == R - 2),
+                    a_st.eq(a_st + 1), a_qe.eq(a_qe + 1), a_q.eq(a_q + hd_r), a_o.eq(a_o + hd_r)]
         # with one row a job the walk stays on its row until the row's state lines (the job's) are out
-        first_row = [r.eq(r0), rhd.eq(r0hd), gi.eq(0),
+        first_row = [r.eq(r0), r_last.eq(r0_last), gi.eq(0), gi_last.eq(0),
                      a_st.eq(a_st0), a_qe.eq(a_qe0), a_q.eq(a_q0), a_o.eq(a_o0)] if R > 1 else []
         job_rows = next_row if R > 1 else []
         kv = at.kv
@@ -167,39 +188,45 @@ class AttnSequencer(wiring.Component):
         va_r = Signal.like(self.va_addr, name="va_addr_r", reset_less=True)
         sa_r = Signal.like(self.sa_addr, name="sa_addr_r", reset_less=True)
         sb_r = Signal.like(self.sb_addr, name="sb_addr_r", reset_less=True)
-        m.d.sync += [read_r.eq(read), va_r.eq(Mux(ph == _Ph.HDR, a_st, a_o + tli)),
-                     sa_r.eq(Mux(ph == _Ph.Q, a_q + tli, Mux(ph == _Ph.K, kv + li, kv_v + li))),
-                     sb_r.eq(Mux(ph == _Ph.Q, a_qe, Mux(ph == _Ph.K, kv_ke + tok, kv_ve + tok)))]
+        m.d.sync += [read_r.eq(read), va_r.eq(Mux(f[_Ph.HDR], a_st, a_o + tli)),
+                     sa_r.eq(Mux(f[_Ph.Q], a_q + tli, Mux(f[_Ph.K], kv + li, kv_v + li))),
+                     sb_r.eq(Mux(f[_Ph.Q], a_qe, Mux(f[_Ph.K], kv_ke + tok, kv_ve + tok)))]
         m.d.comb += [self.va_addr.eq(va_r), self.va_en.eq(read_r), self.sa_addr.eq(sa_r), self.sa_en.eq(read_r),
                      self.sb_addr.eq(sb_r), self.sb_en.eq(read_r)]
         with m.If(read):
-            m.d.sync += [li.eq(li + 1), tli.eq(Mux(eot, 0, tli + 1)), tok.eq(tok + eot)]
-            with m.Switch(ph):
-                with m.Case(_Ph.HDR):
+            m.d.sync += [li.eq(li + 1), tli.eq(Mux(eot, 0, tli + 1)), tok.eq(tok + eot),
+                         eot.eq(Mux(eot, hd_one, tli == hd_m2))]
+            with m.If(eot):
+                m.d.sync += tok_last.eq(tok == t_m2)
+            with m.If(f[_Ph.HDR]):
+                m.d.sync += job_rows
+                with m.If(phase_end):
+                    m.d.sync += first_row
+                    with m.If(one_row):
+                        m.d.sync += goto(_Ph.OUT)
+                    with m.Else():
+                        m.d.sync += goto(_Ph.Q)
+            with m.If(f[_Ph.Q]):
+                with m.If(eot):
                     m.d.sync += job_rows
-                    with m.If(phase_end):
-                        m.d.sync += [ph.eq(Mux(is_out_r | bypass_r, _Ph.OUT, _Ph.Q)), *first_row]
-                with m.Case(_Ph.Q):
-                    with m.If(eot):
-                        m.d.sync += job_rows
-                    with m.If(phase_end):
-                        m.d.sync += [ph.eq(_Ph.K), *first_row]
-                with m.Case(_Ph.K), m.If(phase_end):
-                    m.d.sync += ph.eq(_Ph.V)
-                with m.Case(_Ph.V), m.If(phase_end):
-                    m.d.sync += ph.eq(_Ph.OUT)
-                with m.Case(_Ph.OUT):
-                    with m.If(eot):
-                        m.d.sync += next_row
-                    with m.If(phase_end):  # the job's last state line: the next job starts at the next row
-                        m.d.sync += [ph.eq(_Ph.HDR), gi.eq(0)]
-                        if R > 1:
-                            m.d.sync += [r0.eq(r + 1), r0hd.eq(rhd + hd), a_st0.eq(a_st + 1), a_qe0.eq(a_qe + 1),
-                                         a_q0.eq(a_q + hd), a_o0.eq(a_o + hd)]
-                        with m.If(r == nq_m1):
-                            m.d.sync += active.eq(0)
+                with m.If(phase_end):
+                    m.d.sync += [*goto(_Ph.K), *first_row]
+            with m.If(f[_Ph.K] & phase_end):
+                m.d.sync += goto(_Ph.V)
+            with m.If(f[_Ph.V] & phase_end):
+                m.d.sync += goto(_Ph.OUT)
+            with m.If(f[_Ph.OUT]):
+                with m.If(eot):
+                    m.d.sync += next_row
+                with m.If(phase_end):  # the job's last state line: the next job starts at the next row
+                    m.d.sync += [*goto(_Ph.HDR), gi.eq(0), gi_last.eq(R == 1)]
+                    if R > 1:
+                        m.d.sync += [r0.eq(r + 1), r0_last.eq(r == nq_m2), a_st0.eq(a_st + 1), a_qe0.eq(a_qe + 1),
+                                     a_q0.eq(a_q + hd_r), a_o0.eq(a_o + hd_r)]
+                    with m.If(r_last):
+                        m.d.sync += active.eq(0)
             with m.If(phase_end):
-                m.d.sync += [li.eq(0), tli.eq(0), tok.eq(0)]
+                m.d.sync += [li.eq(0), tli.eq(0), tok.eq(0), eot.eq(hd_one), tok_last.eq(t_one)]
         # the beat, two cycles later with its data (the read's register, then the block RAM's)
         r_ph, r_last, r_eot = Signal(_Ph, name="r_ph"), Signal(name="r_last"), Signal(name="r_eot")
         p_ph, p_last, p_eot = Signal(_Ph), Signal(), Signal()
@@ -259,9 +286,12 @@ class AttnSequencer(wiring.Component):
         # the row's addresses kept as running sums: its state line state + o_r, its first output line
         # (ATTN: state + nq + o_r*hd in place; ATTN_OUT: dst + o_r*hd)
         o_st, o_base = Signal(32, name="o_state"), Signal(32, name="o_base")
+        o_l_last, o_r_last = Signal(name="o_l_last"), Signal(name="o_r_last")  # o_l == hd - 1, o_r == nq - 1
+        m.d.sync += outs.eq(outs & any_lines)
         with m.If(self.start):
-            m.d.sync += [o_r.eq(0), o_l.eq(0), o_hdr.eq(~is_out), outs.eq((nq != 0) & (hd != 0)),
-                         o_st.eq(state), o_base.eq(Mux(is_out, ao.dst, state + nq))]
+            m.d.sync += [o_r.eq(0), o_l.eq(0), o_hdr.eq(~is_out), outs.eq(1),
+                         o_st.eq(state), o_base.eq(Mux(is_out, ao.dst, state + nq)),
+                         o_l_last.eq(hd == 1), o_r_last.eq(nq == 1)]
         byp_hdr = f_kind == AttnBeat.HDR
         # the unit's (or the bypass's) output lines are registered, then written (a cycle later)
         got = Signal(name="out_got")
@@ -274,12 +304,12 @@ class AttnSequencer(wiring.Component):
         with m.If(got):
             with m.If(o_hdr):
                 m.d.sync += o_hdr.eq(0)
-            with m.Elif(o_l == hd_m1):
-                m.d.sync += [o_l.eq(0), o_r.eq(o_r + 1), o_st.eq(o_st + 1), o_base.eq(o_base + hd),
-                             o_hdr.eq(~is_out_r)]
-                with m.If(o_r == nq_m1):
+            with m.Elif(o_l_last):
+                m.d.sync += [o_l.eq(0), o_l_last.eq(hd_one), o_r.eq(o_r + 1), o_r_last.eq(o_r == nq_m2),
+                             o_st.eq(o_st + 1), o_base.eq(o_base + hd_r), o_hdr.eq(~is_out_r)]
+                with m.If(o_r_last):
                     m.d.sync += outs.eq(0)
             with m.Else():
-                m.d.sync += o_l.eq(o_l + 1)
-        m.d.comb += self.busy.eq(active | read_r | pending | staged | q.r_rdy | outs)
+                m.d.sync += [o_l.eq(o_l + 1), o_l_last.eq(o_l == hd_m2)]
+        m.d.comb += self.busy.eq((active & any_lines) | read_r | pending | staged | q.r_rdy | (outs & any_lines))
         return m
