@@ -18,7 +18,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from systolica.config import AccelConfig
-from systolica.isa import OP_BY_NAME
+from systolica.isa import OP_BY_NAME, WORD_BITS
 
 from .attn_sequencer import ATTN_OPS, AttnSequencer
 from .axi import axi4_read_signature
@@ -93,8 +93,17 @@ class ComputeEngine(wiring.Component):
         # each: one flag over the 256-bit line and the read multiplexers was the most congested net of the
         # ulx3s route (docs/boards.md)
         out_sel = {}
+        # and a copy of the word for each line sequencer, loaded with it: one word decoded by all of them let Yosys
+        # share their decodes (rseq's opcode test and line count feeding vseq's lm1, 12.3 ns estimated on ulx3s),
+        # which the placer could put near none of them.  Four registers Yosys cannot merge: reset or not, initially
+        # zeros or ones
+        seq_word = {}
 
         def on_load(nxt):
+            for k, kw in (("vec", dict(init=(1 << WORD_BITS) - 1, reset_less=True)), ("row", dict(init=0)),
+                          ("attn", dict(init=(1 << WORD_BITS) - 1))):
+                seq_word[k] = Signal(WORD_BITS, name=f"word_{k}", **kw)
+                m.d.sync += seq_word[k].eq(nxt.as_value())
             for k, names in kinds.items():
                 hit = 0
                 for name in names:
@@ -174,8 +183,8 @@ class ComputeEngine(wiring.Component):
         rs = self.rseq
         m.submodules.rseq = self._in_line_domain(rs)
         is_row = kind["row"]
-        m.d.comb += [vs.start.eq(begin & is_vec), vs.word.eq(ins.as_value()),
-                     rs.start.eq(begin & is_row), rs.word.eq(ins.as_value()),
+        m.d.comb += [vs.start.eq(begin & is_vec), vs.word.eq(seq_word["vec"]),
+                     rs.start.eq(begin & is_row), rs.word.eq(seq_word["row"]),
                      self.acc_addr.eq(vs.acc_addr), self.acc_en.eq(vs.acc_en), vs.acc_rdata.eq(self.acc_rdata),
                      vs.exp_rdata.eq(self.a_rdata)]
         # QUANT's scratchpad lines are registered on their way to the write port, as the line ops' results are
@@ -191,7 +200,7 @@ class ComputeEngine(wiring.Component):
         at = self.aseq
         m.submodules.aseq = self._in_line_domain(at)
         is_attn = kind["attn"]
-        m.d.comb += [at.start.eq(begin & is_attn), at.word.eq(ins.as_value()), at.sb_rdata.eq(self.w_rdata)]
+        m.d.comb += [at.start.eq(begin & is_attn), at.word.eq(seq_word["attn"]), at.sb_rdata.eq(self.w_rdata)]
         if beside:  # its data lines through its own copy
             m.d.comb += [self.t_addr.eq(at.sa_addr), self.t_en.eq(at.sa_en), at.sa_rdata.eq(self.t_rdata)]
         else:
