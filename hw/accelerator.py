@@ -266,10 +266,11 @@ class Accelerator(wiring.Component):
         m.d.sync += drained.eq(dec.stopped & quiet & load.idle & comp.idle & store.idle & (run == _Run.RUN))
         # stuck, a cycle late (a register: the engines' idle and blocked flags, each a decode of its token queues,
         # were five LUTs deep into the count's reset, 11.1 ns on ulx3s); a deadlock is stopped a cycle later
-        stuck = Signal(name="stuck")
-        m.d.sync += stuck.eq((dec.stopped | dec.dispatch_blocked) &
-                             (load.idle | load.blocked) & (comp.idle | comp.blocked) & (store.idle | store.blocked) &
-                             (load.blocked | comp.blocked | store.blocked))
+        # (in three registers of a few terms each, ANDed after them)
+        stuck_parts = [word_reg(m, (dec.stopped | dec.dispatch_blocked) & (load.idle | load.blocked), "stuck_dl"),
+                       word_reg(m, (comp.idle | comp.blocked) & (store.idle | store.blocked), "stuck_cs"),
+                       word_reg(m, load.blocked | comp.blocked | store.blocked, "stuck_any")]
+        stuck = stuck_parts[0] & stuck_parts[1] & stuck_parts[2]
         stuck_for = Signal(2)
         m.d.sync += stuck_for.eq(Mux(stuck & (run == _Run.RUN), Mux(stuck_for == 3, 3, stuck_for + 1), 0))
         # the smallest pc among the blocked engines, in three registered steps (the blocked engines' pcs, the

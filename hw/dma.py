@@ -177,14 +177,19 @@ class DmaReader(wiring.Component):
         with m.If(ar_hs):
             m.d.sync += axi.arvalid.eq(0)
         issue = ~axi.arvalid & w.more & w.ready & ~self.abort & (inflight < self.outstanding)  # no start term: _Walker
-        with m.If(issue & ~self.hold if self.holdable else issue):
+        set_ar = issue & ~self.hold if self.holdable else issue
+        # quiet (no address waiting, no burst in flight) as a flip-flop loaded with its next value: the compare of
+        # the in-flight count was the head of the compute engine's instruction state's enable (a weight port's
+        # quiet -> busy -> exec_done, 10.5 ns on ulx3s)
+        quiet = Signal(name="rd_quiet", init=1)
+        m.d.sync += quiet.eq(~(set_ar | (axi.arvalid & ~ar_hs)) & (inflight + ar_hs - r_last == 0))
+        with m.If(set_ar):
             m.d.sync += [axi.arvalid.eq(1), axi.araddr.eq(w.addr), axi.arlen.eq(w.len - 1)]
             w.advance(m)
         with m.If(self.abort):  # no burst after an abort: the walker's start values load again (see _Walker)
             m.d.sync += w.more.eq(0)
         m.d.comb += [self.beat_valid.eq(axi.rvalid & ~self.abort), self.beat_data.eq(axi.rdata),
-                     self.quiet.eq(~axi.arvalid & (inflight == 0)),
-                     self.busy.eq(w.more | ~self.quiet), self.issuing.eq(w.more)]
+                     self.quiet.eq(quiet), self.busy.eq(w.more | ~quiet), self.issuing.eq(w.more)]
         return m
 
 
